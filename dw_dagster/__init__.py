@@ -1,0 +1,46 @@
+"""dw_dagster: Dagster-native data operations, from the first wrong number to the receipt."""
+
+from dw_dagster.checks import build_reconciliation_checks, build_volume_check
+from dw_dagster.databases import Database, DatabaseResource, database_from_url
+from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
+from dw_dagster.domains import Domain, Domains, load_domains
+from dw_dagster.lineage import blast_radius, manifest_graph
+from dw_dagster.loads import IncrementalLoadSpec, PipelineRepoResource, load_partition
+from dw_dagster.models import Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.remediation import (
+    build_approval_job,
+    build_check_incident_sensor,
+    build_receipt_job,
+    build_remediation_sensor,
+)
+from dw_dagster.version import __version__
+
+__all__ = [
+    "Approval",
+    "BlastRadius",
+    "CauseFinding",
+    "ChangeSet",
+    "Database",
+    "DatabaseResource",
+    "Diagnosis",
+    "Domain",
+    "Domains",
+    "Incident",
+    "IncrementalLoadDiagnoser",
+    "IncrementalLoadSpec",
+    "PipelineRepoResource",
+    "Receipt",
+    "__version__",
+    "blast_radius",
+    "build_approval_job",
+    "build_check_incident_sensor",
+    "build_diagnosis_job",
+    "build_reconciliation_checks",
+    "build_receipt_job",
+    "build_remediation_sensor",
+    "build_volume_check",
+    "database_from_url",
+    "load_domains",
+    "load_partition",
+    "manifest_graph",
+]

@@ -1,0 +1,203 @@
+"""One small interface over the databases dw_dagster reads: warehouses and operational sources.
+
+The store-sales example reads its point-of-sale source (IBM Informix in production) through
+:class:`Database`: :class:`DuckDBDatabase` for the embedded stand-in, :class:`SqlAlchemyDatabase`
+for anything SQLAlchemy can reach (PostgreSQL on loopback in the tests; ``informix://`` through
+``ibm_db_sa``, ``mysql+pymysql://``...). Queries come in as sqlglot-rendered text for the
+database's :attr:`Database.dialect`; only aggregates and small samples are fetched with
+:meth:`Database.fetch_all`, bulk rows stream as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import dagster as dg
+import pyarrow as pa
+from pydantic import Field
+
+# SQLAlchemy dialect name -> sqlglot dialect name
+_SQLALCHEMY_TO_SQLGLOT = {
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlite": "sqlite",
+    "mssql": "tsql",
+    "oracle": "oracle",
+    "snowflake": "snowflake",
+    "bigquery": "bigquery",
+    "duckdb": "duckdb",
+}
+
+
+class DatabaseError(RuntimeError):
+    """A query failed; the message names the database and the statement, never credentials."""
+
+
+@runtime_checkable
+class Database(Protocol):
+    """What dw_dagster needs from a database: its dialect, small results, and streamed batches."""
+
+    dialect: str
+    name: str
+
+    def fetch_all(self, sql: str) -> list[tuple]:
+        """Run ``sql`` and return every row. Only for aggregates and bounded samples."""
+        ...
+
+    def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
+        """Run ``sql`` and stream its rows as Arrow record batches of at most ``batch_rows`` rows."""
+        ...
+
+    def execute(self, sql: str) -> None:
+        """Run a statement that returns nothing."""
+        ...
+
+
+def _short(sql: str) -> str:
+    return " ".join(sql.split())[:300]
+
+
+class DuckDBDatabase:
+    """A DuckDB file (or ``:memory:``), opened per call so other processes (dbt) can use it between.
+
+    Args:
+        path: path of the ``.duckdb`` file; created on first write.
+        memory_limit: DuckDB ``memory_limit`` setting, e.g. ``"1GB"``; None keeps DuckDB's default.
+    """
+
+    dialect = "duckdb"
+
+    def __init__(self, path: str | Path, memory_limit: str | None = None) -> None:
+        self.path = str(path)
+        self.name = f"duckdb:{Path(self.path).name}"
+        self.memory_limit = memory_limit
+
+    @contextlib.contextmanager
+    def connect(self):
+        """A DuckDB connection, closed on exit (DuckDB allows one writing process per file)."""
+        import duckdb
+
+        config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
+        con = duckdb.connect(self.path, config=config)
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            yield con
+        finally:
+            con.close()
+
+    def fetch_all(self, sql: str) -> list[tuple]:
+        with self.connect() as con:
+            try:
+                return con.execute(sql).fetchall()
+            except Exception as e:  # duckdb raises many error classes
+                raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql)}") from e
+
+    def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
+        with self.connect() as con:
+            try:
+                reader = con.execute(sql).fetch_record_batch(batch_rows)
+            except Exception as e:
+                raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql)}") from e
+            yield from reader
+
+    def execute(self, sql: str) -> None:
+        with self.connect() as con:
+            try:
+                con.execute(sql)
+            except Exception as e:
+                raise DatabaseError(f"{self.name}: statement failed: {e}\n  SQL: {_short(sql)}") from e
+
+
+class SqlAlchemyDatabase:
+    """Any database SQLAlchemy reaches, addressed by URL (``postgresql+psycopg://...``).
+
+    The URL's password never appears in errors or in :attr:`name`.
+    """
+
+    def __init__(self, url: str) -> None:
+        import sqlalchemy as sa
+
+        self._engine = sa.create_engine(url, pool_pre_ping=True)
+        backend = self._engine.dialect.name
+        self.dialect = _SQLALCHEMY_TO_SQLGLOT.get(backend, backend)
+        u = self._engine.url
+        self.name = f"{backend}:{u.host or ''}{':' + str(u.port) if u.port else ''}/{u.database or ''}"
+
+    def fetch_all(self, sql: str) -> list[tuple]:
+        try:
+            with self._engine.connect() as con:
+                return [tuple(r) for r in con.exec_driver_sql(sql).fetchall()]
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
+        try:
+            with self._engine.connect() as con:
+                result = con.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(sql)
+                names = list(result.keys())
+                for part in result.partitions(batch_rows):
+                    cols = list(zip(*part)) if part else [[] for _ in names]
+                    yield pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def execute(self, sql: str) -> None:
+        try:
+            with self._engine.begin() as con:
+                con.exec_driver_sql(sql)
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: statement failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+
+
+def database_from_url(url: str) -> Database:
+    """Open a :class:`Database` from a URL.
+
+    ``duckdb:///path/to/file.duckdb`` (or a bare path ending in ``.duckdb``) opens DuckDB natively;
+    anything else is handed to SQLAlchemy.
+
+    Raises:
+        ValueError: for an empty URL.
+    """
+    if not url:
+        raise ValueError("database URL is empty")
+    if url.startswith("duckdb:///"):
+        return DuckDBDatabase(url[len("duckdb:///") :])
+    if url.startswith("duckdb://"):
+        return DuckDBDatabase(url[len("duckdb://") :] or ":memory:")
+    if url.endswith(".duckdb") and "://" not in url:
+        return DuckDBDatabase(url)
+    return SqlAlchemyDatabase(url)
+
+
+class DatabaseResource(dg.ConfigurableResource):
+    """A Dagster resource that opens a :class:`Database` from a URL.
+
+    Examples:
+        .. code-block:: python
+
+            pos = DatabaseResource(url=dg.EnvVar("POS_SOURCE_URL"))
+            warehouse = DatabaseResource(url="duckdb:///warehouse.duckdb")
+    """
+
+    url: str = Field(description="duckdb:///path.duckdb, or any SQLAlchemy URL (postgresql+psycopg://...)")
+
+    def get_database(self) -> Database:
+        return database_from_url(self.url)
+
+
+def scalar(db: Database, sql: str):
+    """The first column of the first row of ``sql`` (None for no rows)."""
+    rows = db.fetch_all(sql)
+    return rows[0][0] if rows else None
+
+
+def columns_of(rows: Sequence[tuple], names: Sequence[str]) -> list[dict]:
+    """Rows as dicts keyed by ``names``."""
+    return [dict(zip(names, r)) for r in rows]

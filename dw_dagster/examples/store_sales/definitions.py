@@ -1,0 +1,166 @@
+"""The store-sales code location: the POS load with the watermark bug, dbt models, and dw_dagster.
+
+``dagster dev -w workspace.yaml`` loads :data:`defs`. Everything lives under
+``$DW_STORE_SALES_HOME`` (see :mod:`.home`); ``make demo`` prints the exact command to open the
+demo's own instance and files.
+"""
+
+
+import os
+import sys
+from pathlib import Path
+
+import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets, get_asset_key_for_model
+
+from dw_dagster.checks import build_reconciliation_checks, build_volume_check
+from dw_dagster.databases import DatabaseResource
+from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
+from dw_dagster.domains import DOMAINS_FILE_ENV
+from dw_dagster.examples.store_sales import home as h
+from dw_dagster.lineage import load_manifest
+from dw_dagster.loads import PipelineRepoResource, load_partition
+from dw_dagster.remediation import (
+    DbtCountTest,
+    build_approval_job,
+    build_check_incident_sensor,
+    build_receipt_job,
+    build_remediation_sensor,
+)
+from dw_dagster import constants as c
+
+GROUP = "store_sales"
+SOURCE_ASSET = dg.AssetKey(["pos_source", "sales_line"])
+TARGET_ASSET = dg.AssetKey(["store_sales_line"])
+DAILY = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_date="2026-11-29", timezone="UTC")
+RECON_CHECK = "region_compare"
+VOLUME_CHECK = "daily_volume"
+DBT_TEST = DbtCountTest(
+    model="fct_store_sales_daily",
+    count_column="line_count",
+    source_name="pos",
+    source_table="sales_line",
+    group={"store_id": "store_id", "sale_date": "cast(sale_ts as date)"},
+)
+
+
+def dbt_executable() -> str:
+    """The dbt next to this Python (a venv's bin/), else ``dbt`` from PATH."""
+    local = Path(sys.executable).parent / "dbt"
+    return str(local) if local.exists() else "dbt"
+
+
+def prepare_dbt(project_dir: Path) -> Path:
+    """Parse the dbt project if its manifest is missing; return the manifest path."""
+    manifest = project_dir / "target" / "manifest.json"
+    if not manifest.exists():
+        DbtCliResource(project_dir=str(project_dir), profiles_dir=str(project_dir), dbt_executable=dbt_executable()).cli(
+            ["parse", "--quiet"], target_path=Path("target")).wait()
+    return manifest
+
+
+def build_definitions(home: Path | None = None) -> dg.Definitions:
+    """Build the code location for one home directory (re-run after a merge to pick up new dbt tests)."""
+    home = h.ensure_home(home or h.home_dir())
+    os.environ["DW_WAREHOUSE_PATH"] = str(h.warehouse_path(home))
+    os.environ.setdefault(DOMAINS_FILE_ENV, str(h.domains_path(home)))
+    project_dir = h.dbt_dir(home)
+    manifest_path = prepare_dbt(project_dir)
+    project = DbtProject(project_dir=project_dir, profiles_dir=project_dir)
+
+    pos_source = dg.AssetSpec(
+        SOURCE_ASSET, group_name=GROUP, kinds={"informix"},
+        description="pos.sales_line in the POS consolidation database (IBM Informix in production; "
+        "a DuckDB file stands in locally).",
+    )
+
+    @dg.asset(
+        key=TARGET_ASSET, deps=[SOURCE_ASSET], partitions_def=DAILY, group_name=GROUP, kinds={"duckdb"},
+        backfill_policy=dg.BackfillPolicy.single_run(), owners=["dana.ortiz@grocer.example"],
+        description="POS sales lines merged into the warehouse table pos.sales_line on sales_line_id, "
+        "one daily partition of sale_ts at a time, reading rows above the high-watermark.",
+        metadata={"dagster/table_name": "warehouse.pos.sales_line", "dw/pipeline_file": h.PIPELINE_FILE},
+    )
+    def store_sales_line(context: dg.AssetExecutionContext, pos_source: DatabaseResource,
+                         warehouse: DatabaseResource, pipeline: PipelineRepoResource) -> dg.MaterializeResult:
+        spec = pipeline.load_spec(h.PIPELINE_FILE)
+        src, wh = pos_source.get_database(), warehouse.get_database()
+        loads = {}
+        for pk in sorted(context.partition_keys):
+            tw = DAILY.time_window_for_partition_key(pk)
+            res = load_partition(src, wh, spec, pk, tw.start.replace(tzinfo=None), tw.end.replace(tzinfo=None))
+            context.log.info(f"{pk}: read {res.rows_read} rows above {res.watermark_low} on {res.watermark_column}; "
+                             f"inserted {res.rows_inserted}, updated {res.rows_updated}")
+            loads[pk] = res.model_dump(mode="json")
+        total = wh.fetch_all("SELECT count(*) FROM pos.sales_line")[0][0]
+        return dg.MaterializeResult(metadata={
+            "dw/loads": dg.MetadataValue.json(loads),
+            c.WATERMARK_COLUMN_KEY: spec.watermark_column,
+            c.LOOKBACK_HOURS_KEY: spec.lookback_hours,
+            c.ROWS_READ_KEY: sum(v["rows_read"] for v in loads.values()),
+            c.ROWS_INSERTED_KEY: sum(v["rows_inserted"] for v in loads.values()),
+            "dagster/row_count": int(total),
+        })
+
+    class Translator(DagsterDbtTranslator):
+        def get_asset_spec(self, manifest, unique_id, project):
+            return super().get_asset_spec(manifest, unique_id, project).replace_attributes(group_name=GROUP)
+
+    translator = Translator()
+
+    @dbt_assets(manifest=manifest_path, project=project, name="store_sales_dbt", dagster_dbt_translator=translator)
+    def store_sales_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        yield from dbt.cli(["build"], context=context).stream()
+
+    manifest = load_manifest(manifest_path)
+    dbt_keys = {uid: list(get_asset_key_for_model([store_sales_dbt], n["name"]).path)
+                for uid, n in manifest["nodes"].items() if n["resource_type"] == "model"}
+
+    recon = build_reconciliation_checks(
+        asset=TARGET_ASSET, source_asset=SOURCE_ASSET, source_table="pos.sales_line", target_table="pos.sales_line",
+        slice_by=["region"], measures=["net_sales"], source_resource_key="pos_source", target_resource_key="warehouse",
+        name=RECON_CHECK,
+    )
+    volume = build_volume_check(asset=TARGET_ASSET, table="pos.sales_line", timestamp_column="sale_ts",
+                                resource_key="warehouse", name=VOLUME_CHECK)
+    verify_keys = [dg.AssetCheckKey(TARGET_ASSET, RECON_CHECK), dg.AssetCheckKey(TARGET_ASSET, VOLUME_CHECK)]
+
+    diagnoser = IncrementalLoadDiagnoser(
+        target_asset=TARGET_ASSET, source_resource_key="pos_source", target_resource_key="warehouse",
+        pipeline_root=lambda: h.repo_dir(home), pipeline_file=h.PIPELINE_FILE,
+        manifest_path=lambda: manifest_path, partitions_def=DAILY, domains_file=lambda: h.domains_path(home),
+        dbt_asset_keys=dbt_keys, verify_checks=[[*k.asset_key.path, k.name] for k in verify_keys],
+        group_by=["store_id"], dbt_test=DBT_TEST,
+    )
+    diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["pos_source", "warehouse"])
+    load_job = dg.define_asset_job("store_sales_daily_load", selection=dg.AssetSelection.assets(TARGET_ASSET),
+                                   partitions_def=DAILY, description="The nightly load of one day of POS lines.")
+    models_job = dg.define_asset_job("store_sales_models", selection=dg.AssetSelection.assets(store_sales_dbt),
+                                     description="dbt build of the store-sales models and their tests.")
+    window_job = dg.define_asset_job("dw_rerun_store_sales_line", selection=dg.AssetSelection.assets(TARGET_ASSET),
+                                     partitions_def=DAILY, description="Approved reruns of a bounded window of partitions.")
+    rebuild_job = dg.define_asset_job("dw_rebuild_store_sales_models", selection=dg.AssetSelection.assets(store_sales_dbt),
+                                      description="Approved rebuilds of the models downstream of a repaired asset.")
+    verify_job = dg.define_asset_job("dw_verify_store_sales_line", selection=dg.AssetSelection.checks(*verify_keys),
+                                     description="Reconciliation and volume checks on store_sales_line (also the CI gate).")
+    receipt_job = build_receipt_job()
+    return dg.Definitions(
+        assets=[pos_source, store_sales_line, store_sales_dbt],
+        asset_checks=[recon, volume],
+        jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job],
+        sensors=[
+            build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
+            build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
+                                     verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home)),
+        ],
+        resources={
+            "pos_source": DatabaseResource(url=os.environ.get("DW_POS_SOURCE_URL") or f"duckdb:///{h.source_path(home)}"),
+            "warehouse": DatabaseResource(url=f"duckdb:///{h.warehouse_path(home)}"),
+            "pipeline": PipelineRepoResource(root=str(h.repo_dir(home))),
+            "dbt": DbtCliResource(project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()),
+        },
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,80 @@
+"""Where the store-sales example keeps its files: a pipeline repository working copy and data.
+
+Layout of ``$DW_STORE_SALES_HOME`` (default ``./.dw_demo/store_sales``)::
+
+    repo/                     git working copy the change set's diff applies to
+      pipelines/store_sales_line.yaml
+      dbt_project/            copy of the repository's dbt_project/
+    data/pos_source.duckdb    the POS consolidation database stand-in
+    data/warehouse.duckdb     the embedded warehouse (raw pos.* tables and dbt analytics.*)
+    domains.yaml              owners and approvers
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HOME_ENV = "DW_STORE_SALES_HOME"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PIPELINE_FILE = "pipelines/store_sales_line.yaml"
+
+
+def template_dbt_project() -> Path:
+    """The repository's ``dbt_project/`` (the package is installed editable from the repository)."""
+    candidates = [PACKAGE_DIR.parents[2] / "dbt_project", Path.cwd() / "dbt_project"]
+    for p in candidates:
+        if (p / "dbt_project.yml").exists():
+            return p
+    raise FileNotFoundError(f"dbt_project/ not found (looked in {', '.join(map(str, candidates))}); "
+                            "install dw-dagster editable from its repository (pip install -e .)")
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.cwd() / ".dw_demo" / "store_sales").resolve()
+
+
+def repo_dir(home: Path) -> Path:
+    return home / "repo"
+
+
+def dbt_dir(home: Path) -> Path:
+    return repo_dir(home) / "dbt_project"
+
+
+def source_path(home: Path) -> Path:
+    return home / "data" / "pos_source.duckdb"
+
+
+def warehouse_path(home: Path) -> Path:
+    return home / "data" / "warehouse.duckdb"
+
+
+def domains_path(home: Path) -> Path:
+    return home / "domains.yaml"
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=dw-demo", "-c", "user.email=dw-demo@localhost", *args],
+                   cwd=root, check=True, capture_output=True)
+
+
+def ensure_home(home: Path) -> Path:
+    """Create the working copy (a git repository with the pipeline file and the dbt project) if missing."""
+    repo = repo_dir(home)
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        (repo / "pipelines").mkdir(exist_ok=True)
+        shutil.copy(PACKAGE_DIR / PIPELINE_FILE, repo / PIPELINE_FILE)
+        shutil.copytree(template_dbt_project(), repo / "dbt_project", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages", ".user.yml"))
+        (repo / ".gitignore").write_text("dbt_project/target/\ndbt_project/logs/\n")
+        _git(repo, "init", "-q")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "store-sales pipeline as deployed")
+    (home / "data").mkdir(parents=True, exist_ok=True)
+    if not domains_path(home).exists():
+        shutil.copy(PACKAGE_DIR / "domains.yaml", domains_path(home))
+    return home

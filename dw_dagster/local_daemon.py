@@ -1,0 +1,75 @@
+"""Evaluate sensors and launch their run requests in this process, as the Dagster daemon would.
+
+``dagster dev`` runs the sensor daemon and a run launcher; the demo and the tests use this
+stand-in so the whole loop runs in one process against a real Dagster instance: each tick is
+evaluated with ``SensorDefinition.evaluate_tick`` on a context built for the instance, the
+asset events it returns are stored with ``report_runless_asset_event`` (as the daemon does), the
+cursor is kept between ticks, and each run request is executed in process with the run key and
+sensor tags, skipping run keys this sensor already launched (the daemon's de-duplication).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+RUN_KEY_TAG = "dagster/run_key"
+SENSOR_NAME_TAG = "dagster/sensor_name"
+
+
+@dataclass
+class TickResult:
+    sensor: str
+    run_ids: list[str] = field(default_factory=list)
+    failed_run_ids: list[str] = field(default_factory=list)
+    skip_reason: str | None = None
+    asset_events: int = 0
+
+
+class LocalSensorDaemon:
+    """Ticks the sensors of one ``Definitions`` object against one instance."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+        self.defs = defs
+        self.instance = instance
+        self.cursors: dict[str, str | None] = {}
+
+    def _execute(self, sensor_name: str, rr: dg.RunRequest) -> tuple[str, bool]:
+        tags = {**(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
+        if rr.run_key:
+            tags[RUN_KEY_TAG] = rr.run_key
+        job_name = rr.job_name or self.defs.resolve_sensor_def(sensor_name).job_name
+        if job_name is None:
+            raise ValueError(f"run request from {sensor_name} names no job")
+        job = self.defs.resolve_job_def(job_name)
+        result = job.execute_in_process(
+            instance=self.instance,
+            run_config=rr.run_config or None,
+            tags=tags,
+            partition_key=rr.partition_key,
+            asset_selection=list(rr.asset_selection) if rr.asset_selection else None,
+            raise_on_error=False,
+        )
+        return result.run_id, result.success
+
+    def tick(self, sensor_name: str) -> TickResult:
+        """Evaluate one tick of ``sensor_name`` and run what it requests, in order."""
+        sensor = self.defs.resolve_sensor_def(sensor_name)
+        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursors.get(sensor_name),
+                                          definitions=self.defs, sensor_name=sensor_name)
+        data = sensor.evaluate_tick(context)
+        if data.cursor is not None:
+            self.cursors[sensor_name] = data.cursor
+        out = TickResult(sensor=sensor_name, skip_reason=data.skip_message)
+        for event in data.asset_events or []:
+            self.instance.report_runless_asset_event(event)
+            out.asset_events += 1
+        for rr in data.run_requests or []:
+            if rr.run_key and self.instance.get_runs(
+                filters=dg.RunsFilter(tags={RUN_KEY_TAG: rr.run_key, SENSOR_NAME_TAG: sensor_name}), limit=1
+            ):
+                continue
+            run_id, ok = self._execute(sensor_name, rr)
+            (out.run_ids if ok else out.failed_run_ids).append(run_id)
+        return out

@@ -1,0 +1,236 @@
+"""The records dw_dagster passes between the stages of its loop, as pydantic models.
+
+detect → :class:`Incident`; diagnose → :class:`Diagnosis` (with :class:`CauseFinding` and
+:class:`BlastRadius`); propose → :class:`ChangeSet`; approve → :class:`Approval`; receipt →
+:class:`Receipt`. Each is stored as JSON in ``dw/`` metadata on an asset and read back from the
+Dagster event log, so every field is JSON-serializable. Times are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> dt.datetime:
+    """The current time as an aware UTC datetime."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def stable_hash(payload: Any, length: int = 64) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``payload`` (sorted keys), cut to ``length``."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+class SliceGap(_Record):
+    """One slice (e.g. one region) of a source/target reconciliation.
+
+    Counts are rows; sums are exact decimal strings; ``gap_pct`` is (source − target) / source in
+    percent (0.0 when both sides are empty).
+    """
+
+    slice: dict[str, Any]
+    source_rows: int
+    target_rows: int
+    gap_rows: int
+    gap_pct: float
+    source_sums: dict[str, str] = Field(default_factory=dict)
+    target_sums: dict[str, str] = Field(default_factory=dict)
+    sum_gaps: dict[str, str] = Field(default_factory=dict)
+    passed: bool
+
+
+class Incident(_Record):
+    """One problem on one asset, created exactly once per failing evaluation."""
+
+    id: str
+    asset_key: list[str]
+    source: Literal["dw_check", "lightup", "volume_sensor", "manual"]
+    check_name: str | None = None
+    detected_at: dt.datetime
+    summary: str
+    slices: list[SliceGap] = Field(default_factory=list)
+    gap_rows: int = 0
+    gap_pct: float = 0.0
+    evaluation_id: int | None = Field(default=None, description="storage id of the failing check evaluation")
+
+
+class Evidence(_Record):
+    """One query a person can re-run, and the values dw_dagster saw when it ran it."""
+
+    description: str
+    database: str
+    sql: str
+    values: Any
+
+
+class CauseFinding(_Record):
+    """A named cause with its evidence and an honest remainder.
+
+    ``explained_rows`` + ``unexplained_rows`` = the gap the finding looked at. ``confidence`` is
+    explained / gap (0.0-1.0).
+    """
+
+    kind: str
+    summary: str
+    confidence: float
+    explained_rows: int
+    unexplained_rows: int
+    window: list[str] = Field(default_factory=list, description="partition keys holding the explained rows")
+    details: dict[str, Any] = Field(default_factory=dict)
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class ExposureRef(_Record):
+    unique_id: str
+    name: str
+    label: str | None = None
+    type: str | None = None
+    url: str | None = None
+    owner_name: str | None = None
+    owner_email: str | None = None
+    depth: int
+
+
+class ImpactedNode(_Record):
+    unique_id: str
+    name: str
+    resource_type: str
+    depth: int
+    asset_key: list[str] | None = None
+
+
+class BlastRadius(_Record):
+    """Everything downstream of the broken asset: dbt nodes, tests, exposures and their owners."""
+
+    root: str
+    models: list[ImpactedNode] = Field(default_factory=list)
+    tests: list[ImpactedNode] = Field(default_factory=list)
+    exposures: list[ExposureRef] = Field(default_factory=list)
+    other: list[ImpactedNode] = Field(default_factory=list)
+    owners: list[str] = Field(default_factory=list)
+    dagster_assets: list[list[str]] = Field(default_factory=list)
+
+
+class Diagnosis(_Record):
+    """The answer to "why": the causes found, the blast radius, and what is left unexplained."""
+
+    id: str
+    incident_id: str
+    asset_key: list[str]
+    created_at: dt.datetime
+    causes: list[CauseFinding]
+    blast_radius: BlastRadius
+    gap_rows: int
+    unexplained_rows: int
+
+    @property
+    def primary(self) -> CauseFinding | None:
+        return max(self.causes, key=lambda c: c.explained_rows, default=None)
+
+
+class FileChange(_Record):
+    """One file the change set edits or adds, relative to the pipeline repository root."""
+
+    path: str
+    before_sha256: str | None = Field(description="None when the file is new")
+    after_sha256: str
+
+
+class ChangeSet(_Record):
+    """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
+
+    ``version`` is a hash of the content: an approval is valid only for the version it names.
+    """
+
+    id: str
+    version: str
+    incident_id: str
+    diagnosis_id: str
+    domain: str
+    proposer: str
+    created_at: dt.datetime
+    expires_at: dt.datetime
+    approvers: list[str]
+    cause_kind: str
+    summary: str
+    target_asset: list[str]
+    window: list[str] = Field(description="partition keys, sorted")
+    diff: str = Field(description="unified diff against the pipeline repository (git apply -p1)")
+    files: list[FileChange]
+    rebuild_assets: list[list[str]]
+    new_tests: list[str] = Field(default_factory=list)
+    verify_checks: list[list[str]] = Field(default_factory=list, description="[asset key path..., check name]")
+    expected_recovered_rows: int = 0
+    undo: str = ""
+
+    @staticmethod
+    def content_version(content: dict[str, Any]) -> str:
+        return stable_hash(content, 16)
+
+
+class Approval(_Record):
+    """A recorded decision on one change set version, signed with HMAC-SHA256."""
+
+    id: str
+    change_set_id: str
+    change_set_version: str
+    decision: Literal["approve", "reject"]
+    approver: str
+    decided_at: dt.datetime
+    comment: str = ""
+    run_id: str | None = None
+    signature: str
+
+    def signing_payload(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"signature", "run_id"})
+
+
+class CheckOutcome(_Record):
+    asset_key: list[str]
+    check_name: str
+    passed: bool
+    severity: str
+    run_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Receipt(_Record):
+    """What was changed on an asset, by whose approval, and how it was proven. Chained by hash."""
+
+    id: str
+    asset_key: list[str]
+    change_set_id: str
+    change_set_version: str
+    incident_id: str
+    cause_kind: str
+    cause_summary: str
+    evidence_summary: dict[str, Any]
+    diff: str
+    approver: str
+    approved_at: dt.datetime
+    signature_valid: bool
+    partitions: list[str]
+    run_ids: dict[str, str]
+    rows_before: dict[str, Any]
+    rows_after: dict[str, Any]
+    checks: list[CheckOutcome]
+    verified: bool
+    undo: str
+    created_at: dt.datetime
+    previous_hash: str | None
+
+    def content_hash(self) -> str:
+        return stable_hash(self.model_dump(mode="json"))

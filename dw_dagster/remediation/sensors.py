@@ -1,0 +1,262 @@
+"""Sensors: failing checks become incidents (detect), approved change sets become runs (repair).
+
+``build_check_incident_sensor`` turns each new failing evaluation of a watched asset check into
+exactly one :class:`~dw_dagster.models.Incident` (an ``AssetObservation`` with ``dw/incident``)
+and one run of the diagnosis job; while an asset has an open incident (no receipt yet), later
+failures on it do not open another.
+
+``build_remediation_sensor`` walks every change set that has a valid approval through its stages,
+one run request at a time, each only after the previous run succeeded:
+
+1. ``window`` - one run per contiguous range of the approved partitions (range tags), after the
+   owner merged the change set's diff (files in the pipeline repository match the proposal);
+2. ``rebuild`` - the downstream dbt models, in one run (Dagster orders them);
+3. ``verify`` - the verification checks (a checks-only job);
+4. ``receipt`` - the receipt job, which writes ``dw/receipt`` on every touched asset.
+
+Run keys are ``<change set>:<approval>:<stage>``, so a second approved change set for the same
+partitions runs again (``PUBLIC_CASES.md`` C22) and a tick never launches a stage twice.
+"""
+
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from dw_dagster import constants as c
+from dw_dagster.models import ChangeSet, Incident, SliceGap, stable_hash, utcnow
+from dw_dagster.remediation import records
+from dw_dagster.remediation.approval import valid_approval
+from dw_dagster.remediation.ranges import window_run_request
+
+DIAGNOSE_OP = "dw_diagnose"
+RECEIPT_OP = "dw_write_receipts"
+
+
+def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
+    if not context.cursor:
+        return {}
+    try:
+        data = json.loads(context.cursor)
+        if isinstance(data, dict) and all(isinstance(v, int) for v in data.values()):
+            return data
+    except ValueError:
+        pass
+    context.log.warning(f"Failed to interpret cursor {context.cursor[:80]!r}. Starting from scratch.")
+    return {}
+
+
+def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incident | None:
+    """The newest incident on ``asset_key`` that no receipt has closed."""
+    closed = {r.incident_id for r in records.receipts(instance, asset_key)}
+    for inc in records.incidents(instance, [asset_key]):
+        if inc.id not in closed:
+            return inc
+    return None
+
+
+def incident_from_evaluation(check_key: dg.AssetCheckKey, evaluation: dg.AssetCheckEvaluation, record_id: int) -> Incident:
+    """An incident from a failed check evaluation (slices taken from ``dw/slices_json`` when present)."""
+    md = evaluation.metadata or {}
+    slices = [SliceGap.model_validate(s) for s in (records.metadata_json(md, "dw/slices_json") or [])]
+    failing = [s for s in slices if not s.passed]
+    gap = sum(s.gap_rows for s in slices)
+    worst = max(failing, key=lambda s: abs(s.gap_pct), default=None)
+    summary = evaluation.description or f"check {check_key.name} failed"
+    return Incident(
+        id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12),
+        asset_key=list(check_key.asset_key.path),
+        source="dw_check",
+        check_name=check_key.name,
+        detected_at=utcnow(),
+        summary=summary,
+        slices=slices,
+        gap_rows=gap,
+        gap_pct=worst.gap_pct if worst else 0.0,
+        evaluation_id=record_id,
+    )
+
+
+def build_check_incident_sensor(
+    *,
+    check_keys: Sequence[dg.AssetCheckKey],
+    diagnosis_job_name: str,
+    name: str = "dw_check_incident_sensor",
+    minimum_interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor that opens one incident per new failing evaluation of ``check_keys`` and diagnoses it.
+
+    Args:
+        check_keys: the asset checks to watch (reconciliation, volume...).
+        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`.
+        name: sensor name.
+        minimum_interval_seconds: seconds between ticks.
+        default_status: STOPPED unless told otherwise (remediation is opt-in).
+
+    Returns:
+        A ``SensorDefinition``. Its cursor is JSON ``{check key: last evaluation storage id}``;
+        an unreadable cursor is logged and the sensor starts from scratch (incidents are still
+        de-duplicated by their ids and by the open-incident rule).
+    """
+    keys = list(check_keys)
+
+    @dg.sensor(name=name, job_name=diagnosis_job_name, minimum_interval_seconds=minimum_interval_seconds,
+               default_status=default_status,
+               description="Opens a dw_dagster incident for each new failing evaluation of the watched checks "
+               "and launches its diagnosis.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        cursor = _parse_cursor(context)
+        events, requests, errors = [], [], []
+        for key in keys:
+            skey = key.to_user_string()
+            try:
+                rec = context.instance.get_latest_asset_check_evaluation_record(key)
+                if rec is None or rec.id <= cursor.get(skey, 0) or rec.event is None:
+                    continue
+                evaluation = rec.event.dagster_event.event_specific_data
+                if not isinstance(evaluation, dg.AssetCheckEvaluation):
+                    cursor[skey] = rec.id
+                    continue
+                if evaluation.passed:
+                    cursor[skey] = rec.id
+                    continue
+                existing = open_incident(context.instance, key.asset_key)
+                if existing is not None:
+                    context.log.info(f"{skey} failed again; incident {existing.id} is still open")
+                    cursor[skey] = rec.id
+                    continue
+                inc = incident_from_evaluation(key, evaluation, rec.id)
+                events.append(dg.AssetObservation(
+                    asset_key=key.asset_key,
+                    description=f"incident {inc.id}: {inc.summary}"[:1000],
+                    metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id},
+                ))
+                requests.append(dg.RunRequest(
+                    run_key=inc.id,
+                    job_name=diagnosis_job_name,
+                    run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}},
+                    tags={c.INCIDENT_TAG: inc.id},
+                ))
+                cursor[skey] = rec.id
+            except Exception as e:  # one check's failure never blocks the others, nor moves its cursor
+                errors.append(f"{skey}: {type(e).__name__}: {e}")
+                context.log.exception(f"incident sensor failed on {skey}")
+        if errors and not requests:
+            return dg.SensorResult(skip_reason="; ".join(errors)[:1000], cursor=json.dumps(cursor, sort_keys=True))
+        return dg.SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+
+    return _sensor
+
+
+def _sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def unmerged_files(cs: ChangeSet, repo_root: str | Path) -> list[str]:
+    """Files of ``cs`` whose content in ``repo_root`` is not the proposed content yet."""
+    root = Path(repo_root)
+    return [f.path for f in cs.files if _sha256(root / f.path) != f.after_sha256]
+
+
+def contiguous_ranges(ordered_keys: Sequence[str], window: Sequence[str]) -> list[list[str]]:
+    """Split ``window`` into runs of consecutive keys of ``ordered_keys`` (the partitions definition's order)."""
+    index = {k: i for i, k in enumerate(ordered_keys)}
+    pos = sorted(index[k] for k in window if k in index)
+    out: list[list[str]] = []
+    for p in pos:
+        if out and index[out[-1][-1]] == p - 1:
+            out[-1].append(ordered_keys[p])
+        else:
+            out.append([ordered_keys[p]])
+    return out
+
+
+def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str]) -> list[str]:
+    """The stage names of a change set's repair, in order."""
+    n = len(contiguous_ranges(ordered_keys, cs.window))
+    return [f"window-{i + 1}" for i in range(n)] + (["rebuild"] if cs.rebuild_assets else []) + ["verify", "receipt"]
+
+
+def build_remediation_sensor(
+    *,
+    partitions_def: dg.PartitionsDefinition,
+    window_job: "dg.JobDefinition",
+    rebuild_job: "dg.JobDefinition",
+    verify_job: "dg.JobDefinition",
+    receipt_job: dg.JobDefinition,
+    pipeline_root: str | Path | None = None,
+    name: str = "dw_remediation_sensor",
+    minimum_interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor that runs approved change sets, stage by stage (see the module docstring).
+
+    Args:
+        partitions_def: the partitions definition of the repaired assets (orders the window).
+        window_job: a partitioned asset job holding the repaired asset.
+        rebuild_job: an asset job holding the downstream assets to rebuild; each run selects the
+            change set's subset.
+        verify_job: a checks-only asset job running the verification checks.
+        receipt_job: the job built by :func:`dw_dagster.remediation.receipts.build_receipt_job`.
+        pipeline_root: the pipeline repository the change set's diff applies to; when given, the
+            window waits until every proposed file is merged.
+
+    Returns:
+        A ``SensorDefinition`` (STOPPED by default). Nothing runs without a valid approval.
+    """
+
+    @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
+               jobs=[window_job, rebuild_job, verify_job, receipt_job],
+               description="Launches the repair stages of approved dw_dagster change sets, one after the other.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        instance = context.instance
+        ordered = partitions_def.get_partition_keys()
+        requests, waiting = [], []
+        seen: set[str] = set()
+        for cs in records.change_sets(instance):
+            if cs.id in seen:
+                continue  # only the newest version of each change set counts
+            seen.add(cs.id)
+            approval = valid_approval(instance, cs)
+            if approval is None:
+                continue
+            base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
+            runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}
+            ranges = contiguous_ranges(ordered, cs.window)
+            for stage in stage_plan(cs, ordered):
+                run = runs.get(stage)
+                if run is not None:
+                    if run.status == dg.DagsterRunStatus.SUCCESS:
+                        continue
+                    if run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+                        waiting.append(f"{cs.id}: stage {stage} {run.status.value}; needs a new change set")
+                    else:
+                        waiting.append(f"{cs.id}: stage {stage} is {run.status.value}")
+                    break
+                tags = {**base_tags, c.STAGE_TAG: stage}
+                run_key = f"{cs.id}:{approval.id}:{stage}"
+                if stage.startswith("window-"):
+                    if pipeline_root is not None and (missing := unmerged_files(cs, pipeline_root)):
+                        waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
+                        break
+                    keys = ranges[int(stage.split("-")[1]) - 1]
+                    requests.append(window_run_request(run_key=run_key, job_name=window_job.name,
+                                                       assets=[dg.AssetKey(cs.target_asset)], partition_keys=keys, tags=tags))
+                elif stage == "rebuild":
+                    requests.append(dg.RunRequest(run_key=run_key, job_name=rebuild_job.name,
+                                                  asset_selection=[dg.AssetKey(k) for k in cs.rebuild_assets], tags=tags))
+                elif stage == "verify":
+                    requests.append(dg.RunRequest(run_key=run_key, job_name=verify_job.name, tags=tags))
+                else:
+                    requests.append(dg.RunRequest(run_key=run_key, job_name=receipt_job.name, tags=tags,
+                                                  run_config={"ops": {RECEIPT_OP: {"config": {"change_set_id": cs.id}}}}))
+                break
+        if not requests:
+            return dg.SkipReason("; ".join(waiting) or "no approved change set is waiting")
+        return dg.SensorResult(run_requests=requests)
+
+    return _sensor

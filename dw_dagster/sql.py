@@ -1,0 +1,113 @@
+"""SQL building with sqlglot: identifiers are always built as sqlglot nodes, never pasted.
+
+Queries are written once as templates in DuckDB's dialect with ``:name`` placeholders. Identifiers
+and literals are substituted as sqlglot expressions (so a hostile name is quoted, never executed)
+and the result is transpiled to the dialect of the database that runs it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from functools import lru_cache
+
+import sqlglot
+from sqlglot import exp
+
+
+class UnsafeIdentifierError(ValueError):
+    """An identifier from config or an incident payload cannot be used (empty, NUL, too long)."""
+
+
+_MAX_IDENTIFIER = 255
+
+
+def identifier(name: str) -> exp.Identifier:
+    """Build one identifier node; sqlglot quotes it whenever it is not a plain name.
+
+    Raises:
+        UnsafeIdentifierError: if ``name`` is not a non-empty string without NUL characters and
+            at most 255 characters long.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name or len(name) > _MAX_IDENTIFIER:
+        raise UnsafeIdentifierError(f"not a usable SQL identifier: {name!r}")
+    return exp.to_identifier(name)
+
+
+def column(name: str) -> exp.Column:
+    """A column reference from a bare column name (no table qualifier)."""
+    return exp.Column(this=identifier(name))
+
+
+def table(name: str | Sequence[str]) -> exp.Table:
+    """A table reference from ``"schema.table"``, ``"catalog.schema.table"`` or a sequence of parts.
+
+    Dots split parts; each part is quoted by sqlglot if needed. A part that is empty (``"a..b"``)
+    raises :class:`UnsafeIdentifierError`.
+    """
+    parts = list(name.split(".")) if isinstance(name, str) else list(name)
+    if not 1 <= len(parts) <= 3:
+        raise UnsafeIdentifierError(f"a table name has 1 to 3 dot-separated parts, got {name!r}")
+    ids = [identifier(p) for p in parts]
+    return exp.Table(**dict(zip(("this", "db", "catalog"), reversed(ids))))
+
+
+def literal(value: object) -> exp.Expression:
+    """A typed SQL literal for a Python value (str, int, Decimal, float, bool, date, datetime, None)."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), exp.DataType.build("DATE"))
+    if isinstance(value, (int, float, Decimal)):
+        return exp.Literal.number(str(value))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+@lru_cache(maxsize=256)
+def _parse_template(template: str) -> exp.Expression:
+    return sqlglot.parse_one(template, read="duckdb")
+
+
+def render(template: str, dialect: str, **values: object) -> str:
+    """Fill a DuckDB-dialect template's ``:name`` placeholders and transpile it to ``dialect``.
+
+    Args:
+        template: SQL in DuckDB's dialect with ``:name`` placeholders.
+        dialect: a sqlglot dialect name (``duckdb``, ``postgres``, ``snowflake``, ``bigquery``...).
+        **values: sqlglot expressions (from :func:`table`, :func:`column`...) or plain Python
+            values, which become literals through :func:`literal`.
+
+    Returns:
+        The SQL text for ``dialect``.
+    """
+    replacements = {
+        k: v if isinstance(v, exp.Expression) else literal(v) for k, v in values.items()
+    }
+    tree = exp.replace_placeholders(_parse_template(template).copy(), **replacements)
+    return tree.sql(dialect=dialect)
+
+
+def values_table(alias: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> exp.Expression:
+    """An inline ``(VALUES ...) AS alias(columns)`` relation built from small Python data."""
+    if not rows:
+        raise ValueError("values_table needs at least one row")
+    return exp.values(
+        [exp.tuple_(*(literal(v) for v in row)) for row in rows],
+        alias=alias,
+        columns=list(columns),
+    )
+
+
+def select_from(relation: exp.Expression, columns: Mapping[str, exp.Expression] | None = None) -> exp.Select:
+    """``SELECT <columns or *> FROM relation`` as an expression."""
+    sel = exp.select(*(e.as_(a) for a, e in columns.items())) if columns else exp.select("*")
+    return sel.from_(relation)
