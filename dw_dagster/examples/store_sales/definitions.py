@@ -108,11 +108,14 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
 
     translator = Translator()
 
-    @dbt_assets(manifest=manifest_path, project=project, name="store_sales_dbt", dagster_dbt_translator=translator)
+    # The manifest goes in as data: dagster-dbt caches manifests read by path, and a merged change
+    # set adds a test to the same path.
+    manifest = load_manifest(manifest_path)
+
+    @dbt_assets(manifest=manifest, project=project, name="store_sales_dbt", dagster_dbt_translator=translator)
     def store_sales_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         yield from dbt.cli(["build"], context=context).stream()
 
-    manifest = load_manifest(manifest_path)
     dbt_keys = {uid: list(get_asset_key_for_model([store_sales_dbt], n["name"]).path)
                 for uid, n in manifest["nodes"].items() if n["resource_type"] == "model"}
 

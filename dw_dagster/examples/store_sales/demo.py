@@ -1,0 +1,225 @@
+"""The store-sales incident end to end, in one process, against a real Dagster instance.
+
+Timeline (``shared/design/DESIGN.md`` §3): the nightly loads run while 19 Southwest stores are
+offline; the stores come back and post two days of back-dated lines; the next load's
+high-watermark skips them; the region reconciliation check fails for Southwest; the incident
+sensor opens an incident and launches the diagnosis; dw_dagster proposes one change set; two
+approvals are refused and the listed owner approves; the owner merges the diff; the
+remediation sensor reruns the two-day window, rebuilds the dbt models, runs the checks and
+writes the receipts.
+
+Sensors are ticked by :class:`dw_dagster.local_daemon.LocalSensorDaemon` (the daemon's job in
+``dagster dev``); every run goes through Dagster and is stored in the instance, so ``dagster dev``
+opened on the same ``DAGSTER_HOME`` shows all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from dw_dagster import constants as c
+from dw_dagster.databases import DuckDBDatabase
+from dw_dagster.examples.store_sales import generator as gen
+from dw_dagster.examples.store_sales import home as h
+from dw_dagster.local_daemon import LocalSensorDaemon
+from dw_dagster.remediation import records
+from dw_dagster.remediation.approval import approve_in_process
+from dw_dagster.remediation.proposals import apply_change_set
+from dw_dagster.remediation.ranges import RANGE_END_TAG, RANGE_START_TAG
+
+OWNER = "dana.ortiz@grocer.example"
+NOT_LISTED = "sam.lee@grocer.example"
+DEFAULT_SCALE = 0.01
+
+
+class DemoError(RuntimeError):
+    """A stage of the demo did not produce what it must; the message names the stage."""
+
+
+@dataclass
+class DemoResult:
+    cause: str | None = None
+    window: list[str] = field(default_factory=list)
+    approver: str | None = None
+    gap_before: dict[str, float] = field(default_factory=dict)
+    gap_after: dict[str, float] = field(default_factory=dict)
+    gap_rows_before: int = 0
+    recovered_rows: int = 0
+    receipt_assets: list[str] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+    incident_id: str | None = None
+    change_set_id: str | None = None
+    blast_radius: dict = field(default_factory=dict)
+    run_ids: dict[str, str] = field(default_factory=dict)
+    verified: bool = False
+    scale: float = DEFAULT_SCALE
+    seconds: float = 0.0
+    dagster_home: str = ""
+    store_sales_home: str = ""
+    ok: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, default=str)
+
+
+class Timeline:
+    """Prints the timeline with elapsed seconds (to stderr when JSON goes to stdout)."""
+
+    def __init__(self, stream=sys.stdout) -> None:
+        self.t0 = time.monotonic()
+        self.stream = stream
+
+    def __call__(self, stage: str, msg: str = "") -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {stage:<10} {msg}", file=self.stream, flush=True)
+
+    def detail(self, msg: str) -> None:
+        print(f"{'':20}{msg}", file=self.stream, flush=True)
+
+
+def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], int, bool]:
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        ev = entry.dagster_event.event_specific_data
+        if ev.check_name == "region_compare":
+            slices = records.metadata_json(ev.metadata, "dw/slices_json") or []
+            return {s["slice"]["region"]: s["gap_pct"] for s in slices}, sum(s["gap_rows"] for s in slices), ev.passed
+    raise DemoError(f"run {run_id} recorded no region_compare evaluation")
+
+
+def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwargs) -> dg.ExecuteInProcessResult:
+    result = job.execute_in_process(instance=instance, raise_on_error=False, **kwargs)
+    if not result.success:
+        raise DemoError(f"{stage}: run {result.run_id} of {job.name} failed")
+    return result
+
+
+def run_store_sales_demo(
+    *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None
+) -> DemoResult:
+    """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong."""
+    from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
+
+    log = log or Timeline()
+    res = DemoResult(scale=scale, store_sales_home=str(home))
+    if home.exists():
+        shutil.rmtree(home)
+    os.environ[h.HOME_ENV] = str(home)
+    h.ensure_home(home)
+    src = DuckDBDatabase(h.source_path(home))
+
+    log("setup", f"POS source {h.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
+    n = gen.post_lines(src, scale, gen.BEFORE_RECOVERY)
+    log.detail(f"posted {n:,} lines rung up 2026-11-01..11-27; 19 Southwest stores offline since 11-26")
+    defs = build_definitions(home)
+    load_job, models_job = defs.resolve_job_def("store_sales_daily_load"), defs.resolve_job_def("store_sales_models")
+    keys = DAILY.get_partition_keys()
+    log("load", f"nightly loads of {keys[0]}..{keys[-2]} (one run over the range) ...")
+    _run(load_job, instance, "history load", tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-2]})
+    log("load", "dbt build of fct_store_sales_daily, region_sales_daily, region_sales_mtd ...")
+    _run(models_job, instance, "dbt build")
+    n = gen.post_lines(src, scale, gen.AFTER_RECOVERY)
+    log("outage", f"stores back online 2026-11-28 09:00: posted {n:,} lines, back-dated and new")
+    log("load", f"nightly load of {keys[-1]} and dbt build ...")
+    _run(load_job, instance, "daily load", partition_key=keys[-1])
+    _run(models_job, instance, "dbt build")
+
+    # detect
+    checks = _run(defs.resolve_job_def("dw_verify_store_sales_line"), instance, "checks")
+    res.gap_before, res.gap_rows_before, passed = _gaps(instance, checks.run_id)
+    log("detect", f"region_compare {'passed' if passed else 'FAILED'}: " +
+        ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_before.items())))
+    if passed:
+        raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
+    daemon = LocalSensorDaemon(defs, instance)
+    tick = daemon.tick("dw_check_incident_sensor")
+    if not tick.run_ids:
+        raise DemoError(f"detect: the incident sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")
+    inc = records.incidents(instance)[0]
+    res.incident_id = inc.id
+    log("detect", f"incident {inc.id} on store_sales_line: {inc.gap_rows:,} rows short; diagnosis run {tick.run_ids[0][:8]}")
+
+    # diagnose
+    diag = records.diagnoses(instance)[0]
+    cause = diag.primary
+    if cause is None:
+        raise DemoError("diagnose: no cause found")
+    res.cause = cause.kind
+    d = cause.details
+    log("cause", f"{cause.kind} (confidence {cause.confidence:.0%})")
+    log.detail(cause.summary)
+    for p in d["per_partition"]:
+        log.detail(f"partition {p['partition']}: {p['late_rows']:,} late rows ({p['below_rows']:,} below, "
+                   f"{p['tied_rows']} tied with the watermark); gap {p['gap_rows']:,}")
+    log.detail(f"stores: {len(d['groups'])} ({', '.join(str(g['store_id']) for g in d['groups'][:6])}, ...)")
+    br = diag.blast_radius
+    res.blast_radius = {"models": [m.name for m in br.models], "tests": len(br.tests),
+                        "exposures": [f"{e.label} ({e.owner_email})" for e in br.exposures]}
+    log("blast", f"models {', '.join(m.name for m in br.models)}; {len(br.tests)} dbt tests; exposure " +
+        ", ".join(f"'{e.label}' ({e.type}, owner {e.owner_name} <{e.owner_email}>)" for e in br.exposures))
+
+    # propose
+    cs = records.change_sets(instance)[0]
+    res.change_set_id, res.window = cs.id, cs.window
+    log("propose", f"change set {cs.id} v{cs.version}: {cs.summary}")
+    for line in cs.diff.splitlines():
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")) and not line.startswith("+--"):
+            log.detail(line[:110])
+
+    # approve
+    for who in (c.PROPOSER, NOT_LISTED):
+        ok, msg = approve_in_process(instance, cs.id, who)
+        if ok:
+            raise DemoError(f"approve: {who} must be refused")
+        res.refused.append({"approver": who, "reason": msg})
+        log("approve", f"REFUSED {who}: {msg}")
+    tick = daemon.tick("dw_remediation_sensor")
+    if tick.run_ids:
+        raise DemoError("approve: a repair ran before any approval")
+    ok, msg = approve_in_process(instance, cs.id, OWNER, comment="watermark fix reviewed")
+    if not ok:
+        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
+    res.approver = OWNER
+    log("approve", f"approved by {OWNER}, the domain's listed approver (demo acts as the owner)")
+    tick = daemon.tick("dw_remediation_sensor")
+    log("repair", f"remediation sensor: {tick.skip_reason or tick.run_ids}")
+
+    # the owner merges the diff, the code location reloads with the new dbt test
+    commit = apply_change_set(cs, h.repo_dir(home), OWNER)
+    (h.dbt_dir(home) / "target" / "manifest.json").unlink(missing_ok=True)
+    daemon.defs = build_definitions(home)
+    log("merge", f"{OWNER} merged the diff as {commit[:10]}; code location reloaded ({len(cs.new_tests)} new dbt test)")
+
+    # repair, verify, receipt: one stage per tick
+    for _ in range(8):
+        tick = daemon.tick("dw_remediation_sensor")
+        if tick.failed_run_ids:
+            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed")
+        if not tick.run_ids:
+            break
+        run = instance.get_run_by_id(tick.run_ids[0])
+        stage = run.tags.get(c.STAGE_TAG)
+        res.run_ids[stage] = run.run_id
+        extra = f" partitions {run.tags.get(RANGE_START_TAG)}..{run.tags.get(RANGE_END_TAG)}" if stage.startswith("window") else ""
+        log("repair" if stage != "receipt" else "receipt", f"{stage} run {run.run_id[:8]} succeeded{extra}")
+    if "verify" not in res.run_ids or "receipt" not in res.run_ids:
+        raise DemoError(f"repair: stages did not finish ({sorted(res.run_ids)})")
+    res.gap_after, _, passed = _gaps(instance, res.run_ids["verify"])
+    log("verify", f"region_compare {'passed' if passed else 'FAILED'}: " +
+        ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_after.items())))
+    receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
+    res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
+    res.verified = bool(receipts) and all(r.verified for r in receipts)
+    res.recovered_rows = res.gap_rows_before
+    log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
+    res.ok = passed and res.verified and all(v == 0.0 for v in res.gap_after.values())
+    if not res.ok:
+        raise DemoError("verify: the repair did not bring every region to 0.0 %")
+    return res
