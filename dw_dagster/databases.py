@@ -99,7 +99,7 @@ class DuckDBDatabase:
     def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
         with self.connect() as con:
             try:
-                reader = con.execute(sql).to_arrow_reader(batch_rows)
+                reader = con.sql(sql).to_arrow_reader(batch_rows)
             except Exception as e:
                 raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql)}") from e
             yield from reader

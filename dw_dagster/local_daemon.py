@@ -30,9 +30,10 @@ class TickResult:
 class LocalSensorDaemon:
     """Ticks the sensors of one ``Definitions`` object against one instance."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, log_level: str = "INFO") -> None:
         self.defs = defs
         self.instance = instance
+        self.log_level = log_level
         self.cursors: dict[str, str | None] = {}
 
     def _execute(self, sensor_name: str, rr: dg.RunRequest) -> tuple[str, bool]:
@@ -45,7 +46,7 @@ class LocalSensorDaemon:
         job = self.defs.resolve_job_def(job_name)
         result = job.execute_in_process(
             instance=self.instance,
-            run_config=rr.run_config or None,
+            run_config={**(rr.run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}},
             tags=tags,
             partition_key=rr.partition_key,
             asset_selection=list(rr.asset_selection) if rr.asset_selection else None,

@@ -171,7 +171,8 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, approve
     result = approval_job.execute_in_process(
         instance=instance,
         run_config={"ops": {"dw_record_decision": {"config": {
-            "change_set_id": change_set_id, "approver": approver, "decision": decision, "comment": comment}}}},
+            "change_set_id": change_set_id, "approver": approver, "decision": decision, "comment": comment}}},
+            "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         tags={c.CHANGE_SET_TAG: change_set_id},
         raise_on_error=False,
     )
@@ -179,4 +180,5 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, approve
         return True, f"{decision}d change set {change_set_id} as {approver}"
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     msg = failure.event_specific_data.error.message if failure and failure.event_specific_data.error else "failed"
-    return False, msg.strip()
+    msg = msg.strip()
+    return False, msg[msg.index("Approval refused: ") + len("Approval refused: "):] if "Approval refused: " in msg else msg

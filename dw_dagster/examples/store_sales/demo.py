@@ -94,8 +94,11 @@ def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], 
     raise DemoError(f"run {run_id} recorded no region_compare evaluation")
 
 
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwargs) -> dg.ExecuteInProcessResult:
-    result = job.execute_in_process(instance=instance, raise_on_error=False, **kwargs)
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET, **kwargs)
     if not result.success:
         raise DemoError(f"{stage}: run {result.run_id} of {job.name} failed")
     return result
@@ -138,7 +141,7 @@ def run_store_sales_demo(
         ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_before.items())))
     if passed:
         raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
-    daemon = LocalSensorDaemon(defs, instance)
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
     tick = daemon.tick("dw_check_incident_sensor")
     if not tick.run_ids:
         raise DemoError(f"detect: the incident sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")

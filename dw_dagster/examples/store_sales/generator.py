@@ -192,7 +192,7 @@ def generate_batches(
     con = duckdb.connect()
     try:
         con.register("plan", _plan_table(plan(scale)))
-        yield from con.execute(rows_sql(posted_after, posted_until)).to_arrow_reader(batch_rows)
+        yield from con.sql(rows_sql(posted_after, posted_until)).to_arrow_reader(batch_rows)
     finally:
         con.close()
 
