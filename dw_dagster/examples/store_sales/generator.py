@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import sqlglot
 
 from dw_dagster.databases import Database, DuckDBDatabase
 
@@ -211,9 +212,9 @@ def post_lines(db: Database, scale: float, posted_until: dt.datetime) -> int:
     Returns:
         The number of lines inserted by this call.
     """
-    db.execute("CREATE SCHEMA IF NOT EXISTS pos")
-    db.execute(SOURCE_DDL)
-    db.execute("CREATE TABLE IF NOT EXISTS pos.generator_state (posted_until TIMESTAMP NOT NULL, scale DOUBLE NOT NULL)")
+    for ddl in ("CREATE SCHEMA IF NOT EXISTS pos", SOURCE_DDL,
+                "CREATE TABLE IF NOT EXISTS pos.generator_state (posted_until TIMESTAMP NOT NULL, scale DOUBLE NOT NULL)"):
+        db.execute(sqlglot.transpile(ddl, read="duckdb", write=db.dialect)[0])
     after = _state_get(db)
     if after is not None and posted_until <= after:
         return 0
