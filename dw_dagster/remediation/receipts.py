@@ -20,7 +20,7 @@ from dw_dagster.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import signature_valid, valid_approval
 
-RECEIPT_JOB_NAME = "dw_write_receipts"
+RECEIPT_JOB_NAME = "dw_receipts"
 
 
 def check_outcomes(instance: dg.DagsterInstance, run_id: str) -> list[CheckOutcome]:

@@ -63,7 +63,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     """Build the code location for one home directory (re-run after a merge to pick up new dbt tests)."""
     home = h.ensure_home(home or h.home_dir())
     os.environ["DW_WAREHOUSE_PATH"] = str(h.warehouse_path(home))
-    os.environ.setdefault(DOMAINS_FILE_ENV, str(h.domains_path(home)))
+    os.environ[DOMAINS_FILE_ENV] = str(h.domains_path(home))
     project_dir = h.dbt_dir(home)
     manifest_path = prepare_dbt(project_dir)
     project = DbtProject(project_dir=project_dir, profiles_dir=project_dir)

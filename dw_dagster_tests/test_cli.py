@@ -1,0 +1,85 @@
+"""The commands a user types, run as subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DW_", "DAGSTER_HOME"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("cli_demo")
+    proc = subprocess.run([str(BIN / "dw-dagster"), "demo", "store-sales", "--json", "--scale", "0.002", "--workdir", str(work)],
+                          capture_output=True, text=True, env=_env(), cwd=work, timeout=900)
+    return proc, work
+
+
+def test_demo_json_reports_the_loop(demo_run):
+    proc, work = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["cause"] == "late_rows_behind_watermark"
+    assert out["window"] == ["2026-11-26", "2026-11-27"]
+    assert out["approver"] == "dana.ortiz@grocer.example"
+    assert out["gap_before"]["Southwest"] > 1.7 and out["gap_before"]["West"] == 0.0
+    assert set(out["gap_after"].values()) == {0.0}
+    assert "store_sales_line" in out["receipt_assets"] and len(out["receipt_assets"]) == 4
+    assert "detect" in proc.stderr and "receipt" in proc.stderr  # the timeline goes to stderr with --json
+    assert (work / "dagster_home" / "dagster.yaml").exists()
+
+
+def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
+    _, work = demo_run
+    env = _env(DAGSTER_HOME=str(work / "dagster_home"))
+    rec = subprocess.run([str(BIN / "dw-dagster"), "receipts", "--asset", "store_sales_line", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert rec.returncode == 0, rec.stderr[-2000:]
+    (r,) = json.loads(rec.stdout)
+    assert r["cause_kind"] == "late_rows_behind_watermark" and r["verified"] is True
+    cs = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    (row,) = json.loads(cs.stdout)
+    assert row["status"] == "approved"
+    again = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
+                           capture_output=True, text=True, env={**env, "DW_APPROVAL_SIGNING_KEY": "x" * 32}, timeout=120)
+    assert again.returncode == 2 and "single-use" in again.stderr
+
+
+def test_demo_exits_nonzero_when_a_stage_fails(tmp_path):
+    proc = subprocess.run([str(BIN / "dw-dagster"), "demo", "store-sales", "--json", "--scale", "0.00001", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1
+    assert "too small" in json.loads(proc.stdout)["error"]
+
+
+def test_definitions_validate(tmp_path):
+    proc = subprocess.run([str(BIN / "dagster"), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
+                          capture_output=True, text=True, env=_env(DW_STORE_SALES_HOME=str(tmp_path / "home")), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_blast_radius_command(tmp_path):
+    from dw_dagster_tests.test_blast_radius import C15
+
+    m = tmp_path / "manifest.json"
+    m.write_text(json.dumps(C15))
+    proc = subprocess.run([str(BIN / "dw-dagster"), "blast-radius", "--manifest", str(m), "--select", "stg_orders", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    out = json.loads(proc.stdout)
+    assert out["nodes"] == ["model.p.stg_orders", "model.p.orders"]
+    assert out["exposures"] == ["exposure.p.revenue_dashboard"] and out["owners"] == ["ann@x.example"]
+    bad = subprocess.run([str(BIN / "dw-dagster"), "blast-radius", "--manifest", str(m), "--select", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no dbt node 'nope'" in bad.stderr
