@@ -21,13 +21,9 @@ RECEIPT_HASH_KEY = "dw/receipt_hash"
 
 # Loader materialization metadata (incremental loads by high-watermark)
 WATERMARK_COLUMN_KEY = "dw/watermark_column"
-WATERMARK_LOW_KEY = "dw/watermark_low"
-WATERMARK_HIGH_KEY = "dw/watermark_high"
-SOURCE_SNAPSHOT_KEY = "dw/source_snapshot_ts"
 LOOKBACK_HOURS_KEY = "dw/lookback_hours"
 ROWS_READ_KEY = "dw/rows_read"
 ROWS_INSERTED_KEY = "dw/rows_inserted"
-ROWS_UPDATED_KEY = "dw/rows_updated"
 
 # Run tags
 CHANGE_SET_TAG = "dw/change_set_id"

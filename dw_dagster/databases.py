@@ -11,7 +11,7 @@ database's :attr:`Database.dialect`; only aggregates and small samples are fetch
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -191,13 +191,3 @@ class DatabaseResource(dg.ConfigurableResource):
     def get_database(self) -> Database:
         return database_from_url(self.url)
 
-
-def scalar(db: Database, sql: str):
-    """The first column of the first row of ``sql`` (None for no rows)."""
-    rows = db.fetch_all(sql)
-    return rows[0][0] if rows else None
-
-
-def columns_of(rows: Sequence[tuple], names: Sequence[str]) -> list[dict]:
-    """Rows as dicts keyed by ``names``."""
-    return [dict(zip(names, r)) for r in rows]

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dw_dagster.config_files import read_yaml_model
 
 DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
 
@@ -88,14 +89,4 @@ def load_domains(path: str | Path | None = None) -> Domains:
     path = path or os.environ.get(DOMAINS_FILE_ENV)
     if not path:
         raise DomainsFileError(f"no domains file: pass one or set {DOMAINS_FILE_ENV}")
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except FileNotFoundError as e:
-        raise DomainsFileError(f"domains file not found: {p}") from e
-    except yaml.YAMLError as e:
-        raise DomainsFileError(f"{p}: not valid YAML: {e}") from e
-    try:
-        return Domains.model_validate(data)
-    except ValidationError as e:
-        raise DomainsFileError(f"{p}: {e}") from e
+    return read_yaml_model(path, Domains, DomainsFileError, "domains file")

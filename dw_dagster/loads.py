@@ -13,11 +13,11 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from sqlglot import exp
 
 from dw_dagster import sql
+from dw_dagster.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
 
 
@@ -46,17 +46,7 @@ class IncrementalLoadSpec(BaseModel):
         Raises:
             LoadSpecError: if the file is missing, not YAML, or fails validation.
         """
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text())
-        except FileNotFoundError as e:
-            raise LoadSpecError(f"pipeline file not found: {p}") from e
-        except yaml.YAMLError as e:
-            raise LoadSpecError(f"{p}: not valid YAML: {e}") from e
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise LoadSpecError(f"{p}: {e}") from e
+        return read_yaml_model(path, cls, LoadSpecError, "pipeline file")
 
 
 class LoadResult(BaseModel):

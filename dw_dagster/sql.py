@@ -8,7 +8,7 @@ and the result is transpiled to the dialect of the database that runs it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
 
@@ -106,8 +106,3 @@ def values_table(alias: str, columns: Sequence[str], rows: Sequence[Sequence[obj
         columns=list(columns),
     )
 
-
-def select_from(relation: exp.Expression, columns: Mapping[str, exp.Expression] | None = None) -> exp.Select:
-    """``SELECT <columns or *> FROM relation`` as an expression."""
-    sel = exp.select(*(e.as_(a) for a, e in columns.items())) if columns else exp.select("*")
-    return sel.from_(relation)

@@ -31,27 +31,24 @@ def metadata_json(metadata: dict[str, Any], key: str) -> Any | None:
     return json.loads(v) if isinstance(v, str) else v
 
 
-def iter_observations(instance: dg.DagsterInstance, asset_key: dg.AssetKey, newest_first: bool = True) -> Iterator[dg.EventLogRecord]:
-    """Every observation record of ``asset_key``, paged."""
+def _paged(fetch, asset_key: dg.AssetKey, newest_first: bool) -> Iterator[dg.EventLogRecord]:
     cursor = None
     while True:
-        res = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key), limit=_PAGE,
-                                          cursor=cursor, ascending=not newest_first)
+        res = fetch(dg.AssetRecordsFilter(asset_key=asset_key), limit=_PAGE, cursor=cursor, ascending=not newest_first)
         yield from res.records
         if not res.has_more:
             return
         cursor = res.cursor
+
+
+def iter_observations(instance: dg.DagsterInstance, asset_key: dg.AssetKey, newest_first: bool = True) -> Iterator[dg.EventLogRecord]:
+    """Every observation record of ``asset_key``, paged."""
+    return _paged(instance.fetch_observations, asset_key, newest_first)
 
 
 def iter_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKey, newest_first: bool = True) -> Iterator[dg.EventLogRecord]:
-    cursor = None
-    while True:
-        res = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset_key), limit=_PAGE,
-                                              cursor=cursor, ascending=not newest_first)
-        yield from res.records
-        if not res.has_more:
-            return
-        cursor = res.cursor
+    """Every materialization record of ``asset_key``, paged."""
+    return _paged(instance.fetch_materializations, asset_key, newest_first)
 
 
 def _records(instance: dg.DagsterInstance, key: str, asset_keys: Sequence[dg.AssetKey] | None = None) -> Iterator[tuple[dg.AssetKey, Any, dg.EventLogRecord]]:
