@@ -17,7 +17,7 @@ Method (z-score band, as Elementary's volume anomaly test; defaults from its
 
 import datetime as dt
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import dagster as dg
 from pydantic import BaseModel
@@ -39,6 +39,7 @@ class DayScore(BaseModel):
     lower: float | None
     upper: float | None
     deviation_pct: float | None
+    z_score: float | None = None
     status: str
 
     @property
@@ -89,6 +90,7 @@ def score_days(
         band = max(sensitivity * sd, mean * min_band_pct / 100)
         lower, upper = max(0.0, mean - band), mean + band
         dev = round((rows - mean) / mean * 100, 3) if mean else None
+        z = round((rows - mean) / sd, 3) if sd else None
         if rows == 0:
             status = "no_rows"
         elif rows < lower:
@@ -99,8 +101,14 @@ def score_days(
             status = "ok"
         out.append(DayScore(day=d, rows=rows, baseline_days=len(base_days), mean=round(mean, 3),
                             stddev=round(sd, 3), lower=round(lower, 3), upper=round(upper, 3),
-                            deviation_pct=dev, status=status))
+                            deviation_pct=dev, z_score=z, status=status))
     return out
+
+
+def _as_date(v) -> dt.date | None:
+    if v is None or isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+        return v
+    return v.date() if isinstance(v, dt.datetime) else dt.date.fromisoformat(str(v)[:10])
 
 
 def volume_scores(
@@ -115,22 +123,27 @@ def volume_scores(
 ) -> tuple[list[DayScore], str]:
     """Count rows per day in the warehouse and score the last ``evaluate_days`` days up to ``as_of``.
 
-    ``as_of`` defaults to the latest day with rows in the table (UTC).
+    ``as_of`` defaults to the latest day with rows in the table (UTC). Days between the table's
+    first day and ``as_of`` with no rows count as 0; days before its first day are not history.
 
     Returns:
         (scores, the SQL that counted the rows).
     """
+    first, latest = db.fetch_all(
+        sql.render("SELECT CAST(min(:ts) AS DATE), CAST(max(:ts) AS DATE) FROM :t", db.dialect,
+                   ts=sql.column(timestamp_column), t=sql.table(table))
+    )[0]
+    first, latest = (_as_date(first), _as_date(latest))
     if as_of is None:
-        latest = db.fetch_all(
-            sql.render("SELECT CAST(max(:ts) AS DATE) FROM :t", db.dialect, ts=sql.column(timestamp_column), t=sql.table(table))
-        )[0][0]
         as_of = latest or dt.datetime.now(dt.timezone.utc).date()
     start = as_of - dt.timedelta(days=evaluate_days - 1 + training_days)
     q = daily_counts_sql(table, timestamp_column, start, as_of, db.dialect)
-    counts = {(start + dt.timedelta(days=i)): 0 for i in range((as_of - start).days + 1)}
+    # The calendar spine starts at the table's first day: a day with no rows after that is a
+    # zero, a day before the table had any rows is no history at all.
+    spine_start = max(start, first) if first else as_of
+    counts = {(spine_start + dt.timedelta(days=i)): 0 for i in range((as_of - spine_start).days + 1)}
     for d, n in db.fetch_all(q):
-        d = d.date() if isinstance(d, dt.datetime) else d
-        counts[d] = int(n)
+        counts[_as_date(d)] = int(n)
     evaluate = [as_of - dt.timedelta(days=i) for i in reversed(range(evaluate_days))]
     return score_days(counts, evaluate, training_days=training_days, **kwargs), q
 
@@ -146,6 +159,8 @@ def build_volume_check(
     training_days: int = 28,
     sensitivity: float = 3.0,
     min_band_pct: float = 2.0,
+    min_history: int = 3,
+    as_of: Callable[[], dt.date] | None = None,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetChecksDefinition:
@@ -161,6 +176,10 @@ def build_volume_check(
             four same-weekday points).
         sensitivity: band half-width in sample standard deviations (default 3, Elementary's).
         min_band_pct: floor on the band half-width in % of the mean (default 2 %).
+        min_history: fewest baseline days to score a day; fewer gives "insufficient history",
+            reported as a failed result with WARN severity (never a silent pass).
+        as_of: returns the last day to score (e.g. the newest partition); default the latest
+            day with rows.
 
     Returns:
         An ``AssetChecksDefinition`` whose result carries a per-day table (``dw/days``).
@@ -178,24 +197,27 @@ def build_volume_check(
     )
     def _volume(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
-        scores, q = volume_scores(db, table, timestamp_column, evaluate_days=evaluate_days,
-                                  training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct)
+        scores, q = volume_scores(db, table, timestamp_column, evaluate_days=evaluate_days, as_of=as_of() if as_of else None,
+                                  training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct,
+                                  min_history=min_history)
         bad = [s for s in scores if not s.passed]
+        only_history = bool(bad) and all(s.status == "insufficient_history" for s in bad)
         records = [
             dg.TableRecord({"day": s.day.isoformat(), "rows": s.rows, "lower": s.lower, "upper": s.upper,
-                            "mean": s.mean, "deviation_pct": s.deviation_pct, "status": s.status})
+                            "mean": s.mean, "deviation_pct": s.deviation_pct, "z_score": s.z_score, "status": s.status})
             for s in scores
         ]
         return dg.AssetCheckResult(
             passed=not bad,
-            severity=severity,
+            severity=dg.AssetCheckSeverity.WARN if only_history else severity,
             description="every scored day inside its baseline" if not bad else
             "; ".join(f"{s.day}: {s.rows} rows, {s.status}" + (f" ({s.deviation_pct} %)" if s.deviation_pct is not None else "") for s in bad),
             metadata={
                 "dw/days": dg.MetadataValue.table(records, schema=dg.TableSchema(columns=[
                     dg.TableColumn("day", "string"), dg.TableColumn("rows", "int"), dg.TableColumn("lower", "float"),
                     dg.TableColumn("upper", "float"), dg.TableColumn("mean", "float"),
-                    dg.TableColumn("deviation_pct", "float"), dg.TableColumn("status", "string")])),
+                    dg.TableColumn("deviation_pct", "float"), dg.TableColumn("z_score", "float"),
+                    dg.TableColumn("status", "string")])),
                 "dw/days_json": dg.MetadataValue.json([s.model_dump(mode="json") for s in scores]),
                 "dw/days_out_of_band": len(bad),
                 "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),

@@ -16,6 +16,7 @@ message that says why. Nothing is ever granted by default.
 
 
 import hashlib
+import enum
 import hmac
 import json
 import os
@@ -101,23 +102,28 @@ def check_decision(instance: dg.DagsterInstance, change_set_id: str, approver: s
     return cs
 
 
+class Decision(enum.Enum):
+    approve = "approve"
+    reject = "reject"
+
+
 class ApprovalDecision(dg.Config):
     """Launchpad config of the approval job."""
 
     change_set_id: str = Field(description="the change set to decide, e.g. cs-1a2b3c4d5e")
     approver: str = Field(description="your email, as listed in the domain's approvers")
-    decision: str = Field(default="approve", description="approve or reject")
+    decision: Decision = Field(default=Decision.approve, description="approve or reject")
     comment: str = Field(default="", description="why")
 
 
 @dg.op(name="dw_record_decision", tags={"kind": "dw"})
 def record_decision_op(context: dg.OpExecutionContext, config: ApprovalDecision) -> None:
     """Check the rules and record the decision (see the module docstring)."""
-    decision = config.decision.strip().lower()
+    decision = config.decision.value
     approver = config.approver.strip().lower()
     try:
-        if decision not in ("approve", "reject"):
-            raise ApprovalRefused(f"decision must be 'approve' or 'reject', got {config.decision!r}")
+        if not approver:
+            raise ApprovalRefused("an approver is required")
         cs = check_decision(context.instance, config.change_set_id, approver)
     except ApprovalRefused as e:
         cs = records.find_change_set(context.instance, config.change_set_id)
@@ -168,6 +174,8 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, approve
     Returns:
         (recorded, message): message is the refusal reason when not recorded.
     """
+    if decision not in ("approve", "reject"):
+        return False, f"decision must be 'approve' or 'reject', got {decision!r}"
     result = approval_job.execute_in_process(
         instance=instance,
         run_config={"ops": {"dw_record_decision": {"config": {

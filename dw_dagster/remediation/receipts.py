@@ -31,8 +31,8 @@ def check_outcomes(instance: dg.DagsterInstance, run_id: str) -> list[CheckOutco
         md = {}
         for k, v in (ev.metadata or {}).items():
             val = getattr(v, "value", v)
-            if k.endswith("_json") or isinstance(val, (int, float, str, bool)) or val is None:
-                md[k] = val if not hasattr(val, "records") else None
+            if isinstance(val, (int, float, str, bool)) or (k.endswith("_json") and isinstance(val, (list, dict))):
+                md[k] = val  # numbers, text and the JSON tables; rendered tables stay on the check
         out.append(CheckOutcome(asset_key=list(ev.asset_key.path), check_name=ev.check_name, passed=ev.passed,
                                 severity=ev.severity.value, run_id=run_id, metadata=md))
     return out

@@ -6,6 +6,7 @@ demo's own instance and files.
 """
 
 
+import datetime as dt
 import os
 import sys
 from pathlib import Path
@@ -124,8 +125,9 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         slice_by=["region"], measures=["net_sales"], source_resource_key="pos_source", target_resource_key="warehouse",
         name=RECON_CHECK,
     )
+    last_day = dt.date.fromisoformat(DAILY.get_last_partition_key())
     volume = build_volume_check(asset=TARGET_ASSET, table="pos.sales_line", timestamp_column="sale_ts",
-                                resource_key="warehouse", name=VOLUME_CHECK)
+                                resource_key="warehouse", name=VOLUME_CHECK, as_of=lambda: last_day)
     verify_keys = [dg.AssetCheckKey(TARGET_ASSET, RECON_CHECK), dg.AssetCheckKey(TARGET_ASSET, VOLUME_CHECK)]
 
     diagnoser = IncrementalLoadDiagnoser(

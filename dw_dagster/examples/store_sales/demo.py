@@ -85,6 +85,14 @@ class Timeline:
         print(f"{'':20}{msg}", file=self.stream, flush=True)
 
 
+def _volume(instance: dg.DagsterInstance, run_id: str) -> str:
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        ev = entry.dagster_event.event_specific_data
+        if ev.check_name == "daily_volume":
+            return f"daily_volume {'passed' if ev.passed else 'FAILED'}: {ev.description}"
+    return "daily_volume did not run"
+
+
 def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], int, bool]:
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
         ev = entry.dagster_event.event_specific_data
@@ -139,6 +147,7 @@ def run_store_sales_demo(
     res.gap_before, res.gap_rows_before, passed = _gaps(instance, checks.run_id)
     log("detect", f"region_compare {'passed' if passed else 'FAILED'}: " +
         ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_before.items())))
+    log("detect", _volume(instance, checks.run_id))
     if passed:
         raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
@@ -217,6 +226,7 @@ def run_store_sales_demo(
     res.gap_after, _, passed = _gaps(instance, res.run_ids["verify"])
     log("verify", f"region_compare {'passed' if passed else 'FAILED'}: " +
         ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_after.items())))
+    log("verify", _volume(instance, res.run_ids["verify"]))
     receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
     res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
     res.verified = bool(receipts) and all(r.verified for r in receipts)

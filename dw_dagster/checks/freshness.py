@@ -1,0 +1,141 @@
+"""Freshness: how old the newest timestamp in a table is, in UTC, with an optional daily deadline.
+
+Timestamps are normalized to UTC before any arithmetic: a timezone-aware value is converted; a
+naive value is taken to be in ``naive_timezone`` (UTC by contract unless configured). The result
+does not depend on the database session's time zone. An empty table, or a column that is NULL
+in every row, fails with "no timestamp observed" — never a silent pass (PUBLIC_CASES C14).
+
+Two rules:
+
+- ``max_lag`` alone: the newest timestamp must be at most ``max_lag`` old now.
+- ``deadline`` (a local wall-clock time such as 06:00) in ``deadline_timezone``: at the most
+  recent deadline before now, data up to ``deadline − max_lag`` must be there. The deadline is
+  computed in local time with ``zoneinfo`` and converted to UTC, so it stays at 06:00 local on
+  both sides of a daylight-saving change.
+"""
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+from pydantic import BaseModel
+
+from dw_dagster import sql
+from dw_dagster.databases import Database
+
+FRESHNESS_KIND = "freshness"
+UTC = dt.timezone.utc
+
+
+class FreshnessResult(BaseModel):
+    """Newest timestamp (UTC), its lag in seconds, the bound it was held to, and the verdict."""
+
+    max_timestamp_utc: dt.datetime | None
+    rows: int
+    non_null_rows: int
+    evaluated_at_utc: dt.datetime
+    lag_seconds: float | None
+    required_after_utc: dt.datetime
+    deadline_utc: dt.datetime | None
+    passed: bool
+    reason: str
+
+
+def to_utc(value, naive_timezone: str = "UTC") -> dt.datetime | None:
+    """A database timestamp as an aware UTC datetime (naive values are in ``naive_timezone``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=ZoneInfo(naive_timezone))
+    return value.astimezone(UTC)
+
+
+def last_deadline(now_utc: dt.datetime, deadline: dt.time, timezone: str) -> dt.datetime:
+    """The most recent local ``deadline`` at or before ``now_utc``, as UTC."""
+    tz = ZoneInfo(timezone)
+    local_now = now_utc.astimezone(tz)
+    for back in (0, 1):
+        day = local_now.date() - dt.timedelta(days=back)
+        cand = dt.datetime.combine(day, deadline, tzinfo=tz).astimezone(UTC)
+        if cand <= now_utc:
+            return cand
+    raise AssertionError("unreachable")
+
+
+def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int, now_utc: dt.datetime,
+                       max_lag: dt.timedelta, deadline: dt.time | None = None, deadline_timezone: str = "UTC") -> FreshnessResult:
+    """Apply the rule in the module docstring."""
+    dl = last_deadline(now_utc, deadline, deadline_timezone) if deadline else None
+    required = (dl or now_utc) - max_lag
+    lag = (now_utc - max_ts_utc).total_seconds() if max_ts_utc else None
+    if max_ts_utc is None:
+        passed, reason = False, "no timestamp observed" + (" (table is empty)" if rows == 0 else f" ({rows} rows, all NULL)")
+    elif max_ts_utc >= required:
+        passed, reason = True, f"newest {max_ts_utc.isoformat()} is after {required.isoformat()}"
+    else:
+        passed, reason = False, f"newest {max_ts_utc.isoformat()} is before {required.isoformat()} (lag {lag / 3600:.2f} h)"
+    return FreshnessResult(max_timestamp_utc=max_ts_utc, rows=rows, non_null_rows=non_null, evaluated_at_utc=now_utc,
+                           lag_seconds=lag, required_after_utc=required, deadline_utc=dl, passed=passed, reason=reason)
+
+
+def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.timedelta, now_utc: dt.datetime | None = None,
+              naive_timezone: str = "UTC", deadline: dt.time | None = None, deadline_timezone: str = "UTC") -> tuple[FreshnessResult, str]:
+    """Query ``MAX``/``COUNT`` of the column and judge it; returns (result, the SQL run)."""
+    q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=sql.column(timestamp_column), t=sql.table(table))
+    mx, rows, nn = db.fetch_all(q)[0]
+    now = (now_utc or dt.datetime.now(UTC)).astimezone(UTC)
+    return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone), q
+
+
+def build_freshness_check(
+    *,
+    asset: dg.AssetKey | str | Sequence[str],
+    table: str,
+    timestamp_column: str,
+    max_lag: dt.timedelta,
+    resource_key: str = "warehouse",
+    name: str = "freshness",
+    naive_timezone: str = "UTC",
+    deadline: dt.time | None = None,
+    deadline_timezone: str = "UTC",
+    now: Callable[[], dt.datetime] | None = None,
+    blocking: bool = False,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+) -> dg.AssetChecksDefinition:
+    """An asset check on the age of the newest ``timestamp_column`` value (see the module docstring).
+
+    Args:
+        max_lag: the largest allowed age (or, with ``deadline``, how far before the deadline data must reach).
+        naive_timezone: the zone of a column without time zone (default UTC, by contract).
+        deadline, deadline_timezone: a daily local deadline, e.g. ``time(6)`` in ``"America/New_York"``.
+        now: the clock (UTC), for tests; default the current time.
+
+    Returns:
+        An ``AssetChecksDefinition``; metadata ``dw/max_timestamp_utc`` (null when none),
+        ``dw/lag_seconds``, ``dw/required_after_utc``, ``dw/reason``.
+    """
+    sql.table(table), sql.identifier(timestamp_column), ZoneInfo(naive_timezone), ZoneInfo(deadline_timezone)
+
+    @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
+                    metadata={"dw/check_kind": FRESHNESS_KIND, "dw/table": table, "dw/timestamp_column": timestamp_column},
+                    description=f"Newest {table}.{timestamp_column} at most {max_lag} old"
+                    + (f" at {deadline.isoformat('minutes')} {deadline_timezone}" if deadline else "") + ".")
+    def _freshness(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        db = getattr(context.resources, resource_key).get_database()
+        r, q = freshness(db, table, timestamp_column, max_lag=max_lag, now_utc=now() if now else None,
+                         naive_timezone=naive_timezone, deadline=deadline, deadline_timezone=deadline_timezone)
+        return dg.AssetCheckResult(passed=r.passed, severity=severity, description=r.reason, metadata={
+            "dw/max_timestamp_utc": dg.MetadataValue.text(r.max_timestamp_utc.isoformat()) if r.max_timestamp_utc else dg.MetadataValue.null(),
+            "dw/lag_seconds": dg.MetadataValue.float(r.lag_seconds) if r.lag_seconds is not None else dg.MetadataValue.null(),
+            "dw/required_after_utc": r.required_after_utc.isoformat(),
+            "dw/rows": r.rows,
+            "dw/reason": r.reason,
+            "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
+        })
+
+    return _freshness
