@@ -46,6 +46,10 @@ class SliceGap(_Record):
     target_rows: int
     gap_rows: int
     gap_pct: float
+    source_keys: int | None = Field(default=None, description="distinct keys (NULL-safe), when a key is given")
+    target_keys: int | None = None
+    source_duplicate_keys: int | None = Field(default=None, description="keys held by more than one row")
+    target_duplicate_keys: int | None = None
     source_sums: dict[str, str] = Field(default_factory=dict)
     target_sums: dict[str, str] = Field(default_factory=dict)
     sum_gaps: dict[str, str] = Field(default_factory=dict)

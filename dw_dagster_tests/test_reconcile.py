@@ -10,7 +10,8 @@ from dw_dagster.sql import UnsafeIdentifierError
 
 def test_slice_sql_is_one_group_by_per_side_and_quotes_identifiers():
     q = slice_aggregate_sql("pos.sales_line", ["region"], ["net_sales"], "duckdb")
-    assert q == "SELECT region, COUNT(*) AS dw_rows, SUM(net_sales) AS dw_sum_0 FROM pos.sales_line GROUP BY region"
+    assert q == ("SELECT region, COUNT(*) AS dw_rows, NULL AS dw_keys, NULL AS dw_dup_keys, SUM(net_sales) AS dw_sum_0 "
+                 "FROM pos.sales_line GROUP BY region")
     hostile = slice_aggregate_sql('pos.x"; DROP TABLE y; --', ["region"], [], "postgres")
     assert 'pos."x""; DROP TABLE y; --"' in hostile
 
@@ -80,3 +81,24 @@ def test_unknown_table_and_bad_identifier_give_clear_errors(duck):
         reconcile(duck, duck, "s.no_such", "t.no_such", ["region"], [])
     with pytest.raises(UnsafeIdentifierError):
         build_reconciliation_checks(asset="a", source_asset="b", source_table="s..x", target_table="t.x", slice_by=["r"])
+
+
+def test_c07_with_a_key_even_the_totals_fail(duck):
+    src = [(k, "2024-03-01" if k <= 3 else "2024-03-02", "EU", "10.00") for k in range(1, 6)]
+    tgt = [(k, "2024-03-01" if k <= 3 else "2024-03-02", "EU", "10.00") for k in (1, 2, 3, 3, 4)]
+    _two_tables(duck, src, tgt)
+    (total,) = reconcile(duck, duck, "s.sales", "t.sales", [], ["amt"], key_columns=["k"]).slices
+    assert (total.source_rows, total.target_rows, total.gap_rows) == (5, 5, 0)
+    assert (total.source_keys, total.target_keys) == (5, 4)
+    assert (total.source_duplicate_keys, total.target_duplicate_keys) == (0, 1)
+    assert total.sum_gaps["amt"] == "0.00" and not total.passed
+
+
+def test_c01_null_keys_count_as_one_value(duck):
+    duck.execute("CREATE TABLE s (region VARCHAR, sku VARCHAR, qty INT); CREATE TABLE t (region VARCHAR, sku VARCHAR, qty INT)")
+    duck.execute("INSERT INTO s VALUES ('EU', 'A', 1), (NULL, 'B', 2)")
+    duck.execute("INSERT INTO t VALUES ('EU', 'A', 1), (NULL, 'B', 2), (NULL, 'B', 2)")
+    (total,) = reconcile(duck, duck, "s", "t", [], ["qty"], key_columns=["region", "sku"]).slices
+    assert (total.source_keys, total.target_keys) == (2, 2)
+    assert (total.source_duplicate_keys, total.target_duplicate_keys) == (0, 1)  # (NULL, 'B') twice on target
+    assert not total.passed

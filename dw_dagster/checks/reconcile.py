@@ -52,17 +52,42 @@ class ReconciliationResult(BaseModel):
 
 
 def slice_aggregate_sql(
-    table: str, slice_by: Sequence[str], measures: Sequence[str], dialect: str, where: exp.Expression | None = None
+    table: str,
+    slice_by: Sequence[str],
+    measures: Sequence[str],
+    dialect: str,
+    key_columns: Sequence[str] = (),
 ) -> str:
-    """``SELECT slice..., COUNT(*) AS dw_rows, SUM(m) AS dw_sum_i ... GROUP BY slice...`` for ``dialect``."""
-    slice_cols = [sql.column(c) for c in slice_by]
-    aggs = [exp.Count(this=exp.Star()).as_("dw_rows")]
+    """Per slice: rows, distinct keys, duplicated keys and ``SUM`` of each measure, for ``dialect``.
+
+    Columns: ``slice..., dw_rows, dw_keys, dw_dup_keys, dw_sum_0...``. With ``key_columns`` the
+    rows are first grouped by slice and key (GROUP BY treats NULLs as one value, so keys are
+    NULL-safe), then counted per slice; without, ``dw_keys`` and ``dw_dup_keys`` are NULL and it
+    is a single ``GROUP BY``.
+    """
+    slices = [sql.column(c) for c in slice_by]
+    if key_columns:
+        keys = [sql.column(c) for c in key_columns]
+        inner = (
+            exp.select(*slices, *keys, exp.Count(this=exp.Star()).as_("dw_n"),
+                       *(exp.Sum(this=sql.column(m)).as_(f"dw_s{i}") for i, m in enumerate(measures)))
+            .from_(sql.table(table))
+            .group_by(*slices, *keys)
+            .subquery("dw_k")
+        )
+        n = exp.column("dw_n")
+        aggs = [exp.Sum(this=n).as_("dw_rows"), exp.Count(this=exp.Star()).as_("dw_keys"),
+                exp.Sum(this=exp.Case().when(n > 1, exp.Literal.number(1)).else_(exp.Literal.number(0))).as_("dw_dup_keys")]
+        aggs += [exp.Sum(this=exp.column(f"dw_s{i}")).as_(f"dw_sum_{i}") for i in range(len(measures))]
+        q = exp.select(*(exp.column(c.name) for c in slices), *aggs).from_(inner)
+        if slices:
+            q = q.group_by(*(exp.column(c.name) for c in slices))
+        return q.sql(dialect=dialect)
+    aggs = [exp.Count(this=exp.Star()).as_("dw_rows"), exp.Null().as_("dw_keys"), exp.Null().as_("dw_dup_keys")]
     aggs += [exp.Sum(this=sql.column(m)).as_(f"dw_sum_{i}") for i, m in enumerate(measures)]
-    q = exp.select(*slice_cols, *aggs).from_(sql.table(table))
-    if where is not None:
-        q = q.where(where)
-    if slice_cols:
-        q = q.group_by(*slice_cols)
+    q = exp.select(*slices, *aggs).from_(sql.table(table))
+    if slices:
+        q = q.group_by(*slices)
     return q.sql(dialect=dialect)
 
 
@@ -70,11 +95,15 @@ def _norm_slice_value(v: Any) -> Any:
     return v.isoformat() if hasattr(v, "isoformat") else v
 
 
-def _fetch(db: Database, sql_text: str, n_slice: int) -> dict[tuple, tuple[int, list[Any]]]:
-    out: dict[tuple, tuple[int, list[Any]]] = {}
+Aggregates = dict[tuple, tuple[int, int | None, int | None, list[Any]]]
+
+
+def _fetch(db: Database, sql_text: str, n_slice: int) -> Aggregates:
+    out: Aggregates = {}
     for row in db.fetch_all(sql_text):
         key = tuple(_norm_slice_value(v) for v in row[:n_slice])
-        out[key] = (int(row[n_slice]), list(row[n_slice + 1 :]))
+        rows, keys, dups = row[n_slice : n_slice + 3]
+        out[key] = (int(rows or 0), None if keys is None else int(keys), None if dups is None else int(dups), list(row[n_slice + 3 :]))
     return out
 
 
@@ -91,21 +120,34 @@ def _num_str(v: Any) -> str:
 
 
 def compare_slice_aggregates(
-    source: Mapping[tuple, tuple[int, list[Any]]],
-    target: Mapping[tuple, tuple[int, list[Any]]],
+    source: Mapping[tuple, tuple],
+    target: Mapping[tuple, tuple],
     slice_by: Sequence[str],
     measures: Sequence[str],
 ) -> list[SliceGap]:
-    """Compare per-slice (rows, sums) from both sides; slices present on one side only are gaps.
+    """Compare per-slice aggregates from both sides; slices present on one side only are gaps.
+
+    Each side maps a slice to ``(rows, distinct keys | None, duplicated keys | None, [sums])``
+    (a 2-tuple ``(rows, [sums])`` is accepted too). A slice passes when rows, distinct keys,
+    duplicated keys and every sum agree, so a duplicate on one side and a missing row on the
+    other never cancel out.
 
     Returns:
         One :class:`~dw_dagster.models.SliceGap` per slice, sorted by slice value (NULL first).
     """
+    def norm(v):
+        return (v[0], None, None, v[1]) if len(v) == 2 else v
+
+    empty = (0, None, None, [None] * len(measures))
     keys = sorted(set(source) | set(target), key=lambda k: tuple((v is not None, str(v)) for v in k))
     out = []
     for k in keys:
-        s_rows, s_sums = source.get(k, (0, [None] * len(measures)))
-        t_rows, t_sums = target.get(k, (0, [None] * len(measures)))
+        s_rows, s_keys, s_dups, s_sums = norm(source.get(k, empty))
+        t_rows, t_keys, t_dups, t_sums = norm(target.get(k, empty))
+        if k not in source and t_keys is not None:
+            s_keys, s_dups = 0, 0
+        if k not in target and s_keys is not None:
+            t_keys, t_dups = 0, 0
         gap = s_rows - t_rows
         pct = round(gap / s_rows * 100, 4) if s_rows else (0.0 if t_rows == 0 else -100.0)
         sums_ok = all(_sums_equal(a, b) for a, b in zip(s_sums, t_sums))
@@ -122,10 +164,14 @@ def compare_slice_aggregates(
                 target_rows=t_rows,
                 gap_rows=gap,
                 gap_pct=pct,
+                source_keys=s_keys,
+                target_keys=t_keys,
+                source_duplicate_keys=s_dups,
+                target_duplicate_keys=t_dups,
                 source_sums={m: _num_str(v) for m, v in zip(measures, s_sums)},
                 target_sums={m: _num_str(v) for m, v in zip(measures, t_sums)},
                 sum_gaps=sum_gaps,
-                passed=gap == 0 and sums_ok,
+                passed=gap == 0 and s_keys == t_keys and s_dups == t_dups and sums_ok,
             )
         )
     return out
@@ -138,15 +184,16 @@ def reconcile(
     target_table: str,
     slice_by: Sequence[str],
     measures: Sequence[str],
+    key_columns: Sequence[str] = (),
 ) -> ReconciliationResult:
-    """Run the slice aggregates on both sides and compare them.
+    """Run the slice aggregates on both sides and compare them (``key_columns`` adds key counts).
 
     Raises:
         dw_dagster.databases.DatabaseError: a query failed (unknown table or column, no connection).
         dw_dagster.sql.UnsafeIdentifierError: a table or column name cannot be used.
     """
-    s_sql = slice_aggregate_sql(source_table, slice_by, measures, source_db.dialect)
-    t_sql = slice_aggregate_sql(target_table, slice_by, measures, target_db.dialect)
+    s_sql = slice_aggregate_sql(source_table, slice_by, measures, source_db.dialect, key_columns)
+    t_sql = slice_aggregate_sql(target_table, slice_by, measures, target_db.dialect, key_columns)
     slices = compare_slice_aggregates(
         _fetch(source_db, s_sql, len(slice_by)), _fetch(target_db, t_sql, len(slice_by)), slice_by, measures
     )
@@ -162,7 +209,8 @@ def reconcile(
 def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.MetadataValue:
     """The per-slice comparison as a Dagster table the UI renders."""
     cols = [dg.TableColumn("slice", "string"), dg.TableColumn("source_rows", "int"), dg.TableColumn("target_rows", "int"),
-            dg.TableColumn("gap_rows", "int"), dg.TableColumn("gap_pct", "float")]
+            dg.TableColumn("gap_rows", "int"), dg.TableColumn("gap_pct", "float"),
+            dg.TableColumn("keys (source/target)", "string"), dg.TableColumn("duplicate keys (source/target)", "string")]
     cols += [dg.TableColumn(f"{m}_gap", "string") for m in measures]
     cols.append(dg.TableColumn("passed", "bool"))
     records = []
@@ -173,11 +221,25 @@ def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.Meta
             "target_rows": s.target_rows,
             "gap_rows": s.gap_rows,
             "gap_pct": s.gap_pct,
+            "keys (source/target)": "n/a" if s.source_keys is None else f"{s.source_keys}/{s.target_keys}",
+            "duplicate keys (source/target)": "n/a" if s.source_duplicate_keys is None
+            else f"{s.source_duplicate_keys}/{s.target_duplicate_keys}",
             "passed": s.passed,
         }
         rec.update({f"{m}_gap": s.sum_gaps.get(m, "n/a") for m in measures})
         records.append(dg.TableRecord(rec))
     return dg.MetadataValue.table(records, schema=dg.TableSchema(columns=cols))
+
+
+def _describe(s: SliceGap) -> str:
+    parts = [f"{json.dumps(s.slice)}: {s.gap_rows} rows short ({s.gap_pct} %)" if s.gap_rows >= 0
+             else f"{json.dumps(s.slice)}: {-s.gap_rows} rows over ({s.gap_pct} %)"]
+    if s.source_keys is not None and (s.source_keys != s.target_keys or s.source_duplicate_keys != s.target_duplicate_keys):
+        parts.append(f"keys {s.source_keys}/{s.target_keys}, duplicated keys {s.source_duplicate_keys}/{s.target_duplicate_keys}")
+    bad_sums = [m for m, g in s.sum_gaps.items() if g not in ("0", "0.00", "0.0") and not g.startswith("0E")]
+    if bad_sums:
+        parts.append("sums differ: " + ", ".join(f"{m} by {s.sum_gaps[m]}" for m in bad_sums))
+    return "; ".join(parts)
 
 
 def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str]) -> dict[str, Any]:
@@ -207,6 +269,7 @@ def build_reconciliation_checks(
     target_table: str,
     slice_by: Sequence[str],
     measures: Sequence[str] = (),
+    key_columns: Sequence[str] = (),
     source_resource_key: str = "source_db",
     target_resource_key: str = "warehouse",
     name: str = "reconciliation",
@@ -227,6 +290,7 @@ def build_reconciliation_checks(
         slice_by: columns to group by (e.g. ``["region"]``); empty for one whole-table slice.
         measures: numeric columns whose sums must match exactly (DECIMAL/integer) or within
             ``1e-9`` relative (floating point).
+        key_columns: the key; adds distinct and duplicated key counts per slice (NULL-safe).
         source_resource_key, target_resource_key: resource keys of the two ``DatabaseResource``\\ s.
         name: the check name.
         blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
@@ -248,7 +312,7 @@ def build_reconciliation_checks(
     """
     # Validate identifiers up front so a bad config fails at load time, not at 2 a.m.
     sql.table(source_table), sql.table(target_table)
-    for c in [*slice_by, *measures]:
+    for c in [*slice_by, *measures, *key_columns]:
         sql.identifier(c)
     spec_meta = {
         "dw/check_kind": RECONCILIATION_KIND,
@@ -256,6 +320,7 @@ def build_reconciliation_checks(
         "dw/target_table": target_table,
         "dw/slice_by": ",".join(slice_by),
         "dw/measures": ",".join(measures),
+        "dw/key_columns": ",".join(key_columns),
         "dw/source_resource_key": source_resource_key,
         "dw/target_resource_key": target_resource_key,
     }
@@ -275,12 +340,12 @@ def build_reconciliation_checks(
     def _reconciliation(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         src = getattr(context.resources, source_resource_key).get_database()
         tgt = getattr(context.resources, target_resource_key).get_database()
-        result = reconcile(src, tgt, source_table, target_table, slice_by, measures)
+        result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns)
         failing = result.failing
         desc = (
             "all slices match"
             if not failing
-            else "; ".join(f"{json.dumps(s.slice)} short {s.gap_rows} rows ({s.gap_pct} %)" for s in failing[:5])
+            else "; ".join(_describe(s) for s in failing[:5])
         )
         return dg.AssetCheckResult(
             passed=result.passed,
