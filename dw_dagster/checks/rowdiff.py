@@ -1,0 +1,334 @@
+"""Row-level key diff: which keys are missing, extra, duplicated or changed, and in which columns.
+
+Inside one database (:func:`row_diff`) the diff is one query pushed down as SQL: each side is
+grouped by the key (``GROUP BY`` treats NULL as a value, so keys are NULL-safe and duplicates are
+counted), the two are joined with a ``FULL OUTER JOIN ... ON k IS NOT DISTINCT FROM k``, and
+only differing keys come back, ordered by key (deterministic output).
+
+Across two databases (:func:`row_diff_across`) each side computes, per bucket of
+``hash(key) mod buckets``, the row count and the sum of 48-bit row hashes (md5 over a row string
+with an explicit per-column NULL marker and a length prefix, so ``NULL`` ≠ ``''`` and ``'1','11'``
+≠ ``'11','1'``; summed, never XOR-ed, so duplicates count). Only buckets whose (count, sum)
+differ are downloaded and diffed in Python. Buckets are by hash of the key, never by string
+ranges, so the two engines' string collations cannot disagree on the split
+(``shared/reference/reconciliation_and_anomaly.md`` §1.7).
+
+Typed comparison (in the database, per column):
+
+- integers and decimals exactly (never cast to floating point);
+- floating point on either side within ``abs_tolerance + rel_tolerance × max(|a|, |b|)``
+  (so ``0.1+0.2`` equals ``0.30`` and ``-0.0`` equals ``0.00``);
+- timestamps truncated to ``timestamp_precision`` (``"millisecond"``, ...) when given;
+- ``CHAR`` against ``VARCHAR`` with trailing blanks trimmed;
+- keys compared case-insensitively when asked, with keys that collide under that rule reported.
+"""
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import sqlglot
+from pydantic import BaseModel, Field
+
+from dw_dagster import sql
+from dw_dagster.databases import Database, DatabaseError
+
+FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8", "FLOAT64")
+CHAR_TYPES = ("CHAR", "BPCHAR", "CHARACTER")
+
+
+class RowDiffEntry(BaseModel):
+    key: list[Any]
+    status: str = Field(description="missing (source only), extra (target only), changed, duplicate")
+    columns: list[str] = Field(default_factory=list, description="changed columns")
+    source_rows: int
+    target_rows: int
+
+
+class RowDiffResult(BaseModel):
+    """Counts of each kind of difference (keys), per-column change counts, and a key-ordered sample."""
+
+    missing: int = 0
+    extra: int = 0
+    changed: int = 0
+    duplicated_source: int = 0
+    duplicated_target: int = 0
+    changed_columns: dict[str, int] = Field(default_factory=dict)
+    sample: list[RowDiffEntry] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    queries: list[str] = Field(default_factory=list)
+    buckets_compared: int | None = None
+    buckets_downloaded: int | None = None
+    rows_downloaded: int | None = None
+
+    @property
+    def identical(self) -> bool:
+        return not (self.missing or self.extra or self.changed or self.duplicated_source or self.duplicated_target)
+
+
+def column_types(db: Database, table: str) -> dict[str, str]:
+    """Column name (lower case) → upper-case data type, from ``information_schema.columns``.
+
+    Raises:
+        DatabaseError: the table does not exist (or has no visible columns).
+    """
+    t = sql.table(table)
+    schema = t.args.get("db")
+    cond = f"LOWER(table_name) = {sql.literal(t.name.lower()).sql('duckdb')}"
+    if schema is not None:
+        cond += f" AND LOWER(table_schema) = {sql.literal(schema.name.lower()).sql('duckdb')}"
+    src = "information_schema.columns"
+    if db.dialect == "bigquery" and schema is not None:
+        src = f"{sql.identifier(schema.name).sql('duckdb')}.INFORMATION_SCHEMA.COLUMNS"
+    q = sqlglot.transpile(f"SELECT column_name, data_type FROM {src} WHERE {cond}", read="duckdb", write=db.dialect)[0]
+    rows = db.fetch_all(q)
+    if not rows:
+        raise DatabaseError(f"{db.name}: table {table} not found (no columns in information_schema)")
+    return {str(n).lower(): str(ty).upper() for n, ty in rows}
+
+
+def _is(kind: Sequence[str], ty: str | None) -> bool:
+    return bool(ty) and any(ty == k or ty.startswith(k + "(") or ty.startswith(k + " ") for k in kind)
+
+
+def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None) -> str:
+    ref = f"{alias}.{sql.identifier(col).sql('duckdb')}"
+    if _is(CHAR_TYPES, ty_self) or _is(CHAR_TYPES, ty_other):
+        return f"RTRIM({ref})"
+    if timestamp_precision and ty_self and ty_self.startswith("TIMESTAMP"):
+        return f"DATE_TRUNC('{timestamp_precision}', {ref})"
+    return ref
+
+
+def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: float, timestamp_precision: str | None) -> str:
+    a = _value_expr("s", col, ts, tt, timestamp_precision)
+    b = _value_expr("t", col, tt, ts, timestamp_precision)
+    if _is(FLOAT_TYPES, ts) or _is(FLOAT_TYPES, tt):
+        fa, fb = f"CAST({a} AS DOUBLE)", f"CAST({b} AS DOUBLE)"
+        return (f"(CASE WHEN {a} IS NULL OR {b} IS NULL THEN {a} IS DISTINCT FROM {b} "
+                f"ELSE ABS({fa} - {fb}) > {abs_tol!r} + {rel_tol!r} * GREATEST(ABS({fa}), ABS({fb})) END)")
+    return f"({a} IS DISTINCT FROM {b})"
+
+
+def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str],
+                 source_types: dict[str, str], target_types: dict[str, str], *, rel_tolerance: float = 1e-9,
+                 abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,
+                 case_insensitive_keys: bool = False) -> str:
+    """The in-database diff query (DuckDB dialect; transpile for others). Returns differing keys only."""
+    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+
+    def key_expr(c: str, types: dict[str, str]) -> str:
+        e = q(c)
+        if _is(CHAR_TYPES, types.get(c.lower())):
+            e = f"RTRIM({e})"
+        return f"LOWER({e})" if case_insensitive_keys else e
+
+    def side(table: str, types: dict[str, str]) -> str:
+        keys = ", ".join(f"{key_expr(c, types)} AS {q(c)}" for c in key_columns)
+        vals = "".join(f", MIN({q(c)}) AS {q(c)}" for c in compare_columns)
+        groups = ", ".join(key_expr(c, types) for c in key_columns)
+        return f"SELECT {keys}, COUNT(*) AS dw_n{vals} FROM {sql.table(table).sql('duckdb')} GROUP BY {groups}"
+
+    on = " AND ".join(f"s.{q(c)} IS NOT DISTINCT FROM t.{q(c)}" for c in key_columns)
+    flags = [_differs(c, source_types.get(c.lower()), target_types.get(c.lower()), rel_tolerance, abs_tolerance,
+                      timestamp_precision) for c in compare_columns]
+    sel_keys = ", ".join(f"COALESCE(s.{q(c)}, t.{q(c)}) AS {q(c)}" for c in key_columns)
+    sel_flags = "".join(f", {f} AS dw_d{i}" for i, f in enumerate(flags))
+    where = " OR ".join(["s.dw_n IS NULL", "t.dw_n IS NULL", "s.dw_n > 1", "t.dw_n > 1", *flags])
+    order = ", ".join(f"{i + 1} NULLS FIRST" for i in range(len(key_columns)))
+    return (f"WITH s AS ({side(source_table, source_types)}), t AS ({side(target_table, target_types)}) "
+            f"SELECT {sel_keys}, s.dw_n AS dw_sn, t.dw_n AS dw_tn{sel_flags} "
+            f"FROM s FULL OUTER JOIN t ON {on} WHERE {where} ORDER BY {order}")
+
+
+def _null_key_warnings(db: Database, table: str, key_columns: Sequence[str], side: str) -> tuple[list[str], str]:
+    parts = ", ".join(f"COUNT(*) - COUNT({sql.identifier(c).sql('duckdb')})" for c in key_columns)
+    q = sqlglot.transpile(f"SELECT {parts} FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0]
+    (row,) = db.fetch_all(q)
+    return [f"key column {c} has {n} NULL(s) on the {side} side; compared NULL-safely" for c, n in zip(key_columns, row) if n], q
+
+
+def _collisions(db: Database, table: str, key_columns: Sequence[str], side: str) -> tuple[list[str], str]:
+    q_ = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    lowered = ", ".join(f"LOWER({q_(c)})" for c in key_columns)
+    raw = " || '|' || ".join(f"COALESCE(CAST({q_(c)} AS VARCHAR), '')" for c in key_columns)
+    q = sqlglot.transpile(
+        f"SELECT {lowered}, COUNT(DISTINCT {raw}) FROM {sql.table(table).sql('duckdb')} GROUP BY {lowered} "
+        f"HAVING COUNT(DISTINCT {raw}) > 1 ORDER BY 1 LIMIT 20", read="duckdb", write=db.dialect)[0]
+    return [f"{side} keys collide when case is ignored: {list(r[:-1])} ({r[-1]} spellings)" for r in db.fetch_all(q)], q
+
+
+def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, flags: Sequence[bool],
+           compare_columns: Sequence[str], sample_limit: int) -> None:
+    sn, tn = int(sn or 0), int(tn or 0)
+    cols = [c for c, f in zip(compare_columns, flags) if f] if sn and tn else []
+    if sn > 1:
+        result.duplicated_source += 1
+    if tn > 1:
+        result.duplicated_target += 1
+    if not tn:
+        status = "missing"
+        result.missing += 1
+    elif not sn:
+        status = "extra"
+        result.extra += 1
+    elif cols:
+        status = "changed"
+        result.changed += 1
+        for c in cols:
+            result.changed_columns[c] = result.changed_columns.get(c, 0) + 1
+    else:
+        status = "duplicate"
+    if len(result.sample) < sample_limit:
+        result.sample.append(RowDiffEntry(key=key, status=status, columns=cols, source_rows=sn, target_rows=tn))
+
+
+def row_diff(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
+             compare_columns: Sequence[str] | None = None, *, rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12,
+             timestamp_precision: str | None = None, case_insensitive_keys: bool = False,
+             sample_limit: int = 100) -> RowDiffResult:
+    """Diff two tables in the same database by key (see the module docstring).
+
+    Args:
+        db: the database holding both tables.
+        source_table, target_table: ``schema.table`` names.
+        key_columns: the key (compound keys allowed; NULL-safe).
+        compare_columns: columns to compare; default every non-key column the two tables share.
+        rel_tolerance, abs_tolerance: for floating-point columns only.
+        timestamp_precision: ``DATE_TRUNC`` unit applied to timestamps before comparing.
+        case_insensitive_keys: compare keys with ``LOWER``; colliding keys are reported.
+        sample_limit: how many differing keys to keep (the counts cover all of them).
+
+    Returns:
+        A :class:`RowDiffResult`; ``queries`` holds the SQL run.
+
+    Raises:
+        DatabaseError: a table is missing or a query fails.
+    """
+    st, tt = column_types(db, source_table), column_types(db, target_table)
+    keys_l = [k.lower() for k in key_columns]
+    for k in keys_l:
+        if k not in st or k not in tt:
+            raise DatabaseError(f"key column {k} is not in both {source_table} and {target_table}")
+    if compare_columns is None:
+        compare_columns = [c for c in st if c in tt and c not in keys_l]
+    q = sqlglot.transpile(
+        row_diff_sql(source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance=rel_tolerance,
+                     abs_tolerance=abs_tolerance, timestamp_precision=timestamp_precision,
+                     case_insensitive_keys=case_insensitive_keys), read="duckdb", write=db.dialect)[0]
+    result = RowDiffResult(queries=[q])
+    n = len(key_columns)
+    for batch in db.fetch_batches(q):
+        for row in zip(*(c.to_pylist() for c in batch.columns)):
+            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2 :], compare_columns, sample_limit)
+    for table, side in ((source_table, "source"), (target_table, "target")):
+        w, wq = _null_key_warnings(db, table, key_columns, side)
+        result.warnings += w
+        result.queries.append(wq)
+        if case_insensitive_keys:
+            w, wq = _collisions(db, table, key_columns, side)
+            result.warnings += w
+            result.queries.append(wq)
+    return result
+
+
+# ---- across two databases: bucketed checksums -------------------------------------------------
+
+_HASH48 = {
+    "duckdb": "CAST(('0x' || SUBSTRING(MD5({s}), 1, 12)) AS BIGINT)",
+    "postgres": "('x' || SUBSTRING(MD5({s}), 1, 12))::BIT(48)::BIGINT",
+    "snowflake": "TO_NUMBER(SUBSTR(MD5({s}), 1, 12), 'XXXXXXXXXXXX')",
+    "bigquery": "CAST(CONCAT('0x', SUBSTR(TO_HEX(MD5({s})), 1, 12)) AS INT64)",
+}
+
+
+def _row_string(columns: Sequence[str]) -> str:
+    """Per column: 'N' for NULL, else 'V' + length + ':' + text; joined with '|' (DuckDB dialect)."""
+    parts = []
+    for c in columns:
+        v = f"CAST({sql.identifier(c).sql('duckdb')} AS VARCHAR)"
+        parts.append(f"(CASE WHEN {v} IS NULL THEN 'N' ELSE 'V' || CAST(LENGTH({v}) AS VARCHAR) || ':' || {v} END)")
+    return " || '|' || ".join(parts)
+
+
+def _hash_sql(dialect: str, duck_expr: str) -> str:
+    if dialect not in _HASH48:
+        raise NotImplementedError(f"no 48-bit row hash for dialect {dialect!r}; supported: {sorted(_HASH48)}")
+    s = sqlglot.transpile(f"SELECT {duck_expr}", read="duckdb", write=dialect)[0][len("SELECT "):]
+    return _HASH48[dialect].format(s=s)
+
+
+def _bucketed(db: Database, table: str, key_columns: Sequence[str], columns: Sequence[str], buckets: int) -> str:
+    key_h = _hash_sql(db.dialect, _row_string(key_columns))
+    row_h = _hash_sql(db.dialect, _row_string([*key_columns, *columns]))
+    total = "SUM(CAST(dw_h AS DECIMAL(38, 0)))" if db.dialect == "bigquery" else "SUM(dw_h)"
+    t = sqlglot.transpile(f"SELECT 1 FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0][len("SELECT 1 FROM "):]
+    return (f"SELECT dw_b, COUNT(*), {total} FROM (SELECT MOD({key_h}, {buckets}) AS dw_b, {row_h} AS dw_h FROM {t}) AS x "
+            f"GROUP BY dw_b")
+
+
+def _download(db: Database, table: str, key_columns: Sequence[str], columns: Sequence[str], buckets: int,
+              wanted: Sequence[int]) -> tuple[list[tuple], str]:
+    key_h = _hash_sql(db.dialect, _row_string(key_columns))
+    cols = [*key_columns, *columns]
+    texts = ", ".join(f"CAST({sql.identifier(c).sql('duckdb')} AS VARCHAR)" for c in cols)
+    body = sqlglot.transpile(f"SELECT {texts} FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0]
+    inlist = ", ".join(str(int(b)) for b in wanted)
+    q = f"{body} WHERE MOD({key_h}, {buckets}) IN ({inlist})"
+    rows = []
+    for batch in db.fetch_batches(q):
+        rows.extend(zip(*(c.to_pylist() for c in batch.columns)))
+    return rows, q
+
+
+def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
+                    key_columns: Sequence[str], compare_columns: Sequence[str], *, buckets: int = 1024,
+                    max_download_rows: int = 1_000_000, sample_limit: int = 100) -> RowDiffResult:
+    """Diff two tables in different databases by bucketed checksums (see the module docstring).
+
+    Values are compared as the databases' text renderings (``CAST(x AS VARCHAR)``), so both sides
+    must store the compared columns with the same types; floating-point tolerance and type
+    normalization are for :func:`row_diff`.
+
+    Raises:
+        NotImplementedError: a dialect without a row hash here.
+        DatabaseError: a query fails, or the differing buckets hold more than
+            ``max_download_rows`` rows (compare a narrower slice, or raise the limit).
+    """
+    qs, qt = (_bucketed(source, source_table, key_columns, compare_columns, buckets),
+              _bucketed(target, target_table, key_columns, compare_columns, buckets))
+    sb = {int(b): (int(n), int(h)) for b, n, h in source.fetch_all(qs)}
+    tb = {int(b): (int(n), int(h)) for b, n, h in target.fetch_all(qt)}
+    differing = sorted(b for b in set(sb) | set(tb) if sb.get(b) != tb.get(b))
+    result = RowDiffResult(queries=[qs, qt], buckets_compared=len(set(sb) | set(tb)), buckets_downloaded=len(differing))
+    to_fetch = sum(max(sb.get(b, (0, 0))[0], tb.get(b, (0, 0))[0]) for b in differing)
+    if to_fetch > max_download_rows:
+        raise DatabaseError(f"{len(differing)} differing buckets hold {to_fetch} rows, over max_download_rows={max_download_rows}")
+    if not differing:
+        result.rows_downloaded = 0
+        return result
+    srows, q1 = _download(source, source_table, key_columns, compare_columns, buckets, differing)
+    trows, q2 = _download(target, target_table, key_columns, compare_columns, buckets, differing)
+    result.queries += [q1, q2]
+    result.rows_downloaded = len(srows) + len(trows)
+    n = len(key_columns)
+
+    def group(rows: list[tuple]) -> dict[tuple, list[tuple]]:
+        g: dict[tuple, list[tuple]] = {}
+        for r in rows:
+            g.setdefault(tuple(r[:n]), []).append(tuple(r[n:]))
+        return g
+
+    gs, gt = group(srows), group(trows)
+    for key in sorted(set(gs) | set(gt), key=lambda k: tuple((v is not None, str(v)) for v in k)):
+        a, b = gs.get(key, []), gt.get(key, [])
+        if a and b and len(a) == 1 and len(b) == 1 and a[0] == b[0]:
+            continue
+        flags = [x != y for x, y in zip(a[0], b[0])] if a and b else [False] * len(compare_columns)
+        _tally(result, list(key), len(a), len(b), flags, compare_columns, sample_limit)
+    return result
+
+
+def key_digest(values: Sequence[Any]) -> str:
+    """A stable id for a key (sha256 of its text), for logs and receipts."""
+    return hashlib.sha256("|".join("N" if v is None else f"V{len(str(v))}:{v}" for v in values).encode()).hexdigest()[:16]

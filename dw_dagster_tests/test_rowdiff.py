@@ -1,0 +1,74 @@
+"""Row-level key diff: PUBLIC_CASES C01, C02, C03, C07 in one database and across two."""
+
+import pytest
+
+from dw_dagster.checks.rowdiff import row_diff, row_diff_across
+from dw_dagster.databases import DuckDBDatabase
+
+
+def _c02(db, schema):
+    db.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    for t, rows in (("s", "(1,'1','11'),(2,NULL,'x'),(3,NULL,'y'),(4,'',NULL)"),
+                    ("t", "(1,'11','1'),(2,'x',NULL),(3,NULL,'y'),(4,NULL,NULL)")):
+        db.execute(f"CREATE TABLE {schema}.{t} (id INT, a VARCHAR, b VARCHAR); INSERT INTO {schema}.{t} VALUES {rows}")
+
+
+def test_c02_null_semantics_in_db(duck):
+    _c02(duck, "x")
+    r = row_diff(duck, "x.s", "x.t", ["id"])
+    assert (r.missing, r.extra, r.changed) == (0, 0, 3)
+    assert [(e.key, e.columns) for e in r.sample] == [([1], ["a", "b"]), ([2], ["a", "b"]), ([4], ["a"])]
+
+
+def test_c02_across_databases(tmp_path):
+    a, b = DuckDBDatabase(tmp_path / "a.duckdb"), DuckDBDatabase(tmp_path / "b.duckdb")
+    _c02(a, "x")
+    _c02(b, "y")
+    r = row_diff_across(a, b, "x.s", "y.t", ["id"], ["a", "b"], buckets=4)
+    assert (r.missing, r.extra, r.changed) == (0, 0, 3)
+    assert [(e.key, e.columns) for e in r.sample] == [(["1"], ["a", "b"]), (["2"], ["a", "b"]), (["4"], ["a"])]
+    assert r.rows_downloaded <= 8
+
+
+def test_c01_null_keys_match_and_duplicates_count(duck):
+    duck.execute("CREATE TABLE s (region VARCHAR, sku VARCHAR, qty INT); CREATE TABLE t (region VARCHAR, sku VARCHAR, qty INT)")
+    duck.execute("INSERT INTO s VALUES ('EU','A',1), (NULL,'B',2); INSERT INTO t VALUES ('EU','A',1), (NULL,'B',2)")
+    r = row_diff(duck, "s", "t", ["region", "sku"])
+    assert r.identical
+    assert r.warnings == ["key column region has 1 NULL(s) on the source side; compared NULL-safely",
+                          "key column region has 1 NULL(s) on the target side; compared NULL-safely"]
+    duck.execute("INSERT INTO t VALUES (NULL,'B',2)")
+    r = row_diff(duck, "s", "t", ["region", "sku"])
+    assert (r.missing, r.extra, r.changed, r.duplicated_target) == (0, 0, 0, 1)
+    assert [(e.key, e.status, e.target_rows) for e in r.sample] == [([None, "B"], "duplicate", 2)]
+
+
+def test_c03_decimals_exact_floats_tolerant(duck):
+    duck.execute("CREATE TABLE s (id INT, amount DOUBLE, big DECIMAL(38,2)); CREATE TABLE t (id INT, amount DECIMAL(18,2), big DECIMAL(38,2))")
+    duck.execute("INSERT INTO s VALUES (1, 0.1 + 0.2, 1.00), (2, 5, 12345678901234567.89), (3, -0.0, 0)")
+    duck.execute("INSERT INTO t VALUES (1, 0.30, 1.00), (2, 5, 12345678901234567.90), (3, 0.00, 0)")
+    r = row_diff(duck, "s", "t", ["id"])
+    assert [(e.key, e.columns) for e in r.sample] == [([2], ["big"])]
+
+
+def test_c07_missing_and_duplicate_reported_in_key_order(duck):
+    duck.execute("CREATE TABLE s (k INT, amt DECIMAL(18,2)); CREATE TABLE t (k INT, amt DECIMAL(18,2))")
+    duck.execute("INSERT INTO s SELECT i, 10 FROM range(1, 6) r(i); INSERT INTO t VALUES (1,10),(2,10),(3,10),(3,10),(4,10)")
+    r = row_diff(duck, "s", "t", ["k"])
+    assert [(e.key, e.status) for e in r.sample] == [([3], "duplicate"), ([5], "missing")]
+    assert (r.missing, r.duplicated_target) == (1, 1)
+
+
+def test_case_insensitive_keys_and_collisions(duck):
+    duck.execute("CREATE TABLE s (k VARCHAR, c VARCHAR); CREATE TABLE t (k VARCHAR, c VARCHAR)")
+    duck.execute("INSERT INTO s VALUES ('ab', 'x'), ('Cd', 'y'), ('cd', 'y'); INSERT INTO t VALUES ('AB', 'x'), ('cd', 'y')")
+    r = row_diff(duck, "s", "t", ["k"], case_insensitive_keys=True)
+    assert (r.missing, r.extra, r.duplicated_source) == (0, 0, 1)
+    assert any("collide" in w and "cd" in w for w in r.warnings)
+
+
+def test_unknown_table(duck):
+    from dw_dagster.databases import DatabaseError
+
+    with pytest.raises(DatabaseError, match="not found"):
+        row_diff(duck, "nope", "nope2", ["k"])
