@@ -1,6 +1,13 @@
 """dw_dagster: Dagster-native data operations, from the first wrong number to the receipt."""
 
-from dw_dagster.checks import build_reconciliation_checks, build_volume_check
+from dw_dagster.checks import (
+    build_dead_letter_check,
+    build_freshness_check,
+    build_null_rate_check,
+    build_reconciliation_checks,
+    build_volume_check,
+)
+from dw_dagster.checks.rowdiff import row_diff, row_diff_across
 from dw_dagster.databases import Database, DatabaseResource, database_from_url
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.domains import Domain, Domains, load_domains
@@ -33,6 +40,9 @@ __all__ = [
     "__version__",
     "blast_radius",
     "build_approval_job",
+    "build_dead_letter_check",
+    "build_freshness_check",
+    "build_null_rate_check",
     "build_check_incident_sensor",
     "build_diagnosis_job",
     "build_reconciliation_checks",
@@ -43,4 +53,6 @@ __all__ = [
     "load_domains",
     "load_partition",
     "manifest_graph",
+    "row_diff",
+    "row_diff_across",
 ]
