@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCALE ?= 0.01
 
-.PHONY: install demo test validate clean
+.PHONY: install demo test bench validate clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 ## Install what the tests need and run them.
 test: install
 	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider
+
+## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).
+bench: install
+	$(BIN)/python -m pip install --quiet 'reladiff[duckdb]'
+	$(BIN)/python -m dw_dagster_tests.benchmarks.run $(BENCH_ARGS)
 
 ## Load the example code location the way `dagster dev` does.
 validate: install

@@ -258,74 +258,126 @@ def _hash_sql(dialect: str, duck_expr: str) -> str:
     return _HASH48[dialect].format(s=s)
 
 
-def _bucketed(db: Database, table: str, key_columns: Sequence[str], columns: Sequence[str], buckets: int) -> str:
-    key_h = _hash_sql(db.dialect, _row_string(key_columns))
-    row_h = _hash_sql(db.dialect, _row_string([*key_columns, *columns]))
+class _Local:
+    """A :class:`~dw_dagster.databases.Database` over one open in-memory DuckDB connection."""
+
+    dialect = "duckdb"
+    name = "duckdb:(local diff)"
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(config={"threads": 2})
+
+    def fetch_all(self, q: str) -> list[tuple]:
+        return self.con.execute(q).fetchall()
+
+    def fetch_batches(self, q: str, batch_rows: int = 100_000):
+        yield from self.con.sql(q).to_arrow_reader(batch_rows)
+
+    def execute(self, q: str) -> None:
+        self.con.execute(q)
+
+
+def _hash_exprs(db: Database, key_columns: Sequence[str], columns: Sequence[str], native: bool) -> tuple[str, str]:
+    """(key hash, 48-bit row hash) expressions for ``db``: DuckDB's native ``hash`` when both sides
+    are DuckDB (about 27× faster than md5 strings, reference §1.4), else a portable md5."""
+    if native:
+        q = lambda cs: ", ".join(sql.identifier(c).sql("duckdb") for c in cs)  # noqa: E731
+        return f"hash({q(key_columns)})", f"(hash({q([*key_columns, *columns])}) >> 16)"
+    return _hash_sql(db.dialect, _row_string(key_columns)), _hash_sql(db.dialect, _row_string([*key_columns, *columns]))
+
+
+def _from(db: Database, table: str) -> str:
+    return sqlglot.transpile(f"SELECT 1 FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0][len("SELECT 1 FROM "):]
+
+
+def _bucket_sql(db: Database, table: str, key_h: str, row_h: str, buckets: int) -> str:
     total = "SUM(CAST(dw_h AS DECIMAL(38, 0)))" if db.dialect == "bigquery" else "SUM(dw_h)"
-    t = sqlglot.transpile(f"SELECT 1 FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0][len("SELECT 1 FROM "):]
-    return (f"SELECT dw_b, COUNT(*), {total} FROM (SELECT MOD({key_h}, {buckets}) AS dw_b, {row_h} AS dw_h FROM {t}) AS x "
-            f"GROUP BY dw_b")
+    return (f"SELECT dw_b, COUNT(*) AS dw_n, CAST({total} AS VARCHAR) AS dw_sum FROM (SELECT MOD({key_h}, {buckets}) AS dw_b, "
+            f"{row_h} AS dw_h FROM {_from(db, table)}) AS x GROUP BY dw_b")
 
 
-def _download(db: Database, table: str, key_columns: Sequence[str], columns: Sequence[str], buckets: int,
-              wanted: Sequence[int]) -> tuple[list[tuple], str]:
-    key_h = _hash_sql(db.dialect, _row_string(key_columns))
+def _download_sql(db: Database, table: str, key_h: str, key_columns: Sequence[str], columns: Sequence[str],
+                  buckets: int, wanted: Sequence[int] | None, as_text: bool) -> str:
     cols = [*key_columns, *columns]
-    texts = ", ".join(f"CAST({sql.identifier(c).sql('duckdb')} AS VARCHAR)" for c in cols)
-    body = sqlglot.transpile(f"SELECT {texts} FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0]
-    inlist = ", ".join(str(int(b)) for b in wanted)
-    q = f"{body} WHERE MOD({key_h}, {buckets}) IN ({inlist})"
-    rows = []
-    for batch in db.fetch_batches(q):
-        rows.extend(zip(*(c.to_pylist() for c in batch.columns)))
-    return rows, q
+    exprs = ", ".join(
+        (f"CAST({sql.identifier(c).sql('duckdb')} AS VARCHAR) AS {sql.identifier(c).sql('duckdb')}" if as_text
+         else sql.identifier(c).sql("duckdb")) for c in cols)
+    body = sqlglot.transpile(f"SELECT {exprs} FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0]
+    if wanted is None:
+        return body
+    return f"{body} WHERE MOD({key_h}, {buckets}) IN ({', '.join(str(int(b)) for b in wanted)})"
 
 
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
-                    key_columns: Sequence[str], compare_columns: Sequence[str], *, buckets: int = 1024,
-                    max_download_rows: int = 1_000_000, sample_limit: int = 100) -> RowDiffResult:
+                    key_columns: Sequence[str], compare_columns: Sequence[str], *, buckets: int | None = None,
+                    max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
-    Values are compared as the databases' text renderings (``CAST(x AS VARCHAR)``), so both sides
-    must store the compared columns with the same types; floating-point tolerance and type
-    normalization are for :func:`row_diff`.
+    1. Count rows on each side; choose ``buckets`` (default: the power of two nearest to
+       max(rows) / 16, between 1,024 and 1,048,576) so a bucket holds a few rows.
+    2. Per bucket, count and sum of row hashes on each side (pushed down; the per-bucket sums come
+       back as Arrow and are compared in a local in-memory DuckDB).
+    3. Download only the rows of differing buckets (all rows when more than half the buckets
+       differ, which is cheaper than a long ``IN`` list) and diff them locally with
+       :func:`row_diff`, so the result has the same shape and ordering as the in-database diff.
+
+    Across different engines values are compared as text (``CAST(x AS VARCHAR)``), so both
+    sides must store compared columns with the same types; between two DuckDB databases native
+    types and DuckDB's own ``hash`` are used (``portable=True`` forces the md5/text path).
 
     Raises:
         NotImplementedError: a dialect without a row hash here.
-        DatabaseError: a query fails, or the differing buckets hold more than
-            ``max_download_rows`` rows (compare a narrower slice, or raise the limit).
+        DatabaseError: a query fails, or the rows to download exceed ``max_download_rows``.
     """
-    qs, qt = (_bucketed(source, source_table, key_columns, compare_columns, buckets),
-              _bucketed(target, target_table, key_columns, compare_columns, buckets))
-    sb = {int(b): (int(n), int(h)) for b, n, h in source.fetch_all(qs)}
-    tb = {int(b): (int(n), int(h)) for b, n, h in target.fetch_all(qt)}
-    differing = sorted(b for b in set(sb) | set(tb) if sb.get(b) != tb.get(b))
-    result = RowDiffResult(queries=[qs, qt], buckets_compared=len(set(sb) | set(tb)), buckets_downloaded=len(differing))
-    to_fetch = sum(max(sb.get(b, (0, 0))[0], tb.get(b, (0, 0))[0]) for b in differing)
-    if to_fetch > max_download_rows:
-        raise DatabaseError(f"{len(differing)} differing buckets hold {to_fetch} rows, over max_download_rows={max_download_rows}")
+    native = source.dialect == target.dialect == "duckdb" and not portable
+    n_s = int(source.fetch_all(f"SELECT COUNT(*) FROM {_from(source, source_table)}")[0][0])
+    n_t = int(target.fetch_all(f"SELECT COUNT(*) FROM {_from(target, target_table)}")[0][0])
+    if buckets is None:
+        want = max(n_s, n_t) / 16
+        buckets = 1 << max(10, min(20, round(max(want, 1)).bit_length()))
+    ks, rs = _hash_exprs(source, key_columns, compare_columns, native)
+    kt, rt = _hash_exprs(target, key_columns, compare_columns, native)
+    qs, qt = _bucket_sql(source, source_table, ks, rs, buckets), _bucket_sql(target, target_table, kt, rt, buckets)
+    local = _Local()
+    for name, db, q in (("dw_bs", source, qs), ("dw_bt", target, qt)):
+        import pyarrow as pa
+
+        tbl = pa.Table.from_batches(list(db.fetch_batches(q)))
+        local.con.register(name + "_arrow", tbl)
+        local.con.execute(f"CREATE TABLE {name} AS SELECT CAST(dw_b AS BIGINT) AS b, CAST(dw_n AS BIGINT) AS n, "
+                          f"CAST(dw_sum AS VARCHAR) AS h FROM {name}_arrow")
+        local.con.unregister(name + "_arrow")
+    differing = [r[0] for r in local.fetch_all(
+        "SELECT COALESCE(s.b, t.b) AS b FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.b = t.b "
+        "WHERE s.n IS DISTINCT FROM t.n OR s.h IS DISTINCT FROM t.h ORDER BY 1")]
+    result = RowDiffResult(queries=[qs, qt], buckets_compared=buckets, buckets_downloaded=len(differing), rows_downloaded=0)
     if not differing:
-        result.rows_downloaded = 0
         return result
-    srows, q1 = _download(source, source_table, key_columns, compare_columns, buckets, differing)
-    trows, q2 = _download(target, target_table, key_columns, compare_columns, buckets, differing)
-    result.queries += [q1, q2]
-    result.rows_downloaded = len(srows) + len(trows)
-    n = len(key_columns)
+    all_rows = len(differing) > buckets // 2
+    sizes = local.fetch_all(
+        "SELECT COALESCE(SUM(n), 0) FROM (SELECT b, n FROM dw_bs UNION ALL SELECT b, n FROM dw_bt) "
+        + ("" if all_rows else f"WHERE b IN ({', '.join(map(str, differing))})"))[0][0]
+    if sizes > max_download_rows:
+        raise DatabaseError(f"{len(differing)} differing buckets hold {sizes} rows, over max_download_rows={max_download_rows}")
+    wanted = None if all_rows else differing
+    for name, db, table, kh in (("dw_s", source, source_table, ks), ("dw_t", target, target_table, kt)):
+        import pyarrow as pa
 
-    def group(rows: list[tuple]) -> dict[tuple, list[tuple]]:
-        g: dict[tuple, list[tuple]] = {}
-        for r in rows:
-            g.setdefault(tuple(r[:n]), []).append(tuple(r[n:]))
-        return g
-
-    gs, gt = group(srows), group(trows)
-    for key in sorted(set(gs) | set(gt), key=lambda k: tuple((v is not None, str(v)) for v in k)):
-        a, b = gs.get(key, []), gt.get(key, [])
-        if a and b and len(a) == 1 and len(b) == 1 and a[0] == b[0]:
-            continue
-        flags = [x != y for x, y in zip(a[0], b[0])] if a and b else [False] * len(compare_columns)
-        _tally(result, list(key), len(a), len(b), flags, compare_columns, sample_limit)
+        q = _download_sql(db, table, kh, key_columns, compare_columns, buckets, wanted, as_text=not native)
+        result.queries.append(q)
+        tbl = pa.Table.from_batches(list(db.fetch_batches(q)))
+        result.rows_downloaded += tbl.num_rows
+        local.con.register(name + "_arrow", tbl)
+        local.con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
+        local.con.unregister(name + "_arrow")
+        del tbl
+    diff = row_diff(local, "dw_s", "dw_t", key_columns, compare_columns, sample_limit=sample_limit)
+    result.missing, result.extra, result.changed = diff.missing, diff.extra, diff.changed
+    result.duplicated_source, result.duplicated_target = diff.duplicated_source, diff.duplicated_target
+    result.changed_columns, result.sample, result.warnings = diff.changed_columns, diff.sample, diff.warnings
+    local.con.close()
     return result
 
 

@@ -1,0 +1,194 @@
+"""``make bench``: dw_dagster's checks against a peer measured in the same run.
+
+Each benchmark runs in its own child process (so ``peak_rss_mb`` is that benchmark's own peak),
+times ours and the peer ``--repeat`` times and keeps the medians, and appends an object to
+``bench_results.json``: ``name``, ``rows``, ``ours_s``, ``peer``, ``peer_s``, ``ratio`` (ours /
+peer), ``peak_rss_mb``, ``goal``, ``meets_goal``. DuckDB runs with ``memory_limit`` 1 GB and
+2 threads (the reference machine has 2 cores).
+
+Data: ``rows`` rows per side (default 10,000,000; ``--scale 10`` for 100M): an integer key, a
+region among 5, a DECIMAL(18,2) amount and a VARCHAR note; the target misses 0.5 % of the keys
+and has 0.5 % of the amounts changed.
+
+Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+ROWS = 10_000_000
+MEMORY_LIMIT = "1GB"
+
+
+def _make(path: Path, rows: int, tables: tuple[str, ...] = ("src", "tgt")) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(path), config={"memory_limit": MEMORY_LIMIT, "threads": 2})
+    if "src" in tables:
+        con.execute(f"""CREATE TABLE src AS SELECT i AS id,
+            ['Northeast','Southeast','Midwest','Southwest','West'][i % 5 + 1] AS region,
+            CAST((i * 7919 % 100000) / 100 AS DECIMAL(18,2)) AS amount,
+            'note ' || (i % 1000) AS note
+            FROM range({rows}) r(i)""")
+    if "tgt" in tables:
+        src = "src" if "src" in tables else f"(SELECT i AS id, ['Northeast','Southeast','Midwest','Southwest','West'][i % 5 + 1] AS region, CAST((i * 7919 % 100000) / 100 AS DECIMAL(18,2)) AS amount, 'note ' || (i % 1000) AS note FROM range({rows}) r(i))"
+        con.execute(f"""CREATE TABLE tgt AS SELECT id, region,
+            CASE WHEN id % 200 = 7 THEN amount + 0.01 ELSE amount END AS amount, note
+            FROM {src} WHERE id % 200 <> 3""")
+    con.close()
+
+
+def _timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _db(path: Path):
+    from dw_dagster.databases import DuckDBDatabase
+
+    return DuckDBDatabase(path, memory_limit=MEMORY_LIMIT)
+
+
+def bench_slice_compare(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster.checks.reconcile import reconcile
+
+    p = work / "slice.duckdb"
+    _make(p, rows)
+    db = _db(p)
+    ours = _timed(lambda: reconcile(db, db, "src", "tgt", ["region"], ["amount"]), repeat)
+
+    def peer():
+        for t in ("src", "tgt"):
+            db.fetch_all(f"SELECT region, COUNT(*), SUM(amount) FROM {t} GROUP BY region")
+
+    return {"name": "slice_compare_10m", "ours_s": ours, "peer": "two bare GROUP BY queries", "peer_s": _timed(peer, repeat), "goal": 1.2}
+
+
+def bench_rowdiff_indb(work: Path, rows: int, repeat: int) -> list[dict]:
+    from dw_dagster.checks.rowdiff import row_diff
+
+    p = work / "indb.duckdb"
+    _make(p, rows)
+    db = _db(p)
+    result = {}
+
+    def ours():
+        result["r"] = row_diff(db, "src", "tgt", ["id"], ["region", "amount", "note"], sample_limit=10)
+
+    ours_s = _timed(ours, repeat)
+    r = result["r"]
+    assert (r.missing, r.changed) == (rows // 200, rows // 200), (r.missing, r.changed)
+
+    def join():
+        db.fetch_all("SELECT COUNT(*) FROM src s FULL OUTER JOIN tgt t ON s.id = t.id WHERE s.id IS NULL OR t.id IS NULL "
+                     "OR s.region IS DISTINCT FROM t.region OR s.amount IS DISTINCT FROM t.amount OR s.note IS DISTINCT FROM t.note")
+
+    out = [{"name": "rowdiff_indb_10m", "ours_s": ours_s, "peer": "plain FULL OUTER JOIN query", "peer_s": _timed(join, repeat), "goal": 1.5}]
+    try:
+        import reladiff
+    except ImportError:
+        out.append({"name": "rowdiff_indb_10m_reladiff", "ours_s": ours_s, "peer": "reladiff joindiff (not installed)", "peer_s": None, "goal": 0.25})
+        return out
+
+    def rela():
+        a = reladiff.connect_to_table(f"duckdb://{p}", "src", "id", extra_columns=("region", "amount", "note"))
+        b = reladiff.connect_to_table(f"duckdb://{p}", "tgt", "id", extra_columns=("region", "amount", "note"))
+        n = sum(1 for _ in reladiff.diff_tables(a, b, algorithm=reladiff.Algorithm.JOINDIFF, validate_unique_key=False))
+        assert n == rows // 200 + 2 * (rows // 200), n
+
+    out.append({"name": "rowdiff_indb_10m_reladiff", "ours_s": ours_s, "peer": "reladiff joindiff", "peer_s": _timed(rela, 1), "goal": 0.25})
+    return out
+
+
+def bench_rowdiff_crossdb(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster.checks.rowdiff import row_diff_across
+
+    a, b = work / "a.duckdb", work / "b.duckdb"
+    _make(a, rows, ("src",))
+    _make(b, rows, ("tgt",))
+    da, dbb = _db(a), _db(b)
+    result = {}
+
+    def ours():
+        result["r"] = row_diff_across(da, dbb, "src", "tgt", ["id"], ["region", "amount", "note"],
+                                      max_download_rows=5 * rows, sample_limit=10)
+
+    ours_s = _timed(ours, repeat)
+    r = result["r"]
+    assert (r.missing, r.changed) == (rows // 200, rows // 200), (r.missing, r.changed)
+    try:
+        import reladiff
+    except ImportError:
+        return {"name": "rowdiff_crossdb_10m", "ours_s": ours_s, "peer": "reladiff hashdiff (not installed)", "peer_s": None, "goal": 0.1}
+
+    def rela():
+        ta = reladiff.connect_to_table(f"duckdb://{a}", "src", "id", extra_columns=("region", "amount", "note"))
+        tb = reladiff.connect_to_table(f"duckdb://{b}", "tgt", "id", extra_columns=("region", "amount", "note"))
+        diff = list(reladiff.diff_tables(ta, tb, algorithm=reladiff.Algorithm.HASHDIFF))
+        keys = {int(row[1][0]) for row in diff}
+        theirs["keys"] = keys
+
+    theirs: dict = {}
+
+    peer_s = _timed(rela, 1)
+    ours_keys = {e.key[0] for e in row_diff_across(da, dbb, "src", "tgt", ["id"], ["region", "amount", "note"],
+                                                  max_download_rows=5 * rows, sample_limit=rows).sample}
+    return {"name": "rowdiff_crossdb_10m", "ours_s": ours_s, "peer": "reladiff hashdiff", "peer_s": peer_s, "goal": 0.1,
+            "identical_key_sets": ours_keys == theirs["keys"]}
+
+
+BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb, "rowdiff_crossdb_10m": bench_rowdiff_crossdb}
+
+
+def _child(name: str, rows: int, repeat: int, q) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        out = BENCHES[name](Path(d), rows, repeat)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for o in out if isinstance(out, list) else [out]:
+        o.update(rows=rows, peak_rss_mb=round(rss, 1))
+        q.put(o)
+    q.put(None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="rows = 10M × scale per side")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=sorted(BENCHES))
+    ap.add_argument("--out", default="bench_results.json")
+    args = ap.parse_args()
+    rows = int(ROWS * args.scale)
+    results = []
+    ctx = mp.get_context("spawn")
+    for name in [args.only] if args.only else BENCHES:
+        q = ctx.Queue()
+        p = ctx.Process(target=_child, args=(name, rows, args.repeat, q))
+        p.start()
+        while (o := q.get()) is not None:
+            o["ours_s"] = round(o["ours_s"], 3)
+            o["peer_s"] = None if o["peer_s"] is None else round(o["peer_s"], 3)
+            o["ratio"] = None if not o["peer_s"] else round(o["ours_s"] / o["peer_s"], 3)
+            o["meets_goal"] = None if o["ratio"] is None else o["ratio"] <= o["goal"]
+            print(f"{o['name']:<28} rows {o['rows']:>11,}  ours {o['ours_s']:>7.3f} s  {o['peer']}: "
+                  f"{o['peer_s'] if o['peer_s'] is not None else 'n/a'} s  ratio {o['ratio']}  (goal ≤ {o['goal']})  "
+                  f"peak {o['peak_rss_mb']} MB", flush=True)
+            results.append(o)
+        p.join()
+    path = Path(args.out)
+    old = [r for r in json.loads(path.read_text()) if r["name"] not in {r["name"] for r in results}] if path.exists() else []
+    path.write_text(json.dumps(old + results, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
