@@ -183,6 +183,52 @@ def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, fla
         result.sample.append(RowDiffEntry(key=key, status=status, columns=cols, source_rows=sn, target_rows=tn))
 
 
+def _sort_key(key: Sequence[Any]) -> tuple:
+    return tuple((v is not None, v) for v in key)
+
+
+def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance,
+                        abs_tolerance, timestamp_precision, case_insensitive_keys, sample_limit) -> "RowDiffResult | None":
+    """DuckDB fast path: one FULL OUTER JOIN of the raw tables that returns the join's side counts
+    and the differing rows as one list. Valid only when no key is duplicated; returns None (use
+    the grouped query) when the counts or the list show a duplicate."""
+    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+
+    def key_expr(alias: str, c: str, types: dict[str, str]) -> str:
+        e = f"{alias}.{q(c)}"
+        if _is(CHAR_TYPES, types.get(c.lower())):
+            e = f"RTRIM({e})"
+        return f"LOWER({e})" if case_insensitive_keys else e
+
+    flags = [_differs(c, st.get(c.lower()), tt.get(c.lower()), rel_tolerance, abs_tolerance, timestamp_precision)
+             for c in compare_columns]
+    on = " AND ".join(f"{key_expr('s', c, st)} IS NOT DISTINCT FROM {key_expr('t', c, tt)}" for c in key_columns)
+    fields = [f"'k{i}': COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)})" for i, c in enumerate(key_columns)]
+    fields += ["'sm': s.dw_m", "'tm': t.dw_m"] + [f"'d{i}': {f}" for i, f in enumerate(flags)]
+    cond = " OR ".join(["s.dw_m IS NULL", "t.dw_m IS NULL", *flags])
+    src, tgt = sql.table(source_table).sql("duckdb"), sql.table(target_table).sql("duckdb")
+    nulls = "".join(f", COUNT(CASE WHEN {a}.dw_m IS NOT NULL AND {a}.{q(c)} IS NULL THEN 1 END)"
+                    for a in ("s", "t") for c in key_columns)
+    query = (f"SELECT (SELECT COUNT(*) FROM {src}), (SELECT COUNT(*) FROM {tgt}), COUNT(s.dw_m), COUNT(t.dw_m), "
+             f"LIST({{{', '.join(fields)}}}) FILTER (WHERE {cond}){nulls} "
+             f"FROM (SELECT *, 1 AS dw_m FROM {src}) s FULL OUTER JOIN (SELECT *, 1 AS dw_m FROM {tgt}) t ON {on}")
+    n_src, n_tgt, joined_s, joined_t, rows, *null_counts = db.fetch_all(query)[0]
+    if joined_s != n_src or joined_t != n_tgt:
+        return None  # a matched key is duplicated on some side
+    n = len(key_columns)
+    entries = sorted(((tuple(r[f"k{i}"] for i in range(n)), r) for r in rows or []), key=lambda x: _sort_key(x[0]))
+    if any(a[0] == b[0] for a, b in zip(entries, entries[1:])):
+        return None  # an unmatched key is duplicated
+    result = RowDiffResult(queries=[query])
+    for (side, c), k in zip(((side, c) for side in ("source", "target") for c in key_columns), null_counts):
+        if k:
+            result.warnings.append(f"key column {c} has {k} NULL(s) on the {side} side; compared NULL-safely")
+    for key, r in entries:
+        _tally(result, list(key), r["sm"], r["tm"], [bool(r[f"d{i}"]) for i in range(len(compare_columns))],
+               compare_columns, sample_limit)
+    return result
+
+
 def row_diff(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
              compare_columns: Sequence[str] | None = None, *, rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12,
              timestamp_precision: str | None = None, case_insensitive_keys: bool = False,
@@ -212,19 +258,26 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
             raise DatabaseError(f"key column {k} is not in both {source_table} and {target_table}")
     if compare_columns is None:
         compare_columns = [c for c in st if c in tt and c not in keys_l]
-    q = sqlglot.transpile(
-        row_diff_sql(source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance=rel_tolerance,
-                     abs_tolerance=abs_tolerance, timestamp_precision=timestamp_precision,
-                     case_insensitive_keys=case_insensitive_keys), read="duckdb", write=db.dialect)[0]
-    result = RowDiffResult(queries=[q])
-    n = len(key_columns)
-    for batch in db.fetch_batches(q):
-        for row in zip(*(c.to_pylist() for c in batch.columns)):
-            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2 :], compare_columns, sample_limit)
+    result = None
+    if db.dialect == "duckdb":
+        result = _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt,
+                                     rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, sample_limit)
+    fast = result is not None  # the single pass already counted NULL keys
+    if result is None:
+        q = sqlglot.transpile(
+            row_diff_sql(source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance=rel_tolerance,
+                         abs_tolerance=abs_tolerance, timestamp_precision=timestamp_precision,
+                         case_insensitive_keys=case_insensitive_keys), read="duckdb", write=db.dialect)[0]
+        result = RowDiffResult(queries=[q])
+        n = len(key_columns)
+        for batch in db.fetch_batches(q):
+            for row in zip(*(c.to_pylist() for c in batch.columns)):
+                _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2 :], compare_columns, sample_limit)
     for table, side in ((source_table, "source"), (target_table, "target")):
-        w, wq = _null_key_warnings(db, table, key_columns, side)
-        result.warnings += w
-        result.queries.append(wq)
+        if not fast:
+            w, wq = _null_key_warnings(db, table, key_columns, side)
+            result.warnings += w
+            result.queries.append(wq)
         if case_insensitive_keys:
             w, wq = _collisions(db, table, key_columns, side)
             result.warnings += w
