@@ -24,8 +24,11 @@ def _instance(dagster_home: str | None):
 
     if dagster_home:
         os.environ["DAGSTER_HOME"] = str(Path(dagster_home).resolve())
-    if not os.environ.get("DAGSTER_HOME"):
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
         raise click.UsageError("set DAGSTER_HOME or pass --dagster-home (the instance holding dw_dagster's records)")
+    if not Path(home).is_dir():
+        raise click.UsageError(f"DAGSTER_HOME {home} is not a directory holding a Dagster instance")
     return dg.DagsterInstance.get()
 
 
@@ -33,6 +36,14 @@ def _workspace_file() -> Path:
     from dw_dagster.examples.store_sales.home import PACKAGE_DIR
 
     return PACKAGE_DIR.parents[2] / "workspace.yaml"
+
+
+def _scale(ctx, param, value: float) -> float:
+    from dw_dagster.examples.store_sales.generator import MIN_SCALE, MAX_SCALE
+
+    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
+        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
+    return value
 
 
 home_option = click.option("--dagster-home", type=click.Path(file_okay=False), default=None,
@@ -51,7 +62,7 @@ def demo() -> None:
 
 
 @demo.command("store-sales")
-@click.option("--scale", type=float, default=0.01, show_default=True,
+@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale,
               help="Data scale; 1.0 is the incident's full size (212,400 back-dated lines, 64M rows in all).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
@@ -60,25 +71,39 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines (DESIGN.md §3)."""
     import dagster as dg
 
-    from dw_dagster.examples.store_sales.demo import DemoError, DemoResult, Timeline, run_store_sales_demo
+    from dw_dagster.examples.store_sales.demo import (
+        DemoDirError,
+        DemoError,
+        DemoResult,
+        Timeline,
+        claim_demo_dir,
+        run_store_sales_demo,
+    )
 
     work = Path(workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    own_home = not os.environ.get("DAGSTER_HOME")
     dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / "dagster_home").resolve()
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    if not (dagster_home / "dagster.yaml").exists():
-        (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
     key_file = work / "approval_signing.key"
-    if not os.environ.get(c.SIGNING_KEY_ENV):
-        if not key_file.exists():
-            key_file.write_text(secrets.token_hex(32))
-            key_file.chmod(0o600)
-        os.environ[c.SIGNING_KEY_ENV] = key_file.read_text().strip()
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        home = claim_demo_dir(work / "store_sales")
+        if own_home:
+            # the demo's own instance starts empty each run, like its data; a $DAGSTER_HOME you set is kept
+            claim_demo_dir(dagster_home)
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        if not (dagster_home / "dagster.yaml").exists():
+            (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        if not os.environ.get(c.SIGNING_KEY_ENV):
+            if not key_file.exists():
+                key_file.write_text(secrets.token_hex(32))
+                key_file.chmod(0o600)
+            os.environ[c.SIGNING_KEY_ENV] = key_file.read_text().strip()
+    except (OSError, DemoDirError) as e:
+        raise click.UsageError(f"cannot use --workdir {work}: {e}") from e
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
     out = sys.stderr if as_json else sys.stdout
     log = Timeline(out)
     log_file = work / "demo.log"
-    home = work / "store_sales"
     t0 = time.monotonic()
     result, error = DemoResult(scale=scale), None
     log("start", f"dw_dagster store-sales demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
@@ -104,7 +129,7 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
             f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
             "then look at Assets → store_sales_line → Events (dw/change_set, dw/approval, dw/receipt).\n"
-            f"Receipts from the command line: DAGSTER_HOME={dagster_home} dw-dagster receipts",
+            f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
             file=out,
         )
     if as_json:
@@ -123,14 +148,19 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
 @click.option("--comment", default="", help="Why.")
 @home_option
 def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagster_home: str | None) -> None:
-    """Approve (or --reject) a change set by running the approval job against the instance."""
+    """Approve (or --reject) a change set by running the approval job against the instance.
+
+    Exit codes: 0 recorded; 2 usage error; 3 refused by a rule (message says which).
+    """
     from dw_dagster.remediation.approval import approve_in_process
 
+    if not approver.strip():
+        raise click.BadParameter("must not be empty", param_hint="--approver")
     with _instance(dagster_home) as instance:
         ok, msg = approve_in_process(instance, change_set_id, approver, "reject" if reject else "approve", comment)
     if not ok:
         click.echo(f"refused: {msg}", err=True)
-        sys.exit(2)
+        sys.exit(3)
     click.echo(msg)
 
 
@@ -140,6 +170,7 @@ def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagst
 def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
     """List change sets (newest first) with their decision."""
     from dw_dagster.remediation import records
+    from dw_dagster.remediation.approval import PAST, signature_valid
 
     with _instance(dagster_home) as instance:
         seen, rows = set(), []
@@ -148,14 +179,21 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
                 continue
             seen.add(cs.id)
             decided = records.approvals(instance, cs.id)
+            status = "pending"
+            if decided:
+                status = PAST[decided[0].decision]
+                if decided[0].change_set_version != cs.version:
+                    status += " (an older version; this one needs a new approval)"
+                elif not signature_valid(decided[0]):
+                    status += f" (signature does not verify with this ${c.SIGNING_KEY_ENV})"
             rows.append({"id": cs.id, "version": cs.version, "asset": "/".join(cs.target_asset), "cause": cs.cause_kind,
-                         "window": cs.window, "status": decided[0].decision + "d" if decided else "pending",
+                         "window": cs.window, "status": status,
                          "approvers": cs.approvers, "expires_at": cs.expires_at.isoformat(), "summary": cs.summary})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        click.echo(f"{r['id']}  {r['status']:<9} {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
+        click.echo(f"{r['id']}  {r['status']}  {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
 
 
 @main.command()
@@ -163,14 +201,19 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @home_option
 def receipts(asset: str | None, as_json: bool, dagster_home: str | None) -> None:
-    """Print receipts (dw/receipt) from the Dagster instance, newest first."""
+    """Print receipts (dw/receipt) from the Dagster instance: per asset, newest first."""
     import dagster as dg
 
     from dw_dagster.remediation import records
     from dw_dagster.remediation.receipts import receipt_markdown
 
+    if asset is not None and not asset.strip("/ "):
+        raise click.BadParameter("must name an asset key, e.g. store_sales_line", param_hint="--asset")
     with _instance(dagster_home) as instance:
-        found = records.receipts(instance, dg.AssetKey(asset.split("/")) if asset else None)
+        key = dg.AssetKey(asset.strip("/").split("/")) if asset else None
+        if key is not None and key not in set(instance.get_asset_keys()):
+            raise click.BadParameter(f"no asset {asset!r} in this instance", param_hint="--asset")
+        found = records.receipts(instance, key)
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json") for r in found], indent=2))
         return
@@ -190,7 +233,13 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
     from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, resolve_node
     from dw_dagster.lineage.dbt_manifest import UnknownNodeError
 
-    g = manifest_graph(load_manifest(manifest))
+    try:
+        data = load_manifest(manifest)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--manifest") from e
+    if not isinstance(data, dict) or not any(data.get(k) for k in ("nodes", "sources")):
+        raise click.BadParameter(f"{manifest} is not a dbt manifest (no nodes or sources)", param_hint="--manifest")
+    g = manifest_graph(data)
     try:
         root = resolve_node(g, selector)
     except UnknownNodeError as e:

@@ -160,13 +160,27 @@ def database_from_url(url: str) -> Database:
     """Open a :class:`Database` from a URL.
 
     ``duckdb:///path/to/file.duckdb`` (or a bare path ending in ``.duckdb``) opens DuckDB natively;
-    anything else is handed to SQLAlchemy.
+    ``snowflake://user:password@account/database/schema?warehouse=WH&role=R`` opens
+    :class:`~dw_dagster.warehouses.SnowflakeDatabase` (``?host=127.0.0.1&port=8085&protocol=http``
+    reaches an emulator); ``bigquery://project/dataset?location=EU`` opens
+    :class:`~dw_dagster.warehouses.BigQueryDatabase` with Application Default Credentials, and
+    ``bigquery://project/dataset?endpoint=http://127.0.0.1:9050`` an emulator with anonymous
+    credentials; anything else is handed to SQLAlchemy.
 
     Raises:
-        ValueError: for an empty URL.
+        ValueError: for an empty URL, or a malformed ``snowflake://`` or ``bigquery://`` URL.
+        ImportError: the ``snowflake`` or ``bigquery`` extra of dw-dagster is not installed.
     """
     if not url:
         raise ValueError("database URL is empty")
+    if url.startswith("snowflake://"):
+        from dw_dagster.warehouses import SnowflakeDatabase
+
+        return SnowflakeDatabase.from_url(url)
+    if url.startswith("bigquery://"):
+        from dw_dagster.warehouses import BigQueryDatabase
+
+        return BigQueryDatabase.from_url(url)
     if url.startswith("duckdb:///"):
         return DuckDBDatabase(url[len("duckdb:///") :])
     if url.startswith("duckdb://"):

@@ -13,12 +13,18 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlglot import exp
 
 from dw_dagster import sql
 from dw_dagster.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
+
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")
+_PLAIN_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*){0,2}$")
 
 
 class LoadSpecError(ValueError):
@@ -37,7 +43,31 @@ class IncrementalLoadSpec(BaseModel):
     watermark_column: str
     lookback_hours: float = Field(0, ge=0, le=24 * 90)
     arrival_column: str | None = None
-    columns: list[str]
+    columns: list[str] = Field(min_length=1)
+
+    @field_validator("source_table", "target_table")
+    @classmethod
+    def _plain_table(cls, v: str) -> str:
+        # Config names are refused unless plain; names from elsewhere are quoted by dw_dagster.sql.
+        if not _PLAIN_TABLE.match(v):
+            raise ValueError(f"{v!r} is not a plain [catalog.]schema.table name (letters, digits, _ and $)")
+        return v
+
+    @field_validator("merge_key", "partition_column", "watermark_column", "arrival_column")
+    @classmethod
+    def _plain_column(cls, v: str | None) -> str | None:
+        if v is not None and not _PLAIN_NAME.match(v):
+            raise ValueError(f"{v!r} is not a plain column name (letters, digits, _ and $)")
+        return v
+
+    @model_validator(mode="after")
+    def _columns_loaded(self) -> "IncrementalLoadSpec":
+        for c in self.columns:
+            self._plain_column(c)
+        for field in ("merge_key", "partition_column", "watermark_column"):
+            if getattr(self, field) not in self.columns:
+                raise ValueError(f"{field} {getattr(self, field)!r} must be one of the loaded columns {self.columns}")
+        return self
 
     @classmethod
     def from_file(cls, path: str | Path) -> IncrementalLoadSpec:
@@ -83,7 +113,8 @@ def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec) -> None:
     """Create the target schema and table if they do not exist."""
     t = sql.table(spec.target_table)
     if t.db:
-        warehouse.execute(f"CREATE SCHEMA IF NOT EXISTS {t.args['db'].sql('duckdb')}")
+        schema = ".".join(p.sql("duckdb") for p in (t.args.get("catalog"), t.args["db"]) if p is not None)
+        warehouse.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     warehouse.execute(_ddl_from_source(spec))
 
 

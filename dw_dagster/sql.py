@@ -17,7 +17,13 @@ from sqlglot import exp
 
 
 class UnsafeIdentifierError(ValueError):
-    """An identifier from config or an incident payload cannot be used (empty, NUL, too long)."""
+    """An identifier from config or an incident payload cannot be used.
+
+    Refused: empty names, names over 255 characters, control characters, backslashes and
+    backticks. BigQuery reads backslash escapes inside backquoted names while sqlglot doubles a
+    backtick, so those two characters cannot be quoted the same way on every dialect; no real
+    table or column needs them.
+    """
 
 
 _MAX_IDENTIFIER = 255
@@ -27,10 +33,11 @@ def identifier(name: str) -> exp.Identifier:
     """Build one identifier node; sqlglot quotes it whenever it is not a plain name.
 
     Raises:
-        UnsafeIdentifierError: if ``name`` is not a non-empty string without NUL characters and
-            at most 255 characters long.
+        UnsafeIdentifierError: ``name`` is empty, longer than 255 characters, or holds a control
+            character, a backslash or a backtick.
     """
-    if not isinstance(name, str) or not name or "\x00" in name or len(name) > _MAX_IDENTIFIER:
+    if (not isinstance(name, str) or not name or len(name) > _MAX_IDENTIFIER
+            or any(ch in "\\`" or ord(ch) < 32 or ord(ch) == 127 for ch in name)):
         raise UnsafeIdentifierError(f"not a usable SQL identifier: {name!r}")
     return exp.to_identifier(name)
 

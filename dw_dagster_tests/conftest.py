@@ -27,3 +27,82 @@ def postgres():
         pytest.fail(f"PostgreSQL on loopback is required for this test: {e}")
     yield db
     db.dispose()
+
+
+# -- Snowflake and BigQuery emulators on loopback (dw_dagster_tests/emulators.py) ----------------
+
+
+@pytest.fixture(scope="session")
+def fakesnow_server(tmp_path_factory):
+    """fakesnow (Snowflake on DuckDB) on 127.0.0.1 for the session; yields connector kwargs."""
+    from dw_dagster_tests.emulators import fakesnow_server as start
+
+    with start(tmp_path_factory.mktemp("fakesnow")) as kwargs:
+        yield kwargs
+
+
+@pytest.fixture(scope="session")
+def bqemulator_server(tmp_path_factory):
+    """bqemulator (BigQuery REST on DuckDB) on 127.0.0.1 for the session; yields its endpoint URL.
+
+    Its venv (``.cache/bqemulator-venv``) is built on first use, about a minute, then reused.
+    """
+    from dw_dagster_tests.emulators import bqemulator_server as start
+    from dw_dagster_tests.emulators import ensure_bqemulator_venv
+
+    build = ensure_bqemulator_venv()
+    if build.built_seconds is not None:
+        print(f"\nbuilt the bqemulator venv in {build.built_seconds:.0f} s")
+    with start(build.python, tmp_path_factory.mktemp("bqemulator")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["duckdb", "snowflake", "bigquery"], ids=["duckdb", "snowflake", "bigquery"])
+def warehouse(request, tmp_path):
+    """A :class:`~dw_dagster_tests.emulators.Warehouse`: a ``Database`` and a fresh schema (dataset).
+
+    The schema is dropped after the test; DuckDB's lives in a file under ``tmp_path``.
+    """
+    import uuid
+
+    from dw_dagster_tests.emulators import FAKESNOW_DATABASE, Warehouse, bigquery_client
+
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    if request.param == "duckdb":
+        from dw_dagster.databases import DuckDBDatabase
+
+        db = DuckDBDatabase(tmp_path / "warehouse.duckdb")
+        db.execute(f"CREATE SCHEMA {schema}")
+        yield Warehouse("duckdb", db, schema)
+    elif request.param == "snowflake":
+        from dagster_snowflake import SnowflakeResource
+
+        from dw_dagster.warehouses import SnowflakeDatabase
+
+        kwargs = dict(request.getfixturevalue("fakesnow_server"))
+        admin = SnowflakeDatabase(**kwargs, database=FAKESNOW_DATABASE)
+        admin.execute(f"CREATE SCHEMA {schema}")
+        resource = SnowflakeResource(
+            account=kwargs.pop("account"),
+            user=kwargs.pop("user"),
+            password=kwargs.pop("password"),
+            database=FAKESNOW_DATABASE,
+            schema=schema,
+            login_timeout=kwargs.pop("login_timeout"),
+            network_timeout=kwargs.pop("network_timeout"),
+            additional_snowflake_connection_args=kwargs,  # host, port, protocol, session_parameters
+        )
+        try:
+            yield Warehouse("snowflake", SnowflakeDatabase(resource), schema)
+        finally:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    else:
+        from dw_dagster.warehouses import BigQueryDatabase
+
+        client = bigquery_client(request.getfixturevalue("bqemulator_server"))
+        client.create_dataset(schema)
+        try:
+            yield Warehouse("bigquery", BigQueryDatabase(client, dataset=schema), schema)
+        finally:
+            client.delete_dataset(schema, delete_contents=True, not_found_ok=True)
+            client.close()

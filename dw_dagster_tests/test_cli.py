@@ -42,7 +42,8 @@ def test_demo_json_reports_the_loop(demo_run):
 
 def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     _, work = demo_run
-    env = _env(DAGSTER_HOME=str(work / "dagster_home"))
+    key = (work / "approval_signing.key").read_text().strip()
+    env = _env(DAGSTER_HOME=str(work / "dagster_home"), DW_APPROVAL_SIGNING_KEY=key)
     rec = subprocess.run([str(BIN / "dw-dagster"), "receipts", "--asset", "store_sales_line", "--json"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert rec.returncode == 0, rec.stderr[-2000:]
@@ -51,16 +52,28 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     cs = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True, env=env, timeout=120)
     (row,) = json.loads(cs.stdout)
     assert row["status"] == "approved"
+    other_key = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True,
+                               env={**env, "DW_APPROVAL_SIGNING_KEY": "some-other-deployment-key"}, timeout=120)
+    assert "signature does not verify" in json.loads(other_key.stdout)[0]["status"]
     again = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
                            capture_output=True, text=True, env={**env, "DW_APPROVAL_SIGNING_KEY": "x" * 32}, timeout=120)
-    assert again.returncode == 2 and "single-use" in again.stderr
+    assert again.returncode == 3 and again.stderr.strip().splitlines()[-1].startswith("refused: ")
+    assert "single-use" in again.stderr and "Traceback" not in again.stderr
 
 
-def test_demo_exits_nonzero_when_a_stage_fails(tmp_path):
-    proc = subprocess.run([str(BIN / "dw-dagster"), "demo", "store-sales", "--json", "--scale", "0.00001", "--workdir", str(tmp_path)],
+def test_demo_refuses_bad_input_before_touching_the_disk(tmp_path):
+    mine = tmp_path / "store_sales" / "mine.txt"
+    mine.parent.mkdir()
+    mine.write_text("not the demo's")
+    for scale in ("-1", "0.00001", "inf", "nan"):
+        proc = subprocess.run([str(BIN / "dw-dagster"), "demo", "store-sales", "--scale", scale, "--workdir", str(tmp_path)],
+                              capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+        assert proc.returncode == 2 and "--scale" in proc.stderr
+    proc = subprocess.run([str(BIN / "dw-dagster"), "demo", "store-sales", "--workdir", str(tmp_path)],
                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
-    assert proc.returncode == 1
-    assert "too small" in json.loads(proc.stdout)["error"]
+    assert proc.returncode == 2 and "was not made by the demo" in proc.stderr
+    assert mine.read_text() == "not the demo's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store_sales"]
 
 
 def test_definitions_validate(tmp_path):

@@ -69,3 +69,4 @@ def test_load_diagnose_and_repair_from_postgres(pg_source, tmp_path):
     after = reconcile(pg_source, wh, "pos.sales_line", "pos.sales_line", ["region"], ["net_sales"])
     assert after.passed and after.gap_rows == 0
     assert wh.fetch_all("SELECT count(*) - count(DISTINCT sales_line_id) FROM pos.sales_line")[0][0] == 0
+

@@ -69,7 +69,9 @@ def last_deadline(now_utc: dt.datetime, deadline: dt.time, timezone: str) -> dt.
 
 def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int, now_utc: dt.datetime,
                        max_lag: dt.timedelta, deadline: dt.time | None = None, deadline_timezone: str = "UTC") -> FreshnessResult:
-    """Apply the rule in the module docstring."""
+    """Apply the rule in the module docstring (no non-NULL value means no timestamp, whatever MAX said)."""
+    if non_null == 0:
+        max_ts_utc = None
     dl = last_deadline(now_utc, deadline, deadline_timezone) if deadline else None
     required = (dl or now_utc) - max_lag
     lag = (now_utc - max_ts_utc).total_seconds() if max_ts_utc else None

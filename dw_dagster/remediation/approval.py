@@ -31,6 +31,7 @@ from dw_dagster.models import Approval, ChangeSet, utcnow
 from dw_dagster.remediation import records
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"
+PAST = {"approve": "approved", "reject": "rejected"}
 
 
 class ApprovalRefused(Exception):
@@ -150,10 +151,10 @@ def record_decision_op(context: dg.OpExecutionContext, config: ApprovalDecision)
     approval = Approval(**fields, run_id=context.run_id, signature=sign(unsigned.signing_payload()))
     context.log_event(dg.AssetObservation(
         asset_key=dg.AssetKey(cs.target_asset),
-        description=f"change set {cs.id} {decision}d by {approver}",
+        description=f"change set {cs.id} {PAST[decision]} by {approver}",
         metadata={c.APPROVAL_KEY: dg.MetadataValue.json(approval.model_dump(mode="json")), c.CHANGE_SET_ID_KEY: cs.id},
     ))
-    context.log.info(f"Recorded: change set {cs.id} (version {cs.version}) {decision}d by {approver}.")
+    context.log.info(f"Recorded: change set {cs.id} (version {cs.version}) {PAST[decision]} by {approver}.")
 
 
 @dg.job(name=APPROVAL_JOB_NAME, tags={"dw/kind": "approval"},
@@ -180,12 +181,13 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, approve
         instance=instance,
         run_config={"ops": {"dw_record_decision": {"config": {
             "change_set_id": change_set_id, "approver": approver, "decision": decision, "comment": comment}}},
-            "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            # a refusal is an expected outcome, reported by the return value, not a stack trace
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
         tags={c.CHANGE_SET_TAG: change_set_id},
         raise_on_error=False,
     )
     if result.success:
-        return True, f"{decision}d change set {change_set_id} as {approver}"
+        return True, f"{PAST[decision]} change set {change_set_id} as {approver.strip().lower()}"
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     msg = failure.event_specific_data.error.message if failure and failure.event_specific_data.error else "failed"
     msg = msg.strip()

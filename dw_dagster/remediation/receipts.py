@@ -49,19 +49,18 @@ def receipt_markdown(r: Receipt) -> str:
         f"### Receipt {r.id} - change set {r.change_set_id} ({'verified' if r.verified else 'NOT verified'})",
         f"- **Cause** ({r.cause_kind}): {r.cause_summary}",
         f"- **Approved by** {r.approver} at {r.approved_at.isoformat()} (signature {'valid' if r.signature_valid else 'INVALID'})",
-        f"- **Partitions**: {', '.join(r.partitions) or 'none'}",
-        f"- **Runs**: " + ", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()),
-        "",
-        "| slice | before (gap rows / %) | after (gap rows / %) |",
-        "|---|---|---|",
+        f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
+        "- **Runs**: " + ", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()),
     ]
-    for s in sorted(set(r.rows_before) | set(r.rows_after)):
-        b, a = r.rows_before.get(s, {}), r.rows_after.get(s, {})
-        lines.append(f"| {s} | {b.get('gap_rows', '-')} / {b.get('gap_pct', '-')} | {a.get('gap_rows', '-')} / {a.get('gap_pct', '-')} |")
+    if r.rows_before or r.rows_after:
+        lines += ["", "| slice | before (gap rows / %) | after (gap rows / %) |", "|---|---|---|"]
+        for s in sorted(set(r.rows_before) | set(r.rows_after)):
+            b, a = r.rows_before.get(s, {}), r.rows_after.get(s, {})
+            lines.append(f"| {s} | {b.get('gap_rows', '-')} / {b.get('gap_pct', '-')} | {a.get('gap_rows', '-')} / {a.get('gap_pct', '-')} |")
     lines += ["", "| check | asset | passed |", "|---|---|---|"]
     lines += [f"| {o.check_name} | {'/'.join(o.asset_key)} | {o.passed} |" for o in r.checks]
     lines += ["", f"**Undo**: {r.undo}", "", "<details><summary>diff</summary>", "", "```diff", r.diff.rstrip(), "```", "</details>",
-              "", f"previous receipt hash: `{r.previous_hash}`"]
+              "", f"previous receipt hash: `{r.previous_hash}`" if r.previous_hash else "previous receipt hash: none (first receipt on this asset)"]
     return "\n".join(lines)
 
 

@@ -223,6 +223,10 @@ def build_remediation_sensor(
             seen.add(cs.id)
             approval = valid_approval(instance, cs)
             if approval is None:
+                decided = [a for a in records.approvals(instance, cs.id) if a.decision == "approve"]
+                if decided:
+                    waiting.append(f"{cs.id}: approval {decided[0].id} is not valid for version {cs.version} "
+                                   "(edited since, or its signature does not verify with this deployment's key)")
                 continue
             base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
             runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}

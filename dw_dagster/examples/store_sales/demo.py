@@ -45,6 +45,33 @@ class DemoError(RuntimeError):
     """A stage of the demo did not produce what it must; the message names the stage."""
 
 
+class DemoDirError(RuntimeError):
+    """A folder the demo would clear was not made by the demo."""
+
+
+MARKER = ".dw_demo_dir"
+
+
+def claim_demo_dir(path: Path) -> Path:
+    """Give the demo an empty ``path``: create it, or clear it if an earlier demo made it.
+
+    Raises:
+        DemoDirError: ``path`` exists, is not empty and has no demo marker (it is someone's data).
+    """
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise DemoDirError(f"{path} exists and is not a folder")
+        if (path / MARKER).exists():
+            shutil.rmtree(path)
+        elif any(path.iterdir()):
+            raise DemoDirError(f"{path} exists, is not empty and was not made by the demo; "
+                               "choose another --workdir or remove it yourself")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("made by dw-dagster demo; cleared at the next demo run\n")
+    return path
+
+
 @dataclass
 class DemoResult:
     cause: str | None = None
@@ -120,8 +147,8 @@ def run_store_sales_demo(
 
     log = log or Timeline()
     res = DemoResult(scale=scale, store_sales_home=str(home))
-    if home.exists():
-        shutil.rmtree(home)
+    gen.plan(scale)  # validates the scale before anything on disk changes
+    claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)
     h.ensure_home(home)
     src = DuckDBDatabase(h.source_path(home))

@@ -56,6 +56,10 @@ WEEKDAY_FACTOR = {0: 0.96, 1: 0.94, 2: 0.97, 3: 1.0, 4: 1.08, 5: 1.2, 6: 1.12}
 BEFORE_RECOVERY = dt.datetime(2026, 11, 28, 0, 30, 0)
 AFTER_RECOVERY = dt.datetime(2026, 11, 29, 0, 30, 0)
 
+# Below MIN_SCALE an offline store-day would get fewer than two lines; MAX_SCALE is 640M lines.
+MIN_SCALE = 0.0004
+MAX_SCALE = 10.0
+
 SOURCE_TABLE = "pos.sales_line"
 SOURCE_DDL = (
     "CREATE TABLE IF NOT EXISTS pos.sales_line ("
@@ -114,12 +118,10 @@ def plan(scale: float = 1.0) -> list[StoreDay]:
     Raises:
         ValueError: if ``scale`` is so small that an offline store-day would have no lines.
     """
-    if not scale > 0:
-        raise ValueError(f"scale must be positive, got {scale}")
+    if not MIN_SCALE <= scale <= MAX_SCALE:  # also false for nan
+        raise ValueError(f"scale {scale} is out of range: use {MIN_SCALE} to {MAX_SCALE}")
     backdated_total = round(BACKDATED_LINES * scale)
     sw_total = round(SOUTHWEST_LINES * scale)
-    if backdated_total < 2 * OUTAGE_STORES * len(OUTAGE_DAYS):
-        raise ValueError(f"scale {scale} is too small: use at least 0.0004")
     rng = random.Random(SEED)
     store_factor = {sid: rng.uniform(0.7, 1.3) for sid, _ in stores()}
     offline = outage_store_ids()

@@ -1,6 +1,6 @@
 """Where the store-sales example keeps its files: a pipeline repository working copy and data.
 
-Layout of ``$DW_STORE_SALES_HOME`` (default ``./.dw_demo/store_sales``)::
+Layout of ``$DW_STORE_SALES_HOME`` (default ``.dw_demo/store_sales`` in the repository)::
 
     repo/                     git working copy the change set's diff applies to
       pipelines/store_sales_line.yaml
@@ -33,7 +33,12 @@ def template_dbt_project() -> Path:
 
 
 def home_dir() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.cwd() / ".dw_demo" / "store_sales").resolve()
+    """``$DW_STORE_SALES_HOME``, else ``.dw_demo/store_sales`` in the repository (where ``make demo`` puts it)."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).resolve()
+    repo = PACKAGE_DIR.parents[2]
+    root = repo if (repo / "workspace.yaml").exists() else Path.cwd()
+    return (root / ".dw_demo" / "store_sales").resolve()
 
 
 def repo_dir(home: Path) -> Path:

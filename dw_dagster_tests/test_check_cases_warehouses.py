@@ -1,0 +1,66 @@
+"""The same check cases on DuckDB, Snowflake (fakesnow over loopback) and BigQuery (bqemulator over loopback)."""
+
+import datetime as dt
+from decimal import Decimal
+
+from dw_dagster.checks.dead_letter import parked_rows
+from dw_dagster.checks.freshness import freshness
+from dw_dagster.checks.null_rate import null_rates
+from dw_dagster.checks.reconcile import reconcile
+from dw_dagster.checks.volume import volume_scores
+
+D = dt.date
+
+
+def test_c07_slices_and_keys(warehouse):
+    cols = {"k": "INTEGER", "day": "DATE", "amt": "DECIMAL(18,2)"}
+    day = lambda k: D(2024, 3, 1) if k <= 3 else D(2024, 3, 2)  # noqa: E731
+    s = warehouse.make_table("src", cols, [(k, day(k), Decimal("10.00")) for k in range(1, 6)])
+    t = warehouse.make_table("tgt", cols, [(k, day(k), Decimal("10.00")) for k in (1, 2, 3, 3, 4)])
+    res = reconcile(warehouse.db, warehouse.db, s, t, ["day"], ["amt"], key_columns=["k"])
+    got = {sl.slice["day"]: (sl.source_rows, sl.target_rows, sl.source_keys, sl.target_keys, sl.target_duplicate_keys)
+           for sl in res.slices}
+    assert got == {"2024-03-01": (3, 4, 3, 3, 1), "2024-03-02": (2, 1, 2, 1, 0)}
+    assert not res.passed
+    assert {sl.slice["day"]: sl.sum_gaps["amt"] for sl in res.slices} == {"2024-03-01": "-10.00", "2024-03-02": "10.00"}
+
+
+def test_c10_zero_day_from_the_spine(warehouse):
+    rows = [(dt.datetime(2024, 3, d, 12),) for d in range(1, 8) for _ in range(5)]
+    t = warehouse.make_table("events", {"ts": "TIMESTAMP"}, rows)
+    (s,), _ = volume_scores(warehouse.db, t, "ts", evaluate_days=1, as_of=D(2024, 3, 8), training_days=7)
+    assert (s.rows, s.status, s.mean) == (0, "no_rows", 5.0)
+    assert s.lower >= 0
+
+
+def test_null_rate_jump_fails(warehouse):
+    rows = [(dt.datetime(2024, 3, d, 12), "x") for d in range(1, 8) for _ in range(20)]
+    rows += [(dt.datetime(2024, 3, 8, 12), None if i < 2 else "x") for i in range(20)]  # 10 % today
+    t = warehouse.make_table("t", {"ts": "TIMESTAMP", "c": "VARCHAR"}, rows)
+    (r,), _ = null_rates(warehouse.db, t, ["c"], timestamp_column="ts", baseline_days=7)
+    assert (r.baseline_pct, r.current_pct, r.status) == (0.0, 10.0, "too_many_nulls")
+
+
+def test_c14_all_null_timestamps(warehouse):
+    # (fakesnow reads a NULL TIMESTAMP_NTZ back as 1970-01-01; the check decides on COUNT(ts), not on MAX)
+    t = warehouse.make_table("t", {"loaded_at": "TIMESTAMP"}, [(None,), (None,), (None,)])
+    r, _ = freshness(warehouse.db, t, "loaded_at", max_lag=dt.timedelta(hours=1))
+    assert not r.passed and r.max_timestamp_utc is None and r.reason == "no timestamp observed (3 rows, all NULL)"
+    e = warehouse.make_table("e", {"loaded_at": "TIMESTAMP"}, [])
+    r, _ = freshness(warehouse.db, e, "loaded_at", max_lag=dt.timedelta(hours=1))
+    assert not r.passed and "table is empty" in r.reason
+
+
+def test_freshness_value_in_utc(warehouse):
+    t = warehouse.make_table("t", {"loaded_at": "TIMESTAMP"}, [(dt.datetime(2024, 3, 10, 11, 0),), (None,)])
+    r, _ = freshness(warehouse.db, t, "loaded_at", max_lag=dt.timedelta(hours=1),
+                     now_utc=dt.datetime(2024, 3, 10, 11, 30, tzinfo=dt.timezone.utc))
+    assert r.passed and r.max_timestamp_utc == dt.datetime(2024, 3, 10, 11, 0, tzinfo=dt.timezone.utc)
+
+
+def test_dead_letter_by_reason(warehouse):
+    rows = [(1, dt.datetime(2024, 3, 11, 9), "old"), (2, dt.datetime(2024, 3, 12, 10), "missing required field"),
+            (3, dt.datetime(2024, 3, 12, 11), "missing required field")]
+    t = warehouse.make_table("dlq", {"order_id": "INTEGER", "parked_at": "TIMESTAMP", "error": "VARCHAR"}, rows)
+    reasons, _ = parked_rows(warehouse.db, t, "parked_at", "error", dt.datetime(2024, 3, 12))
+    assert [(r.reason, r.rows) for r in reasons] == [("missing required field", 2)]
