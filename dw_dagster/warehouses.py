@@ -300,8 +300,10 @@ class BigQueryDatabase:
         *,
         project: str | None = None,
         location: str | None = None,
+        retry_deadline_s: float = 60.0,
     ) -> None:
         _import_bigquery()
+        self.retry_deadline_s = retry_deadline_s
         self._client_or_resource = client
         self._is_resource = hasattr(client, "get_client") and not hasattr(client, "query")
         self.project = project or getattr(client, "project", None)
@@ -384,7 +386,11 @@ class BigQueryDatabase:
         return config
 
     def _run(self, client: Any, sql: str) -> Any:
-        kwargs: dict[str, Any] = {"job_config": self._job_config()}
+        from google.api_core.retry import Retry
+
+        # Bounded retries: a server error must surface as a DatabaseError, not retry for minutes.
+        kwargs: dict[str, Any] = {"job_config": self._job_config(), "retry": Retry(deadline=self.retry_deadline_s),
+                                  "job_retry": None, "timeout": self.retry_deadline_s}
         if self.project:
             kwargs["project"] = self.project
         if self.location:
@@ -393,6 +399,20 @@ class BigQueryDatabase:
 
     def _fail(self, what: str, e: BaseException, sql: str) -> DatabaseError:
         return DatabaseError(f"{self.name}: {what} failed: {type(e).__name__}: {_first_line(e)}\n  SQL: {_short(sql)}")
+
+    def column_types(self, table: str) -> dict[str, str]:
+        """Column name (lower case) → BigQuery type (``STRING``, ``NUMERIC``, ``FLOAT``...), from the tables API.
+
+        Raises:
+            DatabaseError: the table does not exist.
+        """
+        ref = table if table.count(".") == 2 else (
+            f"{self.project}.{table}" if "." in table else f"{self._default_dataset}.{table}")
+        try:
+            with self.client() as client:
+                return {f.name.lower(): f.field_type.upper() for f in client.get_table(ref).schema}
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: table {table} not found: {type(e).__name__}: {_first_line(e)}") from e
 
     def fetch_all(self, sql: str) -> list[tuple]:
         """Run ``sql`` and return every row as a tuple (``NUMERIC`` as Decimal, ``DATE`` as date).

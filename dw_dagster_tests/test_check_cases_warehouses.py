@@ -64,3 +64,33 @@ def test_dead_letter_by_reason(warehouse):
     t = warehouse.make_table("dlq", {"order_id": "INTEGER", "parked_at": "TIMESTAMP", "error": "VARCHAR"}, rows)
     reasons, _ = parked_rows(warehouse.db, t, "parked_at", "error", dt.datetime(2024, 3, 12))
     assert [(r.reason, r.rows) for r in reasons] == [("missing required field", 2)]
+
+
+def test_c01_null_keys_reconcile(warehouse):
+    cols = {"region": "VARCHAR", "sku": "VARCHAR", "qty": "INTEGER"}
+    s = warehouse.make_table("s", cols, [("EU", "A", 1), (None, "B", 2)])
+    t = warehouse.make_table("t", cols, [("EU", "A", 1), (None, "B", 2), (None, "B", 2)])
+    (total,) = reconcile(warehouse.db, warehouse.db, s, t, [], ["qty"], key_columns=["region", "sku"]).slices
+    assert (total.source_keys, total.target_keys, total.target_duplicate_keys) == (2, 2, 1) and not total.passed
+
+
+def test_c02_row_diff(warehouse):
+    from dw_dagster.checks.rowdiff import row_diff
+
+    cols = {"id": "INTEGER", "a": "VARCHAR", "b": "VARCHAR"}
+    s = warehouse.make_table("s", cols, [(1, "1", "11"), (2, None, "x"), (3, None, "y"), (4, "", None)])
+    t = warehouse.make_table("t", cols, [(1, "11", "1"), (2, "x", None), (3, None, "y"), (4, None, None)])
+    r = row_diff(warehouse.db, s, t, ["id"])
+    assert [(e.key, e.columns) for e in r.sample] == [([1], ["a", "b"]), ([2], ["a", "b"]), ([4], ["a"])]
+
+
+def test_c03_exact_decimals_tolerant_floats(warehouse):
+    from dw_dagster.checks.rowdiff import row_diff
+
+    s = warehouse.make_table("s", {"id": "INTEGER", "amount": "DOUBLE", "big": "DECIMAL(18,2)"},
+                             [(1, 0.1 + 0.2, Decimal("1.00")), (2, 5.0, Decimal("123456789012345.67")), (3, -0.0, Decimal("0.00"))])
+    t = warehouse.make_table("t", {"id": "INTEGER", "amount": "DECIMAL(18,2)", "big": "DECIMAL(18,2)"},
+                             [(1, Decimal("0.30"), Decimal("1.00")), (2, Decimal("5.00"), Decimal("123456789012345.68")),
+                              (3, Decimal("0.00"), Decimal("0.00"))])
+    r = row_diff(warehouse.db, s, t, ["id"])
+    assert [(e.key, e.columns) for e in r.sample] == [([2], ["big"])]

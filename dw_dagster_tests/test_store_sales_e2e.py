@@ -82,7 +82,7 @@ def test_receipts_on_every_touched_asset(loop):
     assert set(r.run_ids) == {"window-1", "rebuild", "verify"}
     assert r.rows_before['{"region": "Southwest"}']["gap_rows"] == result.gap_rows_before
     assert r.rows_after['{"region": "Southwest"}']["gap_rows"] == 0
-    assert {o.check_name for o in r.checks} == {"region_compare", "daily_volume"} and all(o.passed for o in r.checks)
+    assert {o.check_name for o in r.checks} == {"region_compare", "daily_volume", "null_rate"} and all(o.passed for o in r.checks)
     assert "git apply -R" in r.undo and "+watermark_column: posted_ts" in r.diff
     (m,) = records.receipts(instance, dg.AssetKey("fct_store_sales_daily"))
     assert any(o.check_name.startswith("assert_fct_store_sales_daily_counts") and o.passed for o in m.checks)

@@ -69,17 +69,19 @@ class RowDiffResult(BaseModel):
 def column_types(db: Database, table: str) -> dict[str, str]:
     """Column name (lower case) → upper-case data type, from ``information_schema.columns``.
 
+    A database that knows its schemas better (BigQuery's tables API) provides ``column_types``.
+
     Raises:
         DatabaseError: the table does not exist (or has no visible columns).
     """
+    if hasattr(db, "column_types"):
+        return db.column_types(table)
     t = sql.table(table)
     schema = t.args.get("db")
     cond = f"LOWER(table_name) = {sql.literal(t.name.lower()).sql('duckdb')}"
     if schema is not None:
         cond += f" AND LOWER(table_schema) = {sql.literal(schema.name.lower()).sql('duckdb')}"
     src = "information_schema.columns"
-    if db.dialect == "bigquery" and schema is not None:
-        src = f"{sql.identifier(schema.name).sql('duckdb')}.INFORMATION_SCHEMA.COLUMNS"
     q = sqlglot.transpile(f"SELECT column_name, data_type FROM {src} WHERE {cond}", read="duckdb", write=db.dialect)[0]
     rows = db.fetch_all(q)
     if not rows:
@@ -88,7 +90,9 @@ def column_types(db: Database, table: str) -> dict[str, str]:
 
 
 def _is(kind: Sequence[str], ty: str | None) -> bool:
-    return bool(ty) and any(ty == k or ty.startswith(k + "(") or ty.startswith(k + " ") for k in kind)
+    if not ty or "VARYING" in ty:  # CHARACTER VARYING is VARCHAR, not CHAR
+        return False
+    return any(ty == k or ty.startswith(k + "(") or ty.startswith(k + " ") for k in kind)
 
 
 def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None) -> str:

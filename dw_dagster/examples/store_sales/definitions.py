@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets, get_asset_key_for_model
 
-from dw_dagster.checks import build_reconciliation_checks, build_volume_check
+from dw_dagster.checks import build_null_rate_check, build_reconciliation_checks, build_volume_check
 from dw_dagster.databases import DatabaseResource
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.domains import DOMAINS_FILE_ENV
@@ -36,6 +36,7 @@ TARGET_ASSET = dg.AssetKey(["store_sales_line"])
 DAILY = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_date="2026-11-29", timezone="UTC")
 RECON_CHECK = "region_compare"
 VOLUME_CHECK = "daily_volume"
+NULL_CHECK = "null_rate"
 DBT_TEST = DbtCountTest(
     model="fct_store_sales_daily",
     count_column="line_count",
@@ -128,7 +129,10 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     last_day = dt.date.fromisoformat(DAILY.get_last_partition_key())
     volume = build_volume_check(asset=TARGET_ASSET, table="pos.sales_line", timestamp_column="sale_ts",
                                 resource_key="warehouse", name=VOLUME_CHECK, as_of=lambda: last_day)
-    verify_keys = [dg.AssetCheckKey(TARGET_ASSET, RECON_CHECK), dg.AssetCheckKey(TARGET_ASSET, VOLUME_CHECK)]
+    nulls = build_null_rate_check(asset=TARGET_ASSET, table="pos.sales_line", columns=["store_id", "region", "net_sales"],
+                                  timestamp_column="sale_ts", resource_key="warehouse", name=NULL_CHECK,
+                                  as_of=lambda: last_day)
+    verify_keys = [dg.AssetCheckKey(TARGET_ASSET, n) for n in (RECON_CHECK, VOLUME_CHECK, NULL_CHECK)]
 
     diagnoser = IncrementalLoadDiagnoser(
         target_asset=TARGET_ASSET, source_resource_key="pos_source", target_resource_key="warehouse",
@@ -147,11 +151,11 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     rebuild_job = dg.define_asset_job("dw_rebuild_store_sales_models", selection=dg.AssetSelection.assets(store_sales_dbt),
                                       description="Approved rebuilds of the models downstream of a repaired asset.")
     verify_job = dg.define_asset_job("dw_verify_store_sales_line", selection=dg.AssetSelection.checks(*verify_keys),
-                                     description="Reconciliation and volume checks on store_sales_line (also the CI gate).")
+                                     description="Reconciliation, volume and null-rate checks on store_sales_line.")
     receipt_job = build_receipt_job()
     return dg.Definitions(
         assets=[pos_source, store_sales_line, store_sales_dbt],
-        asset_checks=[recon, volume],
+        asset_checks=[recon, volume, nulls],
         jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job],
         sensors=[
             build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
