@@ -187,10 +187,6 @@ def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, fla
         result.sample.append(RowDiffEntry(key=key, status=status, columns=cols, source_rows=sn, target_rows=tn))
 
 
-def _sort_key(key: Sequence[Any]) -> tuple:
-    return tuple((v is not None, v) for v in key)
-
-
 def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance,
                         abs_tolerance, timestamp_precision, case_insensitive_keys, sample_limit) -> "RowDiffResult | None":
     """DuckDB fast path: one FULL OUTER JOIN of the raw tables that returns the join's side counts
@@ -213,23 +209,39 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     src, tgt = sql.table(source_table).sql("duckdb"), sql.table(target_table).sql("duckdb")
     nulls = "".join(f", COUNT(CASE WHEN {a}.dw_m IS NOT NULL AND {a}.{q(c)} IS NULL THEN 1 END)"
                     for a in ("s", "t") for c in key_columns)
+    order = ", ".join(f"COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)}) NULLS FIRST" for c in key_columns)
     query = (f"SELECT (SELECT COUNT(*) FROM {src}), (SELECT COUNT(*) FROM {tgt}), COUNT(s.dw_m), COUNT(t.dw_m), "
-             f"LIST({{{', '.join(fields)}}}) FILTER (WHERE {cond}){nulls} "
+             f"LIST({{{', '.join(fields)}}} ORDER BY {order}) FILTER (WHERE {cond}){nulls} "
              f"FROM (SELECT *, 1 AS dw_m FROM {src}) s FULL OUTER JOIN (SELECT *, 1 AS dw_m FROM {tgt}) t ON {on}")
-    n_src, n_tgt, joined_s, joined_t, rows, *null_counts = db.fetch_all(query)[0]
+    # Arrow, not Python objects: the list of differing rows can hold millions of entries.
+    import pyarrow as pa
+
+    tbl = pa.Table.from_batches(list(db.fetch_batches(query)))
+    head = [tbl.column(i)[0].as_py() for i in range(4)]
+    null_counts = [tbl.column(i)[0].as_py() for i in range(5, tbl.num_columns)]
+    n_src, n_tgt, joined_s, joined_t = head
     if joined_s != n_src or joined_t != n_tgt:
         return None  # a matched key is duplicated on some side
+    listed = tbl.column(4).combine_chunks()
     n = len(key_columns)
-    entries = sorted(((tuple(r[f"k{i}"] for i in range(n)), r) for r in rows or []), key=lambda x: _sort_key(x[0]))
-    if any(a[0] == b[0] for a, b in zip(entries, entries[1:])):
-        return None  # an unmatched key is duplicated
+    if listed.null_count or len(listed.flatten()) == 0:
+        cols: dict[str, list] = {}
+        count = 0
+    else:
+        structs = listed.flatten()
+        cols = {name: structs.field(name).to_pylist() for name in [f"k{i}" for i in range(n)] + ["sm", "tm"]
+                + [f"d{i}" for i in range(len(compare_columns))]}
+        count = len(structs)
+    keys = list(zip(*(cols[f"k{i}"] for i in range(n)))) if count else []
+    if any(a == b for a, b in zip(keys, keys[1:])):
+        return None  # an unmatched key is duplicated (keys arrive sorted)
     result = RowDiffResult(queries=[query])
     for (side, c), k in zip(((side, c) for side in ("source", "target") for c in key_columns), null_counts):
         if k:
             result.warnings.append(f"key column {c} has {k} NULL(s) on the {side} side; compared NULL-safely")
-    for key, r in entries:
-        _tally(result, list(key), r["sm"], r["tm"], [bool(r[f"d{i}"]) for i in range(len(compare_columns))],
-               compare_columns, sample_limit)
+    flags = list(zip(*(cols[f"d{i}"] for i in range(len(compare_columns))))) if count and compare_columns else [()] * count
+    for j in range(count):
+        _tally(result, list(keys[j]), cols["sm"][j], cols["tm"][j], [bool(f) for f in flags[j]], compare_columns, sample_limit)
     return result
 
 
