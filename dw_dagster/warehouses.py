@@ -197,6 +197,17 @@ class SnowflakeDatabase:
     def _fail(self, what: str, e: BaseException, sql: str) -> DatabaseError:
         return DatabaseError(f"{self.name}: {what} failed: {type(e).__name__}: {_first_line(e)}\n  SQL: {_short(sql)}")
 
+    @contextlib.contextmanager
+    def _executed(self, sql: str) -> Iterator[Any]:
+        """A cursor that has run ``sql``; cursor and connection are closed on exit."""
+        with self.connect() as con:
+            cur = con.cursor()
+            try:
+                cur.execute(sql)
+                yield cur
+            finally:
+                cur.close()
+
     def fetch_all(self, sql: str) -> list[tuple]:
         """Run ``sql`` and return every row as a tuple (``NUMBER`` as Decimal, dates as date).
 
@@ -204,13 +215,8 @@ class SnowflakeDatabase:
             DatabaseError: the connection or the query failed.
         """
         try:
-            with self.connect() as con:
-                cur = con.cursor()
-                try:
-                    cur.execute(sql)
-                    return [tuple(r) for r in cur.fetchall()]
-                finally:
-                    cur.close()
+            with self._executed(sql) as cur:
+                return [tuple(r) for r in cur.fetchall()]
         except Exception as e:
             raise self._fail("query", e, sql) from e
 
@@ -224,25 +230,20 @@ class SnowflakeDatabase:
             DatabaseError: the connection or the query failed.
         """
         try:
-            with self.connect() as con:
-                cur = con.cursor()
+            with self._executed(sql) as cur:
                 try:
-                    cur.execute(sql)
-                    try:
-                        tables = cur.fetch_arrow_batches()
-                    except Exception as e:  # NotSupportedError: the result is not in Arrow format
-                        if type(e).__name__ != "NotSupportedError":
-                            raise
-                        tables = None
-                    if tables is not None:
-                        for table in tables:
-                            yield from _rechunk(table, batch_rows)
-                    else:
-                        names = [d.name for d in cur.description]
-                        while rows := cur.fetchmany(batch_rows):
-                            yield _rows_to_batch(names, [tuple(r) for r in rows])
-                finally:
-                    cur.close()
+                    tables = cur.fetch_arrow_batches()
+                except Exception as e:  # NotSupportedError: the result is not in Arrow format
+                    if type(e).__name__ != "NotSupportedError":
+                        raise
+                    tables = None
+                if tables is not None:
+                    for table in tables:
+                        yield from _rechunk(table, batch_rows)
+                else:
+                    names = [d.name for d in cur.description]
+                    while rows := cur.fetchmany(batch_rows):
+                        yield _rows_to_batch(names, [tuple(r) for r in rows])
         except Exception as e:
             raise self._fail("query", e, sql) from e
 
@@ -253,12 +254,8 @@ class SnowflakeDatabase:
             DatabaseError: the connection or the statement failed.
         """
         try:
-            with self.connect() as con:
-                cur = con.cursor()
-                try:
-                    cur.execute(sql)
-                finally:
-                    cur.close()
+            with self._executed(sql):
+                pass
         except Exception as e:
             raise self._fail("statement", e, sql) from e
 
