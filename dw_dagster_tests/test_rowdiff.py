@@ -84,3 +84,26 @@ def test_unknown_table(duck):
 
     with pytest.raises(DatabaseError, match="not found"):
         row_diff(duck, "nope", "nope2", ["k"])
+
+
+def test_char_padding_against_varchar_on_postgres(postgres):
+    postgres.execute("DROP SCHEMA IF EXISTS dw_rowdiff CASCADE")
+    postgres.execute("CREATE SCHEMA dw_rowdiff")
+    try:
+        postgres.execute("CREATE TABLE dw_rowdiff.s (k CHAR(6), code CHAR(5)); CREATE TABLE dw_rowdiff.t (k VARCHAR(6), code VARCHAR(5))")
+        postgres.execute("INSERT INTO dw_rowdiff.s VALUES ('a1', 'X'), ('b2', 'Y'), ('c3', 'Z')")
+        postgres.execute("INSERT INTO dw_rowdiff.t VALUES ('a1', 'X'), ('b2', 'Y '), ('c3', 'W')")
+        r = row_diff(postgres, "dw_rowdiff.s", "dw_rowdiff.t", ["k"])
+        # 'X' in CHAR(5) is 'X    '; trailing blanks are padding, so only c3 differs
+        assert [(e.key, e.columns) for e in r.sample] == [(["c3"], ["code"])]
+    finally:
+        postgres.execute("DROP SCHEMA IF EXISTS dw_rowdiff CASCADE")
+
+
+def test_timestamps_at_a_common_precision(duck):
+    duck.execute("CREATE TABLE s (id INT, ts TIMESTAMP); CREATE TABLE t (id INT, ts TIMESTAMP)")
+    duck.execute("INSERT INTO s VALUES (1, TIMESTAMP '2024-03-10 12:00:00.123456'), (2, TIMESTAMP '2024-03-10 12:00:00.100')")
+    duck.execute("INSERT INTO t VALUES (1, TIMESTAMP '2024-03-10 12:00:00.123'), (2, TIMESTAMP '2024-03-10 12:00:00.200')")
+    assert row_diff(duck, "s", "t", ["id"]).changed == 2  # exact: microseconds differ
+    r = row_diff(duck, "s", "t", ["id"], timestamp_precision="millisecond")
+    assert [(e.key, e.columns) for e in r.sample] == [([2], ["ts"])]

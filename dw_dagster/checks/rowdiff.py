@@ -129,11 +129,16 @@ def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str
 
     def side(table: str, types: dict[str, str]) -> str:
         keys = ", ".join(f"{key_expr(c, types)} AS {q(c)}" for c in key_columns)
+        # PostgreSQL and BigQuery accept only equalities in a FULL JOIN's condition, so the
+        # NULL-safe match is an equality on (key as text with NULL as '', is-NULL flag).
+        safe = "".join(f", COALESCE(CAST({key_expr(c, types)} AS VARCHAR), '') AS dw_kc{i}, "
+                       f"CASE WHEN {key_expr(c, types)} IS NULL THEN 1 ELSE 0 END AS dw_kn{i}"
+                       for i, c in enumerate(key_columns))
         vals = "".join(f", MIN({q(c)}) AS {q(c)}" for c in compare_columns)
         groups = ", ".join(key_expr(c, types) for c in key_columns)
-        return f"SELECT {keys}, COUNT(*) AS dw_n{vals} FROM {sql.table(table).sql('duckdb')} GROUP BY {groups}"
+        return f"SELECT {keys}{safe}, COUNT(*) AS dw_n{vals} FROM {sql.table(table).sql('duckdb')} GROUP BY {groups}"
 
-    on = " AND ".join(f"s.{q(c)} IS NOT DISTINCT FROM t.{q(c)}" for c in key_columns)
+    on = " AND ".join(f"s.dw_kc{i} = t.dw_kc{i} AND s.dw_kn{i} = t.dw_kn{i}" for i in range(len(key_columns)))
     flags = [_differs(c, source_types.get(c.lower()), target_types.get(c.lower()), rel_tolerance, abs_tolerance,
                       timestamp_precision) for c in compare_columns]
     sel_keys = ", ".join(f"COALESCE(s.{q(c)}, t.{q(c)}) AS {q(c)}" for c in key_columns)
