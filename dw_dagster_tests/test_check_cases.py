@@ -116,3 +116,13 @@ def test_dead_letter_counts_by_reason_since(duck):
                              resources={"warehouse": DatabaseResource(url=duck.path)}).resolve_job_def("c")
         (ev,) = job.execute_in_process(instance=instance, raise_on_error=False).get_asset_check_evaluations()
     assert not ev.passed and ev.metadata["dw/parked_rows"].value == 3
+
+
+def test_volume_mad_is_robust_to_an_earlier_anomaly_in_the_baseline():
+    counts = {D(2024, 3, i): n for i, n in zip(range(1, 8), [100, 101, 99, 400, 100, 102, 70])}
+    (z,) = score_days(counts, [D(2024, 3, 7)], min_band_pct=0)
+    (m,) = score_days(counts, [D(2024, 3, 7)], min_band_pct=0, method="mad")
+    assert z.status == "ok"  # the 400 inflates the stddev and hides the drop
+    assert m.status == "low" and m.mean == 100.5
+    with pytest.raises(ValueError, match="zscore"):
+        score_days(counts, [D(2024, 3, 7)], method="ewma")

@@ -9,7 +9,8 @@ Method (z-score band, as Elementary's volume anomaly test; defaults from its
   the same weekday when at least ``min_same_weekday`` such days exist (weekly seasonality),
   else all prior days. The tested day is never part of its own baseline.
 - Band = max(sensitivity × sample stddev, ``min_band_pct`` % of the mean) around the mean; the
-  lower bound never goes below 0 rows. The floor on the band width follows Soda's
+  lower bound never goes below 0 rows. ``method="mad"`` uses the median and 1.4826 × the median
+  absolute deviation instead (robust to an earlier anomaly inside the baseline). The floor on the band width follows Soda's
   ``min_confidence_interval_ratio`` idea, so near-constant series do not alert on noise.
 - Fewer than ``min_history`` baseline days gives an explicit "insufficient history" result.
 """
@@ -68,6 +69,7 @@ def score_days(
     min_history: int = 3,
     min_same_weekday: int = 3,
     min_band_pct: float = 2.0,
+    method: str = "zscore",
 ) -> list[DayScore]:
     """Score each day in ``evaluate`` against its own baseline (see the module docstring).
 
@@ -85,8 +87,14 @@ def score_days(
                                 lower=None, upper=None, deviation_pct=None, status="insufficient_history"))
             continue
         values = [counts[p] for p in base_days]
-        mean = statistics.fmean(values)
-        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        if method == "mad":
+            mean = statistics.median(values)
+            sd = 1.4826 * statistics.median(abs(v - mean) for v in values)
+        elif method == "zscore":
+            mean = statistics.fmean(values)
+            sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        else:
+            raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
         band = max(sensitivity * sd, mean * min_band_pct / 100)
         lower, upper = max(0.0, mean - band), mean + band
         dev = round((rows - mean) / mean * 100, 3) if mean else None
@@ -160,6 +168,7 @@ def build_volume_check(
     sensitivity: float = 3.0,
     min_band_pct: float = 2.0,
     min_history: int = 3,
+    method: str = "zscore",
     as_of: Callable[[], dt.date] | None = None,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
@@ -176,6 +185,8 @@ def build_volume_check(
             four same-weekday points).
         sensitivity: band half-width in sample standard deviations (default 3, Elementary's).
         min_band_pct: floor on the band half-width in % of the mean (default 2 %).
+        method: ``"zscore"`` (mean and sample stddev, Elementary's) or ``"mad"`` (median and
+            scaled median absolute deviation).
         min_history: fewest baseline days to score a day; fewer gives "insufficient history",
             reported as a failed result with WARN severity (never a silent pass).
         as_of: returns the last day to score (e.g. the newest partition); default the latest
@@ -185,6 +196,8 @@ def build_volume_check(
         An ``AssetChecksDefinition`` whose result carries a per-day table (``dw/days``).
     """
     sql.table(table), sql.identifier(timestamp_column)
+    if method not in ("zscore", "mad"):
+        raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
 
     @dg.asset_check(
         asset=asset,
@@ -199,7 +212,7 @@ def build_volume_check(
         db = getattr(context.resources, resource_key).get_database()
         scores, q = volume_scores(db, table, timestamp_column, evaluate_days=evaluate_days, as_of=as_of() if as_of else None,
                                   training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct,
-                                  min_history=min_history)
+                                  min_history=min_history, method=method)
         bad = [s for s in scores if not s.passed]
         only_history = bool(bad) and all(s.status == "insufficient_history" for s in bad)
         records = [
