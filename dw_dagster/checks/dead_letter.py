@@ -13,6 +13,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dw_dagster import sql
+from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.databases import Database
 
 DEAD_LETTER_KIND = "dead_letter"
@@ -85,11 +86,10 @@ def build_dead_letter_check(
             metadata={
                 "dw/parked_rows": total,
                 "dw/since_utc": start.isoformat(),
-                "dw/reasons": dg.MetadataValue.table(
-                    [dg.TableRecord({"reason": r.reason or "(null)", "rows": r.rows,
-                                     "first_parked": str(r.first_parked), "last_parked": str(r.last_parked)}) for r in reasons],
-                    schema=dg.TableSchema(columns=[dg.TableColumn("reason"), dg.TableColumn("rows", "int"),
-                                                   dg.TableColumn("first_parked"), dg.TableColumn("last_parked")])),
+                "dw/reasons": metadata_table(
+                    [{"reason": r.reason or "(null)", "rows": r.rows, "first_parked": str(r.first_parked),
+                      "last_parked": str(r.last_parked)} for r in reasons],
+                    [("reason", "string"), ("rows", "int"), ("first_parked", "string"), ("last_parked", "string")]),
                 "dw/reasons_json": dg.MetadataValue.json([r.model_dump(mode="json") for r in reasons]),
                 "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
             },

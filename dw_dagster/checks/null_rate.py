@@ -19,6 +19,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dw_dagster import sql
+from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.databases import Database
 
 NULL_RATE_KIND = "null_rate"
@@ -159,13 +160,10 @@ def build_null_rate_check(
                 f"{r.column}: {r.status}" + (f" {r.current_pct} % (allowed {r.allowed_pct} %)" if r.current_pct is not None else "")
                 for r in bad),
             metadata={
-                "dw/columns": dg.MetadataValue.table(
-                    [dg.TableRecord({"column": r.column, "current_pct": r.current_pct, "baseline_pct": r.baseline_pct,
-                                     "allowed_pct": r.allowed_pct, "current_nulls": r.current_nulls, "status": r.status})
-                     for r in results],
-                    schema=dg.TableSchema(columns=[dg.TableColumn("column"), dg.TableColumn("current_pct", "float"),
-                                                   dg.TableColumn("baseline_pct", "float"), dg.TableColumn("allowed_pct", "float"),
-                                                   dg.TableColumn("current_nulls", "int"), dg.TableColumn("status")])),
+                "dw/columns": metadata_table(
+                    [r.model_dump() for r in results],
+                    [("column", "string"), ("current_pct", "float"), ("baseline_pct", "float"), ("allowed_pct", "float"),
+                     ("current_nulls", "int"), ("status", "string")]),
                 "dw/columns_json": dg.MetadataValue.json([r.model_dump() for r in results]),
                 "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
             },

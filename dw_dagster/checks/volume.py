@@ -24,6 +24,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dw_dagster import sql
+from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.databases import Database
 
 VOLUME_KIND = "volume"
@@ -215,22 +216,16 @@ def build_volume_check(
                                   min_history=min_history, method=method)
         bad = [s for s in scores if not s.passed]
         only_history = bool(bad) and all(s.status == "insufficient_history" for s in bad)
-        records = [
-            dg.TableRecord({"day": s.day.isoformat(), "rows": s.rows, "lower": s.lower, "upper": s.upper,
-                            "mean": s.mean, "deviation_pct": s.deviation_pct, "z_score": s.z_score, "status": s.status})
-            for s in scores
-        ]
         return dg.AssetCheckResult(
             passed=not bad,
             severity=dg.AssetCheckSeverity.WARN if only_history else severity,
             description="every scored day inside its baseline" if not bad else
             "; ".join(f"{s.day}: {s.rows} rows, {s.status}" + (f" ({s.deviation_pct} %)" if s.deviation_pct is not None else "") for s in bad),
             metadata={
-                "dw/days": dg.MetadataValue.table(records, schema=dg.TableSchema(columns=[
-                    dg.TableColumn("day", "string"), dg.TableColumn("rows", "int"), dg.TableColumn("lower", "float"),
-                    dg.TableColumn("upper", "float"), dg.TableColumn("mean", "float"),
-                    dg.TableColumn("deviation_pct", "float"), dg.TableColumn("z_score", "float"),
-                    dg.TableColumn("status", "string")])),
+                "dw/days": metadata_table(
+                    [{**d.model_dump(), "day": d.day.isoformat()} for d in scores],
+                    [("day", "string"), ("rows", "int"), ("lower", "float"), ("upper", "float"), ("mean", "float"),
+                     ("deviation_pct", "float"), ("z_score", "float"), ("status", "string")]),
                 "dw/days_json": dg.MetadataValue.json([s.model_dump(mode="json") for s in scores]),
                 "dw/days_out_of_band": len(bad),
                 "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
