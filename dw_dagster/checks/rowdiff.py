@@ -67,7 +67,7 @@ class RowDiffResult(BaseModel):
 
 
 def column_types(db: Database, table: str) -> dict[str, str]:
-    """Column name (lower case) → upper-case data type, from ``information_schema.columns``.
+    """Column name (lower case) → upper-case data type, in table order, from ``information_schema.columns``.
 
     A database that knows its schemas better (BigQuery's tables API) provides ``column_types``.
 
@@ -82,7 +82,7 @@ def column_types(db: Database, table: str) -> dict[str, str]:
     if schema is not None:
         cond += f" AND LOWER(table_schema) = {sql.literal(schema.name.lower()).sql('duckdb')}"
     src = "information_schema.columns"
-    q = sqlglot.transpile(f"SELECT column_name, data_type FROM {src} WHERE {cond}", read="duckdb", write=db.dialect)[0]
+    q = sqlglot.transpile(f"SELECT column_name, data_type FROM {src} WHERE {cond} ORDER BY ordinal_position", read="duckdb", write=db.dialect)[0]
     rows = db.fetch_all(q)
     if not rows:
         raise DatabaseError(f"{db.name}: table {table} not found (no columns in information_schema)")
