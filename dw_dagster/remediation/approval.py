@@ -60,9 +60,12 @@ def signature_valid(approval: Approval) -> bool:
     return hmac.compare_digest(expected, approval.signature)
 
 
-def valid_approval(instance: dg.DagsterInstance, cs: ChangeSet) -> Approval | None:
-    """The approval that lets ``cs`` run: signed, for this version, decision approve, by a non-proposer."""
-    for a in records.approvals(instance, cs.id):
+def valid_approval(instance: dg.DagsterInstance, cs: ChangeSet, decided: list[Approval] | None = None) -> Approval | None:
+    """The approval that lets ``cs`` run: signed, for this version, decision approve, by a non-proposer.
+
+    ``decided`` is the change set's recorded decisions when the caller already read them.
+    """
+    for a in decided if decided is not None else records.approvals(instance, cs.id):
         if (a.decision == "approve" and a.change_set_version == cs.version and a.approver != cs.proposer
                 and a.approver in cs.approvers and signature_valid(a)):
             return a

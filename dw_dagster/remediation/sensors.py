@@ -216,16 +216,18 @@ def build_remediation_sensor(
         instance = context.instance
         ordered = partitions_def.get_partition_keys()
         requests, waiting = [], []
+        all_approvals = records.approvals(instance)  # read once per tick, not once per change set
         seen: set[str] = set()
         for cs in records.change_sets(instance):
             if cs.id in seen:
                 continue  # only the newest version of each change set counts
             seen.add(cs.id)
-            approval = valid_approval(instance, cs)
+            decided = [a for a in all_approvals if a.change_set_id == cs.id]
+            approval = valid_approval(instance, cs, decided)
             if approval is None:
-                decided = [a for a in records.approvals(instance, cs.id) if a.decision == "approve"]
-                if decided:
-                    waiting.append(f"{cs.id}: approval {decided[0].id} is not valid for version {cs.version} "
+                approves = [a for a in decided if a.decision == "approve"]
+                if approves:
+                    waiting.append(f"{cs.id}: approval {approves[0].id} is not valid for version {cs.version} "
                                    "(edited since, or its signature does not verify with this deployment's key)")
                 continue
             base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
