@@ -57,6 +57,12 @@ class Database(Protocol):
         ...
 
 
+def _is_lock_conflict(e: BaseException) -> bool:
+    """True for DuckDB's "Could not set lock on file" (another process holds the file)."""
+    text = str(e).lower()
+    return "could not set lock" in text or "conflicting lock" in text
+
+
 def _short(sql: str) -> str:
     return " ".join(sql.split())[:300]
 
@@ -70,6 +76,8 @@ class DuckDBDatabase:
     """
 
     dialect = "duckdb"
+    #: seconds to keep retrying when another process holds the file's lock
+    lock_wait_s: float = 120.0
 
     def __init__(self, path: str | Path, memory_limit: str | None = None) -> None:
         self.path = str(path)
@@ -78,16 +86,31 @@ class DuckDBDatabase:
 
     @contextlib.contextmanager
     def connect(self):
-        """A DuckDB connection, closed on exit (DuckDB allows one writing process per file)."""
-        import duckdb
+        """A DuckDB connection, closed on exit.
 
-        config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
-        con = duckdb.connect(self.path, config=config)
+        DuckDB lets one process at a time hold a file open for writing; when another process
+        (a parallel Dagster step, dbt) holds the lock, opening is retried with jittered
+        exponential back-off for up to :attr:`lock_wait_s` seconds before the lock error is raised.
+        """
+        con = self._open()
         try:
             con.execute("SET TimeZone = 'UTC'")
             yield con
         finally:
             con.close()
+
+    def _open(self):
+        import duckdb
+        import tenacity
+
+        config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_is_lock_conflict),
+            wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
+            stop=tenacity.stop_after_delay(self.lock_wait_s),
+            reraise=True,
+        )
+        return retrying(duckdb.connect, self.path, config=config)
 
     def fetch_all(self, sql: str) -> list[tuple]:
         with self.connect() as con:
