@@ -25,6 +25,8 @@ class TickResult:
     failed_run_ids: list[str] = field(default_factory=list)
     skip_reason: str | None = None
     asset_events: int = 0
+    events: list = field(default_factory=list)
+    cursor: str | None = None
 
 
 class LocalSensorDaemon:
@@ -57,15 +59,17 @@ class LocalSensorDaemon:
     def tick(self, sensor_name: str) -> TickResult:
         """Evaluate one tick of ``sensor_name`` and run what it requests, in order."""
         sensor = self.defs.resolve_sensor_def(sensor_name)
+        resources = {k: v for k, v in (self.defs.resources or {}).items() if k in sensor.required_resource_keys}
         context = dg.build_sensor_context(instance=self.instance, cursor=self.cursors.get(sensor_name),
-                                          definitions=self.defs, sensor_name=sensor_name)
+                                          definitions=self.defs, sensor_name=sensor_name, resources=resources or None)
         data = sensor.evaluate_tick(context)
         if data.cursor is not None:
             self.cursors[sensor_name] = data.cursor
-        out = TickResult(sensor=sensor_name, skip_reason=data.skip_message)
+        out = TickResult(sensor=sensor_name, skip_reason=data.skip_message, cursor=self.cursors.get(sensor_name))
         for event in data.asset_events or []:
             self.instance.report_runless_asset_event(event)
             out.asset_events += 1
+            out.events.append(event)
         for rr in data.run_requests or []:
             if rr.run_key and self.instance.get_runs(
                 filters=dg.RunsFilter(tags={RUN_KEY_TAG: rr.run_key, SENSOR_NAME_TAG: sensor_name}), limit=1

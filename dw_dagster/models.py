@@ -69,6 +69,10 @@ class Incident(_Record):
     gap_rows: int = 0
     gap_pct: float = 0.0
     evaluation_id: int | None = Field(default=None, description="storage id of the failing check evaluation")
+    external_id: str | None = Field(default=None, description="the alerting tool's incident id (Lightup incident uuid)")
+    external_url: str | None = Field(default=None, description="link to the incident in the alerting tool")
+    window_start: dt.datetime | None = Field(default=None, description="start of the affected interval (UTC)")
+    window_end: dt.datetime | None = Field(default=None, description="end of the affected interval (UTC, exclusive)")
 
 
 class Evidence(_Record):
