@@ -12,14 +12,19 @@ from dw_dagster.databases import Database, DatabaseResource, database_from_url
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.domains import Domain, Domains, load_domains
 from dw_dagster.lineage import blast_radius, manifest_graph
+from dw_dagster.lightup import LightupClient, LightupResource
+from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.loads import IncrementalLoadSpec, PipelineRepoResource, load_partition
 from dw_dagster.models import Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.notify_sensor import build_notification_sensor
+from dw_dagster.paging import OpsgenieResource, Pager, PagerDutyResource, dedup_key_for, page_incident
 from dw_dagster.remediation import (
     build_approval_job,
     build_check_incident_sensor,
     build_receipt_job,
     build_remediation_sensor,
 )
+from dw_dagster.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
 
 __all__ = [
@@ -35,13 +40,23 @@ __all__ = [
     "Incident",
     "IncrementalLoadDiagnoser",
     "IncrementalLoadSpec",
+    "LightupClient",
+    "LightupResource",
+    "OpsgenieResource",
+    "Pager",
+    "PagerDutyResource",
     "PipelineRepoResource",
     "Receipt",
+    "SlackResource",
     "__version__",
+    "approval_request_message",
     "blast_radius",
     "build_approval_job",
     "build_dead_letter_check",
     "build_freshness_check",
+    "build_lightup_compare_check",
+    "build_lightup_incident_sensor",
+    "build_notification_sensor",
     "build_null_rate_check",
     "build_check_incident_sensor",
     "build_diagnosis_job",
@@ -50,9 +65,11 @@ __all__ = [
     "build_remediation_sensor",
     "build_volume_check",
     "database_from_url",
+    "dedup_key_for",
     "load_domains",
     "load_partition",
     "manifest_graph",
+    "page_incident",
     "row_diff",
     "row_diff_across",
 ]

@@ -226,11 +226,24 @@ def receipts(asset: str | None, as_json: bool, dagster_home: str | None) -> None
 
 @main.command("blast-radius")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False), required=True, help="dbt manifest.json")
-@click.option("--select", "selector", required=True, help="A unique id or a model/source name.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--select", "selector", required=True,
+              help="A dbt unique id; a model (or any node) name, matched by dbt's fqn rules; source:, exposure:, metric:, "
+                   "semantic_model:, saved_query:, unit_test: selectors; or a Dagster asset key (store_sales_line, "
+                   "pos_source/sales_line) a source or model carries. A trailing + is implied.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the grouped listing.")
 def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
-    """Everything downstream of a dbt node, grouped by type, with depth."""
-    from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, resolve_node
+    """Everything downstream of a dbt node, grouped by resource type, with depth.
+
+    The set is exactly what ``dbt ls --select NODE+`` lists for the same manifest (default resource
+    types: analyses are left out). With --json: "nodes" (the selected nodes, then downstream models,
+    seeds, snapshots, sources, metrics, semantic models, saved queries, functions; by depth),
+    "tests" (data tests and unit tests) and "exposures" are disjoint and together equal dbt ls's
+    output, also given whole and sorted as "dbt_ls"; "owners" (of all those, sorted), "depth" (unique id → edges
+    from the selected node), "selected" (the unique ids NODE resolved to) and "dbt_selector" (the
+    same selection in dbt's syntax).
+    """
+    from dw_dagster.lineage import blast_radius, dbt_ls, dbt_selector, downstream, load_manifest, manifest_graph, select_nodes
+    from dw_dagster.lineage.dbt_manifest import node_owners
     from dw_dagster.lineage.dbt_manifest import UnknownNodeError
 
     try:
@@ -241,28 +254,71 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
         raise click.BadParameter(f"{manifest} is not a dbt manifest (no nodes or sources)", param_hint="--manifest")
     g = manifest_graph(data)
     try:
-        root = resolve_node(g, selector)
+        roots = select_nodes(g, selector)
     except UnknownNodeError as e:
         raise click.BadParameter(str(e.args[0]), param_hint="--select") from e
-    br = blast_radius(g, [root])
+    br = blast_radius(g, roots)
+    depth = downstream(g, roots)
+    listed = sorted(dbt_ls(g, roots), key=lambda u: (depth[u], u))
+    kind = {u: g.nodes[u]["resource_type"] for u in listed}
+    dbt_sel = " ".join(f"{dbt_selector(g, r)}+" for r in roots)
+    all_owners = sorted({o for u in listed for o in node_owners(g, u)})
     if as_json:
         click.echo(json.dumps({
-            "nodes": [root] + [n.unique_id for n in [*br.models, *br.other]],
-            "exposures": [e.unique_id for e in br.exposures],
-            "tests": [t.unique_id for t in br.tests],
-            "owners": br.owners,
+            "nodes": [u for u in listed if kind[u] not in ("test", "unit_test", "exposure")],
+            "exposures": [u for u in listed if kind[u] == "exposure"],
+            "tests": [u for u in listed if kind[u] in ("test", "unit_test")],
+            "owners": all_owners,
+            "depth": {u: depth[u] for u in listed},
+            "selected": roots,
+            "dbt_selector": dbt_sel,
+            "dbt_ls": sorted(listed),
         }, indent=2))
         return
-    click.echo(f"downstream of {root}:")
-    for title, items in (("models", br.models), ("other", br.other), ("tests", br.tests)):
-        if items:
-            click.echo(f"  {title}:")
-            for n in items:
-                click.echo(f"    [{n.depth}] {n.unique_id}")
-    if br.exposures:
-        click.echo("  exposures:")
-        for e in br.exposures:
-            click.echo(f"    [{e.depth}] {e.unique_id}  {e.label or e.name} ({e.type}) owner {e.owner_name} <{e.owner_email}> {e.url or ''}")
+    exposures = {e.unique_id: e for e in br.exposures}
+    click.echo(f"downstream of {', '.join(roots)} ({len(listed)} nodes, as dbt ls --select {dbt_sel}):")
+    order = ("source", "seed", "snapshot", "model", "function", "semantic_model", "metric", "saved_query", "exposure",
+             "test", "unit_test")
+    for rt in sorted(set(kind.values()), key=lambda t: (order.index(t) if t in order else len(order), t)):
+        items = [u for u in listed if kind[u] == rt]
+        click.echo(f"  {rt} ({len(items)}):")
+        for u in items:
+            line = f"    [{depth[u]}] {u}"
+            if u in exposures:
+                e = exposures[u]
+                line += f"  {e.label or e.name} ({e.type}) owner {e.owner_name} <{e.owner_email}> {e.url or ''}"
+            elif node_owners(g, u):
+                line += f"  owner {', '.join(node_owners(g, u))}"
+            click.echo(line.rstrip())
+    if all_owners:
+        click.echo(f"  owners: {', '.join(all_owners)}")
+
+
+@main.command("fake-lightup")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Loopback port (0 = any free one).")
+@click.option("--credential-file", type=click.Path(dir_okay=False), default="lightup-api-credential.json", show_default=True,
+              help="Where to write the credential file clients use (apiCredential v1 format).")
+@click.option("--source-url", default=None, help="Database URL the POS source metrics collect from (duckdb:///path...).")
+@click.option("--warehouse-url", default=None, help="Database URL the warehouse metrics collect from.")
+@click.option("--access-ttl", type=float, default=300.0, show_default=True, help="Access-token lifetime, seconds.")
+def fake_lightup_cmd(port: int, credential_file: str, source_url: str | None, warehouse_url: str | None, access_ttl: float) -> None:
+    """Serve a fake Lightup REST API on 127.0.0.1, seeded with the store-sales workspace.
+
+    Prints one JSON line (url, workspace_uuid, credential_file) and serves until interrupted.
+    Faults are switched with POST /_fake/faults (see dw_dagster.fakes.lightup_server).
+    """
+    from dw_dagster.fakes.lightup_server import serve
+
+    serve(port, credential_file, source_url, warehouse_url, access_ttl_s=access_ttl)
+
+
+@main.command("fake-paging")
+@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True, help="Loopback port (0 = any free one).")
+def fake_paging_cmd(port: int) -> None:
+    """Serve fake PagerDuty (Events v2 + REST), Opsgenie and Slack Web APIs on 127.0.0.1."""
+    from dw_dagster.fakes.paging_server import main as serve
+
+    raise SystemExit(serve(["--port", str(port)]))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def test_demo_json_reports_the_loop(demo_run):
     assert out["gap_before"]["Southwest"] > 1.7 and out["gap_before"]["West"] == 0.0
     assert set(out["gap_after"].values()) == {0.0}
     assert "store_sales_line" in out["receipt_assets"] and len(out["receipt_assets"]) == 4
+    assert (out["incident_source"], out["page_annotated"], out["page_resolved"]) == ("lightup", True, True)
     assert "detect" in proc.stderr and "receipt" in proc.stderr  # the timeline goes to stderr with --json
     assert (work / "dagster_home" / "dagster.yaml").exists()
 

@@ -86,8 +86,28 @@ def test_receipts_on_every_touched_asset(loop):
     assert "git apply -R" in r.undo and "+watermark_column: posted_ts" in r.diff
     (m,) = records.receipts(instance, dg.AssetKey("fct_store_sales_daily"))
     assert any(o.check_name.startswith("assert_fct_store_sales_daily_counts") and o.passed for o in m.checks)
-    ev = instance.fetch_observations(dg.AssetKey("store_sales_line"), limit=1).records[0]
-    assert c.RECEIPT_MD_KEY in ev.asset_observation.metadata
+    obs = [r.asset_observation.metadata for r in records.iter_observations(instance, dg.AssetKey("store_sales_line"))]
+    (md,) = [m for m in obs if c.RECEIPT_KEY in m]
+    assert c.RECEIPT_MD_KEY in md
+
+
+def test_lightup_driven_timeline(loop):
+    """Lightup raised it, dw_dagster commented, paged, asked Slack, and closed everything with the receipt."""
+    from dw_dagster.notify_sensor import notifications
+
+    result, instance, _ = loop
+    (inc,) = records.incidents(instance)
+    assert (result.incident_source, inc.source, inc.external_id) == ("lightup", "lightup", result.lightup_incident)
+    assert inc.gap_rows == result.gap_rows_before and inc.slices[0].slice == {"region": "Southwest"}
+    assert [d.isoformat()[:10] for d in (inc.window_start, inc.window_end)] == ["2026-11-26", "2026-11-28"]
+    assert result.page_annotated and result.page_resolved and result.lightup_closed
+    assert (result.lightup_gap_after, result.lightup_comments, result.slack_messages) == (0.0, 2, 2)
+    sent = [(n["channel"], n["action"]) for n in notifications(instance)]
+    assert sorted(sent) == sorted([("pager", "trigger"), ("lightup", "comment"), ("pager", "annotate"),
+                                   ("slack", "approval_request"), ("lightup", "verify"), ("pager", "resolve"),
+                                   ("slack", "resolved")])
+    last = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(dg.AssetKey("store_sales_line"), "lightup_compare"))
+    assert last.event.dagster_event.event_specific_data.passed
 
 
 def test_incident_opened_exactly_once(loop):

@@ -153,23 +153,76 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     verify_job = dg.define_asset_job("dw_verify_store_sales_line", selection=dg.AssetSelection.checks(*verify_keys),
                                      description="Reconciliation, volume and null-rate checks on store_sales_line.")
     receipt_job = build_receipt_job()
+    checks = [recon, volume, nulls]
+    sensors = [
+        build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
+        build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
+                                 verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home)),
+    ]
+    resources = {
+        "pos_source": DatabaseResource(url=os.environ.get("DW_POS_SOURCE_URL") or f"duckdb:///{h.source_path(home)}"),
+        "warehouse": DatabaseResource(url=f"duckdb:///{h.warehouse_path(home)}"),
+        "pipeline": PipelineRepoResource(root=str(h.repo_dir(home))),
+        "dbt": DbtCliResource(project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()),
+    }
+    checks, sensors, resources = _integrations(checks, sensors, resources, diagnosis_job.name)
     return dg.Definitions(
         assets=[pos_source, store_sales_line, store_sales_dbt],
-        asset_checks=[recon, volume, nulls],
+        asset_checks=checks,
         jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job],
-        sensors=[
-            build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
-            build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
-                                     verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home)),
-        ],
-        resources={
-            "pos_source": DatabaseResource(url=os.environ.get("DW_POS_SOURCE_URL") or f"duckdb:///{h.source_path(home)}"),
-            "warehouse": DatabaseResource(url=f"duckdb:///{h.warehouse_path(home)}"),
-            "pipeline": PipelineRepoResource(root=str(h.repo_dir(home))),
-            "dbt": DbtCliResource(project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()),
-        },
+        sensors=sensors,
+        resources=resources,
         executor=dg.in_process_executor,
     )
+
+
+#: Lightup tables → Dagster assets (datasource name in the store-sales Lightup workspace : table).
+LIGHTUP_TABLES = {"pos-informix:pos.sales_line": SOURCE_ASSET, "warehouse:pos.sales_line": TARGET_ASSET}
+LOCATION_NAME = "store_sales"  # workspace.yaml location_name
+
+
+def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_name: str) -> tuple[list, list, dict]:
+    """Lightup, PagerDuty and Slack, each switched on by its environment variables.
+
+    Lightup: ``LIGHTUP_CREDENTIAL_FILE`` (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``),
+    ``LIGHTUP_COMPARE_METRICS`` (comma-separated compare metric uuids, for the on-demand check).
+    PagerDuty: ``PAGERDUTY_ROUTING_KEY`` (+ ``PAGERDUTY_API_TOKEN``, ``PAGERDUTY_FROM``,
+    ``PAGERDUTY_EVENTS_URL``, ``PAGERDUTY_API_URL``). Slack: ``SLACK_BOT_TOKEN`` (+ ``SLACK_CHANNEL``,
+    ``SLACK_API_URL``). ``DAGSTER_UI_URL`` is the base of links (default http://localhost:3000).
+    """
+    from dw_dagster.lightup import LightupResource
+    from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
+    from dw_dagster.notify_sensor import build_notification_sensor
+    from dw_dagster.paging import PagerDutyResource
+    from dw_dagster.slack import SlackResource
+
+    env = os.environ
+    lightup = bool(env.get("LIGHTUP_CREDENTIAL_FILE") or (env.get("LIGHTUP_SERVER") and env.get("LIGHTUP_REFRESH_TOKEN")))
+    pager = bool(env.get("PAGERDUTY_ROUTING_KEY"))
+    slack = bool(env.get("SLACK_BOT_TOKEN"))
+    if lightup:
+        resources["lightup"] = LightupResource(workspace=env.get("LIGHTUP_WORKSPACE"))
+        sensors.append(build_lightup_incident_sensor(table_assets=LIGHTUP_TABLES, diagnosis_job_name=diagnosis_job_name))
+        metrics = [m for m in env.get("LIGHTUP_COMPARE_METRICS", "").split(",") if m]
+        if metrics:
+            checks.append(build_lightup_compare_check(asset=TARGET_ASSET, compare_metric_uuids=metrics))
+    if pager:
+        resources["pager"] = PagerDutyResource(
+            routing_key=dg.EnvVar("PAGERDUTY_ROUTING_KEY"),
+            api_token=dg.EnvVar("PAGERDUTY_API_TOKEN") if env.get("PAGERDUTY_API_TOKEN") else None,
+            from_email=env.get("PAGERDUTY_FROM"),
+            events_base_url=env.get("PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com"),
+            rest_base_url=env.get("PAGERDUTY_API_URL", "https://api.pagerduty.com"))
+    if slack:
+        resources["slack"] = SlackResource(bot_token=dg.EnvVar("SLACK_BOT_TOKEN"),
+                                           base_url=env.get("SLACK_API_URL", "https://slack.com/api"),
+                                           default_channel=env.get("SLACK_CHANNEL"))
+    if lightup or pager or slack:
+        sensors.append(build_notification_sensor(
+            dagster_url=env.get("DAGSTER_UI_URL", "http://localhost:3000"), location_name=LOCATION_NAME,
+            lightup_resource_key="lightup" if lightup else None, pager_resource_key="pager" if pager else None,
+            slack_resource_key="slack" if slack else None))
+    return checks, sensors, resources
 
 
 defs = build_definitions()

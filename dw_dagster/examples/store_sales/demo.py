@@ -15,6 +15,7 @@ opened on the same ``DAGSTER_HOME`` shows all of it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -30,7 +31,10 @@ from dw_dagster import constants as c
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.store_sales import generator as gen
 from dw_dagster.examples.store_sales import home as h
+from dw_dagster.examples.store_sales.services import FakeServices
 from dw_dagster.local_daemon import LocalSensorDaemon
+from dw_dagster.notify_sensor import notifications
+from dw_dagster.paging import dedup_key_for
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import approve_in_process
 from dw_dagster.remediation.proposals import apply_change_set
@@ -92,6 +96,14 @@ class DemoResult:
     seconds: float = 0.0
     dagster_home: str = ""
     store_sales_home: str = ""
+    incident_source: str | None = None
+    lightup_incident: str | None = None
+    lightup_comments: int = 0
+    lightup_gap_after: float | None = None
+    lightup_closed: bool = False
+    page_annotated: bool = False
+    page_resolved: bool = False
+    slack_messages: int = 0
     ok: bool = False
 
     def to_json(self) -> str:
@@ -142,17 +154,35 @@ def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwar
 def run_store_sales_demo(
     *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None
 ) -> DemoResult:
-    """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong."""
-    from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
+    """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong.
 
+    The fake Lightup and the fake PagerDuty/Slack run as child processes on loopback for the
+    duration (:class:`~dw_dagster.examples.store_sales.services.FakeServices`).
+    """
     log = log or Timeline()
     res = DemoResult(scale=scale, store_sales_home=str(home))
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)
     h.ensure_home(home)
-    src = DuckDBDatabase(h.source_path(home))
+    with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}") as svc:
+        log("setup", f"fake Lightup {svc.lightup_url} (workspace {svc.workspace_uuid[:8]}); "
+            f"fake PagerDuty/Slack {svc.paging_url}")
+        return _loop(home, instance, scale, log, res, svc)
 
+
+def _day(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def _notified(instance: dg.DagsterInstance, after: int) -> list[dict]:
+    return [n for n in notifications(instance) if n["storage_id"] > after]
+
+
+def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices) -> DemoResult:
+    from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
+
+    src = DuckDBDatabase(h.source_path(home))
     log("setup", f"POS source {h.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
     n = gen.post_lines(src, scale, gen.BEFORE_RECOVERY)
     log.detail(f"posted {n:,} lines rung up 2026-11-01..11-27; 19 Southwest stores offline since 11-26")
@@ -169,7 +199,14 @@ def run_store_sales_demo(
     _run(load_job, instance, "daily load", partition_key=keys[-1])
     _run(models_job, instance, "dbt build")
 
-    # detect
+    # detect: Lightup's scheduled collection raises a compare incident; the Lightup sensor picks it up
+    svc.lightup_collect()
+    raised = [i for i in svc.lightup_state()["incidents"] if i["ongoing"]]
+    if not raised:
+        raise DemoError("detect: Lightup's compare metric raised no incident")
+    for i in raised:
+        log("lightup", f"compare incident {i['uuid'][:8]}: sales_line rows, {i['slice']}, "
+            f"{_day(i['start_ts'])}..{_day(i['end_ts'] - 1)}, impact {i['impact']}/10")
     checks = _run(defs.resolve_job_def("dw_verify_store_sales_line"), instance, "checks")
     res.gap_before, res.gap_rows_before, passed = _gaps(instance, checks.run_id)
     log("detect", f"region_compare {'passed' if passed else 'FAILED'}: " +
@@ -178,12 +215,13 @@ def run_store_sales_demo(
     if passed:
         raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
-    tick = daemon.tick("dw_check_incident_sensor")
+    tick = daemon.tick("dw_lightup_incident_sensor")
     if not tick.run_ids:
-        raise DemoError(f"detect: the incident sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")
+        raise DemoError(f"detect: the Lightup sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")
     inc = records.incidents(instance)[0]
-    res.incident_id = inc.id
-    log("detect", f"incident {inc.id} on store_sales_line: {inc.gap_rows:,} rows short; diagnosis run {tick.run_ids[0][:8]}")
+    res.incident_id, res.incident_source, res.lightup_incident = inc.id, inc.source, inc.external_id
+    log("detect", f"Lightup sensor: incident {inc.id} ({inc.source} {inc.external_id[:8]}) on store_sales_line: "
+        f"{inc.gap_rows:,} rows short; lightup_compare check failed; diagnosis run {tick.run_ids[0][:8]}")
 
     # diagnose
     diag = records.diagnoses(instance)[0]
@@ -211,6 +249,15 @@ def run_store_sales_demo(
     for line in cs.diff.splitlines():
         if line.startswith(("+", "-")) and not line.startswith(("+++", "---")) and not line.startswith("+--"):
             log.detail(line[:110])
+
+    # tell people: Lightup comment, page triggered and annotated, approval request in Slack
+    mark = max((n["storage_id"] for n in notifications(instance)), default=0)
+    tick = daemon.tick("dw_notification_sensor")
+    for n in _notified(instance, mark):
+        log("notify", f"{n['channel']:<7} {n['action']}: {n['detail'][:100]}" + ("" if n["ok"] else " (FAILED)"))
+    sent = [n for n in _notified(instance, mark) if n["ok"]]
+    if not any(n["action"] == "annotate" for n in sent) or not any(n["action"] == "approval_request" for n in sent):
+        raise DemoError(f"notify: page annotation or approval request missing ({tick.skip_reason})")
 
     # approve
     for who in (c.PROPOSER, NOT_LISTED):
@@ -259,7 +306,30 @@ def run_store_sales_demo(
     res.verified = bool(receipts) and all(r.verified for r in receipts)
     res.recovered_rows = res.gap_rows_before
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
-    res.ok = passed and res.verified and all(v == 0.0 for v in res.gap_after.values())
+    # close the loop outside: Lightup re-collects and confirms, the page is resolved with the receipt link
+    mark = max((n["storage_id"] for n in notifications(instance)), default=0)
+    daemon.tick("dw_notification_sensor")
+    for n in _notified(instance, mark):
+        log("notify", f"{n['channel']:<7} {n['action']}: {n['detail'][:110]}" + ("" if n["ok"] else " (FAILED)"))
+    tick = daemon.tick("dw_lightup_incident_sensor")
+    for ev in tick.events:
+        if isinstance(ev, dg.AssetCheckEvaluation):
+            log("lightup", f"lightup_compare {'passed' if ev.passed else 'FAILED'}: {ev.description[:110]}")
+    lu = next(i for i in svc.lightup_state()["incidents"] if i["uuid"] == inc.external_id)
+    verify_note = next((n for n in notifications(instance) if n["action"] == "verify"), None)
+    res.lightup_gap_after = 0.0 if verify_note and verify_note.get("gap_zero") else None
+    res.lightup_closed = not lu["ongoing"] and lu["status"] == 5
+    res.lightup_comments = len(svc.lightup_state()["comments"].get(inc.external_id, []))
+    pd = svc.paging_state()["pagerduty"]["incidents"]
+    page = next((p for p in pd if p.get("incident_key") == dedup_key_for(inc.id)), None)
+    res.page_annotated = bool(page and len(page.get("notes", [])) >= 1)
+    res.page_resolved = bool(page and page.get("status") == "resolved")
+    res.slack_messages = sum(len(m) for m in svc.paging_state()["slack"]["messages"].values())
+    log("close", f"Lightup incident {'CLOSED' if res.lightup_closed else 'still open'} ({res.lightup_comments} comments); "
+        f"page {'resolved' if res.page_resolved else 'NOT resolved'} ({len(page.get('notes', [])) if page else 0} notes); "
+        f"{res.slack_messages} Slack messages")
+    res.ok = (passed and res.verified and all(v == 0.0 for v in res.gap_after.values()) and res.lightup_closed
+              and res.page_annotated and res.page_resolved)
     if not res.ok:
-        raise DemoError("verify: the repair did not bring every region to 0.0 %")
+        raise DemoError("verify: the repair did not bring every region to 0.0 %, or Lightup/the page did not close")
     return res

@@ -1,0 +1,113 @@
+"""The demo's outside world on loopback: the fake Lightup and the fake PagerDuty/Opsgenie/Slack.
+
+Each runs as its own process (``dw_dagster.fakes.lightup_server``, ``dw_dagster.fakes.paging_server``)
+and exits with the demo. :class:`FakeServices` sets the environment variables the store-sales
+code location reads (``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``), so the same
+definitions talk to the real services when those variables point at them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from dw_dagster.fakes.paging_server import DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY, DEFAULT_SLACK_TOKEN
+
+APPROVALS_CHANNEL = "C0DWAPPROV"
+
+
+class ServiceError(RuntimeError):
+    """A fake server did not start."""
+
+
+def _start(args: list[str], log: Path, timeout_s: float = 30.0) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.fakes.child", str(os.getpid()), *args],
+                            stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line or time.monotonic() > deadline:
+        proc.kill()
+        raise ServiceError(f"{args[0]} did not start; see {log}")
+    return proc, line
+
+
+@dataclass
+class FakeServices:
+    """Start both fakes for one demo home; use as a context manager."""
+
+    folder: Path
+    source_url: str
+    warehouse_url: str
+    lightup_url: str = ""
+    paging_url: str = ""
+    workspace_uuid: str = ""
+    credential_file: Path | None = None
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+
+    def __enter__(self) -> FakeServices:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.credential_file = self.folder / "lightup-api-credential.json"
+        try:
+            proc, line = _start(["dw_dagster.fakes.lightup_server", "--port", "0", "--credential-file",
+                                 str(self.credential_file), "--source-url", self.source_url,
+                                 "--warehouse-url", self.warehouse_url], self.folder / "fake_lightup.log")
+            self.procs.append(proc)
+            info = json.loads(line)
+            self.lightup_url, self.workspace_uuid = info["url"], info["workspace_uuid"]
+            proc, self.paging_url = _start(["dw_dagster.fakes.paging_server", "--port", "0"], self.folder / "fake_paging.log")
+            self.procs.append(proc)
+        except Exception:
+            self.__exit__()
+            raise
+        env = {
+            "LIGHTUP_CREDENTIAL_FILE": str(self.credential_file),
+            "LIGHTUP_WORKSPACE": self.workspace_uuid,
+            "PAGERDUTY_ROUTING_KEY": DEFAULT_ROUTING_KEY,
+            "PAGERDUTY_API_TOKEN": DEFAULT_PAGERDUTY_TOKEN,
+            "PAGERDUTY_FROM": DEFAULT_PAGERDUTY_USERS[0],
+            "PAGERDUTY_EVENTS_URL": self.paging_url,
+            "PAGERDUTY_API_URL": self.paging_url,
+            "SLACK_BOT_TOKEN": DEFAULT_SLACK_TOKEN,
+            "SLACK_API_URL": f"{self.paging_url}/api",
+            "SLACK_CHANNEL": APPROVALS_CHANNEL,
+        }
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self._saved_env.items():  # the environment is put back as it was
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+    def lightup_collect(self) -> int:
+        """Run Lightup's scheduled collection now (the fake's stand-in for its schedule); incidents changed."""
+        r = httpx.post(f"{self.lightup_url}/_fake/collect", json={}, timeout=120)
+        r.raise_for_status()
+        return r.json()["incidents_changed"]
+
+    def lightup_state(self) -> dict:
+        return httpx.get(f"{self.lightup_url}/_fake/state", timeout=30).json()
+
+    def paging_state(self) -> dict:
+        return httpx.get(f"{self.paging_url}/_fake/state", timeout=30).json()

@@ -1,0 +1,885 @@
+"""A protocol-accurate fake of PagerDuty, Opsgenie and Slack on loopback, in one threaded HTTP server.
+
+Routes (one server, told apart by path, as the real hosts are):
+
+- PagerDuty **Events API v2** (PagerDuty developer docs, "Events API v2 → Send an Alert Event",
+  "Overview → Response Codes"): ``POST /v2/enqueue``. Body ``{routing_key, event_action:
+  trigger|acknowledge|resolve, dedup_key (≤ 255), payload: {summary (≤ 1024), source, severity:
+  critical|error|warning|info, timestamp?, component?, group?, class?, custom_details?}, links?,
+  images?, client?, client_url?}``; ``payload`` is required for triggers, ``dedup_key`` for
+  acknowledge/resolve. 202 ``{"status": "success", "message": "Event processed", "dedup_key"}``;
+  400 ``{"status": "invalid event", "message": "Event object is invalid", "errors": [...]}``
+  (also for an unknown routing key). A trigger opens an incident per dedup key (or adds to the
+  open one); acknowledge/resolve move it; events for a key with no open incident are dropped
+  (still 202), as documented.
+- PagerDuty **REST API v2** ("REST API → Authentication", "Errors", "Incidents"): ``Authorization:
+  Token token=<token>`` (else 401 ``{"error": {"message", "code": 2006}}``); ``GET /incidents``
+  (``incident_key``, ``statuses[]``, ``limit``, ``offset``) → ``{"incidents", "limit",
+  "offset", "more", "total"}``; ``GET /incidents/{id}``; ``GET``/``POST /incidents/{id}/notes``
+  (POST body ``{"note": {"content"}}``, needs a ``From`` header naming a known user; 201
+  ``{"note": {...}}``); unknown incident → 404 ``{"error": {"message": "Not Found", "code": 2100}}``.
+- Opsgenie **Alert API** (Opsgenie docs, "Alert API"): ``Authorization: GenieKey <key>`` (else
+  401); ``POST /v2/alerts`` (message ≤ 130 required, alias ≤ 512, description ≤ 15000,
+  responders/visibleTo of ``{type: team|user|escalation|schedule, id|name|username}``, actions ≤ 10
+  of ≤ 50, tags ≤ 20 of ≤ 50, details string→string ≤ 8000 in all, entity ≤ 512, source ≤ 100,
+  priority P1..P5, user ≤ 100, note ≤ 25000); ``POST /v2/alerts/{id}/notes`` (note ≤ 25000
+  required); ``POST /v2/alerts/{id}/close``; ``identifierType`` = ``id`` (default) | ``tiny`` |
+  ``alias``. Each answers 202 ``{"result": "Request will be processed", "took", "requestId"}`` and
+  is processed asynchronously in the real service; the outcome is read with ``GET
+  /v2/alerts/requests/{requestId}`` → ``{"data": {"success", "isSuccess", "action", "status",
+  "alertId", "alias", "processedAt", "integrationId"}, "took", "requestId"}``. Validation errors:
+  422 ``{"message", "took", "requestId"}``. A create with the alias of an open alert is
+  de-duplicated (``count`` + 1). ``GET /v2/alerts/{id}`` → ``{"data": alert}`` or 404.
+- Slack **Web API** ``POST /api/chat.postMessage`` (Slack API docs, "chat.postMessage", "Rate
+  limits", "Block Kit"): ``Authorization: Bearer <token>``; always HTTP 200, ``{"ok": true,
+  "channel", "ts", "message"}`` or ``{"ok": false, "error"}`` with ``not_authed``,
+  ``invalid_auth``, ``channel_not_found``, ``no_text``, ``msg_too_long`` (text > 40000),
+  ``invalid_blocks`` (more than 50 blocks, unknown block type, section text > 3000, header text >
+  150 or not plain_text, ...; with ``errors``), ``invalid_json``, ``invalid_arguments`` (a field of
+  the wrong type). ``warning: missing_charset`` when the JSON content type has no charset. 429
+  with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}`` under a rate fault.
+
+Where a vendor does not publish the exact wording of an error, the fake's text is its own; the
+status codes and body shapes are the documented ones. The fake enforces the documented length
+limits strictly (the real services may truncate some fields instead of rejecting them), so a
+client that passes the fake stays within the limits.
+
+Test controls under ``/_fake/``: ``GET /_fake/state`` (incidents, alerts, Opsgenie request
+statuses, Slack messages, request log; never credentials), ``POST /_fake/faults`` with
+``{"status": 429, "count": 2}``, ``{"status": 500, "count": 1, "path": "/v2/alerts"}``,
+``{"delay_s": 2}`` (optional ``path`` prefix, ``retry_after`` seconds, ``count`` -1 = forever),
+``DELETE /_fake/faults``, ``POST /_fake/reset``. The same is available in Python on
+:class:`PagingState` (``server.state``).
+
+Run on its own: ``python -m dw_dagster.fakes.paging_server --port 8766`` prints its base URL on
+one line and serves until SIGTERM or SIGINT. Credentials are the ``DEFAULT_*`` constants below
+(or ``--routing-key``/``--pagerduty-token``/``--opsgenie-key``/``--slack-token``).
+"""
+
+import argparse
+import datetime as dt
+import json
+import secrets
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_ROUTING_KEY = "R0FAKEDWDAGSTER0ROUTINGKEY000001"  # 32 characters, like a real integration key
+DEFAULT_PAGERDUTY_TOKEN = "u+FakePagerDutyRestToken"
+DEFAULT_PAGERDUTY_USERS = ("oncall@grocer.example",)
+DEFAULT_OPSGENIE_KEY = "a1b2c3d4-0000-4000-8000-fakeopsgenie"
+DEFAULT_SLACK_TOKEN = "xoxb-000000000000-000000000000-FakeSlackBotToken"
+DEFAULT_SLACK_CHANNELS = {"C0DWAPPROV": "dw-approvals", "C0DATAOPS1": "data-ops"}
+
+_PD_SUMMARY_MAX = 1024
+_PD_DEDUP_MAX = 255
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _iso(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _iso_ms(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+# -- request schemas ---------------------------------------------------------------------------
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class PdLink(_Strict):
+    href: str
+    text: str | None = None
+
+
+class PdImage(_Strict):
+    src: str
+    href: str | None = None
+    alt: str | None = None
+
+
+class PdPayload(_Strict):
+    summary: str = Field(min_length=1, max_length=_PD_SUMMARY_MAX)
+    source: str = Field(min_length=1)
+    severity: Literal["critical", "error", "warning", "info"]
+    timestamp: str | None = None
+    component: str | None = None
+    group: str | None = None
+    class_: str | None = Field(default=None, alias="class")
+    custom_details: Any = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _iso8601(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError("must be an ISO 8601 timestamp") from None
+        return v
+
+
+class PdEvent(_Strict):
+    routing_key: str = Field(min_length=1)
+    event_action: Literal["trigger", "acknowledge", "resolve"]
+    dedup_key: str | None = Field(default=None, min_length=1, max_length=_PD_DEDUP_MAX)
+    payload: PdPayload | None = None
+    links: list[PdLink] | None = None
+    images: list[PdImage] | None = None
+    client: str | None = None
+    client_url: str | None = None
+
+    @model_validator(mode="after")
+    def _by_action(self) -> "PdEvent":
+        if self.event_action == "trigger" and self.payload is None:
+            raise ValueError("'payload' is required for trigger events")
+        if self.event_action != "trigger" and not self.dedup_key:
+            raise ValueError(f"'dedup_key' is required for {self.event_action} events")
+        return self
+
+
+class PdNote(_Strict):
+    content: str = Field(min_length=1)
+
+
+class PdNoteBody(_Strict):
+    note: PdNote
+
+
+class OgResponder(_Strict):
+    type: Literal["team", "user", "escalation", "schedule"]
+    id: str | None = None
+    name: str | None = None
+    username: str | None = None
+
+    @model_validator(mode="after")
+    def _identified(self) -> "OgResponder":
+        if not (self.id or self.name or self.username):
+            raise ValueError("responder must have an id, a name or a username")
+        return self
+
+
+class OgCreate(_Strict):
+    message: str = Field(min_length=1, max_length=130)
+    alias: str | None = Field(default=None, max_length=512)
+    description: str | None = Field(default=None, max_length=15000)
+    responders: list[OgResponder] | None = Field(default=None, max_length=50)
+    visibleTo: list[OgResponder] | None = Field(default=None, max_length=50)
+    actions: list[str] | None = Field(default=None, max_length=10)
+    tags: list[str] | None = Field(default=None, max_length=20)
+    details: dict[str, str] | None = None
+    entity: str | None = Field(default=None, max_length=512)
+    source: str | None = Field(default=None, max_length=100)
+    priority: Literal["P1", "P2", "P3", "P4", "P5"] = "P3"
+    user: str | None = Field(default=None, max_length=100)
+    note: str | None = Field(default=None, max_length=25000)
+
+    @field_validator("actions", "tags")
+    @classmethod
+    def _short_items(cls, v: list[str] | None) -> list[str] | None:
+        for item in v or []:
+            if len(item) > 50:
+                raise ValueError("items can not be longer than 50 characters")
+        return v
+
+    @field_validator("details")
+    @classmethod
+    def _details_size(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v and sum(len(k) + len(x) for k, x in v.items()) > 8000:
+            raise ValueError("can not be longer than 8000 characters in total")
+        return v
+
+
+class OgNote(_Strict):
+    note: str = Field(min_length=1, max_length=25000)
+    user: str | None = Field(default=None, max_length=100)
+    source: str | None = Field(default=None, max_length=100)
+
+
+class OgClose(_Strict):
+    note: str | None = Field(default=None, max_length=25000)
+    user: str | None = Field(default=None, max_length=100)
+    source: str | None = Field(default=None, max_length=100)
+
+
+class SlackText(_Strict):
+    type: Literal["mrkdwn", "plain_text"]
+    text: str = Field(min_length=1, max_length=3000)
+    emoji: bool | None = None
+    verbatim: bool | None = None
+
+
+class SlackBlock(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: Literal["section", "header", "divider", "context", "actions", "image", "rich_text", "input", "file", "video"]
+    block_id: str | None = Field(default=None, max_length=255)
+    text: SlackText | None = None
+    fields: list[SlackText] | None = Field(default=None, max_length=10)
+    elements: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _by_type(self) -> "SlackBlock":
+        if self.type == "section" and self.text is None and not self.fields:
+            raise ValueError("a section block needs text or fields")
+        if self.type == "header":
+            if self.text is None or self.text.type != "plain_text" or len(self.text.text) > 150:
+                raise ValueError("a header block needs plain_text text of at most 150 characters")
+        if self.type == "context":
+            if not self.elements or len(self.elements) > 10:
+                raise ValueError("a context block needs 1 to 10 elements")
+        for f in self.fields or []:
+            if len(f.text) > 2000:
+                raise ValueError("section fields can be at most 2000 characters")
+        return self
+
+
+class SlackPost(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    channel: str = Field(min_length=1)
+    text: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+    thread_ts: str | None = None
+    mrkdwn: bool | None = None
+    unfurl_links: bool | None = None
+    unfurl_media: bool | None = None
+
+
+def _messages(e: ValidationError) -> list[str]:
+    out = []
+    for err in e.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append(f"'{where}' {msg}" if where else msg)
+    return out
+
+
+# -- state and faults --------------------------------------------------------------------------
+
+@dataclass
+class Fault:
+    """One switchable fault: ``count`` responses (−1 = all) on paths starting with ``path``."""
+
+    status: int | None = None
+    count: int = 1
+    delay_s: float = 0.0
+    path: str = ""
+    retry_after: float | None = None
+    body: Any = None
+
+
+@dataclass
+class Credentials:
+    """What the fake accepts: routing keys, REST tokens and users, Opsgenie keys, Slack tokens and channels."""
+
+    routing_keys: set[str] = field(default_factory=lambda: {DEFAULT_ROUTING_KEY})
+    pagerduty_tokens: set[str] = field(default_factory=lambda: {DEFAULT_PAGERDUTY_TOKEN})
+    pagerduty_users: set[str] = field(default_factory=lambda: set(DEFAULT_PAGERDUTY_USERS))
+    opsgenie_keys: set[str] = field(default_factory=lambda: {DEFAULT_OPSGENIE_KEY})
+    slack_tokens: set[str] = field(default_factory=lambda: {DEFAULT_SLACK_TOKEN})
+    slack_channels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SLACK_CHANNELS))
+
+
+class PagingState:
+    """Everything the fake remembers, guarded by one lock. Tests read it through the accessors."""
+
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials or Credentials()
+        self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget incidents, alerts, messages, faults and the request log (credentials stay)."""
+        with self.lock:
+            self.pd_incidents: list[dict[str, Any]] = []
+            self.pd_events: list[dict[str, Any]] = []
+            self.og_alerts: list[dict[str, Any]] = []
+            self.og_requests: dict[str, dict[str, Any]] = {}
+            self.slack: dict[str, list[dict[str, Any]]] = {}
+            self.requests: list[dict[str, Any]] = []
+            self.faults: list[Fault] = []
+            self._seq = 0
+
+    def next_seq(self) -> int:
+        with self.lock:
+            self._seq += 1
+            return self._seq
+
+    # faults
+    def add_fault(self, status: int | None = None, count: int = 1, delay_s: float = 0.0, path: str = "",
+                  retry_after: float | None = None, body: Any = None) -> None:
+        """Queue a fault: the next ``count`` matching requests get ``status`` (after ``delay_s``)."""
+        with self.lock:
+            self.faults.append(Fault(status, count, delay_s, path, retry_after, body))
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self.faults.clear()
+
+    def take_fault(self, path: str) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if path.startswith(f.path) and f.count != 0:
+                    if f.count > 0:
+                        f.count -= 1
+                    return f
+            self.faults = [f for f in self.faults if f.count != 0]
+            return None
+
+    # accessors
+    def pagerduty_incidents(self, dedup_key: str | None = None) -> list[dict[str, Any]]:
+        """Incidents (oldest first), optionally only those with ``incident_key == dedup_key``."""
+        with self.lock:
+            return [json.loads(json.dumps(i)) for i in self.pd_incidents
+                    if dedup_key is None or i["incident_key"] == dedup_key]
+
+    def opsgenie_alerts(self, alias: str | None = None) -> list[dict[str, Any]]:
+        """Alerts (oldest first), optionally only those with ``alias``."""
+        with self.lock:
+            return [json.loads(json.dumps(a)) for a in self.og_alerts if alias is None or a["alias"] == alias]
+
+    def opsgenie_request(self, request_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            r = self.og_requests.get(request_id)
+            return dict(r) if r else None
+
+    def slack_messages(self, channel: str | None = None) -> list[dict[str, Any]]:
+        """Messages posted (oldest first), to one channel ID or to all; each has ``channel``."""
+        with self.lock:
+            chans = [channel] if channel else list(self.slack)
+            return [json.loads(json.dumps(m)) for c in chans for m in self.slack.get(c, [])]
+
+    def request_log(self, path_prefix: str = "") -> list[dict[str, Any]]:
+        """``{method, path, status}`` of every request served (faulted ones included)."""
+        with self.lock:
+            return [dict(r) for r in self.requests if r["path"].startswith(path_prefix)]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as JSON-able data (``GET /_fake/state``)."""
+        with self.lock:
+            return {
+                "pagerduty": {"incidents": self.pagerduty_incidents(), "events": json.loads(json.dumps(self.pd_events))},
+                "opsgenie": {"alerts": self.opsgenie_alerts(), "requests": json.loads(json.dumps(self.og_requests))},
+                "slack": {"messages": {c: json.loads(json.dumps(ms)) for c, ms in self.slack.items()}},
+                "requests": self.request_log(),
+                "faults": [f.__dict__ for f in self.faults],
+            }
+
+
+# -- vendor logic ------------------------------------------------------------------------------
+
+Reply = tuple[int, Any, dict[str, str]]
+
+
+def _pd_invalid(errors: list[str]) -> Reply:
+    return 400, {"status": "invalid event", "message": "Event object is invalid", "errors": errors}, {}
+
+
+def _pd_rest_error(status: int, message: str, code: int, errors: list[str] | None = None) -> Reply:
+    body: dict[str, Any] = {"error": {"message": message, "code": code}}
+    if errors:
+        body["error"]["errors"] = errors
+    return status, body, {}
+
+
+def _pd_id() -> str:
+    alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
+    return "Q" + "".join(secrets.choice(alphabet) for _ in range(13))
+
+
+def pd_enqueue(state: PagingState, raw: Any) -> Reply:
+    if not isinstance(raw, dict):
+        return _pd_invalid(["Event object must be a JSON object"])
+    if raw.get("routing_key") not in state.credentials.routing_keys:
+        return _pd_invalid(["Invalid routing key"] if raw.get("routing_key") else ["'routing_key' is missing"])
+    try:
+        event = PdEvent.model_validate(raw)
+    except ValidationError as e:
+        return _pd_invalid(_messages(e))
+    now = _now()
+    with state.lock:
+        key = event.dedup_key or uuid.uuid4().hex
+        record = {k: v for k, v in raw.items() if k != "routing_key"}
+        record["dedup_key"] = key
+        record["received_at"] = _iso(now)
+        state.pd_events.append(record)
+        open_ = [i for i in state.pd_incidents if i["incident_key"] == key and i["status"] != "resolved"]
+        if event.event_action == "trigger":
+            p = event.payload
+            assert p is not None
+            if open_:
+                open_[-1]["alert_counts"]["triggered"] += 1
+                open_[-1]["updated_at"] = _iso(now)
+            else:
+                n = len(state.pd_incidents) + 1
+                pid = _pd_id()
+                state.pd_incidents.append({
+                    "id": pid, "type": "incident", "incident_number": n, "title": p.summary,
+                    "summary": f"[#{n}] {p.summary}", "status": "triggered", "incident_key": key,
+                    "urgency": "high" if p.severity in ("critical", "error") else "low", "severity": p.severity,
+                    "source": p.source, "custom_details": p.custom_details,
+                    "links": [link.model_dump() for link in event.links or []],
+                    "created_at": _iso(now), "updated_at": _iso(now), "resolved_at": None,
+                    "alert_counts": {"triggered": 1, "resolved": 0, "all": 1},
+                    "html_url": f"https://fake.pagerduty.com/incidents/{pid}", "notes": [],
+                })
+        elif open_:
+            inc = open_[-1]
+            inc["status"] = "acknowledged" if event.event_action == "acknowledge" else "resolved"
+            inc["updated_at"] = _iso(now)
+            if inc["status"] == "resolved":
+                inc["resolved_at"] = _iso(now)
+        # acknowledge/resolve for a key without an open incident: dropped, still 202 (documented)
+    return 202, {"status": "success", "message": "Event processed", "dedup_key": key}, {}
+
+
+def _pd_public(inc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in inc.items() if k != "notes"}
+
+
+def pd_rest(state: PagingState, method: str, path: str, query: dict[str, list[str]],
+            headers: dict[str, str], raw: Any) -> Reply:
+    auth = headers.get("authorization", "")
+    token = auth[len("Token token="):] if auth.startswith("Token token=") else None
+    if token not in state.credentials.pagerduty_tokens:
+        return _pd_rest_error(401, "Authentication failed", 2006)
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    with state.lock:
+        if method == "GET" and parts == ["incidents"]:
+            rows = state.pd_incidents
+            if "incident_key" in query:
+                rows = [i for i in rows if i["incident_key"] == query["incident_key"][0]]
+            statuses = query.get("statuses[]") or query.get("statuses")
+            if statuses:
+                rows = [i for i in rows if i["status"] in statuses]
+            try:
+                limit = min(100, int(query.get("limit", ["25"])[0]))
+                offset = int(query.get("offset", ["0"])[0])
+            except ValueError:
+                return _pd_rest_error(400, "Invalid Input Provided", 2001, ["limit and offset must be integers"])
+            page = rows[offset:offset + limit]
+            return 200, {"incidents": [_pd_public(i) for i in page], "limit": limit, "offset": offset,
+                         "more": offset + limit < len(rows), "total": None}, {}
+        inc = next((i for i in state.pd_incidents if len(parts) >= 2 and parts[0] == "incidents" and i["id"] == parts[1]), None)
+        if len(parts) in (2, 3) and parts[0] == "incidents" and inc is None:
+            return _pd_rest_error(404, "Not Found", 2100)
+        if method == "GET" and len(parts) == 2:
+            return 200, {"incident": _pd_public(inc)}, {}
+        if len(parts) == 3 and parts[2] == "notes":
+            if method == "GET":
+                return 200, {"notes": list(inc["notes"])}, {}
+            if method == "POST":
+                sender = headers.get("from", "").strip().lower()
+                if not sender:
+                    return _pd_rest_error(400, "Invalid Input Provided", 2001,
+                                          ["A 'From' header with the email of a valid user is required"])
+                if sender not in {u.lower() for u in state.credentials.pagerduty_users}:
+                    return _pd_rest_error(400, "Requester User Not Found", 1008)
+                try:
+                    body = PdNoteBody.model_validate(raw)
+                except ValidationError as e:
+                    return _pd_rest_error(400, "Invalid Input Provided", 2001, _messages(e))
+                note = {"id": _pd_id(), "user": {"id": "PUSER01", "type": "user_reference", "summary": sender},
+                        "channel": {"summary": "The PagerDuty website or APIs"},
+                        "content": body.note.content, "created_at": _iso(_now())}
+                inc["notes"].append(note)
+                return 201, {"note": note}, {}
+    return _pd_rest_error(404, "Not Found", 2100)
+
+
+def _og(status: int, body: dict[str, Any] | None = None, message: str | None = None) -> tuple[int, Any, dict[str, str], str]:
+    rid = str(uuid.uuid4())
+    out = dict(body or {})
+    if message is not None:
+        out["message"] = message
+    out.update({"took": 0.004, "requestId": rid})
+    return status, out, {}, rid
+
+
+def _og_error(e: ValidationError) -> str:
+    msgs = []
+    for err in e.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "Request"
+        text = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "string_too_long":
+            text = f"can not be longer than {err['ctx']['max_length']} characters"
+        elif err["type"] == "string_too_short" or err["type"] == "missing":
+            text = "can not be empty"
+        msgs.append(f"{where[:1].upper()}{where[1:]} {text}.")
+    return " ".join(msgs)
+
+
+def _og_find(state: PagingState, identifier: str, kind: str) -> dict[str, Any] | None:
+    key = {"id": "id", "tiny": "tinyId", "alias": "alias"}[kind]
+    found = [a for a in state.og_alerts if a[key] == identifier]
+    open_ = [a for a in found if a["status"] == "open"]
+    return (open_ or found or [None])[-1]
+
+
+def _og_request_record(state: PagingState, rid: str, action: str, ok: bool, status: str,
+                       alert: dict[str, Any] | None, alias: str | None) -> None:
+    state.og_requests[rid] = {
+        "success": ok, "isSuccess": ok, "action": action, "processedAt": _iso_ms(_now()),
+        "integrationId": "00000000-fake-4000-8000-integration0", "status": status,
+        "alertId": alert["id"] if alert else "", "alias": alias or (alert["alias"] if alert else ""),
+    }
+
+
+def opsgenie(state: PagingState, method: str, path: str, query: dict[str, list[str]],
+             headers: dict[str, str], raw: Any) -> Reply:
+    auth = headers.get("authorization", "")
+    key = auth[len("GenieKey "):] if auth.startswith("GenieKey ") else None
+    if key not in state.credentials.opsgenie_keys:
+        status, body, h, _ = _og(401, message="Could not authenticate")
+        return status, body, h
+    parts = [unquote(p) for p in path.strip("/").split("/")]  # v2, alerts, ...
+    kind = query.get("identifierType", ["id"])[0]
+    if kind not in ("id", "tiny", "alias"):
+        status, body, h, _ = _og(422, message=f"Invalid identifierType: {kind}. Use one of [id, tiny, alias].")
+        return status, body, h
+    now = _now()
+    with state.lock:
+        if method == "POST" and parts == ["v2", "alerts"]:
+            if not isinstance(raw, dict):
+                status, body, h, _ = _og(422, message="Request body must be a JSON object.")
+                return status, body, h
+            try:
+                req = OgCreate.model_validate(raw)
+            except ValidationError as e:
+                status, body, h, _ = _og(422, message=_og_error(e))
+                return status, body, h
+            status, body, h, rid = _og(202, {"result": "Request will be processed"})
+            alias = req.alias or str(uuid.uuid4())
+            existing = _og_find(state, alias, "alias")
+            if existing is not None and existing["status"] == "open":
+                existing["count"] += 1
+                existing["updatedAt"] = _iso_ms(now)
+                _og_request_record(state, rid, "Create", True, "Alert is de-duplicated", existing, alias)
+            else:
+                alert = {
+                    "id": str(uuid.uuid4()), "tinyId": str(len(state.og_alerts) + 1), "alias": alias,
+                    "message": req.message, "description": req.description or "", "status": "open",
+                    "acknowledged": False, "isSeen": False, "count": 1, "priority": req.priority,
+                    "tags": req.tags or [], "details": req.details or {}, "entity": req.entity or "",
+                    "source": req.source or "", "owner": "", "user": req.user or "",
+                    "responders": [r.model_dump(exclude_none=True) for r in req.responders or []],
+                    "actions": req.actions or [], "createdAt": _iso_ms(now), "updatedAt": _iso_ms(now),
+                    "notes": [],
+                }
+                if req.note:
+                    alert["notes"].append({"note": req.note, "owner": req.user or "", "source": req.source or "",
+                                           "createdAt": _iso_ms(now)})
+                state.og_alerts.append(alert)
+                _og_request_record(state, rid, "Create", True, "Created alert", alert, alias)
+            return status, body, h
+        if method == "GET" and len(parts) == 4 and parts[:3] == ["v2", "alerts", "requests"]:
+            rec = state.og_requests.get(parts[3])
+            if rec is None:
+                status, body, h, _ = _og(404, message="Request not found. It might not be processed, yet.")
+                return status, body, h
+            status, body, h, _ = _og(200, {"data": dict(rec)})
+            return status, body, h
+        if method == "GET" and len(parts) == 3 and parts[:2] == ["v2", "alerts"]:
+            alert = _og_find(state, parts[2], kind)
+            if alert is None:
+                status, body, h, _ = _og(404, message="Alert does not exist")
+                return status, body, h
+            status, body, h, _ = _og(200, {"data": json.loads(json.dumps(alert))})
+            return status, body, h
+        if method == "POST" and len(parts) == 4 and parts[:2] == ["v2", "alerts"] and parts[3] in ("notes", "close"):
+            model = OgNote if parts[3] == "notes" else OgClose
+            try:
+                req = model.model_validate(raw if raw is not None else {})
+            except ValidationError as e:
+                status, body, h, _ = _og(422, message=_og_error(e))
+                return status, body, h
+            status, body, h, rid = _og(202, {"result": "Request will be processed"})
+            alert = _og_find(state, parts[2], kind)
+            action = "AddNote" if parts[3] == "notes" else "Close"
+            alias = parts[2] if kind == "alias" else None
+            if alert is None:
+                _og_request_record(state, rid, action, False, "Alert does not exist", None, alias)
+            elif parts[3] == "close" and alert["status"] == "closed":
+                _og_request_record(state, rid, action, False, "Alert is already closed", alert, alias)
+            else:
+                if req.note:
+                    alert["notes"].append({"note": req.note, "owner": req.user or "", "source": req.source or "",
+                                           "createdAt": _iso_ms(now)})
+                if parts[3] == "close":
+                    alert["status"] = "closed"
+                _og_request_record(state, rid, action, True,
+                                   "Added note" if parts[3] == "notes" else "Closed alert", alert, alias)
+                alert["updatedAt"] = _iso_ms(now)
+            return status, body, h
+    status, body, h, _ = _og(404, message="Not found")
+    return status, body, h
+
+
+def _slack_error(error: str, **extra: Any) -> Reply:
+    return 200, {"ok": False, "error": error, **extra}, {}
+
+
+def slack_post(state: PagingState, headers: dict[str, str], raw_bytes: bytes) -> Reply:
+    auth = headers.get("authorization", "")
+    ctype = headers.get("content-type", "")
+    form: dict[str, Any] | None = None
+    if ctype.startswith("application/x-www-form-urlencoded"):
+        form = {k: v[0] for k, v in parse_qs(raw_bytes.decode("utf-8", "replace")).items()}
+    token = auth[len("Bearer "):] if auth.startswith("Bearer ") else (form or {}).get("token")
+    if not token:
+        return _slack_error("not_authed")
+    if token not in state.credentials.slack_tokens:
+        return _slack_error("invalid_auth")
+    if form is not None:
+        raw: Any = dict(form)
+        if "blocks" in raw:
+            try:
+                raw["blocks"] = json.loads(raw["blocks"])
+            except ValueError:
+                return _slack_error("invalid_blocks_format")
+        raw.pop("token", None)
+    else:
+        try:
+            raw = json.loads(raw_bytes or b"{}")
+        except ValueError:
+            return _slack_error("invalid_json")
+    if not isinstance(raw, dict):
+        return _slack_error("invalid_arguments")
+    if not raw.get("channel"):
+        return _slack_error("channel_not_found")
+    try:
+        post = SlackPost.model_validate(raw)
+    except ValidationError as e:
+        return _slack_error("invalid_arguments", response_metadata={"messages": [f"[ERROR] {m}" for m in _messages(e)]})
+    channels = state.credentials.slack_channels
+    name = post.channel.lstrip("#")
+    channel_id = post.channel if post.channel in channels else next((c for c, n in channels.items() if n == name), None)
+    if channel_id is None:
+        return _slack_error("channel_not_found")
+    if post.blocks is not None:
+        errors = []
+        if len(post.blocks) > 50:
+            errors.append("no more than 50 items allowed [json-pointer:/blocks]")
+        for i, block in enumerate(post.blocks[:50]):
+            try:
+                SlackBlock.model_validate(block)
+            except ValidationError as e:
+                errors += [f"{m} [json-pointer:/blocks/{i}]" for m in _messages(e)]
+        if errors:
+            return _slack_error("invalid_blocks", errors=errors,
+                                response_metadata={"messages": [f"[ERROR] {m}" for m in errors]})
+    if not post.text and not post.blocks:
+        return _slack_error("no_text")
+    if post.text and len(post.text) > 40000:
+        return _slack_error("msg_too_long")
+    ts = f"{int(time.time())}.{state.next_seq():06d}"
+    message = {"type": "message", "subtype": "bot_message", "text": post.text or "", "user": "U0FAKEBOT1",
+               "bot_id": "B0FAKEBOT1", "app_id": "A0FAKEAPP1", "ts": ts, "team": "T0FAKETEAM"}
+    if post.blocks:
+        message["blocks"] = post.blocks
+    with state.lock:
+        state.slack.setdefault(channel_id, []).append({**message, "channel": channel_id})
+    body: dict[str, Any] = {"ok": True, "channel": channel_id, "ts": ts, "message": message}
+    if form is None and "charset" not in ctype.lower():
+        body["warning"] = "missing_charset"
+        body["response_metadata"] = {"warnings": ["missing_charset"]}
+    return 200, body, {}
+
+
+def _fault_body(path: str, status: int) -> Any:
+    if path.startswith("/v2/enqueue"):
+        if status == 429:
+            return {"status": "throttle event", "message": "Requests for this service are arriving too quickly. Please retry later."}
+        return {"status": "error", "message": "internal error"}
+    if path.startswith("/incidents"):
+        if status == 429:
+            return {"error": {"message": "Rate Limit Exceeded", "code": 2020}}
+        return {"error": {"message": "An internal error has occurred. PagerDuty team has been notified.", "code": 2000}}
+    if path.startswith("/v2/alerts"):
+        return {"message": "Too many requests" if status == 429 else "Internal Server Error", "took": 0.001,
+                "requestId": str(uuid.uuid4())}
+    if path.startswith("/api/"):
+        return {"ok": False, "error": "ratelimited" if status == 429 else "fatal_error"}
+    return {"error": f"fault {status}"}
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "PagingServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        with self.server.state.lock:  # logged before the client can see the answer
+            self.server.state.requests.append({"method": self.command, "path": urlsplit(self.path).path, "status": status})
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+            pass
+
+    def _handle(self) -> None:
+        state = self.server.state
+        split = urlsplit(self.path)
+        path, query = split.path, parse_qs(split.query)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_bytes = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+
+        if path.startswith("/_fake/"):
+            self._control(path, raw_bytes)
+            return
+        fault = state.take_fault(path)
+        if fault is not None:
+            if fault.delay_s:
+                time.sleep(fault.delay_s)
+            if fault.status is not None:
+                extra = {}
+                if fault.status == 429 or fault.retry_after is not None:
+                    extra["Retry-After"] = f"{fault.retry_after if fault.retry_after is not None else 1:g}"
+                self._reply(fault.status, fault.body if fault.body is not None else _fault_body(path, fault.status), extra)
+                return
+
+        if path.startswith("/api/"):
+            if self.command == "POST" and path == "/api/chat.postMessage":
+                self._reply(*slack_post(state, headers, raw_bytes))
+            else:
+                self._reply(200, {"ok": False, "error": "unknown_method"})
+            return
+        raw: Any = None
+        if raw_bytes:
+            try:
+                raw = json.loads(raw_bytes)
+            except ValueError:
+                if path == "/v2/enqueue":
+                    self._reply(*_pd_invalid(["Invalid JSON"]))
+                elif path.startswith("/v2/alerts"):
+                    self._reply(*_og(400, message="Could not parse the request body as JSON.")[:3])
+                else:
+                    self._reply(*_pd_rest_error(400, "Invalid Input Provided", 2001, ["Invalid JSON"]))
+                return
+        if path == "/v2/enqueue":
+            if self.command != "POST":
+                self._reply(405, {"status": "invalid event", "message": "Method not allowed", "errors": []})
+                return
+            self._reply(*pd_enqueue(state, raw))
+        elif path == "/incidents" or path.startswith("/incidents/"):
+            self._reply(*pd_rest(state, self.command, path, query, headers, raw))
+        elif path == "/v2/alerts" or path.startswith("/v2/alerts/"):
+            self._reply(*opsgenie(state, self.command, path, query, headers, raw))
+        else:
+            self._reply(404, {"error": f"no route {self.command} {path}"})
+
+    def _control(self, path: str, raw_bytes: bytes) -> None:
+        state = self.server.state
+        if path == "/_fake/state" and self.command == "GET":
+            self._reply(200, state.snapshot())
+        elif path == "/_fake/faults" and self.command == "POST":
+            try:
+                spec = json.loads(raw_bytes or b"{}")
+                specs = spec if isinstance(spec, list) else [spec]
+                for s in specs:
+                    state.add_fault(**s)
+            except (ValueError, TypeError) as e:
+                self._reply(400, {"error": f"bad fault spec: {e}"})
+                return
+            self._reply(200, {"faults": [f.__dict__ for f in state.faults]})
+        elif path == "/_fake/faults" and self.command == "DELETE":
+            state.clear_faults()
+            self._reply(200, {"faults": []})
+        elif path == "/_fake/reset" and self.command == "POST":
+            state.reset()
+            self._reply(200, {"reset": True})
+        else:
+            self._reply(404, {"error": f"no control route {self.command} {path}"})
+
+    do_GET = do_POST = do_DELETE = do_PUT = _handle
+
+
+class PagingServer(ThreadingHTTPServer):
+    """The fake's HTTP server; ``state`` is its :class:`PagingState`, ``base_url`` its root URL."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], state: PagingState | None = None) -> None:
+        super().__init__(address, _Handler)
+        self.state = state or PagingState()
+        host, port = self.server_address[:2]
+        self.base_url = f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self.shutdown()
+        self.server_close()
+
+
+def start_paging_server(port: int = 0, host: str = "127.0.0.1",
+                        credentials: Credentials | None = None) -> tuple[PagingServer, str]:
+    """Start the fake in a daemon thread; return ``(server, base_url)``. Stop it with ``server.stop()``.
+
+    Args:
+        port: TCP port (0 = a free one).
+        host: interface, loopback by default.
+        credentials: what it accepts (default: the ``DEFAULT_*`` constants).
+    """
+    server = PagingServer((host, port), PagingState(credentials))
+    thread = threading.Thread(target=server.serve_forever, name="paging-fake", daemon=True)
+    thread.start()
+    return server, server.base_url
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``python -m dw_dagster.fakes.paging_server [--host H] [--port N]``: serve until SIGTERM/SIGINT."""
+    ap = argparse.ArgumentParser(description="Fake PagerDuty + Opsgenie + Slack APIs on loopback.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--routing-key", default=DEFAULT_ROUTING_KEY)
+    ap.add_argument("--pagerduty-token", default=DEFAULT_PAGERDUTY_TOKEN)
+    ap.add_argument("--pagerduty-user", action="append", default=None)
+    ap.add_argument("--opsgenie-key", default=DEFAULT_OPSGENIE_KEY)
+    ap.add_argument("--slack-token", default=DEFAULT_SLACK_TOKEN)
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    creds = Credentials(routing_keys={args.routing_key}, pagerduty_tokens={args.pagerduty_token},
+                        pagerduty_users=set(args.pagerduty_user or DEFAULT_PAGERDUTY_USERS),
+                        opsgenie_keys={args.opsgenie_key}, slack_tokens={args.slack_token})
+    server, url = start_paging_server(args.port, args.host, creds)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(url, flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
