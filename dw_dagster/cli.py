@@ -196,13 +196,21 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
         click.echo(f"{r['id']}  {r['status']}  {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line).")
 @click.option("--json", "as_json", is_flag=True)
 @home_option
-def receipts(asset: str | None, as_json: bool, dagster_home: str | None) -> None:
-    """Print receipts (dw/receipt) from the Dagster instance: per asset, newest first."""
+@click.pass_context
+def receipts(ctx: click.Context, asset: str | None, as_json: bool, dagster_home: str | None) -> None:
+    """Print receipts (dw/receipt) from the Dagster instance: per asset, newest first.
+
+    ``dw-dagster receipts verify`` checks every receipt chain for tampering.
+    """
     import dagster as dg
+
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = {"dagster_home": dagster_home}
+        return
 
     from dw_dagster.remediation import records
     from dw_dagster.remediation.receipts import receipt_markdown
@@ -222,6 +230,28 @@ def receipts(asset: str | None, as_json: bool, dagster_home: str | None) -> None
         return
     for r in found:
         click.echo(f"== {'/'.join(r.asset_key)} ==\n{receipt_markdown(r)}\n")
+
+
+@receipts.command("verify")
+@home_option
+@click.pass_context
+def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
+    """Recompute every receipt chain from the event log; exit 1 naming each altered or removed receipt."""
+    from dw_dagster.remediation.approval import ApprovalRefused
+    from dw_dagster.remediation.receipt_chain import verify_receipts
+
+    home = dagster_home or (ctx.obj or {}).get("dagster_home")
+    with _instance(home) as instance:
+        try:
+            count, problems = verify_receipts(instance)
+        except ApprovalRefused as e:
+            raise click.UsageError(f"cannot verify receipts: {e}") from e
+    for p in problems:
+        click.echo(str(p), err=True)
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in {count} receipt(s)", err=True)
+        sys.exit(1)
+    click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every anchored receipt present")
 
 
 @main.command("blast-radius")

@@ -60,6 +60,8 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
                            capture_output=True, text=True, env={**env, "DW_APPROVAL_SIGNING_KEY": "x" * 32}, timeout=120)
     assert again.returncode == 3 and again.stderr.strip().splitlines()[-1].startswith("refused: ")
     assert "single-use" in again.stderr and "Traceback" not in again.stderr
+    verify = subprocess.run([str(BIN / "dw-dagster"), "receipts", "verify"], capture_output=True, text=True, env=env, timeout=120)
+    assert verify.returncode == 0 and "4 receipt(s) verified" in verify.stdout, verify.stderr[-2000:]
 
 
 def test_demo_refuses_bad_input_before_touching_the_disk(tmp_path):

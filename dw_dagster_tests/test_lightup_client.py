@@ -180,3 +180,29 @@ def test_refused_refresh_token(lightup):
     with pytest.raises(HttpApiError, match="token/refresh.*401") as e:
         c.list_monitors()
     assert "not-a-token" not in str(e.value)
+
+
+def test_fake_runs_as_its_own_process(tmp_path):
+    """``dw-dagster fake-lightup``: one JSON line, a working credential file, a clean exit on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dw_dagster_tests.lightup_fixtures import make_tables
+
+    src, wh = make_tables(tmp_path)
+    cred = tmp_path / "cred.json"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "dw-dagster"), "fake-lightup", "--port", "0",
+                             "--credential-file", str(cred), "--source-url", f"duckdb:///{src.path}",
+                             "--warehouse-url", f"duckdb:///{wh.path}"], stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        c = client(cred)
+        assert c.workspace == info["workspace_uuid"] and info["url"].startswith("http://127.0.0.1:")
+        httpx.post(f"{info['url']}/_fake/collect", json={}, timeout=60).raise_for_status()
+        (inc,) = c.list_incidents(start_updated_ts=0, end_updated_ts=time.time() + 1)
+        assert inc["slice"] == {"region": "Southwest"} and inc["ongoing"] is True
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0

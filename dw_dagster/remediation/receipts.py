@@ -2,8 +2,9 @@
 
 The receipt job runs last in a repair. For every asset the change set touched (the repaired
 asset and every rebuilt one) it writes an ``AssetObservation`` with ``dw/receipt`` (JSON),
-``dw/receipt_md`` (markdown for the UI) and ``dw/receipt_hash``. Each receipt includes the hash
-of the previous receipt on the same asset, so a removed or altered receipt breaks the chain.
+``dw/receipt_md`` (markdown for the UI), ``dw/receipt_hash`` and ``dw/receipt_sig``. Each receipt
+includes the hash of the previous receipt on the same asset, so a removed or altered receipt
+breaks the chain; :mod:`dw_dagster.remediation.receipt_chain` verifies it.
 """
 
 
@@ -19,6 +20,7 @@ from dw_dagster import constants as c
 from dw_dagster.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import signature_valid, valid_approval
+from dw_dagster.remediation.receipt_chain import RECEIPT_SIG_KEY, RECEIPTS_TAG, anchor_tag, sign_hash
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -116,15 +118,28 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
             previous_hash=prev[0].content_hash() if prev else None,
         )
         out_receipts.append(r)
-        events.append(dg.AssetObservation(
-            asset_key=dg.AssetKey(asset),
-            description=f"receipt {r.id} for change set {cs.id} ({'verified' if verified else 'NOT verified'})",
-            metadata={c.RECEIPT_KEY: dg.MetadataValue.json(r.model_dump(mode="json")),
-                      c.RECEIPT_MD_KEY: dg.MetadataValue.md(receipt_markdown(r)),
-                      c.RECEIPT_HASH_KEY: r.content_hash(),
-                      c.CHANGE_SET_ID_KEY: cs.id},
-        ))
+        events.append(receipt_observation(r, f"receipt {r.id} for change set {cs.id} ({'verified' if verified else 'NOT verified'})"))
     return out_receipts, events
+
+
+def receipt_observation(r: Receipt, description: str) -> dg.AssetObservation:
+    """The observation that stores one receipt: JSON, markdown, hash and the hash's signature."""
+    return dg.AssetObservation(
+        asset_key=dg.AssetKey(r.asset_key), description=description,
+        metadata={c.RECEIPT_KEY: dg.MetadataValue.json(r.model_dump(mode="json")),
+                  c.RECEIPT_MD_KEY: dg.MetadataValue.md(receipt_markdown(r)),
+                  c.RECEIPT_HASH_KEY: r.content_hash(),
+                  RECEIPT_SIG_KEY: sign_hash(r.content_hash()),
+                  c.CHANGE_SET_ID_KEY: r.change_set_id})
+
+
+def log_receipts(context: dg.OpExecutionContext, receipts: list[Receipt], events: list[dg.AssetObservation]) -> None:
+    """Log the receipt observations and anchor them in the run's ``dw/receipts`` tag (signed), so a
+    removed newest receipt is still noticed by :func:`~dw_dagster.remediation.receipt_chain.verify_receipts`."""
+    for e in events:
+        context.log_event(e)
+    context.instance.add_run_tags(context.run_id, {RECEIPTS_TAG: anchor_tag(
+        [{"asset": dg.AssetKey(r.asset_key).to_user_string(), "id": r.id, "hash": r.content_hash()} for r in receipts])})
 
 
 @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
@@ -137,8 +152,7 @@ def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> 
     if approval is None:
         raise dg.Failure(description=f"change set {cs.id} has no valid approval; no receipt without one")
     receipts, events = write_receipts(context.instance, cs, approval)
-    for e in events:
-        context.log_event(e)
+    log_receipts(context, receipts, events)
     context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: verified={receipts[0].verified}")
 
 
