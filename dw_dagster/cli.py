@@ -324,6 +324,40 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
         click.echo(f"  owners: {', '.join(all_owners)}")
 
 
+@main.command("stop")
+@click.option("--by", required=True, help="Who stops (email); recorded with the stop.")
+@click.option("--reason", default="", help="Why; shown in the UI and in every skipped sensor tick.")
+@home_option
+def stop_cmd(by: str, reason: str, dagster_home: str | None) -> None:
+    """Org-wide stop: halt every automatic dw_dagster repair now (queued repair runs are cancelled)."""
+    from dw_dagster.remediation.control import set_stop
+
+    if not by.strip():
+        raise click.BadParameter("must name who stops", param_hint="--by")
+    with _instance(dagster_home) as instance:
+        state = set_stop(instance, True, by, reason)
+    click.echo(f"STOPPED by {state.by} at {state.at.isoformat()}; cancelled {len(state.cancelled_runs)} queued repair run(s). "
+               "Approvals are still recorded and wait; `dw-dagster resume --by EMAIL` lifts the stop.")
+
+
+@main.command("resume")
+@click.option("--by", required=True, help="Who lifts the stop (email).")
+@click.option("--reason", default="", help="Why.")
+@home_option
+def resume_cmd(by: str, reason: str, dagster_home: str | None) -> None:
+    """Lift the org-wide stop: the remediation sensor dispatches approved repairs again."""
+    from dw_dagster.remediation.control import active_stop, set_stop
+
+    if not by.strip():
+        raise click.BadParameter("must name who resumes", param_hint="--by")
+    with _instance(dagster_home) as instance:
+        if active_stop(instance) is None:
+            click.echo("no org-wide stop is in force; nothing to lift")
+            return
+        state = set_stop(instance, False, by, reason)
+    click.echo(f"resumed by {state.by} at {state.at.isoformat()}")
+
+
 @main.command("fake-lightup")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Loopback port (0 = any free one).")
 @click.option("--credential-file", type=click.Path(dir_okay=False), default="lightup-api-credential.json", show_default=True,

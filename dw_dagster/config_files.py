@@ -1,7 +1,7 @@
-"""Reading YAML configuration files into pydantic models, with errors that name the file."""
+"""Reading YAML configuration files into pydantic models, with errors that name the file and line."""
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -9,21 +9,57 @@ from pydantic import BaseModel, ValidationError
 M = TypeVar("M", bound=BaseModel)
 
 
+def _node_at(node: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    """The deepest YAML node along a pydantic error location (mapping keys and sequence indexes)."""
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
+            if nxt is None:
+                return node
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def describe_validation_error(e: ValidationError, text: str, path: str | Path) -> str:
+    """One line per error: ``file:line: field.path: message`` (line of the offending YAML node, 1-based)."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        root = None
+    lines = []
+    for err in e.errors():
+        loc = tuple(err.get("loc", ()))
+        node = _node_at(root, loc)
+        line = node.start_mark.line + 1 if node is not None else 1
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        lines.append(f"{path}:{line}: {where}: {err.get('msg')}")
+    return "\n".join(lines)
+
+
 def read_yaml_model(path: str | Path, model: type[M], error: type[Exception], what: str) -> M:
     """Parse ``path`` as YAML and validate it as ``model``.
 
     Raises:
-        error: the file is missing, is not YAML, or fails validation (message names the file;
-            YAML syntax errors carry the line and column).
+        error: the file is missing, is not YAML (the message has the line and column), or fails
+            validation (one line per problem: ``file:line: field: message``).
     """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text()
+        data = yaml.safe_load(text)
     except FileNotFoundError as e:
         raise error(f"{what} not found: {p}") from e
     except yaml.YAMLError as e:
         raise error(f"{p}: not valid YAML: {e}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{what} {p} cannot be read: {e}") from e
+    if data is None:
+        raise error(f"{p}:1: the {what} is empty")
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise error(f"{p}: {e}") from e
+        raise error(f"{p}: invalid {what}:\n{describe_validation_error(e, text, p)}") from e

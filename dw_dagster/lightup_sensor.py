@@ -36,6 +36,7 @@ import dagster as dg
 from dw_dagster import constants as c
 from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.cursors import UpdatedTsCursor
+from dw_dagster.domains import domain_for
 from dw_dagster.http import HttpApiError
 from dw_dagster.lightup import CompareContext, CompareGap, LightupError, LightupResource, validate_incident
 from dw_dagster.models import Incident, SliceGap, utcnow
@@ -228,7 +229,14 @@ def build_lightup_incident_sensor(
                 if (inc.get("ongoing", True) and diagnosis_job_name
                         and not _known_lightup_incident(context.instance, asset, incident.id)):
                     existing = open_incident(context.instance, asset)
-                    if existing is not None:
+                    domain = domain_for(list(asset.path))
+                    if domain is not None and not domain.diagnoses:
+                        events.append(dg.AssetObservation(
+                            asset_key=asset, description=f"incident {incident.id}: {incident.summary}"[:1000],
+                            metadata={c.INCIDENT_KEY: dg.MetadataValue.json(incident.model_dump(mode="json")),
+                                      c.INCIDENT_ID_KEY: incident.id, LIGHTUP_ID_KEY: uid}))
+                        context.log.info(f"Lightup incident {uid} recorded; domain {domain.name} is at L0: no diagnosis")
+                    elif existing is not None:
                         context.log.info(f"Lightup incident {uid}: {asset.to_user_string()} already has open "
                                          f"incident {existing.id}; reported, not diagnosed again")
                     else:

@@ -113,11 +113,19 @@ class ExposureRef(_Record):
 
 
 class ImpactedNode(_Record):
+    """One node downstream of a broken one: a dbt node (unique id) or a Dagster asset/check.
+
+    ``depth`` is the fewest graph edges from the broken node; ``owners`` are emails or Dagster
+    owner strings (``team:...``); ``url`` is where the node is documented or viewed, when known.
+    """
+
     unique_id: str
     name: str
     resource_type: str
     depth: int
     asset_key: list[str] | None = None
+    owners: list[str] = Field(default_factory=list)
+    url: str | None = None
 
 
 class BlastRadius(_Record):
@@ -130,6 +138,8 @@ class BlastRadius(_Record):
     other: list[ImpactedNode] = Field(default_factory=list)
     owners: list[str] = Field(default_factory=list)
     dagster_assets: list[list[str]] = Field(default_factory=list)
+    assets: list[ImpactedNode] = Field(default_factory=list, description="Dagster assets that are not dbt nodes")
+    max_depth: int = 0
 
 
 class Diagnosis(_Record):
@@ -183,6 +193,8 @@ class ChangeSet(_Record):
     verify_checks: list[list[str]] = Field(default_factory=list, description="[asset key path..., check name]")
     expected_recovered_rows: int = 0
     undo: str = ""
+    change_classes: list[str] = Field(default_factory=list, description="what the change set does, by class "
+                                      "(dw_dagster.domains: pipeline_code, rerun_window, rebuild_models, add_test...)")
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:

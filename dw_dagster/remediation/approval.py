@@ -65,9 +65,15 @@ def valid_approval(instance: dg.DagsterInstance, cs: ChangeSet, decided: list[Ap
 
     ``decided`` is the change set's recorded decisions when the caller already read them.
     """
+    from dw_dagster.remediation.control import autonomy_still_allows, is_autonomous_approval
+
     for a in decided if decided is not None else records.approvals(instance, cs.id):
-        if (a.decision == "approve" and a.change_set_version == cs.version and a.approver != cs.proposer
-                and a.approver in cs.approvers and signature_valid(a)):
+        if a.decision != "approve" or a.change_set_version != cs.version or not signature_valid(a):
+            continue
+        if is_autonomous_approval(a):
+            if autonomy_still_allows(cs, a):
+                return a
+        elif a.approver != cs.proposer and a.approver in cs.approvers:
             return a
     return None
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 
 from dw_dagster import constants as c
-from dw_dagster.domains import Domain
+from dw_dagster.domains import PIPELINE_CODE, REBUILD_MODELS, RERUN_WINDOW, Domain
 from dw_dagster.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, stable_hash, utcnow
 from dw_dagster.remediation.ranges import bound_window
 
@@ -179,6 +179,8 @@ def propose_watermark_fix(
         new_tests=new_tests,
         verify_checks=[list(k) for k in verify_checks],
         expected_recovered_rows=finding.explained_rows,
+        # the new dbt test travels in the diff, so it is pipeline code, merged by its owner
+        change_classes=[PIPELINE_CODE, RERUN_WINDOW] + ([REBUILD_MODELS] if rebuild_assets else []),
         undo=(
             f"Revert the pipeline change with `git apply -R -p1` of this diff. The rerun merged the source's own "
             f"rows on the key and overwrote nothing; to remove them anyway, delete the target rows of partitions "

@@ -29,7 +29,9 @@ import dagster as dg
 from dw_dagster import constants as c
 from dw_dagster.models import ChangeSet, Incident, SliceGap, stable_hash, utcnow
 from dw_dagster.remediation import records
+from dw_dagster.domains import domain_for
 from dw_dagster.remediation.approval import valid_approval
+from dw_dagster.remediation.control import active_stop, approval_observation, autonomous_approval, expired_ids
 from dw_dagster.remediation.ranges import window_run_request
 
 DIAGNOSE_OP = "dw_diagnose"
@@ -130,11 +132,16 @@ def build_check_incident_sensor(
                     cursor[skey] = rec.id
                     continue
                 inc = incident_from_evaluation(key, evaluation, rec.id)
+                domain = domain_for(inc.asset_key)
                 events.append(dg.AssetObservation(
                     asset_key=key.asset_key,
                     description=f"incident {inc.id}: {inc.summary}"[:1000],
                     metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id},
                 ))
+                cursor[skey] = rec.id
+                if domain is not None and not domain.diagnoses:
+                    context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): no diagnosis")
+                    continue
                 requests.append(dg.RunRequest(
                     run_key=inc.id,
                     job_name=diagnosis_job_name,
@@ -214,21 +221,39 @@ def build_remediation_sensor(
                description="Launches the repair stages of approved dw_dagster change sets, one after the other.")
     def _sensor(context: dg.SensorEvaluationContext):
         instance = context.instance
+        stop = active_stop(instance)
+        if stop is not None:  # org-wide stop: nothing is dispatched, approvals wait
+            return dg.SkipReason(f"org-wide stop by {stop.by} since {stop.at.isoformat()}: {stop.reason or 'no reason given'}; "
+                                 "nothing is dispatched until `dw-dagster resume`")
         ordered = partitions_def.get_partition_keys()
-        requests, waiting = [], []
+        requests, waiting, events = [], [], []
         all_approvals = records.approvals(instance)  # read once per tick, not once per change set
+        expired = expired_ids(instance)
         seen: set[str] = set()
         for cs in records.change_sets(instance):
             if cs.id in seen:
                 continue  # only the newest version of each change set counts
             seen.add(cs.id)
             decided = [a for a in all_approvals if a.change_set_id == cs.id]
+            if any(a.decision == "reject" for a in decided):
+                continue  # a rejection ends the change set
             approval = valid_approval(instance, cs, decided)
+            if approval is None and not decided and cs.id not in expired and utcnow() < cs.expires_at:
+                try:
+                    domain = domain_for(cs.target_asset)
+                except Exception as e:  # noqa: BLE001 - a broken domains file never grants anything
+                    waiting.append(f"{cs.id}: domains file unreadable, waiting for a person: {e}")
+                    domain = None
+                if domain is not None and domain.autonomous(cs.change_classes):
+                    approval = autonomous_approval(cs, domain)
+                    events.append(approval_observation(cs, approval))
             if approval is None:
                 approves = [a for a in decided if a.decision == "approve"]
                 if approves:
                     waiting.append(f"{cs.id}: approval {approves[0].id} is not valid for version {cs.version} "
-                                   "(edited since, or its signature does not verify with this deployment's key)")
+                                   "(edited since, signed with another deployment's key, or autonomy withdrawn)")
+                else:
+                    waiting.append(f"{cs.id}: waiting for approval by {', '.join(cs.approvers)}")
                 continue
             base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
             runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}
@@ -262,7 +287,9 @@ def build_remediation_sensor(
                                                   run_config={"ops": {RECEIPT_OP: {"config": {"change_set_id": cs.id}}}}))
                 break
         if not requests:
+            if events:
+                return dg.SensorResult(asset_events=events, skip_reason="; ".join(waiting)[:1000] or None)
             return dg.SkipReason("; ".join(waiting) or "no approved change set is waiting")
-        return dg.SensorResult(run_requests=requests)
+        return dg.SensorResult(run_requests=requests, asset_events=events)
 
     return _sensor

@@ -29,6 +29,7 @@ from dw_dagster.remediation import (
     build_remediation_sensor,
 )
 from dw_dagster import constants as c
+from dw_dagster.remediation.control import build_expiry_sensor, control_asset_spec, resume_job, stop_job
 
 GROUP = "store_sales"
 SOURCE_ASSET = dg.AssetKey(["pos_source", "sales_line"])
@@ -167,9 +168,10 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     }
     checks, sensors, resources = _integrations(checks, sensors, resources, diagnosis_job.name)
     return dg.Definitions(
-        assets=[pos_source, store_sales_line, store_sales_dbt],
+        assets=[pos_source, store_sales_line, store_sales_dbt, control_asset_spec()],
         asset_checks=checks,
-        jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job],
+        jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job,
+              stop_job, resume_job],
         sensors=sensors,
         resources=resources,
         executor=dg.in_process_executor,
@@ -217,6 +219,7 @@ def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_na
         resources["slack"] = SlackResource(bot_token=dg.EnvVar("SLACK_BOT_TOKEN"),
                                            base_url=env.get("SLACK_API_URL", "https://slack.com/api"),
                                            default_channel=env.get("SLACK_CHANNEL"))
+    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None))
     if lightup or pager or slack:
         sensors.append(build_notification_sensor(
             dagster_url=env.get("DAGSTER_UI_URL", "http://localhost:3000"), location_name=LOCATION_NAME,
