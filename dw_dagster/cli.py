@@ -324,6 +324,24 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
         click.echo(f"  owners: {', '.join(all_owners)}")
 
 
+@main.command("undo")
+@click.argument("change_set_id")
+@home_option
+def undo_cmd(change_set_id: str, dagster_home: str | None) -> None:
+    """Propose the undo of an applied change set, as its own change set waiting for approval."""
+    from dw_dagster.remediation.undo import UndoError, change_set_observation, propose_undo
+
+    with _instance(dagster_home) as instance:
+        try:
+            cs = propose_undo(instance, change_set_id.strip())
+        except UndoError as e:
+            click.echo(f"refused: {e}", err=True)
+            sys.exit(3)
+        instance.report_runless_asset_event(change_set_observation(cs))
+    click.echo(f"proposed {cs.id}: {cs.summary}\napprove it like any change set: dw-dagster approve {cs.id} --approver EMAIL "
+               f"(approvers: {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()})")
+
+
 @main.command("stop")
 @click.option("--by", required=True, help="Who stops (email); recorded with the stop.")
 @click.option("--reason", default="", help="Why; shown in the UI and in every skipped sensor tick.")
@@ -356,6 +374,44 @@ def resume_cmd(by: str, reason: str, dagster_home: str | None) -> None:
             return
         state = set_stop(instance, False, by, reason)
     click.echo(f"resumed by {state.by} at {state.at.isoformat()}")
+
+
+@main.command("incidents")
+@click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line); default: every asset.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of the table.")
+@home_option
+def incidents_cmd(asset: str | None, as_json: bool, dagster_home: str | None) -> None:
+    """List incidents, newest first: date, source, gap, cause, change set, decision and receipt.
+
+    Read back from the dw/ metadata in the Dagster event log (dw_dagster.diagnosis.history).
+    """
+    import dagster as dg
+
+    from dw_dagster.diagnosis.history import incident_history
+
+    if asset is not None and not asset.strip("/ "):
+        raise click.BadParameter("must name an asset key, e.g. store_sales_line", param_hint="--asset")
+    with _instance(dagster_home) as instance:
+        key = dg.AssetKey(asset.strip("/").split("/")) if asset else None
+        if key is not None and key not in set(instance.get_asset_keys()):
+            raise click.BadParameter(f"no asset {asset!r} in this instance", param_hint="--asset")
+        entries = incident_history(instance, key)
+    if as_json:
+        click.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo("no incidents")
+        return
+    for e in entries:
+        receipt = (f"receipt {e.receipt_id} {'verified' if e.verified else 'NOT verified'}" if e.receipt_id else "no receipt")
+        click.echo(f"{e.detected_at.isoformat()[:16]}Z  {e.incident_id}  {'/'.join(e.asset_key)}  {e.source}  "
+                   f"gap {e.gap_rows:,} rows ({e.gap_pct:+.2f} %)  {e.status}\n"
+                   f"    cause: {e.cause_kind or '(not diagnosed)'}"
+                   + (f" ({e.confidence:.0%}, explains {e.explained_rows:,}, unexplained {e.unexplained_rows:,})"
+                      if e.confidence is not None else "")
+                   + f"\n    change set: {e.change_set_id or 'none'}"
+                   + (f" ({e.decision}{' by ' + e.approver if e.approver else ''})" if e.decision else "")
+                   + (f" window {e.window[0]}..{e.window[-1]}" if e.window else "") + f"; {receipt}")
 
 
 @main.command("fake-lightup")

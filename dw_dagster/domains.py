@@ -51,11 +51,13 @@ REBUILD_MODELS = "rebuild_models"
 REPLAY_DEAD_LETTER = "replay_dead_letter"
 SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
+#: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
+UNDO = "undo"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
 REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
-CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 
@@ -104,6 +106,8 @@ class Domain(BaseModel):
             raise ValueError(f"unknown change classes {unknown}; known: {sorted(CHANGE_CLASSES)}")
         if PIPELINE_CODE in v:
             raise ValueError("pipeline_code can never run without its owner: it always goes to them as a diff")
+        if UNDO in v:
+            raise ValueError("undo always waits for a person's approval")
         return v
 
     @model_validator(mode="after")

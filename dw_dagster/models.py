@@ -167,6 +167,22 @@ class FileChange(_Record):
     after_sha256: str
 
 
+class UndoPlan(_Record):
+    """How to put a change set's window back (:mod:`dw_dagster.remediation.undo`).
+
+    ``table`` is in the database of the ``resource_key`` resource; rows belong to a daily partition
+    by ``CAST(partition_column AS DATE)``. ``of_change_set`` is set on an undo change set: the
+    change set it reverses.
+    """
+
+    kind: Literal["restore_partitions"] = "restore_partitions"
+    resource_key: str
+    table: str
+    partition_column: str
+    window: list[str]
+    of_change_set: str | None = None
+
+
 class ChangeSet(_Record):
     """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
 
@@ -195,6 +211,7 @@ class ChangeSet(_Record):
     undo: str = ""
     change_classes: list[str] = Field(default_factory=list, description="what the change set does, by class "
                                       "(dw_dagster.domains: pipeline_code, rerun_window, rebuild_models, add_test...)")
+    undo_plan: UndoPlan | None = Field(default=None, description="how the window is put back, when it can be")
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from dw_dagster.remediation.approval import approve_in_process
 from dw_dagster.remediation.control import active_stop, build_expiry_sensor, expired_ids, set_stop
 from dw_dagster.remediation.receipts import build_receipt_job
 from dw_dagster.remediation.sensors import build_check_incident_sensor, build_remediation_sensor
+from dw_dagster.remediation.undo import build_undo_jobs
 
 OWNER = "dana.ortiz@grocer.example"
 DAILY = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_date="2026-11-06")
@@ -79,7 +80,8 @@ def world(tmp_path, monkeypatch):
         jobs=[verify_job, window_job, rebuild_job, diag, build_receipt_job()],
         sensors=[build_check_incident_sensor(check_keys=[check_key], diagnosis_job_name=diag.name),
                  build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
-                                          verify_job=verify_job, receipt_job=build_receipt_job()),
+                                          verify_job=verify_job, receipt_job=build_receipt_job(),
+                                          undo_jobs=build_undo_jobs(["warehouse"])),
                  build_expiry_sensor()],
         resources={"source": DatabaseResource(url=f"duckdb:///{src.path}"), "warehouse": DatabaseResource(url=f"duckdb:///{wh.path}")},
         executor=dg.in_process_executor,
@@ -88,14 +90,15 @@ def world(tmp_path, monkeypatch):
         yield defs, instance, domains, wh
 
 
-def change_set(incident_id="inc-x", expires_in_h=24.0, classes=("pipeline_code", "rerun_window")) -> ChangeSet:
+def change_set(incident_id="inc-x", expires_in_h=24.0, classes=("pipeline_code", "rerun_window"), undo_plan=None) -> ChangeSet:
     now = utcnow()
     content = dict(id="cs-orders0001", incident_id=incident_id, diagnosis_id="dg-" + incident_id, domain="orders",
                    proposer=c.PROPOSER, created_at=now, expires_at=now + dt.timedelta(hours=expires_in_h), approvers=[OWNER],
                    cause_kind="late_rows_behind_watermark", summary="rerun 11-03..11-04", target_asset=["orders"],
                    window=["2026-11-03", "2026-11-04"], diff="", files=[], rebuild_assets=[],
-                   verify_checks=[["orders", "compare"]], change_classes=list(classes), undo="rerun again")
-    return ChangeSet(version=ChangeSet.content_version(content), **content)
+                   verify_checks=[["orders", "compare"]], change_classes=list(classes), undo="rerun again",
+                   undo_plan=undo_plan)
+    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k != "undo_plan"}), **content)
 
 
 def detect(defs, instance) -> LocalSensorDaemon:
@@ -226,7 +229,7 @@ def test_stop_cancels_queued_repair_runs(world):
 # -- expiry and escalation --------------------------------------------------------------------
 
 def test_expired_request_is_marked_escalated_and_never_granted(world):
-    defs, instance, domains, wh = world
+    defs, instance, domains, wh = world  # noqa: F841
     _domains(domains, "L3")  # even a level that could run it unasked never grants an expired request
     cs = change_set(expires_in_h=-1)
     instance.report_runless_asset_event(dg.AssetObservation(

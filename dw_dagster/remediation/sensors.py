@@ -182,10 +182,18 @@ def contiguous_ranges(ordered_keys: Sequence[str], window: Sequence[str]) -> lis
     return out
 
 
-def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str]) -> list[str]:
-    """The stage names of a change set's repair, in order."""
+def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str], undo: bool = False) -> list[str]:
+    """The stage names of a change set's repair, in order.
+
+    With ``undo`` (the undo jobs are configured) a change set with an undo plan first keeps its
+    window (``snapshot``); an undo change set restores it (``restore``) instead of rerunning.
+    """
+    rebuild = ["rebuild"] if cs.rebuild_assets else []
+    if undo and cs.undo_plan is not None and cs.undo_plan.of_change_set:
+        return ["restore", *rebuild, "verify", "receipt"]
     n = len(contiguous_ranges(ordered_keys, cs.window))
-    return [f"window-{i + 1}" for i in range(n)] + (["rebuild"] if cs.rebuild_assets else []) + ["verify", "receipt"]
+    snapshot = ["snapshot"] if undo and cs.undo_plan is not None else []
+    return snapshot + [f"window-{i + 1}" for i in range(n)] + rebuild + ["verify", "receipt"]
 
 
 def build_remediation_sensor(
@@ -196,6 +204,7 @@ def build_remediation_sensor(
     verify_job: "dg.JobDefinition",
     receipt_job: dg.JobDefinition,
     pipeline_root: str | Path | None = None,
+    undo_jobs: "tuple[dg.JobDefinition, dg.JobDefinition] | None" = None,
     name: str = "dw_remediation_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -211,13 +220,15 @@ def build_remediation_sensor(
         receipt_job: the job built by :func:`dw_dagster.remediation.receipts.build_receipt_job`.
         pipeline_root: the pipeline repository the change set's diff applies to; when given, the
             window waits until every proposed file is merged.
+        undo_jobs: ``(snapshot_job, restore_job)`` from :func:`dw_dagster.remediation.undo.build_undo_jobs`;
+            when given, windows are kept before they rerun and undo change sets can run.
 
     Returns:
         A ``SensorDefinition`` (STOPPED by default). Nothing runs without a valid approval.
     """
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
-               jobs=[window_job, rebuild_job, verify_job, receipt_job],
+               jobs=[window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ())],
                description="Launches the repair stages of approved dw_dagster change sets, one after the other.")
     def _sensor(context: dg.SensorEvaluationContext):
         instance = context.instance
@@ -258,7 +269,7 @@ def build_remediation_sensor(
             base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
             runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}
             ranges = contiguous_ranges(ordered, cs.window)
-            for stage in stage_plan(cs, ordered):
+            for stage in stage_plan(cs, ordered, undo=undo_jobs is not None):
                 run = runs.get(stage)
                 if run is not None:
                     if run.status == dg.DagsterRunStatus.SUCCESS:
@@ -270,16 +281,22 @@ def build_remediation_sensor(
                     break
                 tags = {**base_tags, c.STAGE_TAG: stage}
                 run_key = f"{cs.id}:{approval.id}:{stage}"
+                if (stage.startswith("window-") or stage == "snapshot") and pipeline_root is not None \
+                        and (missing := unmerged_files(cs, pipeline_root)):
+                    waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
+                    break
                 if stage.startswith("window-"):
-                    if pipeline_root is not None and (missing := unmerged_files(cs, pipeline_root)):
-                        waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
-                        break
                     keys = ranges[int(stage.split("-")[1]) - 1]
                     requests.append(window_run_request(run_key=run_key, job_name=window_job.name,
                                                        assets=[dg.AssetKey(cs.target_asset)], partition_keys=keys, tags=tags))
                 elif stage == "rebuild":
                     requests.append(dg.RunRequest(run_key=run_key, job_name=rebuild_job.name,
                                                   asset_selection=[dg.AssetKey(k) for k in cs.rebuild_assets], tags=tags))
+                elif stage in ("snapshot", "restore"):
+                    job = undo_jobs[0] if stage == "snapshot" else undo_jobs[1]
+                    op_name = "dw_snapshot_window" if stage == "snapshot" else "dw_restore_window"
+                    requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags,
+                                                  run_config={"ops": {op_name: {"config": {"change_set_id": cs.id}}}}))
                 elif stage == "verify":
                     requests.append(dg.RunRequest(run_key=run_key, job_name=verify_job.name, tags=tags))
                 else:

@@ -1,0 +1,201 @@
+"""Undo: every rerun window can be put back exactly as it was before the change.
+
+A change set that reruns partitions carries an :class:`~dw_dagster.models.UndoPlan` naming the
+target table, its partition column and the warehouse resource. The remediation sensor then runs a
+``snapshot`` stage before the window: :func:`snapshot_partitions` copies the window's current rows
+into ``dw_undo.<table>__<change set>`` in the same database (``CREATE TABLE ... AS SELECT``, pushed
+down; nothing passes through Python) and records their count and checksum.
+
+``dw-dagster undo CHANGE_SET`` proposes the undo as a change set of its own (class ``undo``, never
+autonomous: it always waits for a person's approval). Once approved, its ``restore`` stage deletes
+the window's rows from the target and re-inserts the snapshot in one transaction, then the
+verification checks and the receipt run as for any repair. Tests compare row counts and checksums
+(:func:`partition_checksum`) with the state before the change.
+"""
+
+import re
+from collections.abc import Sequence
+
+import dagster as dg
+from pydantic import Field
+
+from dw_dagster import constants as c
+from dw_dagster import sql
+from dw_dagster.databases import Database
+from dw_dagster.models import ChangeSet, UndoPlan, utcnow
+from dw_dagster.remediation import records
+
+UNDO_SCHEMA = "dw_undo"
+SNAPSHOT_KEY = "dw/undo_snapshot"
+SNAPSHOT_OP = "dw_snapshot_window"
+RESTORE_OP = "dw_restore_window"
+
+
+class UndoError(RuntimeError):
+    """The undo cannot be proposed or run; the message says why."""
+
+
+def snapshot_table_name(plan: UndoPlan, change_set_id: str) -> str:
+    """``dw_undo.<schema>__<table>__<change set id>`` with only letters, digits and underscores."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", f"{plan.table.replace('.', '__')}__{change_set_id}")
+    return f"{UNDO_SCHEMA}.{base[:120]}"
+
+
+def _window_predicate(partition_column: str, window: Sequence[str], dialect: str) -> str:
+    import datetime as dt
+
+    from sqlglot import exp
+
+    days = [sql.literal(dt.date.fromisoformat(k)) for k in window]
+    cast = exp.Cast(this=sql.column(partition_column), to=exp.DataType.build("DATE"))
+    return exp.In(this=cast, expressions=days).sql(dialect=dialect)
+
+
+def partition_checksum(db: Database, table: str, partition_column: str, window: Sequence[str]) -> tuple[int, int]:
+    """(rows, checksum) of the window's rows: count and the sum of a hash of each row's text (DuckDB ``hash``).
+
+    Raises:
+        DatabaseError: the query failed.
+    """
+    where = _window_predicate(partition_column, window, db.dialect)
+    t = sql.table(table).sql(db.dialect)
+    (n, h), = db.fetch_all(f"SELECT count(*), coalesce(sum(hash(CAST(x AS VARCHAR)) % 1000000007), 0) "
+                           f"FROM {t} AS x WHERE {where}")
+    return int(n), int(h)
+
+
+def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str) -> dict:
+    """Copy the window's current rows aside; returns ``{snapshot_table, rows, checksum}``."""
+    snap = snapshot_table_name(plan, change_set_id)
+    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
+    t = sql.table(plan.table).sql(db.dialect)
+    db.execute(f"CREATE SCHEMA IF NOT EXISTS {UNDO_SCHEMA}; "
+               f"CREATE OR REPLACE TABLE {sql.table(snap).sql(db.dialect)} AS SELECT * FROM {t} WHERE {where}")
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    return {"snapshot_table": snap, "rows": rows, "checksum": checksum, "window": list(plan.window), "table": plan.table}
+
+
+def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict) -> dict:
+    """Put the snapshot back: delete the window's rows, insert the kept ones, in one transaction.
+
+    Raises:
+        UndoError: the restored rows do not match the snapshot's count and checksum.
+    """
+    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
+    t = sql.table(plan.table).sql(db.dialect)
+    snap = sql.table(snapshot["snapshot_table"]).sql(db.dialect)
+    db.execute(f"BEGIN TRANSACTION; DELETE FROM {t} WHERE {where}; INSERT INTO {t} SELECT * FROM {snap}; COMMIT")
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    if (rows, checksum) != (snapshot["rows"], snapshot["checksum"]):
+        raise UndoError(f"restored {rows} rows (checksum {checksum}) but the snapshot held {snapshot['rows']} "
+                        f"(checksum {snapshot['checksum']})")
+    return {"rows": rows, "checksum": checksum}
+
+
+def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_key: Sequence[str]) -> dict | None:
+    """The snapshot recorded before ``change_set_id``'s window ran, or None."""
+    for rec in records.iter_observations(instance, dg.AssetKey(list(asset_key))):
+        data = records.metadata_json(rec.asset_observation.metadata, SNAPSHOT_KEY)
+        if data is not None and data.get("change_set_id") == change_set_id:
+            return data
+    return None
+
+
+def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str = c.PROPOSER) -> ChangeSet:
+    """The undo of an applied change set, as its own change set (class ``undo``; needs its own approval).
+
+    Raises:
+        UndoError: no such change set, it carries no undo plan, it has not run (no snapshot), or an
+            undo of it was already proposed.
+    """
+    import datetime as dt
+
+    from dw_dagster.domains import UNDO
+
+    cs = records.find_change_set(instance, change_set_id)
+    if cs is None:
+        raise UndoError(f"no change set {change_set_id!r} in this Dagster instance")
+    if cs.undo_plan is None:
+        raise UndoError(f"change set {cs.id} has no undo plan; its undo is manual: {cs.undo}")
+    if cs.undo_plan.of_change_set:
+        raise UndoError(f"{cs.id} is itself an undo; propose the original change again instead")
+    snap = recorded_snapshot(instance, cs.id, cs.target_asset)
+    if snap is None:
+        raise UndoError(f"change set {cs.id} has not run its window (no snapshot was kept); there is nothing to undo")
+    undo_id = f"{cs.id}-undo"
+    if records.find_change_set(instance, undo_id) is not None:
+        raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id})")
+    now = utcnow()
+    content = dict(
+        id=undo_id, incident_id=cs.incident_id, diagnosis_id=cs.diagnosis_id, domain=cs.domain, proposer=proposer,
+        created_at=now, expires_at=now + (cs.expires_at - cs.created_at if cs.expires_at > cs.created_at else dt.timedelta(hours=24)),
+        approvers=list(cs.approvers), cause_kind="undo",
+        summary=(f"Undo change set {cs.id}: restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} "
+                 f"to the {snap['rows']} rows kept before it ran"),
+        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window), diff="", files=[],
+        rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
+        change_classes=[UNDO], undo=f"re-run change set {cs.id}'s window (propose it again)",
+        undo_plan=cs.undo_plan.model_copy(update={"of_change_set": cs.id}),
+    )
+    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")}),
+                     **content)
+
+
+def change_set_observation(cs: ChangeSet) -> dg.AssetObservation:
+    from dw_dagster.remediation.proposals import change_set_markdown
+
+    return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
+                               description=f"change set {cs.id} proposed; waiting for approval by {', '.join(cs.approvers)}",
+                               metadata={c.CHANGE_SET_KEY: dg.MetadataValue.json(cs.model_dump(mode="json")),
+                                         c.CHANGE_SET_MD_KEY: dg.MetadataValue.md(change_set_markdown(cs)),
+                                         c.CHANGE_SET_ID_KEY: cs.id})
+
+
+class UndoStageConfig(dg.Config):
+    change_set_id: str = Field(description="the change set whose window is snapshotted or restored")
+
+
+def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
+    cs = records.find_change_set(context.instance, config.change_set_id)
+    if cs is None or cs.undo_plan is None:
+        raise dg.Failure(description=f"change set {config.change_set_id} has no undo plan")
+    db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
+    snap = snapshot_partitions(db, cs.undo_plan, cs.id)
+    context.log_event(dg.AssetObservation(
+        asset_key=dg.AssetKey(cs.target_asset), description=f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}",
+        metadata={SNAPSHOT_KEY: dg.MetadataValue.json({**snap, "change_set_id": cs.id, "at": utcnow().isoformat()}),
+                  c.CHANGE_SET_ID_KEY: cs.id}))
+
+
+def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
+    cs = records.find_change_set(context.instance, config.change_set_id)
+    if cs is None or cs.undo_plan is None or not cs.undo_plan.of_change_set:
+        raise dg.Failure(description=f"change set {config.change_set_id} is not an undo")
+    snap = recorded_snapshot(context.instance, cs.undo_plan.of_change_set, cs.target_asset)
+    if snap is None:
+        raise dg.Failure(description=f"no snapshot of {cs.undo_plan.of_change_set} to restore")
+    db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
+    try:
+        out = restore_partitions(db, cs.undo_plan, snap)
+    except UndoError as e:
+        raise dg.Failure(description=str(e)) from e
+    context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}.")
+
+
+def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    """The ``dw_snapshot_window`` and ``dw_restore_window`` jobs, needing ``resource_keys`` (the
+    warehouse resources undo plans name); pass them to :func:`build_remediation_sensor`'s ``undo_jobs``."""
+    keys = set(resource_keys)
+
+    snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
+    restore_op = dg.op(name=RESTORE_OP, required_resource_keys=keys, tags={"kind": "dw"})(_restore)
+
+    @dg.job(name="dw_snapshot_window", tags={"dw/kind": "undo"}, description="Keep a window's rows before a rerun.")
+    def snapshot_job():
+        snapshot_op()
+
+    @dg.job(name="dw_restore_window", tags={"dw/kind": "undo"}, description="Put a window back as it was before a change.")
+    def restore_job():
+        restore_op()
+
+    return snapshot_job, restore_job
