@@ -212,6 +212,8 @@ class ChangeSet(_Record):
     change_classes: list[str] = Field(default_factory=list, description="what the change set does, by class "
                                       "(dw_dagster.domains: pipeline_code, rerun_window, rebuild_models, add_test...)")
     undo_plan: UndoPlan | None = Field(default=None, description="how the window is put back, when it can be")
+    deferred_partitions: list[str] = Field(default_factory=list, description="partitions the cause reaches that "
+                                           "do not exist yet; reported, not run")
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:

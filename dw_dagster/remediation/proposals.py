@@ -23,7 +23,7 @@ import dagster as dg
 from dw_dagster import constants as c
 from dw_dagster.domains import PIPELINE_CODE, REBUILD_MODELS, RERUN_WINDOW, Domain
 from dw_dagster.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, stable_hash, utcnow
-from dw_dagster.remediation.ranges import bound_window
+from dw_dagster.remediation.ranges import split_window
 
 
 class ProposalError(ValueError):
@@ -131,7 +131,7 @@ def propose_watermark_fix(
             domain's cap (the proposal is never silently trimmed).
     """
     now = now or utcnow()
-    window, outside, over = bound_window(partitions_def, finding.window, domain.max_window_partitions)
+    window, outside, over, deferred = split_window(partitions_def, finding.window, domain.max_window_partitions)
     if outside:
         raise ProposalError(f"partitions {outside} are not in the asset's partitions definition")
     if over:
@@ -180,6 +180,7 @@ def propose_watermark_fix(
         verify_checks=[list(k) for k in verify_checks],
         expected_recovered_rows=finding.explained_rows,
         # the new dbt test travels in the diff, so it is pipeline code, merged by its owner
+        deferred_partitions=deferred,
         change_classes=[PIPELINE_CODE, RERUN_WINDOW] + ([REBUILD_MODELS] if rebuild_assets else []),
         undo=(
             f"Revert the pipeline change with `git apply -R -p1` of this diff. The rerun merged the source's own "
@@ -197,7 +198,8 @@ def change_set_markdown(cs: ChangeSet) -> str:
         f"### Change set {cs.id} (version {cs.version}) - waiting for approval",
         f"{cs.summary}.",
         f"- **Cause**: {cs.cause_kind}; incident {cs.incident_id}",
-        f"- **Window**: {', '.join(cs.window)}",
+        f"- **Window**: {', '.join(cs.window)}" + (f" (deferred, not existing yet: {', '.join(cs.deferred_partitions)})"
+                                                   if cs.deferred_partitions else ""),
         f"- **Rebuild**: {', '.join('/'.join(k) for k in cs.rebuild_assets)}",
         f"- **New tests**: {', '.join(cs.new_tests) or 'none'}",
         f"- **Approvers** ({cs.domain}): {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()}",
