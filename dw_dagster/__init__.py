@@ -26,6 +26,7 @@ from dw_dagster.remediation import (
 )
 from dw_dagster.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
+from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
 
 __all__ = [
     "Approval",
@@ -48,6 +49,7 @@ __all__ = [
     "PipelineRepoResource",
     "Receipt",
     "SlackResource",
+    "VolumeTable",
     "__version__",
     "approval_request_message",
     "blast_radius",
@@ -64,7 +66,9 @@ __all__ = [
     "build_receipt_job",
     "build_remediation_sensor",
     "build_volume_check",
+    "build_volume_sensor",
     "database_from_url",
+    "days_ago",
     "dedup_key_for",
     "load_domains",
     "load_partition",

@@ -10,6 +10,10 @@ Data: ``rows`` rows per side (default 10,000,000; ``--scale 10`` for 100M): an i
 region among 5, a DECIMAL(18,2) amount and a VARCHAR note; the target misses 0.5 % of the keys
 and has 0.5 % of the amounts changed.
 
+``volume_tick_5000`` (one volume-sensor tick over 5,000 DuckDB tables) and ``blast_radius_20k``
+(graph build and one downstream query on a 20,000-node dbt manifest, peer ``dbt ls``) have fixed
+sizes and absolute goals in seconds (``goal_unit: "s"``).
+
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
 
@@ -147,7 +151,21 @@ def bench_rowdiff_crossdb(work: Path, rows: int, repeat: int) -> dict:
             "identical_key_sets": ours_keys == theirs["keys"]}
 
 
-BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb, "rowdiff_crossdb_10m": bench_rowdiff_crossdb}
+def bench_volume_tick(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.volume_tick import bench_volume_tick_5000
+
+    return bench_volume_tick_5000(work, repeat)  # 5,000 tables whatever --scale says
+
+
+def bench_blast_radius(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.blast_radius import bench_blast_radius_20k
+
+    return bench_blast_radius_20k(work, repeat)  # 20,000 nodes whatever --scale says
+
+
+BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
+           "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
+           "blast_radius_20k": bench_blast_radius}
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:
@@ -155,7 +173,8 @@ def _child(name: str, rows: int, repeat: int, q) -> None:
         out = BENCHES[name](Path(d), rows, repeat)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     for o in out if isinstance(out, list) else [out]:
-        o.update(rows=rows, peak_rss_mb=round(rss, 1))
+        o.setdefault("rows", rows)
+        o["peak_rss_mb"] = round(rss, 1)
         q.put(o)
     q.put(None)
 
@@ -178,9 +197,17 @@ def main() -> None:
             o["ours_s"] = round(o["ours_s"], 3)
             o["peer_s"] = None if o["peer_s"] is None else round(o["peer_s"], 3)
             o["ratio"] = None if not o["peer_s"] else round(o["ours_s"] / o["peer_s"], 3)
-            o["meets_goal"] = None if o["ratio"] is None else o["ratio"] <= o["goal"]
+            if "build_goal_s" in o:  # absolute goals (seconds) on query and build, and dbt's own answer
+                o["meets_goal"] = bool(o["ours_s"] <= o["goal"] and o["build_s"] <= o["build_goal_s"]
+                                       and o.get("identical_to_dbt_ls", True))
+                o["goal_unit"] = "s"
+            elif o.get("goal_unit") == "s":  # an absolute goal on our time (the peer ratio is still reported)
+                o["meets_goal"] = o["ours_s"] <= o["goal"]
+            else:
+                o["meets_goal"] = None if o["ratio"] is None else o["ratio"] <= o["goal"]
+            unit = " s" if o.get("goal_unit") == "s" else ""
             print(f"{o['name']:<28} rows {o['rows']:>11,}  ours {o['ours_s']:>7.3f} s  {o['peer']}: "
-                  f"{o['peer_s'] if o['peer_s'] is not None else 'n/a'} s  ratio {o['ratio']}  (goal ≤ {o['goal']})  "
+                  f"{o['peer_s'] if o['peer_s'] is not None else 'n/a'} s  ratio {o['ratio']}  (goal ≤ {o['goal']}{unit})  "
                   f"peak {o['peak_rss_mb']} MB", flush=True)
             results.append(o)
         p.join()

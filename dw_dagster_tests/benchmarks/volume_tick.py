@@ -1,0 +1,210 @@
+"""``volume_tick_5000``: one tick of the volume sensor over 5,000 DuckDB tables, against 5,000 ``COUNT(*)``.
+
+Setup (not timed): one DuckDB file with 5,000 small tables (4,800 plain, 100 dead-letter, 100
+watched by yesterday's partition of a timestamp column; 20-69 rows each), a temporary (in-memory)
+Dagster instance holding three earlier volume observations per table, and one first tick
+(no cursor: it rebuilds the history of the 5,000 assets from the instance; timed separately as
+``rebuild_tick_s``). Then every table changes (one row more; 1 % are anomalies: 24 plain tables
+are emptied and 25 dead-letter tables grow), so the timed tick scores and records ~4,950 counts
+and opens 49 incidents (each first reads the asset's incidents and receipts from the event log,
+the open-incident rule: a few ms per anomalous table).
+
+Timed (``ours_s``, median of ``repeat``): ``SensorDefinition.evaluate_tick`` from the first
+tick's cursor: catalog query + ``COUNT(*)`` batches, scoring, building the observations,
+incidents and the cursor. Not timed: storing the tick's events, which the daemon does after the
+tick (``store_first_tick_s`` reports it for the first tick's 5,000 observations). ``counts_only_s``
+is the warehouse part of the tick alone (:func:`~dw_dagster.volume_sensor.fetch_row_counts`).
+
+Peer (``peer_s``, same run, same file): ``SELECT COUNT(*) FROM <table>`` per table, 5,000
+statements on one open connection. Goal: ``ours_s`` ≤ 2 s (``goal_unit`` "s").
+
+Usage: ``python -m dw_dagster_tests.benchmarks.volume_tick [--repeat N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+TABLES = 5000
+DEAD_LETTER = 100
+PARTITIONED = 100
+GOAL_S = 2.0
+
+
+def _rows(i: int) -> int:
+    return 20 + i % 50
+
+
+def _names() -> list[tuple[str, str]]:
+    """(kind, table) for every table: plain, dlq or part."""
+    out = []
+    for i in range(TABLES):
+        kind = "dlq" if i < DEAD_LETTER else "part" if i < DEAD_LETTER + PARTITIONED else "plain"
+        out.append((kind, f"s.{kind}_{i:05d}"))
+    return out
+
+
+def _make(path: Path, yesterday: dt.date) -> int:
+    import duckdb
+
+    con = duckdb.connect(str(path), config={"threads": 2})
+    con.execute("CREATE SCHEMA s")
+    con.execute("BEGIN")
+    total = 0
+    for i, (kind, table) in enumerate(_names()):
+        n = 0 if kind == "dlq" else _rows(i)
+        con.execute(f"CREATE TABLE {table} AS SELECT range AS id, TIMESTAMP '{yesterday} 10:00:00' AS ts FROM range({n})")
+        total += n
+    con.execute("COMMIT")
+    con.close()
+    return total
+
+
+def _change(path: Path, yesterday: dt.date) -> None:
+    """Every table changes: one more row; 24 plain tables emptied; 25 dead-letter tables grow by 5 rows."""
+    import duckdb
+
+    con = duckdb.connect(str(path), config={"threads": 2})
+    con.execute("BEGIN")
+    for i, (kind, table) in enumerate(_names()):
+        if kind == "dlq":
+            if i % 4 == 0:
+                con.execute(f"INSERT INTO {table} SELECT range, TIMESTAMP '{yesterday} 11:00:00' FROM range(5)")
+        elif kind == "plain" and i % 200 == 7:
+            con.execute(f"DELETE FROM {table}")
+        else:
+            con.execute(f"INSERT INTO {table} VALUES (-1, TIMESTAMP '{yesterday} 12:00:00')")
+    con.execute("COMMIT")
+    con.close()
+
+
+def _seed(instance, specs, yesterday: dt.date) -> None:
+    """Three earlier volume observations per table, as the sensor writes them."""
+    import dagster as dg
+
+    from dw_dagster.volume_sensor import ROW_COUNT_KEY, VOLUME_PARTITION_KEY, VOLUME_TABLE_KEY
+
+    for i, s in enumerate(specs):
+        for k, delta in enumerate((0, 1, -1)):
+            md = {ROW_COUNT_KEY: 0 if s.dead_letter else _rows(i) + delta, VOLUME_TABLE_KEY: s.id}
+            if s.partition_column:
+                md[VOLUME_PARTITION_KEY] = (yesterday - dt.timedelta(days=4 - k)).isoformat()
+            instance.report_runless_asset_event(dg.AssetObservation(asset_key=s.asset_key, metadata=md))
+
+
+def bench_volume_tick_5000(work: Path, repeat: int) -> dict:
+    """Run the benchmark in ``work`` (a scratch folder); returns run.py's result dict (see the module docstring)."""
+    import dagster as dg
+    import duckdb
+
+    from dw_dagster.databases import DuckDBDatabase
+    from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, fetch_row_counts
+
+    yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date()
+    path = work / "volume_5000.duckdb"
+    t = time.perf_counter()
+    rows = _make(path, yesterday)
+    make_s = time.perf_counter() - t
+
+    specs = []
+    for i, (kind, table) in enumerate(_names()):
+        specs.append(VolumeTable(table, ["warehouse", table.replace(".", "_")], dead_letter=kind == "dlq",
+                                 partition_column="ts" if kind == "part" else None))
+    instance = dg.DagsterInstance.ephemeral()
+    t = time.perf_counter()
+    _seed(instance, specs, yesterday)
+    seed_s = time.perf_counter() - t
+
+    db = DuckDBDatabase(path)
+    sensor = build_volume_sensor(tables=specs, databases={"warehouse": db}, min_history=3)
+
+    def tick(cursor):
+        ctx = dg.build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name)
+        return sensor.evaluate_tick(ctx)
+
+    t = time.perf_counter()
+    first = tick(None)
+    rebuild_tick_s = time.perf_counter() - t
+    t = time.perf_counter()
+    for ev in first.asset_events:
+        instance.report_runless_asset_event(ev)
+    store_first_tick_s = time.perf_counter() - t
+
+    _change(path, yesterday)
+    times, last = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        last = tick(first.cursor)
+        times.append(time.perf_counter() - t)
+    ours_s = statistics.median(times)
+    count_times = []
+    for _ in range(repeat):  # the warehouse part alone: catalog query + COUNT(*) batches
+        t = time.perf_counter()
+        fetch_row_counts(db, specs)
+        count_times.append(time.perf_counter() - t)
+    volume_events = [e for e in last.asset_events if "dw/volume_table" in e.metadata]
+    incidents = [e for e in last.asset_events if "dw/incident" in e.metadata]
+    statuses: dict[str, int] = {}
+    for e in volume_events:
+        st = e.metadata["dw/volume_status"].value
+        statuses[st] = statuses.get(st, 0) + 1
+
+    tables = [table for _, table in _names()]
+
+    def peer():
+        con = duckdb.connect(str(path))
+        try:
+            for table in tables:
+                con.execute(f"SELECT COUNT(*) FROM {table}").fetchall()
+        finally:
+            con.close()
+
+    peer_times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        peer()
+        peer_times.append(time.perf_counter() - t)
+    peer_s = statistics.median(peer_times)
+    out = {
+        "name": "volume_tick_5000",
+        "tables": TABLES,
+        "rows": rows,
+        "ours_s": round(ours_s, 3),
+        "peer": "5,000 SELECT COUNT(*) statements on one connection",
+        "peer_s": round(peer_s, 3),
+        "ratio": round(ours_s / peer_s, 3) if peer_s else None,
+        "goal": GOAL_S,
+        "goal_unit": "s",
+        "meets_goal": ours_s <= GOAL_S,
+        "observations_per_tick": len(volume_events),
+        "incidents_per_tick": len(incidents),
+        "statuses": statuses,
+        "counts_only_s": round(statistics.median(count_times), 3),
+        "cursor_bytes": len(last.cursor or ""),
+        "rebuild_tick_s": round(rebuild_tick_s, 3),
+        "store_first_tick_s": round(store_first_tick_s, 3),
+        "setup_s": {"make_tables": round(make_s, 1), "seed_15000_observations": round(seed_s, 1)},
+    }
+    print(f"{out['name']:<28} tables {TABLES:>6,}  ours {out['ours_s']:>7.3f} s  {out['peer']}: {out['peer_s']} s  "
+          f"ratio {out['ratio']}  (goal ours ≤ {GOAL_S} s: {'met' if out['meets_goal'] else 'NOT met'}); "
+          f"{len(volume_events)} observations, {len(incidents)} incidents per tick; first tick with history rebuild "
+          f"{out['rebuild_tick_s']} s; storing its 5,000 observations {out['store_first_tick_s']} s", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        print(json.dumps(bench_volume_tick_5000(Path(d), args.repeat), indent=2))
+
+
+if __name__ == "__main__":
+    main()
