@@ -79,7 +79,7 @@ def test_receipts_on_every_touched_asset(loop):
     (r,) = records.receipts(instance, dg.AssetKey("store_sales_line"))
     assert r.cause_kind == "late_rows_behind_watermark" and r.approver == OWNER and r.signature_valid
     assert r.partitions == ["2026-11-26", "2026-11-27"]
-    assert set(r.run_ids) == {"window-1", "rebuild", "verify"}
+    assert set(r.run_ids) == {"snapshot", "window-1", "rebuild", "verify"}
     assert r.rows_before['{"region": "Southwest"}']["gap_rows"] == result.gap_rows_before
     assert r.rows_after['{"region": "Southwest"}']["gap_rows"] == 0
     assert {o.check_name for o in r.checks} == {"region_compare", "daily_volume", "null_rate"} and all(o.passed for o in r.checks)
@@ -130,3 +130,15 @@ def test_rerunning_the_approved_window_twice_leaves_each_line_once(loop):
     total, distinct = wh.fetch_all("SELECT count(*), count(DISTINCT sales_line_id) FROM pos.sales_line")[0]
     src = DuckDBDatabase(h.source_path(home)).fetch_all("SELECT count(*) FROM pos.sales_line")[0][0]
     assert total == distinct == src
+
+
+def test_window_was_kept_before_the_rerun_for_undo(loop):
+    from dw_dagster.remediation.undo import partition_checksum, propose_undo, recorded_snapshot
+
+    result, instance, home = loop
+    snap = recorded_snapshot(instance, result.change_set_id, ["store_sales_line"])
+    assert snap["table"] == "pos.sales_line" and snap["window"] == ["2026-11-26", "2026-11-27"]
+    rows_now, _ = partition_checksum(DuckDBDatabase(h.warehouse_path(home)), "pos.sales_line", "sale_ts", snap["window"])
+    assert snap["rows"] + result.gap_rows_before == rows_now
+    undo = propose_undo(instance, result.change_set_id)
+    assert undo.change_classes == ["undo"] and undo.approvers == [OWNER]

@@ -7,10 +7,16 @@ fix can be proposed, ``dw/change_set``.
 
 :class:`IncrementalLoadDiagnoser` is the diagnoser for assets loaded by
 :func:`dw_dagster.loads.load_partition`: it tests the late-rows-behind-the-watermark cause,
-maps the blast radius through the dbt manifest, and proposes the watermark fix.
+maps the blast radius through the dbt manifest, and proposes the watermark fix. It also tests
+the other causes (REQUIRED-column NULLs and the dead-letter table, duplicate loads, upstream
+assets not refreshed or failed, schema changes from ``dw/schema`` snapshots), combines them
+without double counting (:func:`~dw_dagster.diagnosis.combine.combine_findings`), reports what no
+cause explains as ``unexplained``, and notes when the primary cause happened before on the asset
+(:func:`~dw_dagster.diagnosis.history.attach_history`).
 """
 
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +26,20 @@ import dagster as dg
 from pydantic import Field
 
 from dw_dagster import constants as c
+from dw_dagster.diagnosis._common import DAGSTER_EVENT_LOG
+from dw_dagster.diagnosis.combine import combine_findings
+from dw_dagster.diagnosis.dead_letter import DeadLetterTable, diagnose_required_nulls
+from dw_dagster.diagnosis.duplicates import diagnose_duplicates
+from dw_dagster.diagnosis.history import attach_history
+from dw_dagster.diagnosis.schema_change import diagnose_schema_change
+from dw_dagster.diagnosis.schema_change import required_columns as catalog_required_columns
+from dw_dagster.diagnosis.upstream import diagnose_upstream, upstream_keys
+from dw_dagster.diagnosis.watermark import KIND as WATERMARK_KIND
 from dw_dagster.diagnosis.watermark import PartitionLoad, diagnose_late_rows
-from dw_dagster.domains import load_domains
+from dw_dagster.domains import domain_for, load_domains
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.loads import IncrementalLoadSpec
-from dw_dagster.models import BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
+from dw_dagster.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.remediation.proposals import DbtCountTest, ProposalError, change_set_markdown, propose_watermark_fix
 
@@ -41,10 +56,16 @@ def diagnosis_markdown(d: Diagnosis) -> str:
     """A diagnosis as markdown for the asset page."""
     lines = [f"### Diagnosis {d.id} for incident {d.incident_id}",
              f"Gap {d.gap_rows} rows; unexplained {d.unexplained_rows} rows.", ""]
+    notes = [cause.details["history_note"] for cause in d.causes if cause.details.get("history_note")]
+    lines += [f"**Repeat:** {n}" for n in notes] + ([""] if notes else [])
     for cause in d.causes:
-        lines += [f"**{cause.kind}** (confidence {cause.confidence:.0%}): {cause.summary}", ""]
+        lines += [f"**{cause.kind}** (confidence {cause.confidence:.0%}, explains {cause.explained_rows} rows): "
+                  f"{cause.summary}", ""]
+        if cause.details.get("remediation"):
+            lines += [f"*Remediation:* {cause.details['remediation']}", ""]
         for ev in cause.evidence:
-            lines += [f"- {ev.description} ({ev.database})", "  ```sql", "  " + ev.sql.replace("\n", "\n  "), "  ```"]
+            lang = "python" if ev.database == DAGSTER_EVENT_LOG else "sql"  # event-log reads are instance calls
+            lines += [f"- {ev.description} ({ev.database})", f"  ```{lang}", "  " + ev.sql.replace("\n", "\n  "), "  ```"]
     br = d.blast_radius
     lines += ["", "**Blast radius**", f"- models: {', '.join(m.name for m in br.models) or 'none'}",
               f"- tests: {len(br.tests)}",
@@ -68,6 +89,11 @@ def build_diagnosis_job(
     def _diagnose(context: dg.OpExecutionContext, config: IncidentConfig) -> None:
         incident = Incident.model_validate_json(config.incident_json)
         diagnosis, cs = diagnoser(context, incident)
+        domain = domain_for(incident.asset_key)
+        if cs is not None and domain is not None and not domain.proposes:
+            context.log.info(f"Domain {domain.name} is at autonomy {domain.autonomy}: diagnosed and annotated, "
+                             "proposing no change.")
+            cs = None
         key = dg.AssetKey(incident.asset_key)
         primary = diagnosis.primary
         context.log_event(dg.AssetObservation(
@@ -116,6 +142,22 @@ class IncrementalLoadDiagnoser:
         verify_checks: ``[*asset key, check name]`` of the checks that prove a repair.
         group_by: breakdown columns for the evidence (e.g. ``["store_id"]``).
         dbt_test: the regression test to propose.
+        check_required_nulls: test NULLs in REQUIRED columns (given in ``required_columns``, else
+            read from the target's catalog) and the dead-letter table; skipped when there are
+            neither REQUIRED columns nor a dead-letter table.
+        required_columns: the REQUIRED columns; None reads them from the target's catalog.
+        dead_letter: the sink's dead-letter table, if it has one; its ``database`` is taken from
+            ``dead_letter_resource_key`` (default: the warehouse).
+        check_duplicates: count duplicated merge keys and partitions loaded twice.
+        check_upstream: read the run and materialization history of the asset's parents.
+        asset_graph: returns the asset graph (e.g. ``defs.resolve_asset_graph``), for runs that
+            have no repository (``execute_in_process``); by default the op's
+            ``context.repository_def.asset_graph`` is used.
+        upstream_max_age: a parent older than this when the asset ran is stale (None: not tested).
+        check_schema: compare the ``dw/schema`` snapshots on the asset and its parents.
+        history: note when the primary cause happened before on this asset.
+        scan_days: without an incident window, the costlier queries (NULLs, duplicates) look at the
+            latest ``scan_days`` loaded partitions.
     """
 
     target_asset: dg.AssetKey
@@ -131,6 +173,83 @@ class IncrementalLoadDiagnoser:
     group_by: Sequence[str] = ()
     dbt_test: DbtCountTest | None = None
     extra: dict = field(default_factory=dict)
+    check_required_nulls: bool = True
+    required_columns: Sequence[str] | None = None
+    dead_letter: DeadLetterTable | None = None
+    dead_letter_resource_key: str | None = None
+    check_duplicates: bool = True
+    check_upstream: bool = True
+    asset_graph: Callable[[], object] | None = None
+    upstream_max_age: dt.timedelta | None = None
+    check_schema: bool = True
+    history: bool = True
+    scan_days: int = 7
+
+    def _scan_window(self, incident: Incident, loads_meta: Mapping[str, Mapping]) -> tuple[dt.datetime, dt.datetime] | None:
+        """The incident's window (naive UTC), else the span of the latest ``scan_days`` loaded partitions."""
+        if incident.window_start is not None and incident.window_end is not None:
+            return _naive(incident.window_start), _naive(incident.window_end)
+        latest = sorted(loads_meta.values(), key=lambda m: _naive(m["partition_start"]))[-max(1, self.scan_days):]
+        if not latest:
+            return None
+        return min(_naive(m["partition_start"]) for m in latest), max(_naive(m["partition_end"]) for m in latest)
+
+    def _other_causes(self, context: dg.OpExecutionContext, incident: Incident, spec: IncrementalLoadSpec, source, target,
+                      window: tuple[dt.datetime, dt.datetime] | None) -> list:
+        """The causes other than the watermark; a cause whose queries fail is logged and left out."""
+        found = []
+        partition_keys = None
+        if window is not None:
+            partition_keys = [k for k in self.partitions_def.get_partition_keys()
+                              if window[0] <= _naive(self.partitions_def.time_window_for_partition_key(k).start) < window[1]]
+
+        def attempt(name, fn):
+            try:
+                f = fn()
+            except Exception as e:  # one cause failing must not lose the others (the watermark above all)
+                context.log.warning(f"cause {name} not tested: {type(e).__name__}: {e}")
+                return
+            if f is not None and f.details.get("tested", True):
+                found.append(f)
+
+        if self.check_required_nulls:
+            def _nulls():
+                required = (list(self.required_columns) if self.required_columns is not None
+                            else catalog_required_columns(target, spec.target_table))
+                if not required and self.dead_letter is None:
+                    return None
+                dlq = self.dead_letter
+                if dlq is not None and dlq.database is None:
+                    key = self.dead_letter_resource_key
+                    db = getattr(context.resources, key).get_database() if key else target
+                    dlq = dataclasses.replace(dlq, database=db)
+                return diagnose_required_nulls(
+                    source, target, source_table=spec.source_table, target_table=spec.target_table,
+                    key_columns=[spec.merge_key], required_columns=required, dead_letter=dlq,
+                    partition_column=spec.partition_column, window=window, gap_rows=incident.gap_rows)
+            attempt("required_null_dead_letter", _nulls)
+        if self.check_duplicates:
+            attempt("duplicate_load", lambda: diagnose_duplicates(
+                target, target_table=spec.target_table, key_columns=[spec.merge_key], partition_column=spec.partition_column,
+                window=window, gap_rows=incident.gap_rows, instance=context.instance, asset_key=self.target_asset))
+        graph = None
+        if self.check_upstream or self.check_schema:
+            try:
+                graph = context.repository_def.asset_graph
+            except Exception:  # a job executed in process has no repository on its step context
+                graph = self.asset_graph() if self.asset_graph is not None else None
+            if graph is None:
+                context.log.warning("no asset graph (the run has no repository; give IncrementalLoadDiagnoser "
+                                    "asset_graph=defs.resolve_asset_graph): upstream causes not tested")
+        if self.check_upstream and graph is not None:
+            attempt("upstream", lambda: diagnose_upstream(
+                context.instance, graph, self.target_asset, max_age=self.upstream_max_age, partitions=partition_keys,
+                gap_rows=incident.gap_rows))
+        if self.check_schema:
+            keys = [self.target_asset, *(upstream_keys(graph, self.target_asset) if graph is not None else [])]
+            attempt("schema_change", lambda: diagnose_schema_change(
+                context.instance, keys, as_of=incident.detected_at, gap_rows=incident.gap_rows))
+        return found
 
     def __call__(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[Diagnosis, ChangeSet | None]:
         spec = IncrementalLoadSpec.from_file(self.pipeline_root() / self.pipeline_file)
@@ -150,18 +269,27 @@ class IncrementalLoadDiagnoser:
                 partition_column=spec.partition_column, watermark_column=spec.watermark_column,
                 arrival_column=spec.arrival_column, loads=loads, high_watermark=hwm,
                 gap_rows=incident.gap_rows, group_by=self.group_by))
+        causes += self._other_causes(context, incident, spec, source, target, self._scan_window(incident, loads_meta))
+        combined = combine_findings(incident.gap_rows, causes)
+        causes = combined.findings
+        if self.history and causes:
+            top = max(range(len(causes)), key=lambda i: causes[i].explained_rows)
+            causes[top] = attach_history(causes[top], context.instance, self.target_asset, incident.id)
         graph = manifest_graph(load_manifest(self.manifest_path()))
         src = source_for_asset_key(graph, self.target_asset.path)
         br = blast_radius(graph, [src], {u: list(k) for u, k in self.dbt_asset_keys.items()}) if src else BlastRadius(root="(none)")
-        explained = max((f.explained_rows for f in causes), default=0)
         diagnosis = Diagnosis(
             id="dg-" + stable_hash([incident.id, [f.model_dump(mode="json", exclude={"evidence"}) for f in causes]], 10),
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=causes,
-            blast_radius=br, gap_rows=incident.gap_rows, unexplained_rows=max(0, incident.gap_rows - explained),
+            blast_radius=br, gap_rows=incident.gap_rows, unexplained_rows=combined.unexplained_rows,
         )
         primary = diagnosis.primary
         if primary is None or primary.explained_rows == 0:
             context.log.warning("No cause explains the gap; reporting it as unexplained, proposing nothing.")
+            return diagnosis, None
+        if primary.kind != WATERMARK_KIND:
+            context.log.warning(f"Primary cause {primary.kind}: no automatic change set for it; "
+                                f"{primary.details.get('remediation') or 'see the diagnosis'}")
             return diagnosis, None
         domain = load_domains(self.domains_file()).for_asset(self.target_asset.path)
         try:
@@ -169,7 +297,9 @@ class IncrementalLoadDiagnoser:
                 incident=incident, diagnosis=diagnosis, finding=primary, domain=domain,
                 pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self.partitions_def,
                 rebuild_assets=[m.asset_key for m in br.models if m.asset_key], verify_checks=self.verify_checks,
-                dbt_test=self.dbt_test)
+                dbt_test=self.dbt_test,
+                undo=UndoPlan(resource_key=self.target_resource_key, table=spec.target_table,
+                              partition_column=spec.partition_column, window=[]))
         except ProposalError as e:
             context.log.warning(f"Diagnosed, but no change set could be proposed: {e}")
             return diagnosis, None

@@ -22,7 +22,7 @@ import dagster as dg
 
 from dw_dagster import constants as c
 from dw_dagster.domains import PIPELINE_CODE, REBUILD_MODELS, RERUN_WINDOW, Domain
-from dw_dagster.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, stable_hash, utcnow
+from dw_dagster.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, UndoPlan, stable_hash, utcnow
 from dw_dagster.remediation.ranges import split_window
 
 
@@ -110,6 +110,7 @@ def propose_watermark_fix(
     rebuild_assets: Sequence[Sequence[str]],
     verify_checks: Sequence[Sequence[str]],
     dbt_test: DbtCountTest | None = None,
+    undo: UndoPlan | None = None,
     proposer: str = c.PROPOSER,
     now: dt.datetime | None = None,
 ) -> ChangeSet:
@@ -181,6 +182,7 @@ def propose_watermark_fix(
         expected_recovered_rows=finding.explained_rows,
         # the new dbt test travels in the diff, so it is pipeline code, merged by its owner
         deferred_partitions=deferred,
+        undo_plan=undo.model_copy(update={"window": list(window)}) if undo is not None else None,
         change_classes=[PIPELINE_CODE, RERUN_WINDOW] + ([REBUILD_MODELS] if rebuild_assets else []),
         undo=(
             f"Revert the pipeline change with `git apply -R -p1` of this diff. The rerun merged the source's own "
@@ -188,7 +190,8 @@ def propose_watermark_fix(
             f"{window[0]}..{window[-1]} whose {arrival} is later than each partition's recorded source snapshot."
         ),
     )
-    version = ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")})
+    version = ChangeSet.content_version({k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v)
+                                         for k, v in content.items() if k not in ("created_at", "expires_at")})
     return ChangeSet(version=version, **content)
 
 

@@ -30,6 +30,7 @@ from dw_dagster.remediation import (
 )
 from dw_dagster import constants as c
 from dw_dagster.remediation.control import build_expiry_sensor, control_asset_spec, resume_job, stop_job
+from dw_dagster.remediation.undo import build_undo_jobs
 
 GROUP = "store_sales"
 SOURCE_ASSET = dg.AssetKey(["pos_source", "sales_line"])
@@ -141,6 +142,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         manifest_path=lambda: manifest_path, partitions_def=DAILY, domains_file=lambda: h.domains_path(home),
         dbt_asset_keys=dbt_keys, verify_checks=[[*k.asset_key.path, k.name] for k in verify_keys],
         group_by=["store_id"], dbt_test=DBT_TEST,
+        asset_graph=lambda: built[0].resolve_asset_graph(),  # in-process runs have no repository
     )
     diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["pos_source", "warehouse"])
     load_job = dg.define_asset_job("store_sales_daily_load", selection=dg.AssetSelection.assets(TARGET_ASSET),
@@ -154,11 +156,13 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     verify_job = dg.define_asset_job("dw_verify_store_sales_line", selection=dg.AssetSelection.checks(*verify_keys),
                                      description="Reconciliation, volume and null-rate checks on store_sales_line.")
     receipt_job = build_receipt_job()
+    undo_jobs = build_undo_jobs(["warehouse"])
     checks = [recon, volume, nulls]
     sensors = [
         build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
         build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
-                                 verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home)),
+                                 verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home),
+                                 undo_jobs=undo_jobs),
     ]
     resources = {
         "pos_source": DatabaseResource(url=os.environ.get("DW_POS_SOURCE_URL") or f"duckdb:///{h.source_path(home)}"),
@@ -167,15 +171,18 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         "dbt": DbtCliResource(project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()),
     }
     checks, sensors, resources = _integrations(checks, sensors, resources, diagnosis_job.name)
-    return dg.Definitions(
+    built: list[dg.Definitions] = []
+    defs = dg.Definitions(
         assets=[pos_source, store_sales_line, store_sales_dbt, control_asset_spec()],
         asset_checks=checks,
         jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job,
-              stop_job, resume_job],
+              stop_job, resume_job, *undo_jobs],
         sensors=sensors,
         resources=resources,
         executor=dg.in_process_executor,
     )
+    built.append(defs)
+    return defs
 
 
 #: Lightup tables → Dagster assets (datasource name in the store-sales Lightup workspace : table).
