@@ -30,6 +30,23 @@ from dw_dagster.lineage import blast_radius, manifest_graph
 from dw_dagster.lightup import LightupClient, LightupResource
 from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.loads import IncrementalLoadSpec, PipelineRepoResource, load_partition
+from dw_dagster.migrations import (
+    AddColumn,
+    DropColumn,
+    LossyRetypeError,
+    Migration,
+    MigrationError,
+    MigrationRefused,
+    RenameColumn,
+    RetypeColumn,
+    SetNullability,
+    TableSchema,
+    apply_migration,
+    classify_retype,
+    generate_migration,
+    read_table_schema,
+    verify_migration,
+)
 from dw_dagster.models import Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
 from dw_dagster.notify_sensor import build_notification_sensor
 from dw_dagster.paging import OpsgenieResource, Pager, PagerDutyResource, dedup_key_for, page_incident
@@ -44,6 +61,7 @@ from dw_dagster.version import __version__
 from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
 
 __all__ = [
+    "AddColumn",
     "Approval",
     "BlastRadius",
     "CauseFinding",
@@ -54,19 +72,29 @@ __all__ = [
     "Diagnosis",
     "Domain",
     "Domains",
+    "DropColumn",
     "Incident",
     "IncrementalLoadDiagnoser",
     "IncrementalLoadSpec",
     "LightupClient",
     "LightupResource",
+    "LossyRetypeError",
+    "Migration",
+    "MigrationError",
+    "MigrationRefused",
     "OpsgenieResource",
     "Pager",
     "PagerDutyResource",
     "PipelineRepoResource",
     "Receipt",
+    "RenameColumn",
+    "RetypeColumn",
+    "SetNullability",
     "SlackResource",
+    "TableSchema",
     "VolumeTable",
     "__version__",
+    "apply_migration",
     "approval_request_message",
     "blast_radius",
     "build_approval_job",
@@ -84,6 +112,7 @@ __all__ = [
     "build_schema_snapshot_check",
     "build_volume_check",
     "build_volume_sensor",
+    "classify_retype",
     "combine_findings",
     "database_from_url",
     "days_ago",
@@ -93,15 +122,18 @@ __all__ = [
     "diagnose_schema_change",
     "diagnose_upstream",
     "diff_schemas",
+    "generate_migration",
     "incident_history",
     "load_domains",
     "load_partition",
     "manifest_graph",
     "page_incident",
+    "read_table_schema",
     "record_schema_snapshot",
     "row_diff",
     "row_diff_across",
     "schema_metadata",
     "schema_snapshot",
     "take_schema_snapshot",
+    "verify_migration",
 ]
