@@ -26,7 +26,7 @@ from dw_dagster.diagnosis import (
 )
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.domains import Domain, Domains, load_domains
-from dw_dagster.lineage import blast_radius, manifest_graph
+from dw_dagster.lineage import blast_radius, dbt_ls, lineage_graph, manifest_graph, select_nodes
 from dw_dagster.lightup import LightupClient, LightupResource
 from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.loads import IncrementalLoadSpec, PipelineRepoResource, load_partition
@@ -116,6 +116,7 @@ __all__ = [
     "combine_findings",
     "database_from_url",
     "days_ago",
+    "dbt_ls",
     "dedup_key_for",
     "diagnose_duplicates",
     "diagnose_required_nulls",
@@ -124,6 +125,7 @@ __all__ = [
     "diff_schemas",
     "generate_migration",
     "incident_history",
+    "lineage_graph",
     "load_domains",
     "load_partition",
     "manifest_graph",
@@ -134,6 +136,7 @@ __all__ = [
     "row_diff_across",
     "schema_metadata",
     "schema_snapshot",
+    "select_nodes",
     "take_schema_snapshot",
     "verify_migration",
 ]
