@@ -106,7 +106,8 @@ def build_notification_sensor(
         lightup = getattr(context.resources, lightup_resource_key) if lightup_resource_key else None
         pager = getattr(context.resources, pager_resource_key) if pager_resource_key else None
         slack = getattr(context.resources, slack_resource_key) if slack_resource_key else None
-        after = int(cursor.updated_ts) if cursor.updated_ts is not None else None
+        # re-read inclusively from the watermark (a failed record sits at it); done tasks are skipped
+        after = int(cursor.updated_ts) - 1 if cursor.updated_ts is not None else None
         done, failed, events, problems = [], [], [], []
 
         def note(ak: dg.AssetKey, channel: str, action: str, ok: bool, detail: str, **extra: Any) -> None:
