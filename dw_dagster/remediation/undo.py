@@ -183,18 +183,19 @@ def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
 
 
 def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.JobDefinition]:
-    """The ``dw_snapshot_window`` and ``dw_restore_window`` jobs, needing ``resource_keys`` (the
+    """The ``dw_undo_snapshot`` and ``dw_undo_restore`` jobs (ops ``dw_snapshot_window`` /
+    ``dw_restore_window``; Dagster wants op and job names distinct), needing ``resource_keys`` (the
     warehouse resources undo plans name); pass them to :func:`build_remediation_sensor`'s ``undo_jobs``."""
     keys = set(resource_keys)
 
     snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
     restore_op = dg.op(name=RESTORE_OP, required_resource_keys=keys, tags={"kind": "dw"})(_restore)
 
-    @dg.job(name="dw_snapshot_window", tags={"dw/kind": "undo"}, description="Keep a window's rows before a rerun.")
+    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, description="Keep a window's rows before a rerun.")
     def snapshot_job():
         snapshot_op()
 
-    @dg.job(name="dw_restore_window", tags={"dw/kind": "undo"}, description="Put a window back as it was before a change.")
+    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, description="Put a window back as it was before a change.")
     def restore_job():
         restore_op()
 
