@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCALE ?= 0.01
 
-.PHONY: install demo test bench validate clean
+.PHONY: install browser-deps demo test bench validate clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,17 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/dw-dagster demo store-sales --scale $(SCALE)
 
+## Debian's Chromium and ChromeDriver for the browser test (test_browser.py), only when missing; needs root or sudo.
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing Debian's chromium and chromium-driver (apt-get) ..."; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
+	fi
+
 ## Install what the tests need and run them.
-test: install
+test: install browser-deps
 	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider
 
 ## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).

@@ -179,9 +179,21 @@ def _notified(instance: dg.DagsterInstance, after: int) -> list[dict]:
     return [n for n in notifications(instance) if n["storage_id"] > after]
 
 
-def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices) -> DemoResult:
+def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline | None = None) -> dg.Definitions:
+    """Stage the incident up to the moment the reconciliation check would fail; return the definitions.
+
+    Posts the POS lines rung up before the stores came back, runs the history load (one run over
+    2026-11-01..11-27) and the dbt build, posts the back-dated lines, then runs the 11-28 load
+    (whose high-watermark skips them) and the dbt build again. Every run goes through Dagster on
+    ``instance``, so the diagnosis later finds the load times it needs there. ``home`` must be
+    prepared already (:func:`~dw_dagster.examples.store_sales.home.ensure_home`).
+
+    Raises:
+        DemoError: a load or dbt run failed.
+    """
     from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
 
+    log = log or Timeline()
     src = DuckDBDatabase(h.source_path(home))
     log("setup", f"POS source {h.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
     n = gen.post_lines(src, scale, gen.BEFORE_RECOVERY)
@@ -198,6 +210,13 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     log("load", f"nightly load of {keys[-1]} and dbt build ...")
     _run(load_job, instance, "daily load", partition_key=keys[-1])
     _run(models_job, instance, "dbt build")
+    return defs
+
+
+def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices) -> DemoResult:
+    from dw_dagster.examples.store_sales.definitions import build_definitions
+
+    defs = prepare_incident_data(home, instance, scale, log)
 
     # detect: Lightup's scheduled collection raises a compare incident; the Lightup sensor picks it up
     svc.lightup_collect()
