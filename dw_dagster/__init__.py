@@ -47,7 +47,7 @@ from dw_dagster.migrations import (
     read_table_schema,
     verify_migration,
 )
-from dw_dagster.models import Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.models import ChangeStep, Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
 from dw_dagster.notify_sensor import build_notification_sensor
 from dw_dagster.paging import OpsgenieResource, Pager, PagerDutyResource, dedup_key_for, page_incident
 from dw_dagster.remediation import (
@@ -56,6 +56,7 @@ from dw_dagster.remediation import (
     build_receipt_job,
     build_remediation_sensor,
 )
+from dw_dagster.remediation.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results
 from dw_dagster.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
 from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
@@ -66,6 +67,7 @@ __all__ = [
     "BlastRadius",
     "CauseFinding",
     "ChangeSet",
+    "ChangeStep",
     "Database",
     "DatabaseResource",
     "DeadLetterTable",
@@ -91,6 +93,7 @@ __all__ = [
     "RetypeColumn",
     "SetNullability",
     "SlackResource",
+    "StepRefused",
     "TableSchema",
     "VolumeTable",
     "__version__",
@@ -110,6 +113,7 @@ __all__ = [
     "build_reconciliation_checks",
     "build_remediation_sensor",
     "build_schema_snapshot_check",
+    "build_step_jobs",
     "build_volume_check",
     "build_volume_sensor",
     "classify_retype",
@@ -129,14 +133,17 @@ __all__ = [
     "load_domains",
     "load_partition",
     "manifest_graph",
+    "migration_step",
     "page_incident",
     "read_table_schema",
     "record_schema_snapshot",
     "row_diff",
     "row_diff_across",
+    "run_migration_step",
     "schema_metadata",
     "schema_snapshot",
     "select_nodes",
+    "step_results",
     "take_schema_snapshot",
     "verify_migration",
 ]

@@ -1,6 +1,6 @@
 """``dw-dagster``: the command line for people and scripts.
 
-Commands: ``demo store-sales``, ``approve``, ``change-sets``, ``receipts``, ``blast-radius``.
+Commands: ``demo store-sales``, ``demo orders``, ``approve``, ``change-sets``, ``receipts``, ``blast-radius``.
 Commands that read Dagster's records use the instance in ``$DAGSTER_HOME`` (or ``--dagster-home``).
 """
 
@@ -129,6 +129,89 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
             f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
             "then look at Assets → store_sales_line → Events (dw/change_set, dw/approval, dw/receipt).\n"
+            f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
+            file=out,
+        )
+    if as_json:
+        data = json.loads(result.to_json())
+        if error:
+            data["error"] = error
+        click.echo(json.dumps(data, indent=2))
+    if error:
+        sys.exit(1)
+
+
+def _orders_scale(ctx, param, value: float) -> float:
+    from dw_dagster.examples.orders.generator import MAX_SCALE, MIN_SCALE
+
+    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
+        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
+    return value
+
+
+@demo.command("orders")
+@click.option("--scale", type=float, default=0.1, show_default=True, callback=_orders_scale,
+              help="Data scale; 1.0 is the incident's full size (3,912 parked gift-card orders, about 1.5M orders).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, dbt project and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
+    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows (DESIGN.md §3)."""
+    import dagster as dg
+
+    from dw_dagster.examples.orders.demo import OrdersDemoResult, run_orders_demo
+    from dw_dagster.examples.orders.home import SOURCE_URL_ENV
+    from dw_dagster.examples.store_sales.demo import DemoDirError, DemoError, Timeline, claim_demo_dir
+
+    work = Path(workdir).resolve()
+    own_home = not os.environ.get("DAGSTER_HOME")
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / "orders_dagster_home").resolve()
+    key_file = work / "approval_signing.key"
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        home = claim_demo_dir(work / "orders")
+        if own_home:
+            claim_demo_dir(dagster_home)  # the demo's own instance starts empty each run; a $DAGSTER_HOME you set is kept
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        if not (dagster_home / "dagster.yaml").exists():
+            (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        if not os.environ.get(c.SIGNING_KEY_ENV):
+            if not key_file.exists():
+                key_file.write_text(secrets.token_hex(32))
+                key_file.chmod(0o600)
+            os.environ[c.SIGNING_KEY_ENV] = key_file.read_text().strip()
+    except (OSError, DemoDirError) as e:
+        raise click.UsageError(f"cannot use --workdir {work}: {e}") from e
+    os.environ.pop(SOURCE_URL_ENV, None)  # the demo replays the generator's stream; no server
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    out = sys.stderr if as_json else sys.stdout
+    log = Timeline(out)
+    log_file = work / "orders_demo.log"
+    t0 = time.monotonic()
+    result, error = OrdersDemoResult(scale=scale), None
+    log("start", f"dw_dagster orders demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
+    with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
+        try:
+            with dg.DagsterInstance.get() as instance:
+                result = run_orders_demo(home=home, instance=instance, scale=scale, log=log)
+        except DemoError as e:
+            error = str(e)
+        except Exception as e:  # report any stage's crash, with the log for details
+            error = f"{type(e).__name__}: {e}"
+    result.seconds = round(time.monotonic() - t0, 1)
+    result.dagster_home = str(dagster_home)
+    result.orders_home = str(home)
+    if error:
+        log("FAILED", f"{error} (details in {log_file})")
+    else:
+        log("done", f"the whole loop took {result.seconds} s")
+        key_hint = f"$(cat {key_file})" if key_file.exists() else f"${c.SIGNING_KEY_ENV}"
+        print(
+            "\nOpen the same instance in the Dagster UI:\n"
+            f"  DAGSTER_HOME={dagster_home} DW_ORDERS_HOME={home} \\\n"
+            f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
+            f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
+            "then look at Assets → orders → Events (dw/change_set, dw/approval, dw/step_result, dw/receipt).\n"
             f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
             file=out,
         )

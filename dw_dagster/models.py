@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 def utcnow() -> dt.datetime:
@@ -183,10 +183,59 @@ class UndoPlan(_Record):
     of_change_set: str | None = None
 
 
+class ChangeStep(_Record):
+    """One data change a change set applies in the warehouse, as a stage of its own.
+
+    Steps run in list order after the change set's windows and before its rebuild (see
+    :func:`dw_dagster.remediation.sensors.stage_plan`); each is one run of the step job for its
+    ``kind`` (:func:`dw_dagster.remediation.steps.build_step_jobs`), launched only after the
+    previous stage succeeded and only under a valid approval. Added for change sets that are not
+    partition reruns (a schema migration, a replay of parked rows); a change set without steps
+    runs exactly the stages it ran before.
+
+    Attributes:
+        kind: which runner applies it, e.g. ``migration`` or ``replay`` (letters, digits, ``_``).
+        change_class: its class in :mod:`dw_dagster.domains` (``schema_migration``,
+            ``replay_dead_letter``, ...); also listed in the change set's ``change_classes``.
+        summary: one sentence for the owner.
+        resource_key: the Dagster resource (a :class:`~dw_dagster.databases.DatabaseResource`)
+            of the database it changes.
+        spec: what the runner needs, as JSON (for ``migration``: the
+            :class:`~dw_dagster.migrations.Migration`; for ``replay``: the replay's selection
+            and guard).
+        sql: the forward statements as the owner reviews them (informational; the runner builds
+            what it runs from ``spec``).
+        rollback_sql: how to undo it, as statements (empty when the undo is not SQL).
+        expected_rows: rows the step must touch (a replay refuses to run on any other count);
+            None when it touches no rows.
+    """
+
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    change_class: str
+    summary: str
+    resource_key: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    sql: list[str] = Field(default_factory=list)
+    rollback_sql: list[str] = Field(default_factory=list)
+    expected_rows: int | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _kind_is_not_a_stage(cls, v: str) -> str:
+        if v in _RESERVED_STAGE_KINDS:
+            raise ValueError(f"step kind {v!r} would collide with the remediation stage of that name")
+        return v
+
+
+#: stage names of the remediation sensor a step kind may not take
+_RESERVED_STAGE_KINDS = frozenset({"window", "snapshot", "restore", "rebuild", "verify", "receipt"})
+
+
 class ChangeSet(_Record):
     """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
 
     ``version`` is a hash of the content: an approval is valid only for the version it names.
+    ``steps`` (default none) are warehouse changes applied between the window and the rebuild.
     """
 
     id: str
@@ -214,6 +263,8 @@ class ChangeSet(_Record):
     undo_plan: UndoPlan | None = Field(default=None, description="how the window is put back, when it can be")
     deferred_partitions: list[str] = Field(default_factory=list, description="partitions the cause reaches that "
                                            "do not exist yet; reported, not run")
+    steps: list[ChangeStep] = Field(default_factory=list, description="warehouse changes (schema migration, "
+                                    "replay of parked rows) run in order after the window and before the rebuild")
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:

@@ -81,9 +81,12 @@ def test_demo_refuses_bad_input_before_touching_the_disk(tmp_path):
 
 def test_definitions_validate(tmp_path):
     proc = subprocess.run([str(BIN / "dagster"), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
-                          capture_output=True, text=True, env=_env(DW_STORE_SALES_HOME=str(tmp_path / "home")), cwd=tmp_path, timeout=300)
+                          capture_output=True, text=True, env=_env(DW_STORE_SALES_HOME=str(tmp_path / "home"),
+                                                                   DW_ORDERS_HOME=str(tmp_path / "orders")),
+                          cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Validation successful" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "Validation successful for code location store_sales" in out and "Validation successful for code location orders" in out
 
 
 def test_blast_radius_command(tmp_path):

@@ -243,7 +243,8 @@ def _dev_env(home: Path) -> dict[str, str]:
     """dagster dev's environment: this one without dw_dagster's, Dagster's or the integrations' variables."""
     drop = ("DW_", "DAGSTER_", "LIGHTUP_", "PAGERDUTY_", "SLACK_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update({h.HOME_ENV: str(home), c.SIGNING_KEY_ENV: os.environ[c.SIGNING_KEY_ENV],
+    env.update({h.HOME_ENV: str(home), "DW_ORDERS_HOME": str(home.parent / "orders_home"),
+                c.SIGNING_KEY_ENV: os.environ[c.SIGNING_KEY_ENV],
                 "DAGSTER_TELEMETRY_DISABLED": "1"})
     return env
 

@@ -10,9 +10,12 @@ one run request at a time, each only after the previous run succeeded:
 
 1. ``window`` - one run per contiguous range of the approved partitions (range tags), after the
    owner merged the change set's diff (files in the pipeline repository match the proposal);
-2. ``rebuild`` - the downstream dbt models, in one run (Dagster orders them);
-3. ``verify`` - the verification checks (a checks-only job);
-4. ``receipt`` - the receipt job, which writes ``dw/receipt`` on every touched asset.
+2. ``<kind>-<n>`` - one run per :class:`~dw_dagster.models.ChangeStep` of the change set, in its
+   order (e.g. ``migration-1`` then ``replay-2``), each by the step job for its kind
+   (:mod:`dw_dagster.remediation.steps`); change sets without steps have no such stage;
+3. ``rebuild`` - the downstream dbt models, in one run (Dagster orders them);
+4. ``verify`` - the verification checks (a checks-only job);
+5. ``receipt`` - the receipt job, which writes ``dw/receipt`` on every touched asset.
 
 Run keys are ``<change set>:<approval>:<stage>``, so a second approved change set for the same
 partitions runs again (``PUBLIC_CASES.md`` C22) and a tick never launches a stage twice.
@@ -21,7 +24,7 @@ partitions runs again (``PUBLIC_CASES.md`` C22) and a tick never launches a stag
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -33,6 +36,7 @@ from dw_dagster.domains import domain_for
 from dw_dagster.remediation.approval import valid_approval
 from dw_dagster.remediation.control import active_stop, approval_observation, autonomous_approval, expired_ids
 from dw_dagster.remediation.ranges import window_run_request
+from dw_dagster.remediation.steps import step_op_name, step_stages
 
 DIAGNOSE_OP = "dw_diagnose"
 RECEIPT_OP = "dw_write_receipts"
@@ -60,14 +64,42 @@ def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incid
     return None
 
 
+def _volume_days(md: dict) -> tuple[int, float, "dt.datetime | None", "dt.datetime | None"]:
+    """From a volume check's ``dw/days_json``: rows under (or over) the baseline mean on the days out
+    of band (rounded), the worst deviation in %, and the half-open UTC window of those days."""
+    import datetime as dt
+
+    days = [d for d in (records.metadata_json(md, "dw/days_json") or [])
+            if d.get("status") in ("low", "high", "no_rows") and d.get("mean") is not None]
+    if not days:
+        return 0, 0.0, None, None
+    gap = round(sum(d["mean"] - d["rows"] for d in days))
+    worst = max(days, key=lambda d: abs(d.get("deviation_pct") or 0.0))
+    dates = sorted(dt.date.fromisoformat(d["day"]) for d in days)
+    start = dt.datetime.combine(dates[0], dt.time(), tzinfo=dt.timezone.utc)
+    end = dt.datetime.combine(dates[-1] + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+    return gap, float(worst.get("deviation_pct") or 0.0), start, end
+
+
 def incident_from_evaluation(check_key: dg.AssetCheckKey, evaluation: dg.AssetCheckEvaluation, record_id: int) -> Incident:
-    """An incident from a failed check evaluation (slices taken from ``dw/slices_json`` when present)."""
+    """An incident from a failed check evaluation (slices taken from ``dw/slices_json`` when present).
+
+    A volume check's failure (``dw/days_json``, no slices) gives the incident its days out of band
+    as ``window_start``/``window_end``, the rows between those days' counts and their baseline
+    means as ``gap_rows`` (positive when short) and the worst day's deviation as ``gap_pct``.
+    """
     md = evaluation.metadata or {}
     slices = [SliceGap.model_validate(s) for s in (records.metadata_json(md, "dw/slices_json") or [])]
     failing = [s for s in slices if not s.passed]
     gap = sum(s.gap_rows for s in slices)
     worst = max(failing, key=lambda s: abs(s.gap_pct), default=None)
     summary = evaluation.description or f"check {check_key.name} failed"
+    if not slices and "dw/days_json" in md:
+        vgap, vpct, start, end = _volume_days(md)
+        return Incident(
+            id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12), asset_key=list(check_key.asset_key.path),
+            source="dw_check", check_name=check_key.name, detected_at=utcnow(), summary=summary, gap_rows=vgap,
+            gap_pct=vpct, evaluation_id=record_id, window_start=start, window_end=end)
     return Incident(
         id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12),
         asset_key=list(check_key.asset_key.path),
@@ -102,7 +134,9 @@ def build_check_incident_sensor(
     Returns:
         A ``SensorDefinition``. Its cursor is JSON ``{check key: last evaluation storage id}``;
         an unreadable cursor is logged and the sensor starts from scratch (incidents are still
-        de-duplicated by their ids and by the open-incident rule).
+        de-duplicated by their ids and by the open-incident rule). Two watched checks of one asset
+        failing in the same tick (volume and dead letter) open one incident, from the first
+        check in ``check_keys``; the other is noted as belonging to it.
     """
     keys = list(check_keys)
 
@@ -113,6 +147,7 @@ def build_check_incident_sensor(
     def _sensor(context: dg.SensorEvaluationContext):
         cursor = _parse_cursor(context)
         events, requests, errors = [], [], []
+        opened: dict[dg.AssetKey, Incident] = {}  # incidents this tick opened (not in the instance until it returns)
         for key in keys:
             skey = key.to_user_string()
             try:
@@ -121,17 +156,19 @@ def build_check_incident_sensor(
                     continue
                 evaluation = rec.event.dagster_event.event_specific_data
                 if not isinstance(evaluation, dg.AssetCheckEvaluation):
-                    cursor[skey] = rec.id
+                    # planned or still running: the same record is updated with the evaluation
+                    # later, so the cursor must not move past it (it would skip the result)
                     continue
                 if evaluation.passed:
                     cursor[skey] = rec.id
                     continue
-                existing = open_incident(context.instance, key.asset_key)
+                existing = opened.get(key.asset_key) or open_incident(context.instance, key.asset_key)
                 if existing is not None:
                     context.log.info(f"{skey} failed again; incident {existing.id} is still open")
                     cursor[skey] = rec.id
                     continue
                 inc = incident_from_evaluation(key, evaluation, rec.id)
+                opened[key.asset_key] = inc
                 domain = domain_for(inc.asset_key)
                 events.append(dg.AssetObservation(
                     asset_key=key.asset_key,
@@ -187,24 +224,29 @@ def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str], undo: bool = False) -
 
     With ``undo`` (the undo jobs are configured) a change set with an undo plan first keeps its
     window (``snapshot``); an undo change set restores it (``restore``) instead of rerunning.
+    The change set's steps (``cs.steps``) come after the windows and before the rebuild, one stage
+    each (``migration-1``, ``replay-2``, ...); a change set without steps gets exactly the stages
+    it got before steps existed.
     """
     rebuild = ["rebuild"] if cs.rebuild_assets else []
     if undo and cs.undo_plan is not None and cs.undo_plan.of_change_set:
         return ["restore", *rebuild, "verify", "receipt"]
     n = len(contiguous_ranges(ordered_keys, cs.window))
     snapshot = ["snapshot"] if undo and cs.undo_plan is not None else []
-    return snapshot + [f"window-{i + 1}" for i in range(n)] + rebuild + ["verify", "receipt"]
+    steps = list(step_stages(cs))
+    return snapshot + [f"window-{i + 1}" for i in range(n)] + steps + rebuild + ["verify", "receipt"]
 
 
 def build_remediation_sensor(
     *,
-    partitions_def: dg.PartitionsDefinition,
-    window_job: "dg.JobDefinition",
+    partitions_def: dg.PartitionsDefinition | None = None,
+    window_job: "dg.JobDefinition | None" = None,
     rebuild_job: "dg.JobDefinition",
     verify_job: "dg.JobDefinition",
     receipt_job: dg.JobDefinition,
     pipeline_root: str | Path | None = None,
     undo_jobs: "tuple[dg.JobDefinition, dg.JobDefinition] | None" = None,
+    step_jobs: "Mapping[str, dg.JobDefinition] | None" = None,
     name: str = "dw_remediation_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -212,8 +254,10 @@ def build_remediation_sensor(
     """A sensor that runs approved change sets, stage by stage (see the module docstring).
 
     Args:
-        partitions_def: the partitions definition of the repaired assets (orders the window).
-        window_job: a partitioned asset job holding the repaired asset.
+        partitions_def: the partitions definition of the repaired assets (orders the window);
+            None when the location's change sets never rerun partitions.
+        window_job: a partitioned asset job holding the repaired asset; None likewise (a change
+            set with a window then waits, naming the missing job).
         rebuild_job: an asset job holding the downstream assets to rebuild; each run selects the
             change set's subset.
         verify_job: a checks-only asset job running the verification checks.
@@ -222,13 +266,16 @@ def build_remediation_sensor(
             window waits until every proposed file is merged.
         undo_jobs: ``(snapshot_job, restore_job)`` from :func:`dw_dagster.remediation.undo.build_undo_jobs`;
             when given, windows are kept before they rerun and undo change sets can run.
+        step_jobs: step kind → job, from :func:`dw_dagster.remediation.steps.build_step_jobs`;
+            a change set with a step of a kind that has no job waits, naming it.
 
     Returns:
         A ``SensorDefinition`` (STOPPED by default). Nothing runs without a valid approval.
     """
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
-               jobs=[window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ())],
+               jobs=[j for j in (window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ()),
+                                 *(step_jobs or {}).values()) if j is not None],
                description="Launches the repair stages of approved dw_dagster change sets, one after the other.")
     def _sensor(context: dg.SensorEvaluationContext):
         instance = context.instance
@@ -236,7 +283,7 @@ def build_remediation_sensor(
         if stop is not None:  # org-wide stop: nothing is dispatched, approvals wait
             return dg.SkipReason(f"org-wide stop by {stop.by} since {stop.at.isoformat()}: {stop.reason or 'no reason given'}; "
                                  "nothing is dispatched until `dw-dagster resume`")
-        ordered = partitions_def.get_partition_keys()
+        ordered = partitions_def.get_partition_keys() if partitions_def is not None else []
         requests, waiting, events = [], [], []
         all_approvals = records.approvals(instance)  # read once per tick, not once per change set
         expired = expired_ids(instance)
@@ -269,6 +316,7 @@ def build_remediation_sensor(
             base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
             runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}
             ranges = contiguous_ranges(ordered, cs.window)
+            steps = step_stages(cs)
             for stage in stage_plan(cs, ordered, undo=undo_jobs is not None):
                 run = runs.get(stage)
                 if run is not None:
@@ -281,11 +329,23 @@ def build_remediation_sensor(
                     break
                 tags = {**base_tags, c.STAGE_TAG: stage}
                 run_key = f"{cs.id}:{approval.id}:{stage}"
-                if (stage.startswith("window-") or stage == "snapshot") and pipeline_root is not None \
+                if (stage.startswith("window-") or stage == "snapshot" or stage in steps) and pipeline_root is not None \
                         and (missing := unmerged_files(cs, pipeline_root)):
                     waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
                     break
-                if stage.startswith("window-"):
+                if stage in steps:
+                    step = cs.steps[steps[stage]]
+                    job = (step_jobs or {}).get(step.kind)
+                    if job is None:
+                        waiting.append(f"{cs.id}: stage {stage} needs a job for {step.kind} steps "
+                                       "(build_remediation_sensor(step_jobs=...))")
+                        break
+                    requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags, run_config={
+                        "ops": {step_op_name(step.kind): {"config": {"change_set_id": cs.id, "step_index": steps[stage]}}}}))
+                elif stage.startswith("window-") and window_job is None:
+                    waiting.append(f"{cs.id}: stage {stage} needs a window job (build_remediation_sensor(window_job=...))")
+                    break
+                elif stage.startswith("window-"):
                     keys = ranges[int(stage.split("-")[1]) - 1]
                     requests.append(window_run_request(run_key=run_key, job_name=window_job.name,
                                                        assets=[dg.AssetKey(cs.target_asset)], partition_keys=keys, tags=tags))

@@ -1,0 +1,355 @@
+"""The orders-stream incident end to end, in one process, against a real Dagster instance.
+
+Timeline (``shared/design/DESIGN.md`` §3, orders stream): the sink applies the orders change
+stream through Monday and every check passes; the orders-service release of Tuesday
+2026-11-24 09:00 UTC starts writing NULL into ``shipping_country`` for gift-card orders; the sink
+parks those rows in ``analytics.orders_dlq`` and the stream stays green; the nightly dbt build of
+the ``finance_daily`` models runs short of gift cards. The volume check finds Tuesday 9 % under its
+baseline and the dead-letter check finds the parked rows; the incident sensor opens one incident
+and launches the diagnosis (REQUIRED column now receives NULLs: the dead-letter reason, the
+source change, the column's mode in the target's schema; the blast radius through dbt to the
+Lightdash "Daily GMV" dashboard); dw_dagster proposes one change set (relax the column, with its
+rollback; replay the parked rows, guarded); the proposer and an unlisted person are refused, the
+finance data owner approves; the remediation sensor migrates, replays, rebuilds the models,
+verifies and writes the receipts.
+
+Sensors are ticked by :class:`dw_dagster.local_daemon.LocalSensorDaemon`; every run goes through
+Dagster and is stored in the instance, so ``dagster dev`` opened on the same ``DAGSTER_HOME``
+shows all of it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from dw_dagster import constants as c
+from dw_dagster.databases import DuckDBDatabase
+from dw_dagster.examples.orders import generator as gen
+from dw_dagster.examples.orders import home as h
+from dw_dagster.examples.orders import paths as p
+from dw_dagster.examples.orders.source import write_source
+from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir
+from dw_dagster.local_daemon import LocalSensorDaemon
+from dw_dagster.remediation import records
+from dw_dagster.remediation.approval import approve_in_process
+
+OWNER = "maya.chen@shop.example"
+NOT_LISTED = "leo.park@shop.example"
+DEFAULT_SCALE = p.DEFAULT_SCALE
+#: the first sink run reads the stream up to Tuesday 00:00 UTC (Monday's nightly)
+MONDAY_END = dt.datetime.combine(gen.INCIDENT_DAY, dt.time())
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+__all__ = ["DEFAULT_SCALE", "NOT_LISTED", "OWNER", "OrdersDemoResult", "prepare_incident_data", "run_orders_demo"]
+
+
+@dataclass
+class OrdersDemoResult:
+    """What the demo found and did (``--json``); counts in rows, percentages in %."""
+
+    cause: str | None = None
+    cause_summary: str | None = None
+    source_change: str | None = None
+    column_mode: dict = field(default_factory=dict)
+    parked_rows: int = 0
+    parked_reasons: dict[str, int] = field(default_factory=dict)
+    expected_rows: int = 0
+    replayed_rows: int = 0
+    gap_before: dict = field(default_factory=dict)
+    gap_after: dict = field(default_factory=dict)
+    volume_before_pct: float | None = None
+    volume_after_pct: float | None = None
+    gift_cards_before: dict = field(default_factory=dict)
+    gift_cards_after: dict = field(default_factory=dict)
+    blast_radius: dict = field(default_factory=dict)
+    incident_id: str | None = None
+    change_set_id: str | None = None
+    migration_forward: list[str] = field(default_factory=list)
+    migration_rollback: list[str] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+    approver: str | None = None
+    run_ids: dict[str, str] = field(default_factory=dict)
+    checks_after: dict[str, bool] = field(default_factory=dict)
+    receipt_assets: list[str] = field(default_factory=list)
+    verified: bool = False
+    scale: float = DEFAULT_SCALE
+    seconds: float = 0.0
+    dagster_home: str = ""
+    orders_home: str = ""
+    ok: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, default=str)
+
+
+def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwargs) -> dg.ExecuteInProcessResult:
+    config = {**QUIET, **kwargs.pop("run_config", {})}
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, **kwargs)
+    if not result.success:
+        raise DemoError(f"{stage}: run {result.run_id} of {job.name} failed")
+    return result
+
+
+def evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
+    """Check name → the evaluation one run recorded."""
+    out = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        ev = entry.dagster_event.event_specific_data
+        out[ev.check_name] = ev
+    return out
+
+
+def _line(ev: dg.AssetCheckEvaluation | None, name: str) -> str:
+    if ev is None:
+        return f"{name} did not run"
+    return f"{name} {'passed' if ev.passed else 'FAILED'}: {ev.description}"
+
+
+def _md(ev: dg.AssetCheckEvaluation, key: str):
+    return getattr((ev.metadata or {}).get(key), "value", None)
+
+
+def _incident_day_volume(ev: dg.AssetCheckEvaluation | None) -> tuple[float | None, str]:
+    days = _md(ev, "dw/days_json") if ev else None
+    day = next((d for d in days or [] if d["day"] == gen.INCIDENT_DAY.isoformat()), None)
+    if not day:
+        return None, "no score for the incident day"
+    return day["deviation_pct"], (f"{day['day']}: {day['rows']:,} rows, {day['status']} ({day['deviation_pct']:+.2f} % against "
+                                  f"the mean {day['mean']:,.1f} of {day['baseline_days']} Tuesdays; band "
+                                  f"{day['lower']:,.0f}..{day['upper']:,.0f})")
+
+
+def day_gap(home: Path, day: dt.date = gen.INCIDENT_DAY) -> dict:
+    """Rows of ``day`` (by ``order_ts``) at the source and in ``analytics.orders``: ``{day, source, target, rows, pct}``."""
+    lo, hi = dt.datetime.combine(day, dt.time()), dt.datetime.combine(day + dt.timedelta(days=1), dt.time())
+    q = f"SELECT count(*) FROM {{t}} WHERE order_ts >= TIMESTAMP '{lo}' AND order_ts < TIMESTAMP '{hi}'"
+    src = DuckDBDatabase(p.source_path(home)).fetch_all(q.format(t="shop.orders"))[0][0]
+    tgt = DuckDBDatabase(h.warehouse_path(home)).fetch_all(q.format(t="analytics.orders"))[0][0]
+    return {"day": day.isoformat(), "source": int(src), "target": int(tgt), "rows": int(src - tgt),
+            "pct": round((src - tgt) / src * 100, 3) if src else 0.0}
+
+
+def _gift_cards(ev: dg.AssetCheckEvaluation | None) -> dict:
+    if ev is None:
+        return {}
+    return {"day": _md(ev, "dw/last_day"), "model_orders": _md(ev, "dw/last_day_model_orders"),
+            "source_orders": _md(ev, "dw/last_day_source_orders"), "gmv": _md(ev, "dw/last_day_gmv_json"), "passed": ev.passed}
+
+
+def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline | None = None) -> dg.Definitions:
+    """Stage the incident up to the morning after; return the definitions.
+
+    Writes the orders service's table up to Tuesday 00:00 and runs the sink over the stream to
+    there (Monday's nightly) and the detection checks (all pass); then the table to
+    2026-11-25 06:00 and the sink again (the release's gift-card orders are parked), and the dbt
+    build of the finance_daily models. ``$DW_ORDERS_HOME`` must name ``home`` before the
+    definitions module is first imported.
+
+    Raises:
+        DemoError: a run failed, or the checks failed before the release.
+    """
+    from dw_dagster.examples.orders.definitions import build_definitions
+
+    log = log or Timeline()
+    p.prepare_home(home)
+    p.write_scale(home, scale)
+    plan = gen.plan(scale)
+    src = DuckDBDatabase(p.source_path(home))
+    n = write_source(src, scale, MONDAY_END)
+    log("setup", f"orders service stand-in {p.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
+    log.detail(f"shop.orders holds {n:,} orders placed {gen.FIRST_DAY}..{gen.INCIDENT_DAY - dt.timedelta(days=1)}")
+    defs = build_definitions(home)
+    stream = defs.resolve_job_def("orders_stream")
+    res = _run(stream, instance, "stream", run_config={"ops": {"orders": {"config": {"until": MONDAY_END.isoformat()}}}})
+    md = _materialization(res)
+    log("stream", f"CDC sink (replayed change stream) to {MONDAY_END}: {md['dw/cdc_applied']:,} changes applied, "
+        f"{md['dw/cdc_parked']} parked; analytics.orders {md['dagster/row_count']:,} rows")
+    checks = _run(defs.resolve_job_def("orders_checks"), instance, "checks")
+    evs = evaluations(instance, checks.run_id)
+    log("detect", _line(evs.get("daily_volume"), "daily_volume") + " (Monday's nightly)")
+    log("detect", _line(evs.get("dead_letter"), "dead_letter"))
+    if not all(e.passed for e in evs.values()):
+        raise DemoError("stream: the checks failed before the release")
+    n = write_source(src, scale)
+    parked_plan = sum(x.null_country for x in plan)
+    log("release", f"{gen.RELEASE_TS} UTC: the orders-service release stops copying the billing country into "
+        f"shipping_country for gift-card orders ({parked_plan:,} of them by {gen.STREAM_END})")
+    res = _run(stream, instance, "stream")
+    md = _materialization(res)
+    log("stream", f"CDC sink to {gen.STREAM_END}: {md['dw/cdc_applied']:,} changes applied, {md['dw/cdc_parked']:,} parked "
+        f"in analytics.orders_dlq ({'; '.join(f'{v:,} × {k!r}' for k, v in md['dw/cdc_parked_reasons'].items())}); "
+        f"run {res.run_id[:8]} SUCCESS: the stream stayed green")
+    log("load", "dbt build of fct_daily_gmv, finance_gmv_by_payment_method, finance_gmv_mtd (the nightly) ...")
+    _run(defs.resolve_job_def("finance_daily_models"), instance, "dbt build")
+    return defs
+
+
+def _materialization(result: dg.ExecuteInProcessResult) -> dict:
+    mats = result.asset_materializations_for_node("orders")
+    md = mats[-1].metadata if mats else {}
+    return {k: getattr(v, "value", v) for k, v in md.items()}
+
+
+def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE,
+                    log: Timeline | None = None) -> OrdersDemoResult:
+    """Run the whole loop; raise :class:`~dw_dagster.examples.store_sales.demo.DemoError` naming the
+    first stage that went wrong. ``home`` is cleared first when an earlier demo made it.
+
+    Raises:
+        ValueError: ``scale`` outside the generator's range (checked before anything on disk changes).
+        DemoError: a stage did not produce what it must.
+    """
+    log = log or Timeline()
+    res = OrdersDemoResult(scale=scale, orders_home=str(home))
+    gen.plan(scale)  # validates the scale before anything on disk changes
+    claim_demo_dir(home)
+    os.environ[h.HOME_ENV] = str(home)
+    defs = prepare_incident_data(home, instance, scale, log)
+    return _loop(home, instance, defs, res, log)
+
+
+def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: OrdersDemoResult, log: Timeline) -> OrdersDemoResult:
+    # detect: the volume and dead-letter checks fail; the incident sensor opens one incident
+    res.gap_before = day_gap(home)
+    checks = _run(defs.resolve_job_def("orders_checks"), instance, "checks")
+    evs = evaluations(instance, checks.run_id)
+    vol, dlq = evs.get("daily_volume"), evs.get("dead_letter")
+    res.volume_before_pct, vol_text = _incident_day_volume(vol)
+    log("detect", f"daily_volume {'passed' if vol and vol.passed else 'FAILED'}: {vol_text}")
+    log("detect", _line(dlq, "dead_letter"))
+    if vol is None or vol.passed or dlq is None or dlq.passed:
+        raise DemoError("detect: the volume or dead-letter check passed; the incident did not reproduce")
+    res.parked_rows = int(_md(dlq, "dw/parked_rows") or 0)
+    res.parked_reasons = {r["reason"]: r["rows"] for r in _md(dlq, "dw/reasons_json") or []}
+    log.detail(f"Tuesday: {res.gap_before['source']:,} orders at the source, {res.gap_before['target']:,} in "
+               f"analytics.orders ({res.gap_before['rows']:,} short, {res.gap_before['pct']:.2f} %)")
+    from dw_dagster.examples.orders.verify import gift_card_gmv_compare
+
+    cmp = gift_card_gmv_compare(DuckDBDatabase(h.warehouse_path(home)), DuckDBDatabase(p.source_path(home)))
+    last = cmp.day_totals(cmp.last_day)
+    res.gift_cards_before = {"day": cmp.last_day.isoformat(), "model_orders": last["orders"][0],
+                             "source_orders": last["orders"][1], "gmv": last["gmv"], "passed": cmp.passed}
+    log("detect", f"fct_daily_gmv {cmp.description}")
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    tick = daemon.tick("dw_check_incident_sensor")
+    if not tick.run_ids:
+        raise DemoError(f"detect: the incident sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")
+    incidents = records.incidents(instance)
+    inc = incidents[0]
+    res.incident_id = inc.id
+    log("detect", f"incident sensor: incident {inc.id} on orders ({inc.check_name}); {len(incidents)} incident(s) "
+        f"for 2 failed checks; diagnosis run {tick.run_ids[0][:8]}")
+
+    # diagnose
+    diag = records.diagnoses(instance)[0]
+    cause = diag.primary
+    if cause is None or cause.explained_rows == 0:
+        raise DemoError("diagnose: no cause found")
+    d = cause.details
+    res.cause, res.cause_summary = cause.kind, cause.summary
+    res.column_mode = {k: v["mode"] for k, v in (d.get("column_modes") or {}).items()}
+    from dw_dagster.examples.orders.diagnosis import source_change_sentence
+
+    res.source_change = source_change_sentence(d.get("source_change") or {})
+    log("cause", f"{cause.kind} (confidence {cause.confidence:.0%}): REQUIRED column now receives NULLs from the source")
+    errs = d["dead_letter"].get("errors", [])
+    log.detail(f"dead letter: {d['null_rows_dead_lettered']:,} of {d['missing_rows']:,} missing Tuesday orders are parked in "
+               f"analytics.orders_dlq, reason " + ", ".join(f"{e['error']!r} × {e['rows']:,}" for e in errs))
+    log.detail("target schema: " + ", ".join(f"{k} is {v}" for k, v in res.column_mode.items()) + " in analytics.orders")
+    log.detail(res.source_change)
+    log.detail(f"explains {cause.explained_rows:,} of {diag.gap_rows:,} missing rows; {diag.unexplained_rows} unexplained")
+    br = diag.blast_radius
+    res.blast_radius = {"models": [m.name for m in br.models], "tests": len(br.tests),
+                        "exposures": [f"{e.label} ({e.type}, {e.owner_email})" for e in br.exposures],
+                        "urls": [e.url for e in br.exposures]}
+    log("blast", f"models {', '.join(m.name for m in br.models)}; {len(br.tests)} dbt tests; exposure " +
+        ", ".join(f"'{e.label}' (Lightdash {e.type}, owner {e.owner_name} <{e.owner_email}>) {e.url}" for e in br.exposures))
+
+    # propose
+    cs = records.change_sets(instance)[0]
+    res.change_set_id = cs.id
+    log("propose", f"change set {cs.id} v{cs.version}: {cs.summary}")
+    from dw_dagster.remediation.steps import step_stage
+
+    for i, step in enumerate(cs.steps):
+        log.detail(f"{step_stage(i, step)}: {step.summary}")
+        if step.kind == "migration":
+            res.migration_forward += step.sql
+            res.migration_rollback += step.rollback_sql
+            for s in step.sql:
+                log.detail(f"  forward:  {s}")
+            for s in step.rollback_sql:
+                log.detail(f"  rollback: {s[:150]}" + (" ..." if len(s) > 150 else ""))
+        else:
+            res.expected_rows = step.expected_rows or 0
+            log.detail(f"  expected rows: {step.expected_rows:,}; SQL: {step.sql[0][:150]} ...")
+    log.detail(f"then rebuild {', '.join('/'.join(k) for k in cs.rebuild_assets)}; verify "
+               f"{', '.join(k[-1] for k in cs.verify_checks)}; receipt")
+
+    # approve
+    for who in (c.PROPOSER, NOT_LISTED):
+        ok, msg = approve_in_process(instance, cs.id, who)
+        if ok:
+            raise DemoError(f"approve: {who} must be refused")
+        res.refused.append({"approver": who, "reason": msg})
+        log("approve", f"REFUSED {who}: {msg}")
+    tick = daemon.tick("dw_remediation_sensor")
+    if tick.run_ids:
+        raise DemoError("approve: a repair ran before any approval")
+    ok, msg = approve_in_process(instance, cs.id, OWNER, comment="relax + replay reviewed with finance")
+    if not ok:
+        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
+    res.approver = OWNER
+    log("approve", f"approved by {OWNER}, the orders domain's finance data owner (the demo acts as the owner)")
+
+    # repair, verify, receipt: one stage per tick
+    from dw_dagster.remediation.steps import step_results
+
+    for _ in range(10):
+        tick = daemon.tick("dw_remediation_sensor")
+        if tick.failed_run_ids:
+            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed ({tick.skip_reason})")
+        if not tick.run_ids:
+            break
+        run = instance.get_run_by_id(tick.run_ids[0])
+        stage = run.tags.get(c.STAGE_TAG)
+        res.run_ids[stage] = run.run_id
+        extra = ""
+        result = next((r for r in step_results(instance, cs) if r.get("run_id") == run.run_id), None)
+        if result and result["kind"] == "migration":
+            extra = ": " + ("already applied" if result["already_applied"] else "; ".join(result["statements"]))
+        elif result and result["kind"] == "replay":
+            res.replayed_rows = result["inserted_rows"]
+            extra = (f": replayed {result['inserted_rows']:,} of {result['expected_rows']:,} expected rows into analytics.orders "
+                     f"({result['already_replayed_rows']} before, {result['rejected_rows']} stay parked)")
+        elif stage == "rebuild":
+            extra = f": {len(cs.rebuild_assets)} models and their dbt tests"
+        log("receipt" if stage == "receipt" else "repair", f"{stage} run {run.run_id[:8]} succeeded{extra}")
+    if "verify" not in res.run_ids or "receipt" not in res.run_ids:
+        raise DemoError(f"repair: stages did not finish ({sorted(res.run_ids)}; {tick.skip_reason})")
+    evs = evaluations(instance, res.run_ids["verify"])
+    res.checks_after = {k: v.passed for k, v in evs.items()}
+    for name in ("parked_rows_replayed", "dead_letter", "no_new_dead_letters"):
+        log("verify", _line(evs.get(name), name))
+    res.volume_after_pct, vol_text = _incident_day_volume(evs.get("daily_volume"))
+    log("verify", f"daily_volume {'passed' if evs['daily_volume'].passed else 'FAILED'}: {vol_text}")
+    log("verify", _line(evs.get("gift_card_gmv"), "gift_card_gmv"))
+    res.gift_cards_after = _gift_cards(evs.get("gift_card_gmv"))
+    res.gap_after = day_gap(home)
+    log.detail(f"Tuesday: {res.gap_after['source']:,} orders at the source, {res.gap_after['target']:,} in analytics.orders "
+               f"({res.gap_after['rows']:,} short)")
+    receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
+    res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
+    res.verified = bool(receipts) and all(r.verified for r in receipts)
+    log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
+    res.ok = (res.verified and all(res.checks_after.values()) and res.gap_after.get("rows") == 0
+              and res.replayed_rows == res.expected_rows == res.parked_rows)
+    if not res.ok:
+        raise DemoError("verify: the repair did not close the gap, or a check or the receipt did not verify")
+    return res
