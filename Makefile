@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCALE ?= 0.01
 
-.PHONY: install browser-deps demo test bench validate clean
+.PHONY: install browser-deps demo demo-orders test bench validate clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(VENV)/.installed
 ## Run the grocery store-sales incident end to end (detect → receipt) on embedded DuckDB.
 demo: install
 	$(BIN)/dw-dagster demo store-sales --scale $(SCALE)
+
+## The orders-stream incident (dead-letter rows, a migration with rollback, a guarded replay).
+demo-orders: install
+	$(BIN)/dw-dagster demo orders
 
 ## Debian's Chromium and ChromeDriver for the browser test (test_browser.py), only when missing; needs root or sudo.
 browser-deps:
