@@ -129,6 +129,39 @@ def run_migration_step(context: dg.OpExecutionContext, cs: ChangeSet, step: Chan
             "statements": [] if already else list(m.forward), "rollback": list(m.rollback), "notes": list(m.notes)}
 
 
+MIGRATION_ROLLBACK = "migration_rollback"
+
+
+def run_migration_rollback_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
+    """Apply a ``migration_rollback`` step: the rollback direction of the migration in ``step.spec``
+    (an undo change set's step, :func:`dw_dagster.remediation.undo.propose_undo`).
+
+    Idempotent like :func:`run_migration_step`: when the catalog already shows the rollback, nothing runs.
+
+    Returns:
+        ``{dialect, summary, already_applied, statements}``.
+
+    Raises:
+        StepRefused: a rollback guard counted rows (e.g. NULLs written since a relax: REQUIRED cannot
+            be re-imposed), or the catalog does not show the rollback once it ran.
+    """
+    from dw_dagster.migrations import Migration, MigrationRefused, apply_migration, verify_migration
+
+    m = Migration.model_validate(step.spec["migration"])
+    already = not verify_migration(db, m, "rollback")
+    if not already:
+        try:
+            apply_migration(db, m, "rollback")
+        except MigrationRefused as e:
+            raise StepRefused(str(e), {"guard": e.guard.description, "rows": e.rows}) from e
+        after = verify_migration(db, m, "rollback")
+        if after:
+            raise StepRefused(f"the rollback ran but the catalog does not show it: {'; '.join(after)}", {"failures": after})
+    context.log.info(f"rolled back: {m.summary} ({'already' if already else 'now'})")
+    return {"dialect": m.dialect, "summary": f"rollback of: {m.summary}", "already_applied": already,
+            "statements": [] if already else list(m.rollback)}
+
+
 def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, description: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset), description=description[:1000],
                                metadata={STEP_RESULT_KEY: dg.MetadataValue.json(data), c.CHANGE_SET_ID_KEY: cs.id,
@@ -197,12 +230,13 @@ def build_step_jobs(runners: Mapping[str, StepRunner] | None = None, *, resource
     Args:
         runners: step kind → runner (e.g. ``{"replay": run_replay_step}``).
         resource_keys: the database resources the steps name.
-        include_migration: add the ``migration`` runner (:func:`run_migration_step`) unless given.
+        include_migration: add the ``migration`` and ``migration_rollback`` runners unless given.
 
     Returns:
         Step kind → job (add the jobs to your ``Definitions``).
     """
-    all_runners: dict[str, StepRunner] = {MIGRATION: run_migration_step} if include_migration else {}
+    all_runners: dict[str, StepRunner] = (
+        {MIGRATION: run_migration_step, MIGRATION_ROLLBACK: run_migration_rollback_step} if include_migration else {})
     all_runners.update(runners or {})
     return {kind: build_step_job(kind, r, resource_keys) for kind, r in all_runners.items()}
 

@@ -101,12 +101,41 @@ def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_ke
     return None
 
 
+def _undo_steps(instance: dg.DagsterInstance, cs: ChangeSet) -> list:
+    """The undo of each applied step, in reverse order: a migration's rollback, a replay's deletion."""
+    from dw_dagster.domains import UNDO
+    from dw_dagster.models import ChangeStep
+    from dw_dagster.remediation.steps import MIGRATION, MIGRATION_ROLLBACK, step_results
+
+    done = {r.get("step_index") for r in step_results(instance, cs) if not r.get("refused")}
+    out = []
+    for i, step in reversed(list(enumerate(cs.steps))):
+        if i not in done:
+            continue  # never applied: nothing to undo
+        if step.kind == MIGRATION:
+            out.append(ChangeStep(kind=MIGRATION_ROLLBACK, change_class=UNDO, resource_key=step.resource_key,
+                                  summary=f"Roll back: {step.summary}", spec=step.spec, sql=list(step.rollback_sql),
+                                  rollback_sql=list(step.sql)))
+        elif step.kind == "replay":
+            out.append(ChangeStep(kind="replay_undo", change_class=UNDO, resource_key=step.resource_key,
+                                  summary=f"Delete the rows {cs.id} replayed (they stay parked in the dead-letter table)",
+                                  spec={"replay": step.spec, "of_change_set": cs.id}, sql=list(step.rollback_sql),
+                                  expected_rows=None))
+        else:
+            raise UndoError(f"step {i + 1} of {cs.id} is a {step.kind!r} step, which has no automatic undo: {cs.undo}")
+    return out
+
+
 def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str = c.PROPOSER) -> ChangeSet:
     """The undo of an applied change set, as its own change set (class ``undo``; needs its own approval).
 
+    A window rerun is undone by restoring the rows kept before it (``restore`` stage); steps are
+    undone in reverse order: a replay by deleting the keys it inserted, a migration by its
+    rollback (whose guard refuses, e.g., to re-impose REQUIRED while NULLs exist).
+
     Raises:
-        UndoError: no such change set, it carries no undo plan, it has not run (no snapshot), or an
-            undo of it was already proposed.
+        UndoError: no such change set, nothing undoable in it, it has not run (no snapshot, no
+            applied step), or an undo of it was already proposed.
     """
     import datetime as dt
 
@@ -115,29 +144,41 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
     cs = records.find_change_set(instance, change_set_id)
     if cs is None:
         raise UndoError(f"no change set {change_set_id!r} in this Dagster instance")
-    if cs.undo_plan is None:
-        raise UndoError(f"change set {cs.id} has no undo plan; its undo is manual: {cs.undo}")
-    if cs.undo_plan.of_change_set:
+    if cs.cause_kind == "undo" or (cs.undo_plan is not None and cs.undo_plan.of_change_set):
         raise UndoError(f"{cs.id} is itself an undo; propose the original change again instead")
-    snap = recorded_snapshot(instance, cs.id, cs.target_asset)
-    if snap is None:
-        raise UndoError(f"change set {cs.id} has not run its window (no snapshot was kept); there is nothing to undo")
+    if cs.undo_plan is None and not cs.steps:
+        raise UndoError(f"change set {cs.id} has no undo plan; its undo is manual: {cs.undo}")
+    undo_plan, snap = None, None
+    if cs.undo_plan is not None:
+        snap = recorded_snapshot(instance, cs.id, cs.target_asset)
+        if snap is None:
+            raise UndoError(f"change set {cs.id} has not run its window (no snapshot was kept); there is nothing to undo")
+        undo_plan = cs.undo_plan.model_copy(update={"of_change_set": cs.id})
+    steps = _undo_steps(instance, cs) if cs.steps else []
+    if cs.steps and not steps and snap is None:
+        raise UndoError(f"change set {cs.id} has applied none of its steps; there is nothing to undo")
     undo_id = f"{cs.id}-undo"
     if records.find_change_set(instance, undo_id) is not None:
         raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id})")
+    parts = []
+    if snap is not None:
+        parts.append(f"restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} to the "
+                     f"{snap['rows']} rows kept before it ran")
+    parts += [s.summary[0].lower() + s.summary[1:] for s in steps]
     now = utcnow()
     content = dict(
         id=undo_id, incident_id=cs.incident_id, diagnosis_id=cs.diagnosis_id, domain=cs.domain, proposer=proposer,
         created_at=now, expires_at=now + (cs.expires_at - cs.created_at if cs.expires_at > cs.created_at else dt.timedelta(hours=24)),
         approvers=list(cs.approvers), cause_kind="undo",
-        summary=(f"Undo change set {cs.id}: restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} "
-                 f"to the {snap['rows']} rows kept before it ran"),
-        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window), diff="", files=[],
+        summary=f"Undo change set {cs.id}: " + "; then ".join(parts),
+        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window) if snap is not None else [], diff="", files=[],
         rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
-        change_classes=[UNDO], undo=f"re-run change set {cs.id}'s window (propose it again)",
-        undo_plan=cs.undo_plan.model_copy(update={"of_change_set": cs.id}),
+        change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
     )
-    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")}),
+    return ChangeSet(version=ChangeSet.content_version({k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else
+                                                            [x.model_dump(mode="json") if hasattr(x, "model_dump") else x for x in v]
+                                                            if isinstance(v, list) else v)
+                                                        for k, v in content.items() if k not in ("created_at", "expires_at")}),
                      **content)
 
 

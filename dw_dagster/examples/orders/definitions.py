@@ -45,7 +45,16 @@ from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.diagnosis import DeadLetterDiagnoser
-from dw_dagster.examples.orders.replay import REPLAY, ReplaySpec, ensure_replay_tables, pending_view_name, run_replay_step, verify_replay
+from dw_dagster.examples.orders.replay import (
+    REPLAY,
+    REPLAY_UNDO,
+    ReplaySpec,
+    ensure_replay_tables,
+    pending_view_name,
+    run_replay_step,
+    run_replay_undo_step,
+    verify_replay,
+)
 from dw_dagster.examples.orders.sink import ORDERS_TABLE, CdcSink, SinkTable
 from dw_dagster.examples.orders.source import SOURCE_TABLE
 from dw_dagster.lineage import load_manifest
@@ -315,7 +324,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
                                      description="The checks that prove a replay: parked rows present once, the day "
                                      "inside its baseline, no new dead letters, gift cards in fct_daily_gmv.")
     receipt_job = build_receipt_job()
-    step_jobs = build_step_jobs({REPLAY: run_replay_step}, resource_keys=["warehouse"])
+    step_jobs = build_step_jobs({REPLAY: run_replay_step, REPLAY_UNDO: run_replay_undo_step}, resource_keys=["warehouse"])
     sensors = [
         build_check_incident_sensor(check_keys=detect_keys, diagnosis_job_name=diagnosis_job.name),
         build_remediation_sensor(rebuild_job=rebuild_job, verify_job=verify_job, receipt_job=receipt_job, step_jobs=step_jobs),

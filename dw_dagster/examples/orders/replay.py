@@ -57,6 +57,7 @@ from dw_dagster.models import ChangeSet, ChangeStep
 from dw_dagster.remediation.steps import StepRefused
 
 REPLAY = "replay"
+REPLAY_UNDO = "replay_undo"
 LEDGER_SUFFIX = "_replayed"
 
 
@@ -523,3 +524,18 @@ __all__ = [
     "classify", "ensure_replay_tables", "ledger_ddl", "pending_view_name", "replay_dead_letter", "replay_step", "run_replay_step", "selected_sql", "undo_replay",
     "undo_sql", "verify_replay",
 ]
+
+
+def run_replay_undo_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
+    """The step runner for ``replay_undo`` steps (an undo change set's step): delete the keys the
+    original change set replayed, and their ledger rows (:func:`undo_replay`); the parked rows
+    stay in the dead-letter table and count as pending again.
+
+    Returns:
+        ``{deleted_keys, of_change_set, statements}``.
+    """
+    spec = ReplaySpec.model_validate(step.spec["replay"])
+    of = step.spec["of_change_set"]
+    n = undo_replay(db, spec, of)
+    context.log.info(f"undid the replay of {of}: deleted {n} replayed key(s) from {spec.target_table}")
+    return {"deleted_keys": n, "of_change_set": of, "statements": undo_sql(spec, of, db.dialect)}
