@@ -69,24 +69,32 @@ def demo() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
 def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines (DESIGN.md §3)."""
+    from dw_dagster.examples.store_sales.demo import DemoResult, run_store_sales_demo
+
+    _run_demo(name="store-sales", workdir=workdir, home_folder="store_sales", instance_folder="dagster_home",
+              log_name="demo.log", home_env="DW_STORE_SALES_HOME", asset="store_sales_line",
+              events="dw/change_set, dw/approval, dw/receipt", as_json=as_json,
+              empty_result=lambda: DemoResult(scale=scale),
+              run=lambda home, instance, log: run_store_sales_demo(home=home, instance=instance, scale=scale, log=log),
+              set_home=lambda result, home: setattr(result, "store_sales_home", str(home)), scale=scale)
+
+
+def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str, log_name: str, home_env: str,
+              asset: str, events: str, as_json: bool, empty_result, run, set_home, scale: float) -> None:
+    """What both demo commands do around their loop: claim the folders, make the signing key, keep
+    the run logs in a file, print the timeline (stderr with --json), the outcome and how to open
+    the same instance in the UI; exit 1 naming the stage that failed."""
     import dagster as dg
 
-    from dw_dagster.examples.store_sales.demo import (
-        DemoDirError,
-        DemoError,
-        DemoResult,
-        Timeline,
-        claim_demo_dir,
-        run_store_sales_demo,
-    )
+    from dw_dagster.examples.store_sales.demo import DemoDirError, DemoError, Timeline, claim_demo_dir
 
     work = Path(workdir).resolve()
     own_home = not os.environ.get("DAGSTER_HOME")
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / "dagster_home").resolve()
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / instance_folder).resolve()
     key_file = work / "approval_signing.key"
     try:
         work.mkdir(parents=True, exist_ok=True)
-        home = claim_demo_dir(work / "store_sales")
+        home = claim_demo_dir(work / home_folder)
         if own_home:
             # the demo's own instance starts empty each run, like its data; a $DAGSTER_HOME you set is kept
             claim_demo_dir(dagster_home)
@@ -103,21 +111,21 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     out = sys.stderr if as_json else sys.stdout
     log = Timeline(out)
-    log_file = work / "demo.log"
+    log_file = work / log_name
     t0 = time.monotonic()
-    result, error = DemoResult(scale=scale), None
-    log("start", f"dw_dagster store-sales demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
+    result, error = empty_result(), None
+    log("start", f"dw_dagster {name} demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
     with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
         try:
             with dg.DagsterInstance.get() as instance:
-                result = run_store_sales_demo(home=home, instance=instance, scale=scale, log=log)
+                result = run(home, instance, log)
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details
             error = f"{type(e).__name__}: {e}"
     result.seconds = round(time.monotonic() - t0, 1)
     result.dagster_home = str(dagster_home)
-    result.store_sales_home = str(home)
+    set_home(result, home)
     if error:
         log("FAILED", f"{error} (details in {log_file})")
     else:
@@ -125,10 +133,10 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
         key_hint = f"$(cat {key_file})" if key_file.exists() else f"${c.SIGNING_KEY_ENV}"
         print(
             "\nOpen the same instance in the Dagster UI:\n"
-            f"  DAGSTER_HOME={dagster_home} DW_STORE_SALES_HOME={home} \\\n"
+            f"  DAGSTER_HOME={dagster_home} {home_env}={home} \\\n"
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
             f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
-            "then look at Assets → store_sales_line → Events (dw/change_set, dw/approval, dw/receipt).\n"
+            f"then look at Assets → {asset} → Events ({events}).\n"
             f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
             file=out,
         )
@@ -157,71 +165,16 @@ def _orders_scale(ctx, param, value: float) -> float:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
 def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
     """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows (DESIGN.md §3)."""
-    import dagster as dg
-
     from dw_dagster.examples.orders.demo import OrdersDemoResult, run_orders_demo
     from dw_dagster.examples.orders.home import SOURCE_URL_ENV
-    from dw_dagster.examples.store_sales.demo import DemoDirError, DemoError, Timeline, claim_demo_dir
 
-    work = Path(workdir).resolve()
-    own_home = not os.environ.get("DAGSTER_HOME")
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / "orders_dagster_home").resolve()
-    key_file = work / "approval_signing.key"
-    try:
-        work.mkdir(parents=True, exist_ok=True)
-        home = claim_demo_dir(work / "orders")
-        if own_home:
-            claim_demo_dir(dagster_home)  # the demo's own instance starts empty each run; a $DAGSTER_HOME you set is kept
-        dagster_home.mkdir(parents=True, exist_ok=True)
-        if not (dagster_home / "dagster.yaml").exists():
-            (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-        if not os.environ.get(c.SIGNING_KEY_ENV):
-            if not key_file.exists():
-                key_file.write_text(secrets.token_hex(32))
-                key_file.chmod(0o600)
-            os.environ[c.SIGNING_KEY_ENV] = key_file.read_text().strip()
-    except (OSError, DemoDirError) as e:
-        raise click.UsageError(f"cannot use --workdir {work}: {e}") from e
     os.environ.pop(SOURCE_URL_ENV, None)  # the demo replays the generator's stream; no server
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
-    out = sys.stderr if as_json else sys.stdout
-    log = Timeline(out)
-    log_file = work / "orders_demo.log"
-    t0 = time.monotonic()
-    result, error = OrdersDemoResult(scale=scale), None
-    log("start", f"dw_dagster orders demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
-    with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
-        try:
-            with dg.DagsterInstance.get() as instance:
-                result = run_orders_demo(home=home, instance=instance, scale=scale, log=log)
-        except DemoError as e:
-            error = str(e)
-        except Exception as e:  # report any stage's crash, with the log for details
-            error = f"{type(e).__name__}: {e}"
-    result.seconds = round(time.monotonic() - t0, 1)
-    result.dagster_home = str(dagster_home)
-    result.orders_home = str(home)
-    if error:
-        log("FAILED", f"{error} (details in {log_file})")
-    else:
-        log("done", f"the whole loop took {result.seconds} s")
-        key_hint = f"$(cat {key_file})" if key_file.exists() else f"${c.SIGNING_KEY_ENV}"
-        print(
-            "\nOpen the same instance in the Dagster UI:\n"
-            f"  DAGSTER_HOME={dagster_home} DW_ORDERS_HOME={home} \\\n"
-            f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
-            f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
-            "then look at Assets → orders → Events (dw/change_set, dw/approval, dw/step_result, dw/receipt).\n"
-            f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
-            file=out,
-        )
-    if as_json:
-        data = json.loads(result.to_json())
-        if error:
-            data["error"] = error
-        click.echo(json.dumps(data, indent=2))
-    if error:
-        sys.exit(1)
+    _run_demo(name="orders", workdir=workdir, home_folder="orders", instance_folder="orders_dagster_home",
+              log_name="orders_demo.log", home_env="DW_ORDERS_HOME", asset="orders",
+              events="dw/change_set, dw/approval, dw/step_result, dw/receipt", as_json=as_json,
+              empty_result=lambda: OrdersDemoResult(scale=scale),
+              run=lambda home, instance, log: run_orders_demo(home=home, instance=instance, scale=scale, log=log),
+              set_home=lambda result, home: setattr(result, "orders_home", str(home)), scale=scale)
 
 
 @main.command()

@@ -8,7 +8,6 @@ import dagster as dg
 import httpx
 import pytest
 
-from dw_dagster import constants as c
 from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.lightup import LightupResource
 from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor, lightup_incident_id

@@ -437,8 +437,6 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         raise DatabaseError(f"{len(differing)} differing buckets hold {sizes} rows, over max_download_rows={max_download_rows}")
     wanted = None if all_rows else differing
     for name, db, table, kh in (("dw_s", source, source_table, ks), ("dw_t", target, target_table, kt)):
-        import pyarrow as pa
-
         q = _download_sql(db, table, kh, key_columns, compare_columns, buckets, wanted, as_text=not native)
         result.queries.append(q)
         tbl = pa.Table.from_batches(list(db.fetch_batches(q)))

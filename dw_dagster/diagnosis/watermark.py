@@ -27,9 +27,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sqlglot
 
 from dw_dagster import sql
+from dw_dagster.diagnosis._common import lit as _lit
+from dw_dagster.diagnosis._common import q as _q
+from dw_dagster.diagnosis._common import t as _t
+from dw_dagster.diagnosis._common import to_dialect as _to
 from dw_dagster.databases import Database
 from dw_dagster.models import CauseFinding, Evidence
 
@@ -45,22 +48,6 @@ class PartitionLoad:
     end: dt.datetime
     source_snapshot_ts: dt.datetime | None
     run_id: str | None = None
-
-
-def _q(name: str) -> str:
-    return sql.identifier(name).sql("duckdb")
-
-
-def _t(name: str) -> str:
-    return sql.table(name).sql("duckdb")
-
-
-def _lit(v) -> str:
-    return sql.literal(v).sql("duckdb")
-
-
-def _to(duck_sql: str, dialect: str) -> str:
-    return duck_sql if dialect == "duckdb" else sqlglot.transpile(duck_sql, read="duckdb", write=dialect)[0]
 
 
 def diagnose_late_rows(

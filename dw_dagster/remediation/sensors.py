@@ -22,6 +22,7 @@ partitions runs again (``PUBLIC_CASES.md`` C22) and a tick never launches a stag
 """
 
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -64,10 +65,9 @@ def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incid
     return None
 
 
-def _volume_days(md: dict) -> tuple[int, float, "dt.datetime | None", "dt.datetime | None"]:
+def _volume_days(md: dict) -> tuple[int, float, dt.datetime | None, dt.datetime | None]:
     """From a volume check's ``dw/days_json``: rows under (or over) the baseline mean on the days out
     of band (rounded), the worst deviation in %, and the half-open UTC window of those days."""
-    import datetime as dt
 
     days = [d for d in (records.metadata_json(md, "dw/days_json") or [])
             if d.get("status") in ("low", "high", "no_rows") and d.get("mean") is not None]

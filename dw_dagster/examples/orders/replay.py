@@ -48,7 +48,10 @@ import dagster as dg
 import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dw_dagster import sql
+from dw_dagster.diagnosis._common import lit as _lit
+from dw_dagster.diagnosis._common import q as _q
+from dw_dagster.diagnosis._common import t as _t
+from dw_dagster.diagnosis._common import to_dialect as _to
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
 from dw_dagster.domains import REPLAY_DEAD_LETTER
 from dw_dagster.examples.orders.cdc import check_name, check_table_name
@@ -193,22 +196,6 @@ class ReplayVerification(BaseModel):
 
 
 # -- SQL (DuckDB dialect text, identifiers and literals from dw_dagster.sql) ---------------------
-
-
-def _q(name: str) -> str:
-    return sql.identifier(name).sql("duckdb")
-
-
-def _t(name: str) -> str:
-    return sql.table(name).sql("duckdb")
-
-
-def _lit(value: object) -> str:
-    return sql.literal(value).sql("duckdb")
-
-
-def _to(text: str, dialect: str) -> str:
-    return text if dialect == "duckdb" else sqlglot.transpile(text, read="duckdb", write=dialect)[0]
 
 
 def _selection_filter(spec: ReplaySpec, alias: str = "d") -> str:

@@ -21,7 +21,6 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
