@@ -29,7 +29,13 @@ def _instance(dagster_home: str | None):
         raise click.UsageError("set DAGSTER_HOME or pass --dagster-home (the instance holding dw_dagster's records)")
     if not Path(home).is_dir():
         raise click.UsageError(f"DAGSTER_HOME {home} is not a directory holding a Dagster instance")
-    return dg.DagsterInstance.get()
+    os.environ["DAGSTER_HOME"] = str(Path(home).resolve())  # Dagster wants it absolute
+    try:
+        return dg.DagsterInstance.get()
+    except Exception as e:  # a broken dagster.yaml or storage: one line, not a traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: "
+                               f"{type(e).__name__}: {first}") from e
 
 
 def _workspace_file() -> Path:
@@ -86,14 +92,19 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
     the same instance in the UI; exit 1 naming the stage that failed."""
     import dagster as dg
 
-    from dw_dagster.examples.store_sales.demo import DemoDirError, DemoError, Timeline, claim_demo_dir
+    from dw_dagster.examples.store_sales.demo import MARKER, DemoDirError, DemoError, Timeline, claim_demo_dir
 
+    if not workdir.strip():
+        raise click.BadParameter("must name a folder", param_hint="--workdir")
     work = Path(workdir).resolve()
     own_home = not os.environ.get("DAGSTER_HOME")
     dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / instance_folder).resolve()
     key_file = work / "approval_signing.key"
     try:
         work.mkdir(parents=True, exist_ok=True)
+        if (work / log_name).exists() and not any((d / MARKER).exists() for d in work.iterdir() if d.is_dir()):
+            raise DemoDirError(f"{work / log_name} exists and {work} holds no folder an earlier demo made; "
+                               "choose another --workdir")
         home = claim_demo_dir(work / home_folder)
         if own_home:
             # the demo's own instance starts empty each run, like its data; a $DAGSTER_HOME you set is kept
@@ -190,10 +201,19 @@ def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagst
     """
     from dw_dagster.remediation.approval import approve_in_process
 
+    from dw_dagster.remediation import records
+
     if not approver.strip():
         raise click.BadParameter("must not be empty", param_hint="--approver")
+    if len(approver) > 320:
+        raise click.BadParameter("is longer than an email address can be (320 characters)", param_hint="--approver")
+    if len(os.environ.get(c.SIGNING_KEY_ENV, "")) < 16:
+        raise click.UsageError(f"${c.SIGNING_KEY_ENV} must hold this deployment's signing key (at least 16 characters)")
     with _instance(dagster_home) as instance:
-        ok, msg = approve_in_process(instance, change_set_id, approver, "reject" if reject else "approve", comment)
+        if records.find_change_set(instance, change_set_id.strip()) is None:
+            raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r} in this Dagster instance "
+                                     "(dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
+        ok, msg = approve_in_process(instance, change_set_id.strip(), approver, "reject" if reject else "approve", comment)
     if not ok:
         click.echo(f"refused: {msg}", err=True)
         sys.exit(3)
@@ -220,6 +240,8 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
                 status = PAST[decided[0].decision]
                 if decided[0].change_set_version != cs.version:
                     status += " (an older version; this one needs a new approval)"
+                elif len(os.environ.get(c.SIGNING_KEY_ENV, "")) < 16:
+                    status += f" (signature not checked: ${c.SIGNING_KEY_ENV} is not set)"
                 elif not signature_valid(decided[0]):
                     status += f" (signature does not verify with this ${c.SIGNING_KEY_ENV})"
             rows.append({"id": cs.id, "version": cs.version, "asset": "/".join(cs.target_asset), "cause": cs.cause_kind,
@@ -228,6 +250,8 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:
+        click.echo("no change sets")
     for r in rows:
         click.echo(f"{r['id']}  {r['status']}  {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
 
@@ -286,6 +310,10 @@ def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
         click.echo(str(p), err=True)
     if problems:
         click.echo(f"{len(problems)} problem(s) in {count} receipt(s)", err=True)
+        unsigned = [p for p in problems if "signature does not verify" in p.detail or p.asset == "(run tags)"]
+        if count and len(unsigned) >= count:
+            click.echo(f"hint: no signature verifies; if nothing was tampered with, ${c.SIGNING_KEY_ENV} is not this "
+                       "deployment's key", err=True)
         sys.exit(1)
     click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every anchored receipt present")
 
@@ -318,7 +346,11 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
         raise click.BadParameter(str(e), param_hint="--manifest") from e
     if not isinstance(data, dict) or not any(data.get(k) for k in ("nodes", "sources")):
         raise click.BadParameter(f"{manifest} is not a dbt manifest (no nodes or sources)", param_hint="--manifest")
-    g = manifest_graph(data)
+    try:
+        g = manifest_graph(data)
+    except (AttributeError, TypeError, KeyError) as e:
+        raise click.BadParameter(f"{manifest} is not a dbt manifest dw_dagster can read: {type(e).__name__}: {e}",
+                                 param_hint="--manifest") from e
     try:
         roots = select_nodes(g, selector)
     except UnknownNodeError as e:
@@ -465,7 +497,12 @@ def fake_lightup_cmd(port: int, credential_file: str, source_url: str | None, wa
     """
     from dw_dagster.fakes.lightup_server import serve
 
-    serve(port, credential_file, source_url, warehouse_url, access_ttl_s=access_ttl)
+    if credential_file and not Path(credential_file).resolve().parent.is_dir():
+        raise click.BadParameter(f"folder {Path(credential_file).resolve().parent} does not exist", param_hint="--credential-file")
+    try:
+        serve(port, credential_file, source_url, warehouse_url, access_ttl_s=access_ttl)
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
 
 
 @main.command("fake-paging")
@@ -474,7 +511,11 @@ def fake_paging_cmd(port: int) -> None:
     """Serve fake PagerDuty (Events v2 + REST), Opsgenie and Slack Web APIs on 127.0.0.1."""
     from dw_dagster.fakes.paging_server import main as serve
 
-    raise SystemExit(serve(["--port", str(port)]))
+    try:
+        code = serve(["--port", str(port)])
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ def read_yaml_model(path: str | Path, model: type[M], error: type[Exception], wh
     except FileNotFoundError as e:
         raise error(f"{what} not found: {p}") from e
     except yaml.YAMLError as e:
-        raise error(f"{p}: not valid YAML: {e}") from e
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        raise error(f"{where}: not valid YAML: {str(e).replace(chr(34) + '<unicode string>' + chr(34), str(p))}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"{what} {p} cannot be read: {e}") from e
     if data is None:

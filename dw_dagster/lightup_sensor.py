@@ -38,7 +38,14 @@ from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.cursors import UpdatedTsCursor
 from dw_dagster.domains import domain_for
 from dw_dagster.http import HttpApiError
-from dw_dagster.lightup import CompareContext, CompareGap, LightupError, LightupResource, validate_incident
+from dw_dagster.lightup import (
+    CompareContext,
+    CompareGap,
+    LightupCredentialError,
+    LightupError,
+    LightupResource,
+    validate_incident,
+)
 from dw_dagster.models import Incident, SliceGap, utcnow
 from dw_dagster.remediation.sensors import DIAGNOSE_OP, open_incident
 
@@ -198,6 +205,9 @@ def build_lightup_incident_sensor(
             raw_incidents = lightup.get_client().list_incidents(
                 start_updated_ts=cursor.poll_from(now - initial_lookback_seconds), end_updated_ts=now,
                 metric_uuids=metric_uuids)
+        except LightupCredentialError as e:  # configuration, not an outage: said as such
+            context.log.error(f"Lightup credentials unusable: {e}")
+            return dg.SkipReason(f"Lightup credentials unusable (fix the configuration); cursor kept: {e}"[:1000])
         except (HttpApiError, LightupError) as e:  # an outage: try again next tick, cursor unchanged
             context.log.warning(f"Lightup not reachable: {e}")
             return dg.SkipReason(f"Lightup not reachable; cursor kept: {e}"[:1000])

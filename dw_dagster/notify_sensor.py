@@ -73,6 +73,7 @@ def build_notification_sensor(
     slack_channel: str | None = None,
     lightup_close_when_verified: bool = True,
     recheck_timeout_s: float = 300.0,
+    start_from: str = "latest",
     name: str = "dw_notification_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -89,12 +90,17 @@ def build_notification_sensor(
         slack_channel: channel for approval requests (default: the resource's channel).
         lightup_close_when_verified: set the Lightup incident to CLOSED (5) when the re-read gap is 0.
         recheck_timeout_s: seconds to wait for Lightup's triggered collection.
+        start_from: with no cursor (a new sensor, or an unreadable cursor), ``"latest"`` starts after
+            the records already in the instance (nothing old is re-sent to people);
+            ``"beginning"`` tells about every record in the instance.
 
     Returns:
         A ``SensorDefinition`` (STOPPED by default) whose cursor is the event-log storage id
         watermark plus the (record, channel) pairs already done.
     """
     keys = {k for k in (lightup_resource_key, pager_resource_key, slack_resource_key) if k}
+    if start_from not in ("latest", "beginning"):
+        raise ValueError(f"start_from must be 'latest' or 'beginning', got {start_from!r}")
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
                required_resource_keys=keys,
@@ -103,6 +109,12 @@ def build_notification_sensor(
     def _sensor(context: dg.SensorEvaluationContext):
         instance = context.instance
         cursor = UpdatedTsCursor.loads(context.cursor, warn=context.log.warning)
+        if cursor.updated_ts is None and start_from == "latest":
+            existing = _new_records(instance, None)
+            last = max((r[0] for r in existing), default=0)
+            cursor.advance([(f"{last + 1}:start", float(last + 1))], [])  # the next read starts after `last`
+            return dg.SensorResult(skip_reason=f"starting after the {len(existing)} record(s) already in the instance "
+                                               f"(storage id {last}); only new ones are told", cursor=cursor.dumps())
         lightup = getattr(context.resources, lightup_resource_key) if lightup_resource_key else None
         pager = getattr(context.resources, pager_resource_key) if pager_resource_key else None
         slack = getattr(context.resources, slack_resource_key) if slack_resource_key else None

@@ -102,3 +102,43 @@ def test_blast_radius_command(tmp_path):
     bad = subprocess.run([str(BIN / "dw-dagster"), "blast-radius", "--manifest", str(m), "--select", "nope"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no dbt node 'nope'" in bad.stderr
+
+
+def test_user_errors_are_one_line_not_tracebacks(tmp_path):
+    """What a newcomer tried on a clean clone: each is a clear message and a usage exit code."""
+    import socket
+
+    home = tmp_path / "dh"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    dw = str(BIN / "dw-dagster")
+
+    def run(*args, env=None, cwd=tmp_path):
+        return subprocess.run([dw, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+                              env=_env(**(env or {})))
+
+    nokey = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home))
+    assert nokey.returncode == 2 and "DW_APPROVAL_SIGNING_KEY must hold" in nokey.stderr
+    unknown = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home),
+                  env={"DW_APPROVAL_SIGNING_KEY": "k" * 32})
+    assert unknown.returncode == 2 and "no change set 'cs-nope'" in unknown.stderr
+    bad = tmp_path / "m.json"
+    bad.write_text(json.dumps({"nodes": "x", "sources": 5}))
+    shape = run("blast-radius", "--manifest", str(bad), "--select", "x")
+    assert shape.returncode == 2 and "not a dbt manifest" in shape.stderr
+    empty = run("demo", "store-sales", "--workdir", "")
+    assert empty.returncode == 2 and "must name a folder" in empty.stderr
+    relative = run("change-sets", env={"DAGSTER_HOME": "dh"})
+    assert relative.returncode == 0 and "no change sets" in relative.stdout
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "dagster.yaml").write_text("storage: [unclosed\n")
+    opened = run("change-sets", "--dagster-home", str(broken))
+    assert opened.returncode == 2 and "cannot open the Dagster instance" in opened.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = run("fake-paging", "--port", str(s.getsockname()[1]))
+    assert busy.returncode == 1 and "cannot serve on 127.0.0.1" in busy.stderr
+    for p in (unknown, shape, empty, relative, opened, busy):
+        assert "Traceback" not in p.stderr

@@ -23,5 +23,5 @@ def test_pipeline_file_refuses_hostile_or_inconsistent_names(tmp_path, change, m
 def test_bad_yaml_names_the_file_and_line(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("source_table: pos.sales_line\ncolumns: [a, b\n")
-    with pytest.raises(LoadSpecError, match=r"(?s)p.yaml: not valid YAML.*line 2"):
+    with pytest.raises(LoadSpecError, match=r"(?s)p.yaml:3: not valid YAML.*p.yaml, line 2"):
         IncrementalLoadSpec.from_file(f)

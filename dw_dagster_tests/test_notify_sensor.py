@@ -52,10 +52,21 @@ def _records(instance):
     _record(instance, c.CHANGE_SET_KEY, cs)
 
 
+def test_first_tick_starts_after_existing_records(env):
+    server, defs, instance = env
+    _records(instance)  # e.g. an earlier demo's incident in the same instance
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    first = daemon.tick("dw_notification_sensor")
+    assert "starting after the 3 record(s)" in first.skip_reason
+    assert daemon.tick("dw_notification_sensor").events == []
+    assert notifications(instance) == [] and server.state.slack_messages() == []
+
+
 def test_each_record_once_per_channel(env):
     server, defs, instance = env
-    _records(instance)
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    daemon.tick("dw_notification_sensor")
+    _records(instance)
     daemon.tick("dw_notification_sensor")
     sent = sorted((n["channel"], n["action"], n["ok"]) for n in notifications(instance))
     assert sent == [("pager", "annotate", True), ("pager", "trigger", True), ("slack", "approval_request", True)]
@@ -69,9 +80,10 @@ def test_each_record_once_per_channel(env):
 
 def test_failed_channel_is_retried_without_repeating_the_others(env):
     server, defs, instance = env
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    daemon.tick("dw_notification_sensor")
     _records(instance)
     server.state.add_fault(status=500, count=-1, path="/api/chat.postMessage")
-    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
     first = daemon.tick("dw_notification_sensor")
     failed = [n for n in notifications(instance) if not n["ok"]]
     assert [(n["channel"], n["action"]) for n in failed] == [("slack", "change_set")]

@@ -233,6 +233,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     if passed:
         raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    daemon.tick("dw_notification_sensor")  # its first tick starts after what the instance already holds
     tick = daemon.tick("dw_lightup_incident_sensor")
     if not tick.run_ids:
         raise DemoError(f"detect: the Lightup sensor launched no diagnosis ({tick.skip_reason or tick.failed_run_ids})")
