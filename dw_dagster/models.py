@@ -268,7 +268,11 @@ class ChangeSet(_Record):
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:
-        return stable_hash(content, 16)
+        """16 hex digits of the SHA-256 of ``content`` as JSON; nested records (steps, undo plans,
+        file changes) and datetimes are serialized the way pydantic dumps them."""
+        from pydantic_core import to_jsonable_python
+
+        return stable_hash(to_jsonable_python(content), 16)
 
 
 class Approval(_Record):

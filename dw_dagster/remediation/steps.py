@@ -96,6 +96,27 @@ def migration_step(migration: Any, *, resource_key: str, summary: str | None = N
                       sql=list(migration.forward), rollback_sql=list(migration.rollback))
 
 
+def _apply_direction(db: Database, m, direction: str) -> bool:
+    """Run one direction of a migration unless the catalog already shows it; True when it already did (nothing ran).
+
+    Raises:
+        StepRefused: a guard counted rows, or the catalog does not show the change once it ran.
+    """
+    from dw_dagster.migrations import MigrationRefused, apply_migration, verify_migration
+
+    if not verify_migration(db, m, direction):
+        return True
+    try:
+        apply_migration(db, m, direction)
+    except MigrationRefused as e:
+        raise StepRefused(str(e), {"guard": e.guard.description, "rows": e.rows}) from e
+    after = verify_migration(db, m, direction)
+    if after:
+        what = "migration" if direction == "forward" else "rollback"
+        raise StepRefused(f"the {what} ran but the catalog does not show it: {'; '.join(after)}", {"failures": after})
+    return False
+
+
 def run_migration_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
     """Apply a ``migration`` step forward: guards, statements, then the catalog checks.
 
@@ -110,20 +131,10 @@ def run_migration_step(context: dg.OpExecutionContext, cs: ChangeSet, step: Chan
             the change once it ran.
         dw_dagster.databases.DatabaseError: a statement failed.
     """
-    from dw_dagster.migrations import Migration, MigrationRefused, apply_migration, verify_migration
+    from dw_dagster.migrations import Migration
 
     m = Migration.model_validate(step.spec["migration"])
-    before = verify_migration(db, m, "forward")
-    already = not before
-    if not already:
-        try:
-            apply_migration(db, m, "forward")
-        except MigrationRefused as e:
-            raise StepRefused(str(e), {"guard": e.guard.description, "rows": e.rows}) from e
-        after = verify_migration(db, m, "forward")
-        if after:
-            raise StepRefused(f"the migration ran but the catalog does not show it: {'; '.join(after)}",
-                              {"failures": after})
+    already = _apply_direction(db, m, "forward")
     context.log.info(f"{m.summary} ({'already applied' if already else 'applied'})")
     return {"dialect": m.dialect, "summary": m.summary, "already_applied": already,
             "statements": [] if already else list(m.forward), "rollback": list(m.rollback), "notes": list(m.notes)}
@@ -145,18 +156,10 @@ def run_migration_rollback_step(context: dg.OpExecutionContext, cs: ChangeSet, s
         StepRefused: a rollback guard counted rows (e.g. NULLs written since a relax: REQUIRED cannot
             be re-imposed), or the catalog does not show the rollback once it ran.
     """
-    from dw_dagster.migrations import Migration, MigrationRefused, apply_migration, verify_migration
+    from dw_dagster.migrations import Migration
 
     m = Migration.model_validate(step.spec["migration"])
-    already = not verify_migration(db, m, "rollback")
-    if not already:
-        try:
-            apply_migration(db, m, "rollback")
-        except MigrationRefused as e:
-            raise StepRefused(str(e), {"guard": e.guard.description, "rows": e.rows}) from e
-        after = verify_migration(db, m, "rollback")
-        if after:
-            raise StepRefused(f"the rollback ran but the catalog does not show it: {'; '.join(after)}", {"failures": after})
+    already = _apply_direction(db, m, "rollback")
     context.log.info(f"rolled back: {m.summary} ({'already' if already else 'now'})")
     return {"dialect": m.dialect, "summary": f"rollback of: {m.summary}", "already_applied": already,
             "statements": [] if already else list(m.rollback)}

@@ -175,10 +175,7 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
         rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
         change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
     )
-    return ChangeSet(version=ChangeSet.content_version({k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else
-                                                            [x.model_dump(mode="json") if hasattr(x, "model_dump") else x for x in v]
-                                                            if isinstance(v, list) else v)
-                                                        for k, v in content.items() if k not in ("created_at", "expires_at")}),
+    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")}),
                      **content)
 
 
