@@ -34,10 +34,9 @@ from dw_dagster.examples.orders import generator as gen
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.source import write_source
-from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir
+from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals
 from dw_dagster.local_daemon import LocalSensorDaemon
 from dw_dagster.remediation import records
-from dw_dagster.remediation.approval import approve_in_process
 
 OWNER = "maya.chen@shop.example"
 NOT_LISTED = "leo.park@shop.example"
@@ -293,20 +292,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
                f"{', '.join(k[-1] for k in cs.verify_checks)}; receipt")
 
     # approve
-    for who in (c.PROPOSER, NOT_LISTED):
-        ok, msg = approve_in_process(instance, cs.id, who)
-        if ok:
-            raise DemoError(f"approve: {who} must be refused")
-        res.refused.append({"approver": who, "reason": msg})
-        log("approve", f"REFUSED {who}: {msg}")
-    tick = daemon.tick("dw_remediation_sensor")
-    if tick.run_ids:
-        raise DemoError("approve: a repair ran before any approval")
-    ok, msg = approve_in_process(instance, cs.id, OWNER, comment="relax + replay reviewed with finance")
-    if not ok:
-        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
-    res.approver = OWNER
-    log("approve", f"approved by {OWNER}, the orders domain's finance data owner (the demo acts as the owner)")
+    res.approver = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED,
+                                  comment="relax + replay reviewed with finance", refused=res.refused, log=log,
+                                  owner_role="the orders domain's finance data owner")
 
     # repair, verify, receipt: one stage per tick
     from dw_dagster.remediation.steps import step_results

@@ -150,6 +150,29 @@ def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwar
     return result
 
 
+def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, change_set_id: str, *, owner: str,
+                   not_listed: str, comment: str, refused: list, log: Timeline, owner_role: str) -> str:
+    """The demos' approval stage: the proposer and an unlisted person are refused (appended to
+    ``refused``), nothing runs before an approval, then ``owner`` approves; returns ``owner``.
+
+    Raises:
+        DemoError: a refusal was accepted, a repair ran unapproved, or the owner was refused.
+    """
+    for who in (c.PROPOSER, not_listed):
+        ok, msg = approve_in_process(instance, change_set_id, who)
+        if ok:
+            raise DemoError(f"approve: {who} must be refused")
+        refused.append({"approver": who, "reason": msg})
+        log("approve", f"REFUSED {who}: {msg}")
+    if daemon.tick("dw_remediation_sensor").run_ids:
+        raise DemoError("approve: a repair ran before any approval")
+    ok, msg = approve_in_process(instance, change_set_id, owner, comment=comment)
+    if not ok:
+        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
+    log("approve", f"approved by {owner}, {owner_role} (the demo acts as the owner)")
+    return owner
+
+
 def run_store_sales_demo(
     *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None
 ) -> DemoResult:
@@ -279,20 +302,8 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
         raise DemoError(f"notify: page annotation or approval request missing ({tick.skip_reason})")
 
     # approve
-    for who in (c.PROPOSER, NOT_LISTED):
-        ok, msg = approve_in_process(instance, cs.id, who)
-        if ok:
-            raise DemoError(f"approve: {who} must be refused")
-        res.refused.append({"approver": who, "reason": msg})
-        log("approve", f"REFUSED {who}: {msg}")
-    tick = daemon.tick("dw_remediation_sensor")
-    if tick.run_ids:
-        raise DemoError("approve: a repair ran before any approval")
-    ok, msg = approve_in_process(instance, cs.id, OWNER, comment="watermark fix reviewed")
-    if not ok:
-        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
-    res.approver = OWNER
-    log("approve", f"approved by {OWNER}, the domain's listed approver (demo acts as the owner)")
+    res.approver = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED, comment="watermark fix reviewed",
+                                  refused=res.refused, log=log, owner_role="the domain's listed approver")
     tick = daemon.tick("dw_remediation_sensor")
     log("repair", f"remediation sensor: {tick.skip_reason or tick.run_ids}")
 
