@@ -27,8 +27,7 @@ def test_c02_across_databases(tmp_path, portable):
     _c02(b, "y")
     r = row_diff_across(a, b, "x.s", "y.t", ["id"], ["a", "b"], portable=portable)
     assert (r.missing, r.extra, r.changed) == (0, 0, 3)
-    key = str if portable else int
-    assert [(e.key, e.columns) for e in r.sample] == [([key(1)], ["a", "b"]), ([key(2)], ["a", "b"]), ([key(4)], ["a"])]
+    assert [(e.key, e.columns) for e in r.sample] == [([1], ["a", "b"]), ([2], ["a", "b"]), ([4], ["a"])]  # keys keep their type
     assert r.rows_downloaded <= 6  # only the buckets holding ids 1, 2 and 4
 
 
@@ -38,7 +37,7 @@ def test_across_downloads_only_differing_buckets(tmp_path):
     b.execute("CREATE TABLE t AS SELECT i AS id, CASE WHEN i = 777 THEN -1 ELSE i * 2 END AS v FROM range(50000) r(i) WHERE i <> 4242")
     for portable in (False, True):
         r = row_diff_across(a, b, "t", "t", ["id"], ["v"], portable=portable)
-        assert {(str(e.key[0]), e.status) for e in r.sample} == {("4242", "missing"), ("777", "changed")}
+        assert {(e.key[0], e.status) for e in r.sample} == {(4242, "missing"), (777, "changed")}
         assert r.buckets_downloaded == 2 and r.rows_downloaded < 200
 
 
@@ -107,3 +106,72 @@ def test_timestamps_at_a_common_precision(duck):
     assert row_diff(duck, "s", "t", ["id"]).changed == 2  # exact: microseconds differ
     r = row_diff(duck, "s", "t", ["id"], timestamp_precision="millisecond")
     assert [(e.key, e.columns) for e in r.sample] == [([2], ["ts"])]
+
+
+def _pair(tmp_path, ddl: str, source_rows: str, target_rows: str):
+    a, b = DuckDBDatabase(tmp_path / "a.duckdb"), DuckDBDatabase(tmp_path / "b.duckdb")
+    for db, rows in ((a, source_rows), (b, target_rows)):
+        db.execute(f"CREATE TABLE t ({ddl})")
+        if rows:
+            db.execute(f"INSERT INTO t VALUES {rows}")
+    return a, b
+
+
+@pytest.mark.parametrize("portable", [False, True], ids=["native_hash", "portable_md5"])
+def test_c01_across_warns_about_null_keys_even_when_nothing_differs(tmp_path, portable):
+    a, b = _pair(tmp_path, "region VARCHAR, sku VARCHAR, qty INT", "('EU','A',1), (NULL,'B',2)", "('EU','A',1), (NULL,'B',2)")
+    r = row_diff_across(a, b, "t", "t", ["region", "sku"], portable=portable)
+    assert r.identical and r.buckets_downloaded == 0
+    assert r.warnings == ["key column region has 1 NULL(s) on the source side; compared NULL-safely",
+                          "key column region has 1 NULL(s) on the target side; compared NULL-safely"]
+    b.execute("INSERT INTO t VALUES (NULL,'B',2)")  # the variant: one bad MERGE
+    r = row_diff_across(a, b, "t", "t", ["region", "sku"], portable=portable)
+    assert (r.missing, r.extra, r.changed, r.duplicated_target) == (0, 0, 0, 1)
+    assert [(e.key, e.status, e.target_rows) for e in r.sample] == [([None, "B"], "duplicate", 2)]
+    assert "key column region has 2 NULL(s) on the target side; compared NULL-safely" in r.warnings
+
+
+@pytest.mark.parametrize("portable", [False, True], ids=["native_hash", "portable_md5"])
+def test_c03_across_uses_the_typed_comparison(tmp_path, portable):
+    a = DuckDBDatabase(tmp_path / "a.duckdb")
+    b = DuckDBDatabase(tmp_path / "b.duckdb")
+    a.execute("CREATE TABLE s (id INT, amount DOUBLE, big DECIMAL(38,2))")
+    a.execute("INSERT INTO s VALUES (1, 0.1 + 0.2, 1.00), (2, 5, 12345678901234567.89), (3, -0.0, 0)")
+    b.execute("CREATE TABLE t (id INT, amount DECIMAL(18,2), big DECIMAL(38,2))")
+    b.execute("INSERT INTO t VALUES (1, 0.30, 1.00), (2, 5, 12345678901234567.90), (3, 0.00, 0)")
+    r = row_diff_across(a, b, "s", "t", ["id"], portable=portable)
+    assert (r.missing, r.extra, r.changed) == (0, 0, 1)
+    assert [(e.key, e.columns) for e in r.sample] == [([2], ["big"])]
+
+
+def test_across_timestamp_precision_char_padding_and_case_insensitive_keys(tmp_path):
+    a, b = _pair(tmp_path, "k VARCHAR, ts TIMESTAMP, c VARCHAR",
+                 "('AB', TIMESTAMP '2024-03-09 22:00:00.123456', 'x'), ('cd', TIMESTAMP '2024-03-09 22:00:00', 'y')",
+                 "('ab', TIMESTAMP '2024-03-09 22:00:00.123', 'x'), ('CD', TIMESTAMP '2024-03-09 22:00:01', 'y'), ('Cd', TIMESTAMP '2024-03-09 22:00:01', 'y')")
+    r = row_diff_across(a, b, "t", "t", ["k"], timestamp_precision="millisecond", case_insensitive_keys=True)
+    assert (r.missing, r.extra) == (0, 0)
+    # 'AB' = 'ab' once case is ignored and equal at millisecond precision; 'cd' is a second off
+    assert [(e.key, e.status, e.columns) for e in r.sample] == [(["cd"], "changed", ["ts"])]
+    assert r.duplicated_target == 1
+    assert any("collide when case is ignored" in w and "target" in w for w in r.warnings)
+    r = row_diff_across(a, b, "t", "t", ["k"], ["ts"], case_insensitive_keys=True)  # microseconds now count
+    assert [e.key for e in r.sample if e.status == "changed"] == [["ab"], ["cd"]]
+
+
+def test_across_one_side_empty(tmp_path):
+    a, b = _pair(tmp_path, "id INT, v DECIMAL(18,2)", "(1, 1.00), (2, 2.00)", "")
+    r = row_diff_across(a, b, "t", "t", ["id"])
+    assert (r.missing, r.extra, r.changed) == (2, 0, 0)
+    assert [e.key for e in r.sample] == [[1], [2]]
+    r = row_diff_across(b, a, "t", "t", ["id"])
+    assert (r.missing, r.extra) == (0, 2)
+
+
+def test_across_unknown_column_is_a_clear_error(tmp_path):
+    from dw_dagster.databases import DatabaseError
+
+    a, b = _pair(tmp_path, "id INT, v INT", "(1, 1)", "(1, 1)")
+    with pytest.raises(DatabaseError, match="compared column nope is not in both"):
+        row_diff_across(a, b, "t", "t", ["id"], ["nope"])
+    with pytest.raises(DatabaseError, match="not found"):
+        row_diff_across(a, b, "t", "missing_table", ["id"])
