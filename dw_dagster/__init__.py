@@ -5,6 +5,7 @@ from dw_dagster.checks import (
     build_freshness_check,
     build_null_rate_check,
     build_reconciliation_checks,
+    build_row_diff_check,
     build_volume_check,
 )
 from dw_dagster.checks.rowdiff import row_diff, row_diff_across
@@ -112,6 +113,7 @@ __all__ = [
     "build_receipt_job",
     "build_reconciliation_checks",
     "build_remediation_sensor",
+    "build_row_diff_check",
     "build_schema_snapshot_check",
     "build_step_jobs",
     "build_volume_check",

@@ -80,7 +80,7 @@ def test_c14_no_timestamp_observed(duck, rows):
 def test_freshness_mixed_nulls_uses_the_non_null_max_and_is_session_zone_independent(duck):
     duck.execute("CREATE TABLE t (loaded_at TIMESTAMPTZ)")
     duck.execute("INSERT INTO t VALUES (NULL), (TIMESTAMPTZ '2024-03-10 12:00:00+00'), (TIMESTAMPTZ '2024-03-10 06:00:00-05')")
-    now = dt.datetime(2024, 3, 10, 11, 30, tzinfo=UTC)
+    now = dt.datetime(2024, 3, 10, 12, 30, tzinfo=UTC)
     r, _ = freshness(duck, "t", "loaded_at", max_lag=dt.timedelta(hours=1), now_utc=now)
     assert r.max_timestamp_utc == dt.datetime(2024, 3, 10, 12, 0, tzinfo=UTC) and r.passed
     assert to_utc(dt.datetime(2024, 3, 10, 7, 0), "America/New_York") == dt.datetime(2024, 3, 10, 11, 0, tzinfo=UTC)

@@ -5,6 +5,9 @@ naive value is taken to be in ``naive_timezone`` (UTC by contract unless configu
 does not depend on the database session's time zone. An empty table, or a column that is NULL
 in every row, fails with "no timestamp observed" — never a silent pass (PUBLIC_CASES C14).
 
+A newest timestamp later than now (beyond ``future_tolerance``, default 5 minutes of clock skew)
+fails too: one row stamped in the future would otherwise make the table look fresh forever.
+
 Two rules:
 
 - ``max_lag`` alone: the newest timestamp must be at most ``max_lag`` old now.
@@ -67,9 +70,15 @@ def last_deadline(now_utc: dt.datetime, deadline: dt.time, timezone: str) -> dt.
     raise AssertionError("unreachable")
 
 
+DEFAULT_FUTURE_TOLERANCE = dt.timedelta(minutes=5)
+
+
 def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int, now_utc: dt.datetime,
-                       max_lag: dt.timedelta, deadline: dt.time | None = None, deadline_timezone: str = "UTC") -> FreshnessResult:
-    """Apply the rule in the module docstring (no non-NULL value means no timestamp, whatever MAX said)."""
+                       max_lag: dt.timedelta, deadline: dt.time | None = None, deadline_timezone: str = "UTC",
+                       future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE) -> FreshnessResult:
+    """Apply the rule in the module docstring (no non-NULL value means no timestamp, whatever MAX said).
+
+    ``future_tolerance=None`` accepts timestamps in the future (a table of scheduled events)."""
     if non_null == 0:
         max_ts_utc = None
     dl = last_deadline(now_utc, deadline, deadline_timezone) if deadline else None
@@ -77,6 +86,9 @@ def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int,
     lag = (now_utc - max_ts_utc).total_seconds() if max_ts_utc else None
     if max_ts_utc is None:
         passed, reason = False, "no timestamp observed" + (" (table is empty)" if rows == 0 else f" ({rows} rows, all NULL)")
+    elif future_tolerance is not None and max_ts_utc > now_utc + future_tolerance:
+        passed, reason = False, (f"newest {max_ts_utc.isoformat()} is in the future (now {now_utc.isoformat()}, "
+                                 f"tolerance {future_tolerance.total_seconds() / 60:g} min): clock skew or a bad row")
     elif max_ts_utc >= required:
         passed, reason = True, f"newest {max_ts_utc.isoformat()} is after {required.isoformat()}"
     else:
@@ -86,12 +98,14 @@ def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int,
 
 
 def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.timedelta, now_utc: dt.datetime | None = None,
-              naive_timezone: str = "UTC", deadline: dt.time | None = None, deadline_timezone: str = "UTC") -> tuple[FreshnessResult, str]:
+              naive_timezone: str = "UTC", deadline: dt.time | None = None, deadline_timezone: str = "UTC",
+              future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE) -> tuple[FreshnessResult, str]:
     """Query ``MAX``/``COUNT`` of the column and judge it; returns (result, the SQL run)."""
     q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=sql.column(timestamp_column), t=sql.table(table))
     mx, rows, nn = db.fetch_all(q)[0]
     now = (now_utc or dt.datetime.now(UTC)).astimezone(UTC)
-    return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone), q
+    return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone,
+                              future_tolerance), q
 
 
 def build_freshness_check(
@@ -106,6 +120,7 @@ def build_freshness_check(
     deadline: dt.time | None = None,
     deadline_timezone: str = "UTC",
     now: Callable[[], dt.datetime] | None = None,
+    future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetChecksDefinition:
@@ -116,6 +131,8 @@ def build_freshness_check(
         naive_timezone: the zone of a column without time zone (default UTC, by contract).
         deadline, deadline_timezone: a daily local deadline, e.g. ``time(6)`` in ``"America/New_York"``.
         now: the clock (UTC), for tests; default the current time.
+        future_tolerance: how far past now the newest value may be (clock skew) before the check
+            fails with "in the future"; ``None`` allows any future timestamp.
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/max_timestamp_utc`` (null when none),
@@ -130,7 +147,8 @@ def build_freshness_check(
     def _freshness(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
         r, q = freshness(db, table, timestamp_column, max_lag=max_lag, now_utc=now() if now else None,
-                         naive_timezone=naive_timezone, deadline=deadline, deadline_timezone=deadline_timezone)
+                         naive_timezone=naive_timezone, deadline=deadline, deadline_timezone=deadline_timezone,
+                         future_tolerance=future_tolerance)
         return dg.AssetCheckResult(passed=r.passed, severity=severity, description=r.reason, metadata={
             "dw/max_timestamp_utc": dg.MetadataValue.text(r.max_timestamp_utc.isoformat()) if r.max_timestamp_utc else dg.MetadataValue.null(),
             "dw/lag_seconds": dg.MetadataValue.float(r.lag_seconds) if r.lag_seconds is not None else dg.MetadataValue.null(),

@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 from pydantic import BaseModel
+from sqlglot import exp
 
 from dw_dagster import sql
 from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 
 NULL_RATE_KIND = "null_rate"
@@ -47,10 +49,13 @@ def _pct(n: int, d: int) -> float | None:
     return round(n / d * 100, 4) if d else None
 
 
-def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | None,
+def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | exp.Expression | None,
                   current_start: dt.datetime | None, baseline_start: dt.datetime | None,
                   end: dt.datetime | None, dialect: str) -> str:
-    """One query: per column, rows and NULLs in the current and the baseline window."""
+    """One query: per column, rows and NULLs in the current and the baseline window.
+
+    ``timestamp_column`` is a column name or the UTC expression of
+    :func:`dw_dagster.checks.utc.utc_timestamp`; ``None`` measures the whole table."""
     t = sql.table(table).sql("duckdb")
     if timestamp_column is None:
         parts = ["COUNT(*) AS cur_rows", "0 AS base_rows"]
@@ -58,7 +63,7 @@ def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | No
             q = sql.identifier(c).sql("duckdb")
             parts += [f"COUNT(*) - COUNT({q}) AS cur_nulls_{i}", f"0 AS base_nulls_{i}"]
         return sql.render(f"SELECT {', '.join(parts)} FROM {t}", dialect)
-    ts = sql.identifier(timestamp_column).sql("duckdb")
+    ts = (sql.column(timestamp_column) if isinstance(timestamp_column, str) else timestamp_column).sql("duckdb")
     cur = f"{ts} >= :cur AND {ts} < :end"
     base = f"{ts} >= :base AND {ts} < :cur"
     parts = [f"COUNT(CASE WHEN {cur} THEN 1 END) AS cur_rows", f"COUNT(CASE WHEN {base} THEN 1 END) AS base_rows"]
@@ -96,14 +101,15 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
     if timestamp_column is None:
         q = null_rate_sql(table, columns, None, None, None, None, db.dialect)
     else:
+        ts = utc_timestamp(db, table, timestamp_column)
         if as_of is None:
             latest = db.fetch_all(sql.render("SELECT CAST(max(:ts) AS DATE) FROM :t", db.dialect,
-                                             ts=sql.column(timestamp_column), t=sql.table(table)))[0][0]
+                                             ts=ts, t=sql.table(table)))[0][0]
             as_of = latest if latest is not None else dt.datetime.now(dt.timezone.utc).date()
             as_of = as_of.date() if isinstance(as_of, dt.datetime) else as_of
         end = dt.datetime.combine(as_of + dt.timedelta(days=1), dt.time())
         cur = end - dt.timedelta(days=current_days)
-        q = null_rate_sql(table, columns, timestamp_column, cur, cur - dt.timedelta(days=baseline_days), end, db.dialect)
+        q = null_rate_sql(table, columns, ts, cur, cur - dt.timedelta(days=baseline_days), end, db.dialect)
     (row,) = db.fetch_all(q)
     return score_null_rates(row, columns, tolerance_pct, relative_tolerance), q
 

@@ -11,8 +11,10 @@ extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
 """
 
 
+import datetime as dt
 import json
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -22,7 +24,7 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster import sql
-from dw_dagster.databases import Database
+from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.models import SliceGap
 
 RECONCILIATION_KIND = "reconciliation"
@@ -92,7 +94,22 @@ def slice_aggregate_sql(
 
 
 def _norm_slice_value(v: Any) -> Any:
-    return v.isoformat() if hasattr(v, "isoformat") else v
+    """A slice value both sides spell the same way: aware timestamps in UTC without an offset (the
+    naive side is UTC by contract), dates and times as ISO text, decimals by value (``1.50`` and
+    ``1.500`` and the integer ``1.00`` alike), UUIDs and bytes as text."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        if not v.is_finite():
+            return str(v)
+        return int(v) if v == v.to_integral_value() else format(v.normalize(), "f")
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return v
 
 
 Aggregates = dict[tuple, tuple[int, int | None, int | None, list[Any]]]
@@ -111,6 +128,8 @@ def _sums_equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, float) or isinstance(b, float):
+        if math.isnan(float(a)) or math.isnan(float(b)):  # NaN only equals NaN (both sides hold a NaN)
+            return math.isnan(float(a)) and math.isnan(float(b))
         return math.isclose(float(a), float(b), rel_tol=FLOAT_REL_TOLERANCE, abs_tol=1e-12)
     return Decimal(a) == Decimal(b)
 
@@ -194,9 +213,16 @@ def reconcile(
     """
     s_sql = slice_aggregate_sql(source_table, slice_by, measures, source_db.dialect, key_columns)
     t_sql = slice_aggregate_sql(target_table, slice_by, measures, target_db.dialect, key_columns)
-    slices = compare_slice_aggregates(
-        _fetch(source_db, s_sql, len(slice_by)), _fetch(target_db, t_sql, len(slice_by)), slice_by, measures
-    )
+    aggregates = []
+    for db, q, table in ((source_db, s_sql, source_table), (target_db, t_sql, target_table)):
+        try:
+            aggregates.append(_fetch(db, q, len(slice_by)))
+        except DatabaseError as e:
+            if "overflow" in str(e).lower():
+                raise DatabaseError(f"{db.name}: a SUM of {', '.join(measures)} on {table} exceeds the database's exact "
+                                    f"numeric range (DECIMAL(38)); slice finer or compare a scaled measure. {e}") from e
+            raise
+    slices = compare_slice_aggregates(aggregates[0], aggregates[1], slice_by, measures)
     return ReconciliationResult(
         slices=slices,
         source_sql=s_sql,
@@ -232,8 +258,8 @@ def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.Meta
 
 
 def _describe(s: SliceGap) -> str:
-    parts = [f"{json.dumps(s.slice)}: {s.gap_rows} rows short ({s.gap_pct} %)" if s.gap_rows >= 0
-             else f"{json.dumps(s.slice)}: {-s.gap_rows} rows over ({s.gap_pct} %)"]
+    parts = [f"{json.dumps(s.slice, default=str)}: {s.gap_rows} rows short ({s.gap_pct} %)" if s.gap_rows >= 0
+             else f"{json.dumps(s.slice, default=str)}: {-s.gap_rows} rows over ({s.gap_pct} %)"]
     if s.source_keys is not None and (s.source_keys != s.target_keys or s.source_duplicate_keys != s.target_duplicate_keys):
         parts.append(f"keys {s.source_keys}/{s.target_keys}, duplicated keys {s.source_duplicate_keys}/{s.target_duplicate_keys}")
     bad_sums = [m for m, g in s.sum_gaps.items() if g not in ("0", "0.00", "0.0") and not g.startswith("0E")]
@@ -251,7 +277,7 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
         "dw/gap_rows": result.gap_rows,
         "dw/source_rows": sum(s.source_rows for s in result.slices),
         "dw/target_rows": sum(s.target_rows for s in result.slices),
-        "dw/worst_slice": json.dumps(worst.slice) if worst else "{}",
+        "dw/worst_slice": json.dumps(worst.slice, default=str) if worst else "{}",
         "dw/worst_gap_pct": worst.gap_pct if worst else 0.0,
         "dw/failing_slices": len(result.failing),
         "dw/queries": dg.MetadataValue.md(

@@ -27,14 +27,22 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import dagster as dg
 import sqlglot
 from pydantic import BaseModel, Field
 
 from dw_dagster import sql
+from dw_dagster.checks.metadata import metadata_table
 from dw_dagster.databases import Database, DatabaseError
 
 FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8", "FLOAT64")
+SINGLE_FLOAT_TYPES = ("REAL", "FLOAT4")
 CHAR_TYPES = ("CHAR", "BPCHAR", "CHARACTER")
+TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "CHARACTER", "NVARCHAR", "NCHAR", "CHARACTER VARYING")
+NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "INT2", "INT4", "INT8", "INT64",
+                 "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "DECIMAL", "NUMERIC", "NUMBER", "BIGNUMERIC")
+# A float difference this large means an infinity or NaN was involved (|a - b| is never finite there).
+_DOUBLE_MAX = "1.7976931348623157e308"
 
 
 class RowDiffEntry(BaseModel):
@@ -86,13 +94,43 @@ def column_types(db: Database, table: str) -> dict[str, str]:
     rows = db.fetch_all(q)
     if not rows:
         raise DatabaseError(f"{db.name}: table {table} not found (no columns in information_schema)")
-    return {str(n).lower(): str(ty).upper() for n, ty in rows}
+    types = {str(n).lower(): str(ty).upper() for n, ty in rows}
+    if db.dialect == "duckdb":  # DuckDB's information_schema calls its 4-byte REAL "FLOAT"
+        types = {n: "REAL" if ty == "FLOAT" else ty for n, ty in types.items()}
+    return types
 
 
 def _is(kind: Sequence[str], ty: str | None) -> bool:
-    if not ty or "VARYING" in ty:  # CHARACTER VARYING is VARCHAR, not CHAR
+    if not ty or ("VARYING" in ty and "CHARACTER VARYING" not in kind):  # CHARACTER VARYING is VARCHAR, not CHAR
         return False
     return any(ty == k or ty.startswith(k + "(") or ty.startswith(k + " ") for k in kind)
+
+
+def _scale(ty: str | None) -> int:
+    """The scale of ``DECIMAL(p, s)`` / ``NUMERIC(p, s)`` / ``NUMBER(p, s)``; 0 for integers."""
+    if ty and "," in ty and ty.endswith(")"):
+        try:
+            return int(ty.rsplit(",", 1)[1].rstrip(") "))
+        except ValueError:
+            return 0
+    return 0
+
+
+def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case_insensitive: bool) -> str:
+    """A key column as compared: CHAR padding trimmed, text lower-cased when keys are
+    case-insensitive (only text columns), and a numeric key whose type differs from the other
+    side's (INTEGER against DECIMAL(10,2)) cast to one DECIMAL(38, s) so values, not spellings, match."""
+    ty, ty_o = own.get(c.lower()), other.get(c.lower())
+    e = ref
+    if _is(CHAR_TYPES, ty):
+        e = f"RTRIM({e})"
+    if case_insensitive and (ty is None or _is(TEXT_TYPES, ty)):
+        e = f"LOWER({e})"
+    if _is(NUMERIC_TYPES, ty) and _is(NUMERIC_TYPES, ty_o) and ty != ty_o:
+        e = f"CAST({e} AS DECIMAL(38, {max(_scale(ty), _scale(ty_o))}))"
+    if ty and ty_o and ty != ty_o and "TIME ZONE" in ty and ty_o.startswith("TIMESTAMP") and "TIME ZONE" not in ty_o:
+        e = f"CAST(TIMEZONE('UTC', {e}) AS TIMESTAMP)"  # an aware key against a naive (UTC by contract) one
+    return e
 
 
 def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None) -> str:
@@ -100,6 +138,8 @@ def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None,
     if _is(CHAR_TYPES, ty_self) or _is(CHAR_TYPES, ty_other):
         return f"RTRIM({ref})"
     if timestamp_precision and ty_self and ty_self.startswith("TIMESTAMP"):
+        if ty_self == "TIMESTAMP_NS":  # DuckDB rounds nanoseconds to microseconds on the cast DATE_TRUNC makes: floor first
+            ref = f"MAKE_TIMESTAMP((EPOCH_NS({ref}) - ((EPOCH_NS({ref}) % 1000) + 1000) % 1000) // 1000)"
         return f"DATE_TRUNC('{timestamp_precision}', {ref})"
     return ref
 
@@ -108,9 +148,15 @@ def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: 
     a = _value_expr("s", col, ts, tt, timestamp_precision)
     b = _value_expr("t", col, tt, ts, timestamp_precision)
     if _is(FLOAT_TYPES, ts) or _is(FLOAT_TYPES, tt):
+        if _is(SINGLE_FLOAT_TYPES, ts) or _is(SINGLE_FLOAT_TYPES, tt):
+            rel_tol = max(rel_tol, 2.0 ** -23)  # a 4-byte float holds 24 significant bits
         fa, fb = f"CAST({a} AS DOUBLE)", f"CAST({b} AS DOUBLE)"
-        return (f"(CASE WHEN {a} IS NULL OR {b} IS NULL THEN {a} IS DISTINCT FROM {b} "
-                f"ELSE ABS({fa} - {fb}) > {abs_tol!r} + {rel_tol!r} * GREATEST(ABS({fa}), ABS({fb})) END)")
+        # Equal values (+Inf = +Inf; NaN = NaN on DuckDB, Snowflake and PostgreSQL) never differ; otherwise a
+        # difference that is not finite (an infinity or NaN on one side) always does, and a finite one
+        # is judged against the tolerance.
+        return (f"(CASE WHEN {a} IS NULL OR {b} IS NULL THEN {a} IS DISTINCT FROM {b} WHEN {fa} = {fb} THEN FALSE "
+                f"ELSE NOT (ABS({fa} - {fb}) <= {_DOUBLE_MAX} "
+                f"AND ABS({fa} - {fb}) <= {abs_tol!r} + {rel_tol!r} * GREATEST(ABS({fa}), ABS({fb}))) END)")
     return f"({a} IS DISTINCT FROM {b})"
 
 
@@ -121,13 +167,8 @@ def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str
     """The in-database diff query (DuckDB dialect; transpile for others). Returns differing keys only."""
     q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
 
-    def key_expr(c: str, types: dict[str, str]) -> str:
-        e = q(c)
-        if _is(CHAR_TYPES, types.get(c.lower())):
-            e = f"RTRIM({e})"
-        return f"LOWER({e})" if case_insensitive_keys else e
-
-    def side(table: str, types: dict[str, str]) -> str:
+    def side(table: str, types: dict[str, str], other: dict[str, str]) -> str:
+        key_expr = lambda c, _: _key_expr(q(c), c, types, other, case_insensitive_keys)  # noqa: E731
         keys = ", ".join(f"{key_expr(c, types)} AS {q(c)}" for c in key_columns)
         # PostgreSQL and BigQuery accept only equalities in a FULL JOIN's condition, so the
         # NULL-safe match is an equality on (key as text with NULL as '', is-NULL flag).
@@ -145,7 +186,7 @@ def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str
     sel_flags = "".join(f", {f} AS dw_d{i}" for i, f in enumerate(flags))
     where = " OR ".join(["s.dw_n IS NULL", "t.dw_n IS NULL", "s.dw_n > 1", "t.dw_n > 1", *flags])
     order = ", ".join(f"{i + 1} NULLS FIRST" for i in range(len(key_columns)))
-    return (f"WITH s AS ({side(source_table, source_types)}), t AS ({side(target_table, target_types)}) "
+    return (f"WITH s AS ({side(source_table, source_types, target_types)}), t AS ({side(target_table, target_types, source_types)}) "
             f"SELECT {sel_keys}, s.dw_n AS dw_sn, t.dw_n AS dw_tn{sel_flags} "
             f"FROM s FULL OUTER JOIN t ON {on} WHERE {where} ORDER BY {order}")
 
@@ -157,9 +198,10 @@ def _null_key_warnings(db: Database, table: str, key_columns: Sequence[str], sid
     return [f"key column {c} has {n} NULL(s) on the {side} side; compared NULL-safely" for c, n in zip(key_columns, row) if n], q
 
 
-def _collisions(db: Database, table: str, key_columns: Sequence[str], side: str) -> tuple[list[str], str]:
+def _collisions(db: Database, table: str, key_columns: Sequence[str], side: str, types: dict[str, str]) -> tuple[list[str], str]:
     q_ = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
-    lowered = ", ".join(f"LOWER({q_(c)})" for c in key_columns)
+    text = lambda c: types.get(c.lower()) is None or _is(TEXT_TYPES, types.get(c.lower()))  # noqa: E731
+    lowered = ", ".join(f"LOWER({q_(c)})" if text(c) else q_(c) for c in key_columns)
     raw = " || '|' || ".join(f"COALESCE(CAST({q_(c)} AS VARCHAR), '')" for c in key_columns)
     q = sqlglot.transpile(
         f"SELECT {lowered}, COUNT(DISTINCT {raw}) FROM {sql.table(table).sql('duckdb')} GROUP BY {lowered} "
@@ -200,10 +242,7 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
 
     def key_expr(alias: str, c: str, types: dict[str, str]) -> str:
-        e = f"{alias}.{q(c)}"
-        if _is(CHAR_TYPES, types.get(c.lower())):
-            e = f"RTRIM({e})"
-        return f"LOWER({e})" if case_insensitive_keys else e
+        return _key_expr(f"{alias}.{q(c)}", c, types, tt if types is st else st, case_insensitive_keys)
 
     flags = [_differs(c, st.get(c.lower()), tt.get(c.lower()), rel_tolerance, abs_tolerance, timestamp_precision)
              for c in compare_columns]
@@ -253,7 +292,7 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
 def row_diff(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
              compare_columns: Sequence[str] | None = None, *, rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12,
              timestamp_precision: str | None = None, case_insensitive_keys: bool = False,
-             sample_limit: int = 100) -> RowDiffResult:
+             trim_trailing_blanks: bool = False, sample_limit: int = 100) -> RowDiffResult:
     """Diff two tables in the same database by key (see the module docstring).
 
     Args:
@@ -263,7 +302,10 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
         compare_columns: columns to compare; default every non-key column the two tables share.
         rel_tolerance, abs_tolerance: for floating-point columns only.
         timestamp_precision: ``DATE_TRUNC`` unit applied to timestamps before comparing.
-        case_insensitive_keys: compare keys with ``LOWER``; colliding keys are reported.
+        case_insensitive_keys: compare text keys with ``LOWER``; colliding keys are reported.
+        trim_trailing_blanks: compare every text column and key with trailing blanks trimmed, as
+            ``CHAR`` columns always are. Needed where a blank-padded ``CHAR`` export landed in a
+            engine that reports it as ``VARCHAR`` (DuckDB has no padded ``CHAR`` type).
         sample_limit: how many differing keys to keep (the counts cover all of them).
 
     Returns:
@@ -272,7 +314,7 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
     Raises:
         DatabaseError: a table or key column is missing, or a query fails.
     """
-    st, tt = column_types(db, source_table), column_types(db, target_table)
+    st, tt = _trimmed(column_types(db, source_table), trim_trailing_blanks), _trimmed(column_types(db, target_table), trim_trailing_blanks)
     compare_columns = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
     opts = _Options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
     result, fast = _diff_typed(db, source_table, target_table, key_columns, compare_columns, st, tt, opts, sample_limit)
@@ -282,10 +324,15 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
             result.warnings += w
             result.queries.append(wq)
         if case_insensitive_keys:
-            w, wq = _collisions(db, table, key_columns, side)
+            w, wq = _collisions(db, table, key_columns, side, st if side == "source" else tt)
             result.warnings += w
             result.queries.append(wq)
     return result
+
+
+def _trimmed(types: dict[str, str], trim: bool) -> dict[str, str]:
+    """With ``trim``, text columns are treated as ``CHAR`` (compared with trailing blanks trimmed)."""
+    return {c: "CHAR" if trim and _is(TEXT_TYPES, ty) else ty for c, ty in types.items()}
 
 
 class _Options(NamedTuple):
@@ -452,7 +499,7 @@ def _counts_and_null_keys(db: Database, table: str, key_columns: Sequence[str], 
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
                     key_columns: Sequence[str], compare_columns: Sequence[str] | None = None, *,
                     rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,
-                    case_insensitive_keys: bool = False, buckets: int | None = None,
+                    case_insensitive_keys: bool = False, trim_trailing_blanks: bool = False, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
@@ -481,7 +528,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         source_table, target_table: ``schema.table`` names in their databases.
         key_columns: the key (compound keys allowed; NULL-safe).
         compare_columns: columns to compare; default every non-key column the two tables share.
-        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys: as in :func:`row_diff`.
+        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, trim_trailing_blanks:
+            as in :func:`row_diff`.
         buckets: bucket count (default: chosen from the row counts as above).
         max_download_rows: refuse (raise) rather than download more rows than this in step 3.
         sample_limit: how many differing keys to keep (the counts cover all of them).
@@ -500,15 +548,16 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     import pyarrow as pa
 
     native = source.dialect == target.dialect == "duckdb" and not portable
-    st, tt = column_types(source, source_table), column_types(target, target_table)
+    st = _trimmed(column_types(source, source_table), trim_trailing_blanks)
+    tt = _trimmed(column_types(target, target_table), trim_trailing_blanks)
     compare_columns = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
     opts = _Options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
     n_s, warn_s, q_ns = _counts_and_null_keys(source, source_table, key_columns, "source")
     n_t, warn_t, q_nt = _counts_and_null_keys(target, target_table, key_columns, "target")
     warnings, queries = warn_s + warn_t, [q_ns, q_nt]
     if case_insensitive_keys:
-        for db, table, side in ((source, source_table, "source"), (target, target_table, "target")):
-            w, q = _collisions(db, table, key_columns, side)
+        for db, table, side, types in ((source, source_table, "source", st), (target, target_table, "target", tt)):
+            w, q = _collisions(db, table, key_columns, side, types)
             warnings += w
             queries.append(q)
     if buckets is None:
@@ -566,3 +615,141 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
 def key_digest(values: Sequence[Any]) -> str:
     """A stable id for a key (sha256 of its text), for logs and receipts."""
     return hashlib.sha256("|".join("N" if v is None else f"V{len(str(v))}:{v}" for v in values).encode()).hexdigest()[:16]
+
+
+# ---- the asset check -----------------------------------------------------------------------------
+
+ROW_DIFF_KIND = "row_diff"
+
+
+def _same_database(resources: Any, source_key: str, target_key: str) -> bool:
+    if source_key == target_key:
+        return True
+    s, t = getattr(resources, source_key), getattr(resources, target_key)
+    return getattr(s, "url", None) is not None and getattr(s, "url", None) == getattr(t, "url", None)
+
+
+def row_diff_summary(result: RowDiffResult) -> str:
+    """One line: ``identical``, or the counts and the most changed columns (``2 changed (amount ×2)``)."""
+    if result.identical:
+        return "identical"
+    parts = [f"{n} {what}" for n, what in ((result.missing, "missing"), (result.extra, "extra"), (result.changed, "changed"))
+             if n]
+    if result.changed:  # "changed" is the last part
+        top = sorted(result.changed_columns.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        parts[-1] += " (" + ", ".join(f"{c} ×{n}" for c, n in top) + ")"
+    dups = [f"{n} key(s) duplicated in the {side}" for n, side in
+            ((result.duplicated_source, "source"), (result.duplicated_target, "target")) if n]
+    return ", ".join(parts + dups)
+
+
+def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
+    """The check result's metadata: counts (keys), per-column change counts, a key sample table the
+    Dagster UI renders, warnings and the SQL run."""
+    sample = [{"key": ", ".join("NULL" if v is None else str(v) for v in e.key), "status": e.status,
+               "columns": ", ".join(e.columns), "source_rows": e.source_rows, "target_rows": e.target_rows}
+              for e in result.sample]
+    meta: dict[str, Any] = {
+        "dw/missing": result.missing,
+        "dw/extra": result.extra,
+        "dw/changed": result.changed,
+        "dw/duplicated_source": result.duplicated_source,
+        "dw/duplicated_target": result.duplicated_target,
+        "dw/changed_columns": dg.MetadataValue.json(result.changed_columns),
+        "dw/key_sample": metadata_table(sample, [("key", "string"), ("status", "string"), ("columns", "string"),
+                                                 ("source_rows", "int"), ("target_rows", "int")]),
+        "dw/warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
+        "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
+    }
+    if result.buckets_compared is not None:
+        meta.update({"dw/buckets_compared": result.buckets_compared, "dw/buckets_downloaded": result.buckets_downloaded,
+                     "dw/rows_downloaded": result.rows_downloaded})
+    return meta
+
+
+def build_row_diff_check(
+    *,
+    asset: dg.AssetKey | str | Sequence[str],
+    source_asset: dg.AssetKey | str | Sequence[str],
+    source_table: str,
+    target_table: str,
+    key_columns: Sequence[str],
+    compare_columns: Sequence[str] | None = None,
+    source_resource_key: str = "source_db",
+    target_resource_key: str = "warehouse",
+    name: str = "row_diff",
+    rel_tolerance: float = 1e-9,
+    abs_tolerance: float = 1e-12,
+    timestamp_precision: str | None = None,
+    case_insensitive_keys: bool = False,
+    trim_trailing_blanks: bool = False,
+    sample_limit: int = 50,
+    max_download_rows: int = 20_000_000,
+    blocking: bool = False,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    description: str | None = None,
+) -> dg.AssetChecksDefinition:
+    """A row-level key diff asset check on the target asset: which keys are missing, extra,
+    duplicated or changed, and in which columns.
+
+    When both sides are one database (the same resource key, or two resources with the same
+    ``url``) the diff is :func:`row_diff`, one join pushed down; otherwise :func:`row_diff_across`,
+    bucketed checksums that download only the differing buckets.
+
+    Args:
+        asset: the target asset the check is attached to.
+        source_asset: the upstream asset the target copies (an additional dependency of the check).
+        source_table, target_table: ``schema.table`` names (quoted by sqlglot; a name that cannot be
+            an identifier is refused when the check is built).
+        key_columns: the key (compound keys allowed; NULL-safe).
+        compare_columns: columns to compare; default every non-key column both tables have.
+        source_resource_key, target_resource_key: keys of the two
+            :class:`~dw_dagster.databases.DatabaseResource` resources.
+        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, trim_trailing_blanks:
+            the typed comparison, as in :func:`row_diff`.
+        sample_limit: differing keys shown in ``dw/key_sample`` (the counts cover all of them).
+        max_download_rows: across databases, refuse to download more rows than this.
+        blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
+        severity: severity of a failed result (default ERROR).
+
+    Returns:
+        An ``AssetChecksDefinition`` that passes when the tables hold the same keys with the same
+        values. Metadata: ``dw/missing``, ``dw/extra``, ``dw/changed``, ``dw/duplicated_source``,
+        ``dw/duplicated_target`` (keys), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
+        (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
+        ``dw/buckets_downloaded``, ``dw/rows_downloaded``.
+
+    Raises:
+        UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
+        ValueError: no key columns.
+    """
+    if not key_columns:
+        raise ValueError("build_row_diff_check needs key_columns")
+    sql.table(source_table), sql.table(target_table)
+    for c in [*key_columns, *(compare_columns or ())]:
+        sql.identifier(c)
+
+    @dg.asset_check(
+        asset=asset,
+        name=name,
+        additional_deps=[dg.AssetKey.from_coercible(source_asset)],
+        blocking=blocking,
+        required_resource_keys={source_resource_key, target_resource_key},
+        metadata={"dw/check_kind": ROW_DIFF_KIND, "dw/source_table": source_table, "dw/target_table": target_table,
+                  "dw/key_columns": ",".join(key_columns)},
+        description=description or f"Row-level diff by {', '.join(key_columns)}: {source_table} (source) vs {target_table} (target).",
+    )
+    def _row_diff(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        src = getattr(context.resources, source_resource_key).get_database()
+        opts = dict(compare_columns=compare_columns, rel_tolerance=rel_tolerance, abs_tolerance=abs_tolerance,
+                    timestamp_precision=timestamp_precision, case_insensitive_keys=case_insensitive_keys,
+                    trim_trailing_blanks=trim_trailing_blanks, sample_limit=sample_limit)
+        if _same_database(context.resources, source_resource_key, target_resource_key):
+            result = row_diff(src, source_table, target_table, key_columns, **opts)
+        else:
+            tgt = getattr(context.resources, target_resource_key).get_database()
+            result = row_diff_across(src, tgt, source_table, target_table, key_columns, max_download_rows=max_download_rows, **opts)
+        return dg.AssetCheckResult(passed=result.identical, severity=severity, description=row_diff_summary(result),
+                                   metadata=row_diff_metadata(result))
+
+    return _row_diff

@@ -28,9 +28,11 @@ from typing import NamedTuple
 
 import dagster as dg
 from pydantic import BaseModel
+from sqlglot import exp
 
 from dw_dagster import sql
 from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 
 VOLUME_KIND = "volume"
@@ -55,12 +57,14 @@ class DayScore(BaseModel):
         return self.status in ("ok",)
 
 
-def daily_counts_sql(table: str, timestamp_column: str, start: dt.date, end: dt.date, dialect: str) -> str:
-    """Rows per day in [start, end] (dates, inclusive) of ``timestamp_column``."""
+def daily_counts_sql(table: str, timestamp_column: str | exp.Expression, start: dt.date, end: dt.date, dialect: str) -> str:
+    """Rows per day in [start, end] (dates, inclusive) of ``timestamp_column`` (a column name, or
+    the expression :func:`dw_dagster.checks.utc.utc_timestamp` gives for an aware column)."""
+    ts = sql.column(timestamp_column) if isinstance(timestamp_column, str) else timestamp_column
     return sql.render(
         "SELECT CAST(:ts AS DATE) AS d, COUNT(*) AS n FROM :t WHERE :ts >= :lo AND :ts < :hi GROUP BY 1",
         dialect,
-        ts=sql.column(timestamp_column),
+        ts=ts,
         t=sql.table(table),
         lo=dt.datetime.combine(start, dt.time()),
         hi=dt.datetime.combine(end + dt.timedelta(days=1), dt.time()),
@@ -225,15 +229,15 @@ def volume_scores(
     Returns:
         (scores, the SQL that counted the rows).
     """
+    ts = utc_timestamp(db, table, timestamp_column)
     first, latest = db.fetch_all(
-        sql.render("SELECT CAST(min(:ts) AS DATE), CAST(max(:ts) AS DATE) FROM :t", db.dialect,
-                   ts=sql.column(timestamp_column), t=sql.table(table))
+        sql.render("SELECT CAST(min(:ts) AS DATE), CAST(max(:ts) AS DATE) FROM :t", db.dialect, ts=ts, t=sql.table(table))
     )[0]
     first, latest = (_as_date(first), _as_date(latest))
     if as_of is None:
         as_of = latest or dt.datetime.now(dt.timezone.utc).date()
     start = as_of - dt.timedelta(days=evaluate_days - 1 + training_days)
-    q = daily_counts_sql(table, timestamp_column, start, as_of, db.dialect)
+    q = daily_counts_sql(table, ts, start, as_of, db.dialect)
     # The calendar spine starts at the table's first day: a day with no rows after that is a
     # zero, a day before the table had any rows is no history at all.
     spine_start = max(start, first) if first else as_of
