@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from dw_dagster import sql
 from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.utc import is_aware
 from dw_dagster.databases import Database, DatabaseError
 
 FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8", "FLOAT64")
@@ -128,8 +129,8 @@ def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case
         e = f"LOWER({e})"
     if _is(NUMERIC_TYPES, ty) and _is(NUMERIC_TYPES, ty_o) and ty != ty_o:
         e = f"CAST({e} AS DECIMAL(38, {max(_scale(ty), _scale(ty_o))}))"
-    if ty and ty_o and ty != ty_o and "TIME ZONE" in ty and ty_o.startswith("TIMESTAMP") and "TIME ZONE" not in ty_o:
-        e = f"CAST(TIMEZONE('UTC', {e}) AS TIMESTAMP)"  # an aware key against a naive (UTC by contract) one
+    if is_aware(ty) and ty_o and ty_o.startswith("TIMESTAMP") and not is_aware(ty_o):
+        e = f"CAST({e} AT TIME ZONE 'UTC' AS TIMESTAMP)"  # an aware key against a naive (UTC by contract) one
     return e
 
 
