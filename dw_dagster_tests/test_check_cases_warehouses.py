@@ -3,6 +3,8 @@
 import datetime as dt
 from decimal import Decimal
 
+import pytest
+
 from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.checks.freshness import freshness
 from dw_dagster.checks.null_rate import null_rates
@@ -23,6 +25,15 @@ def test_c07_slices_and_keys(warehouse):
     assert got == {"2024-03-01": (3, 4, 3, 3, 1), "2024-03-02": (2, 1, 2, 1, 0)}
     assert not res.passed
     assert {sl.slice["day"]: sl.sum_gaps["amt"] for sl in res.slices} == {"2024-03-01": "-10.00", "2024-03-02": "10.00"}
+
+
+def test_c08_counted_in_the_warehouse_value_under_test_not_in_its_baseline(warehouse):
+    per_day = [100, 102, 98, 101, 99, 125]
+    rows = [(dt.datetime(2024, 3, d, 12, i % 60),) for d, n in zip(range(1, 7), per_day) for i in range(n)]
+    t = warehouse.make_table("events", {"ts": "TIMESTAMP"}, rows)
+    (s,), _ = volume_scores(warehouse.db, t, "ts", evaluate_days=1, as_of=D(2024, 3, 6), training_days=5, min_band_pct=0)
+    assert (s.rows, s.baseline_days, s.mean, s.stddev) == (125, 5, 100.0, 1.581)
+    assert s.z_score == pytest.approx(15.81, abs=0.01) and s.status == "high" and not s.passed
 
 
 def test_c10_zero_day_from_the_spine(warehouse):
