@@ -140,3 +140,41 @@ def test_remediation_sensor_waits_for_approval(instance):
     assert rr.tags["dagster/asset_partition_range_start"] == "2026-11-26"
     assert rr.tags["dagster/asset_partition_range_end"] == "2026-11-27"
     assert rr.job_name == "w" and rr.asset_selection == [dg.AssetKey("store_sales_line")]
+
+
+def test_c22_a_second_change_set_for_the_same_window_runs_after_a_failed_one(instance):
+    """PUBLIC_CASES C22: P1's window run fails; P2 for the same partitions, approved after the fix,
+    launches (run keys come from change set + approval, not from the partitions), and P1 stays stopped."""
+    p1, p2 = _cs("cs-p1000000001"), _cs("cs-p2000000002")
+    window_job = dg.define_asset_job("w", selection=["store_sales_line"], partitions_def=DAILY)
+
+    @dg.job(name="receipts")
+    def receipt_job():
+        pass
+
+    sensor = build_remediation_sensor(partitions_def=DAILY, window_job=window_job,
+                                      rebuild_job=dg.define_asset_job("r", selection=["fct"]),
+                                      verify_job=dg.define_asset_job("v", selection=["store_sales_line"]), receipt_job=receipt_job)
+    _record(instance, p1)
+    assert approve_in_process(instance, p1.id, OWNER)[0]
+    (rr1,) = sensor.evaluate_tick(dg.build_sensor_context(instance=instance)).run_requests
+
+    @dg.op
+    def load_window():
+        raise RuntimeError("source connection reset")
+
+    @dg.job(name="w_failing")
+    def failing():
+        load_window()
+
+    res = failing.execute_in_process(instance=instance, raise_on_error=False, tags=rr1.tags)
+    assert not res.success
+    tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+    assert not tick.run_requests  # P1 never goes on to the rebuild, and is not retried under its old key
+    _record(instance, p2)
+    assert approve_in_process(instance, p2.id, OWNER)[0]
+    (rr2,) = sensor.evaluate_tick(dg.build_sensor_context(instance=instance)).run_requests
+    a2 = valid_approval(instance, p2)
+    assert rr2.run_key == f"{p2.id}:{a2.id}:window-1" != rr1.run_key
+    assert (rr2.tags["dagster/asset_partition_range_start"], rr2.tags["dagster/asset_partition_range_end"]) == \
+        (rr1.tags["dagster/asset_partition_range_start"], rr1.tags["dagster/asset_partition_range_end"])
