@@ -226,7 +226,7 @@ def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagst
 def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
     """List change sets (newest first) with their decision."""
     from dw_dagster.remediation import records
-    from dw_dagster.remediation.approval import PAST, signature_valid
+    from dw_dagster.remediation.approval import PAST, counted
 
     with _instance(dagster_home) as instance:
         seen, rows = set(), []
@@ -234,16 +234,19 @@ def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
             if cs.id in seen:
                 continue
             seen.add(cs.id)
-            decided = records.approvals(instance, cs.id)
+            recorded = records.approvals(instance, cs.id)
+            key_set = len(os.environ.get(c.SIGNING_KEY_ENV, "")) >= 16
+            decided = counted(recorded) if key_set else recorded
             status = "pending"
             if decided:
                 status = PAST[decided[0].decision]
                 if decided[0].change_set_version != cs.version:
                     status += " (an older version; this one needs a new approval)"
-                elif len(os.environ.get(c.SIGNING_KEY_ENV, "")) < 16:
+                elif not key_set:
                     status += f" (signature not checked: ${c.SIGNING_KEY_ENV} is not set)"
-                elif not signature_valid(decided[0]):
-                    status += f" (signature does not verify with this ${c.SIGNING_KEY_ENV})"
+            if len(recorded) > len(decided):
+                status += (f" ({len(recorded) - len(decided)} decision(s) ignored: their signature does not verify "
+                           f"with this ${c.SIGNING_KEY_ENV})")
             rows.append({"id": cs.id, "version": cs.version, "asset": "/".join(cs.target_asset), "cause": cs.cause_kind,
                          "window": cs.window, "status": status,
                          "approvers": cs.approvers, "expires_at": cs.expires_at.isoformat(), "summary": cs.summary})

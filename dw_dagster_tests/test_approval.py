@@ -111,6 +111,25 @@ def test_forged_or_copied_approvals_do_not_count(instance, monkeypatch):
     assert not signature_valid(other)
 
 
+def test_a_decision_under_a_wrong_key_does_not_use_up_the_owner_decision(instance, monkeypatch):
+    """Someone with a wrong $DW_APPROVAL_SIGNING_KEY approves (or rejects): it is recorded but never
+    counts, so the owner with the deployment's key can still decide, and the change set runs."""
+    cs = _cs()
+    _record(instance, cs)
+    key = c.SIGNING_KEY_ENV
+    deployment_key = __import__("os").environ[key]
+    for decision, wrong_key in (("reject", "not-this-deployments-key-1234"), ("approve", "another-wrong-key-56789")):
+        monkeypatch.setenv(key, wrong_key)
+        assert approve_in_process(instance, cs.id, OWNER, decision)[0]  # it cannot know the key is wrong
+        monkeypatch.setenv(key, deployment_key)
+        assert valid_approval(instance, cs) is None
+    ok, msg = approve_in_process(instance, cs.id, OWNER)
+    assert ok, msg
+    assert valid_approval(instance, cs) is not None
+    ok, msg = approve_in_process(instance, cs.id, OWNER)
+    assert not ok and "already decided" in msg  # the valid decision is single-use
+
+
 def test_no_signing_key_no_approval(instance, monkeypatch):
     cs = _cs()
     _record(instance, cs)

@@ -6,7 +6,8 @@ Launched from the Launchpad (typed config: change set id, decision, approver) or
 - only an approver listed for the change set's domain, and never the proposer;
 - only before the change set expires;
 - only for the change set's current version (the approval names it);
-- once: a change set with a recorded decision cannot be decided again; a rejection ends it.
+- once: a change set with a recorded decision cannot be decided again; a rejection ends it
+  (only decisions whose signature verifies with this deployment's key count).
 
 A valid decision is recorded as an ``AssetObservation`` with ``dw/approval`` metadata on the
 change set's target asset, signed with HMAC-SHA256 using the key in ``$DW_APPROVAL_SIGNING_KEY``.
@@ -60,6 +61,16 @@ def signature_valid(approval: Approval) -> bool:
     return hmac.compare_digest(expected, approval.signature)
 
 
+def counted(decisions: list[Approval]) -> list[Approval]:
+    """The decisions that count: those whose signature verifies with this deployment's key.
+
+    A decision signed with another key (a wrong ``$DW_APPROVAL_SIGNING_KEY``, a copy from another
+    deployment) is ignored everywhere: it neither approves, nor rejects, nor uses up the change
+    set's single decision, so nobody without the key can block the owner's approval.
+    """
+    return [d for d in decisions if signature_valid(d)]
+
+
 def valid_approval(instance: dg.DagsterInstance, cs: ChangeSet, decided: list[Approval] | None = None) -> Approval | None:
     """The approval that lets ``cs`` run: signed, for this version, decision approve, by a non-proposer.
 
@@ -101,14 +112,14 @@ def check_decision(instance: dg.DagsterInstance, change_set_id: str, approver: s
             raise ApprovalRefused(f"{approver} is no longer an approver of domain {cs.domain!r}")
     if now >= cs.expires_at:
         raise ApprovalRefused(f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal")
-    decided = records.approvals(instance, cs.id)
+    _key()
+    decided = counted(records.approvals(instance, cs.id))
     if decided:
         d = decided[0]
         raise ApprovalRefused(
             f"change set {cs.id} was already decided ({d.decision} by {d.approver} at {d.decided_at.isoformat()}); "
             "a decision is single-use"
         )
-    _key()
     return cs
 
 

@@ -198,7 +198,9 @@ def build_expiry_sensor(
         instance = context.instance
         now = utcnow()
         done = expired_ids(instance)
-        decided = {a.change_set_id for a in records.approvals(instance)}
+        from dw_dagster.remediation.approval import counted
+
+        decided = {a.change_set_id for a in counted(records.approvals(instance))}
         slack = getattr(context.resources, slack_resource_key) if slack_resource_key else None
         events, seen = [], set()
         for cs in records.change_sets(instance):

@@ -34,7 +34,7 @@ from dw_dagster import constants as c
 from dw_dagster.models import ChangeSet, Incident, SliceGap, stable_hash, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.domains import domain_for
-from dw_dagster.remediation.approval import valid_approval
+from dw_dagster.remediation.approval import counted, valid_approval
 from dw_dagster.remediation.control import active_stop, approval_observation, autonomous_approval, expired_ids
 from dw_dagster.remediation.ranges import window_run_request
 from dw_dagster.remediation.steps import step_op_name, step_stages
@@ -292,7 +292,11 @@ def build_remediation_sensor(
             if cs.id in seen:
                 continue  # only the newest version of each change set counts
             seen.add(cs.id)
-            decided = [a for a in all_approvals if a.change_set_id == cs.id]
+            recorded = [a for a in all_approvals if a.change_set_id == cs.id]
+            decided = counted(recorded)
+            if len(decided) < len(recorded):
+                waiting.append(f"{cs.id}: {len(recorded) - len(decided)} decision(s) ignored: signed with another key "
+                               f"than this deployment's ${c.SIGNING_KEY_ENV}")
             if any(a.decision == "reject" for a in decided):
                 continue  # a rejection ends the change set
             approval = valid_approval(instance, cs, decided)
