@@ -139,7 +139,9 @@ def diagnose_required_nulls(
     required = list(required_columns) if required_given else catalog_required_columns(target, target_table)
     source_cols = {c.name.lower(): c.name for c in schema_snapshot(source, source_table)}
     not_in_source = [c for c in required if c.lower() not in source_cols]
-    required = [c for c in required if c.lower() in source_cols and c.lower() not in {k.lower() for k in key_columns}]
+    # A REQUIRED key column counts too: a source row whose key is NULL cannot land either (the
+    # key match is NULL-safe, so such a row is found missing like any other).
+    required = [c for c in required if c.lower() in source_cols]
 
     dlq = dead_letter
     dlq_db = (dlq.database or target) if dlq else None

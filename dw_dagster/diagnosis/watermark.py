@@ -10,11 +10,17 @@ Evidence, all computed in the databases (only per-partition/per-group counts com
 1. **Late rows** (source): rows with ``watermark ≤ HWM`` whose ``arrival_column`` is later than
    the source snapshot of the load that covered their partition, per partition and group, split
    into *below* and *tied with* the HWM, with the longest watermark-to-arrival delay.
-2. **Gap** (source and target): row counts per partition and group in those partitions, so the
-   late rows are matched against what is really missing: explained = Σ min(late, gap) per cell;
-   the rest of the gap is reported as unexplained, never forced onto this cause.
-3. **Sample** (source, then target): up to ``sample_size`` late keys, each classified below/tied,
-   and how many of them are present in the target (expected: none).
+2. **Late and missing** (source and target): the late rows' keys are anti-joined with the
+   target's keys in those partitions (one query when both tables are in one database; otherwise
+   the late keys and the target's keys of those partitions are streamed into a local DuckDB,
+   never the whole table), so a late row that has since landed explains nothing.
+3. **Gap** (source and target): row counts per partition and group in those partitions:
+   explained = Σ min(late and missing, gap) per cell, capped at the incident's gap; the rest of
+   the gap is reported as unexplained, never forced onto this cause. The explained keys are
+   listed (up to ``key_list_limit``) so :func:`~dw_dagster.diagnosis.combine.combine_findings`
+   counts a row two causes share once.
+4. **Sample**: up to ``sample_size`` late keys, each classified below/tied, and whether it is in
+   the target.
 
 The remediation it implies: an inclusive read by arrival with a lookback of at least the longest
 delay (rounded up to whole days), and a rerun of exactly the partitions holding late rows.
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 
 from dw_dagster import sql
+from dw_dagster.diagnosis._common import LocalDuckDB, iso, key_match, key_text, same_database
 from dw_dagster.diagnosis._common import lit as _lit
 from dw_dagster.diagnosis._common import q as _q
 from dw_dagster.diagnosis._common import t as _t
@@ -37,6 +44,11 @@ from dw_dagster.databases import Database
 from dw_dagster.models import CauseFinding, Evidence
 
 KIND = "late_rows_behind_watermark"
+
+
+def _sort_key(cell: tuple) -> tuple:
+    """Order cells/groups with NULL first and mixed types safely."""
+    return tuple((v is not None, str(v)) for v in cell)
 
 
 @dataclass(frozen=True)
@@ -66,13 +78,15 @@ def diagnose_late_rows(
     group_by: Sequence[str] = (),
     sample_size: int = 20,
     lookback_round_hours: int = 24,
+    key_list_limit: int = 10_000,
+    batch_rows: int = 100_000,
 ) -> CauseFinding:
     """Look for rows the high-watermark skipped and measure how much of the gap they explain.
 
     Args:
         source, target: the source database and the warehouse.
         source_table, target_table: ``schema.table`` on each side.
-        key_column: the merge key (used for the sample only).
+        key_column: the merge key: late rows are matched with the target by it (NULL-safe, as text).
         partition_column: the column whose UTC day is the daily partition.
         watermark_column: the column the load compares with the HWM.
         arrival_column: when a row reached the source (``posted_ts``, ``ingested_at``).
@@ -83,6 +97,9 @@ def diagnose_late_rows(
         group_by: columns for the per-group breakdown (e.g. ``["store_id"]``).
         sample_size: how many late keys to list.
         lookback_round_hours: the proposed lookback is the longest delay rounded up to this.
+        key_list_limit: the explained keys are listed in ``details["explained_keys"]`` when at
+            most this many (``details["explained_keys_complete"]`` says whether all are there).
+        batch_rows: rows per Arrow batch when keys are streamed between two databases.
 
     Returns:
         A :class:`~dw_dagster.models.CauseFinding` of kind ``late_rows_behind_watermark``;
@@ -108,7 +125,7 @@ def diagnose_late_rows(
         f"COUNT(CASE WHEN s.{wm} < {hwm} THEN 1 END) AS below_rows, "
         f"COUNT(CASE WHEN s.{wm} = {hwm} THEN 1 END) AS tied_rows, "
         f"MIN(s.{arr}) AS first_arrival, MAX(s.{arr}) AS last_arrival, "
-        f"MAX(DATE_DIFF('second', s.{wm}, s.{arr})) AS max_delay_s "
+        f"MAX(DATE_DIFF('microsecond', s.{wm}, s.{arr})) AS max_delay_us "
         f"FROM {_t(source_table)} AS s JOIN {loads_rel} "
         f"ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
         f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts "
@@ -122,13 +139,13 @@ def diagnose_late_rows(
         key = (r[0], *r[1 : 1 + n_g])
         late, below, tied, first_a, last_a, max_delay = r[1 + n_g :]
         cells[key] = {"late_rows": int(late), "below_rows": int(below), "tied_rows": int(tied),
-                      "first_arrival": first_a, "last_arrival": last_a, "max_delay_s": int(max_delay or 0)}
+                      "first_arrival": first_a, "last_arrival": last_a, "max_delay_us": int(max_delay or 0)}
     evidence = [Evidence(
         description=f"source rows with {watermark_column} ≤ the high-watermark ({high_watermark}) that reached "
         f"the source ({arrival_column}) after the load of their partition had read it",
         database=source.name, sql=late_sql,
         values=[{"partition": k[0], **dict(zip(group_by, k[1:])), **{x: (str(y) if isinstance(y, dt.datetime) else y) for x, y in v.items()}}
-                for k, v in sorted(cells.items())][:200],
+                for k, v in sorted(cells.items(), key=lambda kv: _sort_key(kv[0]))][:200],
     )]
     total_late = sum(c["late_rows"] for c in cells.values())
     if not cells:
@@ -156,55 +173,89 @@ def diagnose_late_rows(
         return out
 
     src_counts, tgt_counts = counts(source, src_count_sql), counts(target, tgt_count_sql)
+
+    # Which late rows are really missing from the target: an anti-join on the key.
+    late_rel_sql = (
+        f"SELECT l.partition_key AS dw_p{''.join(f', s.{c} AS dw_g{i}' for i, c in enumerate(g_cols))}, "
+        f"s.{_q(key_column)} AS dw_k0, {', '.join(key_text([key_column], 's'))}, "
+        f"CAST(s.{wm} AS VARCHAR) AS dw_wm, CAST(s.{arr} AS VARCHAR) AS dw_arr, "
+        f"CASE WHEN s.{wm} = {hwm} THEN 'tied' ELSE 'below' END AS dw_class "
+        f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
+        f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts"
+    )
+    tgt_keys_sql = (f"SELECT {', '.join(key_text([key_column]))} FROM {_t(target_table)} "
+                    f"WHERE {pc} >= {_lit(lo)} AND {pc} < {_lit(hi)}")
+    if same_database(source, target):
+        run_db, rel_l, rel_t, local = source, f"({late_rel_sql})", f"({tgt_keys_sql})", None
+        match_db = source.name
+    else:
+        local = LocalDuckDB()
+        kt = [("dw_kc0", "VARCHAR"), ("dw_kn0", "INTEGER")]
+        late_types = ([("dw_p", "VARCHAR")] + [(f"dw_g{i}", None) for i in range(n_g)] + [("dw_k0", None)] + kt
+                      + [("dw_wm", "VARCHAR"), ("dw_arr", "VARCHAR"), ("dw_class", "VARCHAR")])
+        local.load("dw_late", late_types, source.fetch_batches(_to(late_rel_sql, source.dialect), batch_rows))
+        local.load("dw_tkeys", kt, target.fetch_batches(_to(tgt_keys_sql, target.dialect), batch_rows))
+        run_db, rel_l, rel_t = local, "(SELECT * FROM dw_late)", "(SELECT * FROM dw_tkeys)"
+        match_db = LocalDuckDB.name
+    g_list = "".join(f", dw_g{i}" for i in range(n_g))
+    ctes = (f"WITH dw_l AS {rel_l}, dw_t AS {rel_t}, dw_x AS (SELECT l.*, CASE WHEN EXISTS (SELECT 1 FROM dw_t AS t "
+            f"WHERE {key_match(1, 't', 'l')}) THEN 1 ELSE 0 END AS dw_in FROM dw_l AS l) ")
+    missing_sql = _to(ctes + f"SELECT dw_p{g_list}, COUNT(CASE WHEN dw_in = 0 THEN 1 END) FROM dw_x GROUP BY dw_p{g_list}",
+                      run_db.dialect)
+    keys_sql = _to(ctes + f"SELECT dw_k0 FROM dw_x WHERE dw_in = 0 ORDER BY dw_k0 NULLS FIRST LIMIT {int(key_list_limit) + 1}",
+                   run_db.dialect)
+    sample_sql = _to(ctes + f"SELECT dw_k0, dw_wm, dw_arr, dw_class, dw_in FROM dw_x ORDER BY dw_k0 NULLS FIRST "
+                     f"LIMIT {int(sample_size)}", run_db.dialect)
+    try:
+        late_missing = {(r[0], *r[1 : 1 + n_g]): int(r[1 + n_g] or 0) for r in run_db.fetch_all(missing_sql)}
+        missing_keys = [r[0] for r in run_db.fetch_all(keys_sql)]
+        sample = run_db.fetch_all(sample_sql)
+    finally:
+        if local is not None:
+            local.close()
+
     explained = 0
     per_partition: dict[str, dict] = {}
     for key in set(src_counts) | set(tgt_counts) | set(cells):
         gap = src_counts.get(key, 0) - tgt_counts.get(key, 0)
-        late = cells.get(key, {}).get("late_rows", 0)
-        matched = max(0, min(late, gap))
+        missing = late_missing.get(key, 0)
+        matched = max(0, min(missing, gap))
         explained += matched
-        pp = per_partition.setdefault(key[0], {"partition": key[0], "late_rows": 0, "below_rows": 0, "tied_rows": 0,
-                                               "source_rows": 0, "target_rows": 0, "gap_rows": 0, "explained_rows": 0})
+        pp = per_partition.setdefault(key[0], {"partition": key[0], "late_rows": 0, "late_missing_rows": 0, "below_rows": 0,
+                                               "tied_rows": 0, "source_rows": 0, "target_rows": 0, "gap_rows": 0,
+                                               "explained_rows": 0})
         pp["source_rows"] += src_counts.get(key, 0)
         pp["target_rows"] += tgt_counts.get(key, 0)
         pp["gap_rows"] += gap
         pp["explained_rows"] += matched
+        pp["late_missing_rows"] += missing
         for f in ("late_rows", "below_rows", "tied_rows"):
             pp[f] += cells.get(key, {}).get(f, 0)
     measured_gap = sum(p["gap_rows"] for p in per_partition.values())
     total_gap = gap_rows if gap_rows is not None else measured_gap
+    explained = max(0, min(explained, total_gap))  # never more than the incident's gap
     evidence.append(Evidence(
-        description="rows per partition and group in the source and the target, in the partitions holding late rows",
-        database=f"{source.name} | {target.name}", sql=f"{src_count_sql};\n{tgt_count_sql}",
+        description="rows per partition and group in the source and the target, in the partitions holding late rows, "
+        "and how many of the late rows are missing from the target (matched by key)",
+        database=f"{source.name} | {target.name} | {match_db}", sql=f"{src_count_sql};\n{tgt_count_sql};\n{missing_sql}",
         values=sorted(per_partition.values(), key=lambda p: p["partition"]),
     ))
-
-    # A sample of late keys, classified, and checked against the target.
-    sample_sql = _to(
-        f"SELECT s.{_q(key_column)}, s.{wm}, s.{arr}, CASE WHEN s.{wm} = {hwm} THEN 'tied' ELSE 'below' END AS class "
-        f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
-        f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts ORDER BY s.{_q(key_column)} LIMIT {int(sample_size)}",
-        source.dialect,
-    )
-    sample = source.fetch_all(sample_sql)
-    present = 0
+    present = sum(1 for r in sample if r[4])
     if sample:
-        keys_sql = ", ".join(_lit(r[0]) for r in sample)
-        present_sql = _to(f"SELECT COUNT(*) FROM {_t(target_table)} WHERE {_q(key_column)} IN ({keys_sql})", target.dialect)
-        present = int(target.fetch_all(present_sql)[0][0])
         evidence.append(Evidence(
             description=f"{len(sample)} late keys from the source, classified against the high-watermark; "
             f"{present} of them are present in the target",
-            database=f"{source.name} | {target.name}", sql=f"{sample_sql};\n{present_sql}",
-            values=[{"key": r[0], watermark_column: str(r[1]), arrival_column: str(r[2]), "class": r[3]} for r in sample],
+            database=match_db, sql=sample_sql,
+            values=[{"key": iso(r[0]), watermark_column: r[1], arrival_column: r[2], "class": r[3], "in_target": bool(r[4])}
+                    for r in sample],
         ))
 
-    max_delay_h = max(c["max_delay_s"] for c in cells.values()) / 3600
+    max_delay_h = max(c["max_delay_us"] for c in cells.values()) / 3_600_000_000
     proposed = max(lookback_round_hours, math.ceil(max_delay_h / lookback_round_hours) * lookback_round_hours)
     window = sorted(p for p, v in per_partition.items() if v["explained_rows"] > 0)
     below = sum(c["below_rows"] for c in cells.values())
     tied = sum(c["tied_rows"] for c in cells.values())
-    groups_hit = sorted({k[1:] for k, v in cells.items()}) if group_by else []
+    groups_hit = sorted({k[1:] for k, v in cells.items()}, key=_sort_key) if group_by else []
     confidence = round(min(1.0, explained / total_gap), 4) if total_gap > 0 else 0.0
     summary = (
         f"{total_late} source rows at or below the high-watermark {high_watermark} on {watermark_column} arrived "
@@ -228,13 +279,16 @@ def diagnose_late_rows(
             "below_watermark_rows": below,
             "tied_with_watermark_rows": tied,
             "max_delay_hours": round(max_delay_h, 3),
-            "min_lookback_hours": round(max_delay_h, 3),
+            "min_lookback_hours": math.ceil(max_delay_h * 1000) / 1000,  # rounded up: it must cover the latest row
             "proposed_lookback_hours": proposed,
             "per_partition": sorted(per_partition.values(), key=lambda p: p["partition"]),
             "groups": [dict(zip(group_by, g)) for g in groups_hit],
             "group_by": list(group_by),
             "sample_present_in_target": present,
             "sample_size": len(sample),
+            "late_missing_rows": sum(late_missing.values()),
+            "explained_keys": [[iso(k)] for k in missing_keys[:key_list_limit]] if explained else [],
+            "explained_keys_complete": len(missing_keys) <= key_list_limit and explained == sum(late_missing.values()),
         },
         evidence=evidence,
     )
