@@ -13,7 +13,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dw_dagster import sql
-from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.databases import Database
 
 DEAD_LETTER_KIND = "dead_letter"
@@ -67,8 +67,15 @@ def build_dead_letter_check(
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/parked_rows`` (rows), ``dw/reasons`` (table).
+
+    Raises:
+        UnsafeIdentifierError: a table or column name cannot be an identifier.
+        ValueError: ``lookback_hours`` not positive or ``max_rows`` negative.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table), sql.identifier(timestamp_column), sql.identifier(reason_column)
+    at_least("lookback_hours", lookback_hours, 0, strictly=True)
+    at_least("max_rows", max_rows, 0)
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
                     metadata={"dw/check_kind": DEAD_LETTER_KIND, "dw/table": table},

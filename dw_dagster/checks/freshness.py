@@ -127,6 +127,11 @@ def build_freshness_check(
     """An asset check on the age of the newest ``timestamp_column`` value (see the module docstring).
 
     Args:
+        asset: the asset whose table is checked.
+        table: ``schema.table`` in the warehouse.
+        timestamp_column: the column whose newest value is the table's age (UTC; see ``naive_timezone``).
+        resource_key: key of a :class:`~dw_dagster.databases.DatabaseResource`.
+        name: the check name.
         max_lag: the largest allowed age (or, with ``deadline``, how far before the deadline data must reach).
         naive_timezone: the zone of a column without time zone (default UTC, by contract).
         deadline, deadline_timezone: a daily local deadline, e.g. ``time(6)`` in ``"America/New_York"``.
@@ -137,8 +142,18 @@ def build_freshness_check(
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/max_timestamp_utc`` (null when none),
         ``dw/lag_seconds``, ``dw/required_after_utc``, ``dw/reason``.
+
+    Raises:
+        UnsafeIdentifierError: ``table`` or ``timestamp_column`` cannot be an identifier.
+        ValueError: ``max_lag`` negative or ``future_tolerance`` negative.
+        zoneinfo.ZoneInfoNotFoundError: an unknown time zone name.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table), sql.identifier(timestamp_column), ZoneInfo(naive_timezone), ZoneInfo(deadline_timezone)
+    if max_lag < dt.timedelta(0):
+        raise ValueError(f"max_lag must not be negative, got {max_lag}")
+    if future_tolerance is not None and future_tolerance < dt.timedelta(0):
+        raise ValueError(f"future_tolerance must not be negative, got {future_tolerance}")
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
                     metadata={"dw/check_kind": FRESHNESS_KIND, "dw/table": table, "dw/timestamp_column": timestamp_column},

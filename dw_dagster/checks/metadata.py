@@ -13,3 +13,30 @@ def metadata_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[st
         [dg.TableRecord({n: r.get(n) for n in names}) for r in rows],
         schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in columns]),
     )
+
+
+def column_list(argument: str, value: Any, *, allow_empty: bool = True) -> list[str]:
+    """``value`` as a list of column names, refusing a bare string (which would be read letter by letter).
+
+    Raises:
+        ValueError: ``value`` is a string, not a sequence, or empty when ``allow_empty`` is False.
+    """
+    if isinstance(value, str):
+        raise ValueError(f"{argument} must be a list of column names, got the string {value!r} (write [{value!r}])")
+    try:
+        out = list(value)
+    except TypeError:
+        raise ValueError(f"{argument} must be a list of column names, got {type(value).__name__}") from None
+    if not out and not allow_empty:
+        raise ValueError(f"{argument} must name at least one column")
+    return out
+
+
+def at_least(argument: str, value: float, minimum: float, *, strictly: bool = False) -> None:
+    """Refuse a numeric setting below ``minimum`` (or equal to it when ``strictly``).
+
+    Raises:
+        ValueError: naming the argument, its value and the bound.
+    """
+    if value != value or value < minimum or (strictly and value == minimum):  # value != value: NaN
+        raise ValueError(f"{argument} must be {'>' if strictly else '≥'} {minimum:g}, got {value!r}")

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster import sql
-from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 
@@ -145,8 +145,18 @@ def build_null_rate_check(
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/columns`` (table) and ``dw/columns_json``.
+
+    Raises:
+        UnsafeIdentifierError: a table or column name cannot be an identifier.
+        ValueError: ``columns`` is a bare string or empty, a window below 1 day, or a negative tolerance.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table)
+    columns = column_list("columns", columns, allow_empty=False)
+    at_least("current_days", current_days, 1)
+    at_least("baseline_days", baseline_days, 1)
+    at_least("tolerance_pct", tolerance_pct, 0)
+    at_least("relative_tolerance", relative_tolerance, 0)
     for c in [*columns, *([timestamp_column] if timestamp_column else [])]:
         sql.identifier(c)
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster import sql
+from dw_dagster.checks.metadata import column_list
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.models import SliceGap
 
@@ -326,6 +327,11 @@ def build_reconciliation_checks(
         An ``AssetChecksDefinition``. Result metadata: ``dw/slices`` (table), ``dw/gap_rows``
         (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/queries`` (the SQL run).
 
+    Raises:
+        UnsafeIdentifierError: a table or column name cannot be an identifier.
+        ValueError: ``slice_by``, ``measures`` or ``key_columns`` is a bare string, not a list.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
+
     Examples:
         .. code-block:: python
 
@@ -337,6 +343,8 @@ def build_reconciliation_checks(
             )
     """
     # Validate identifiers up front so a bad config fails at load time, not at 2 a.m.
+    slice_by, measures = column_list("slice_by", slice_by), column_list("measures", measures)
+    key_columns = column_list("key_columns", key_columns)
     sql.table(source_table), sql.table(target_table)
     for c in [*slice_by, *measures, *key_columns]:
         sql.identifier(c)

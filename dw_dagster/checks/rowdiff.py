@@ -32,7 +32,7 @@ import sqlglot
 from pydantic import BaseModel, Field
 
 from dw_dagster import sql
-from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import is_aware
 from dw_dagster.databases import Database, DatabaseError
 
@@ -722,10 +722,12 @@ def build_row_diff_check(
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
-        ValueError: no key columns.
+        ValueError: no key columns, or a bare string where a list of columns is expected.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
-    if not key_columns:
-        raise ValueError("build_row_diff_check needs key_columns")
+    key_columns = column_list("key_columns", key_columns, allow_empty=False)
+    compare_columns = None if compare_columns is None else column_list("compare_columns", compare_columns)
+    at_least("sample_limit", sample_limit, 0)
     sql.table(source_table), sql.table(target_table)
     for c in [*key_columns, *(compare_columns or ())]:
         sql.identifier(c)

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster import sql
-from dw_dagster.checks.metadata import metadata_table
+from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 
@@ -286,10 +286,21 @@ def build_volume_check(
 
     Returns:
         An ``AssetChecksDefinition`` whose result carries a per-day table (``dw/days``).
+
+    Raises:
+        UnsafeIdentifierError: ``table`` or ``timestamp_column`` cannot be an identifier.
+        ValueError: ``evaluate_days``, ``training_days`` or ``min_history`` below 1, a sensitivity
+            that is not positive, a negative ``min_band_pct``, or an unknown ``method``.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table), sql.identifier(timestamp_column)
     if method not in ("zscore", "mad"):
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
+    at_least("evaluate_days", evaluate_days, 1)
+    at_least("training_days", training_days, 1)
+    at_least("min_history", min_history, 1)
+    at_least("sensitivity", sensitivity, 0, strictly=True)
+    at_least("min_band_pct", min_band_pct, 0)
 
     @dg.asset_check(
         asset=asset,
