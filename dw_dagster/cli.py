@@ -81,7 +81,8 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
               log_name="demo.log", home_env="DW_STORE_SALES_HOME", asset="store_sales_line",
               events="dw/change_set, dw/approval, dw/receipt", as_json=as_json,
               empty_result=lambda: DemoResult(scale=scale),
-              run=lambda home, instance, log: run_store_sales_demo(home=home, instance=instance, scale=scale, log=log),
+              run=lambda home, instance, log, result: run_store_sales_demo(home=home, instance=instance, scale=scale, log=log,
+                                                                           result=result),
               set_home=lambda result, home: setattr(result, "store_sales_home", str(home)), scale=scale)
 
 
@@ -99,7 +100,12 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
     work = Path(workdir).resolve()
     own_home = not os.environ.get("DAGSTER_HOME")
     dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / instance_folder).resolve()
-    key_file = work / "approval_signing.key"
+    # The key that signs approvals and receipts lives with the instance they are recorded in, so
+    # runs that share a $DAGSTER_HOME share it (a new key would make the earlier receipts unverifiable).
+    key_file = dagster_home / "approval_signing.key"
+    if os.environ.get(c.SIGNING_KEY_ENV) is not None and len(os.environ[c.SIGNING_KEY_ENV]) < 16:
+        raise click.UsageError(f"${c.SIGNING_KEY_ENV} is set but shorter than 16 characters; set a longer key or unset it "
+                               f"(the demo then makes one in {key_file})")
     try:
         work.mkdir(parents=True, exist_ok=True)
         if (work / log_name).exists() and not any((d / MARKER).exists() for d in work.iterdir() if d.is_dir()):
@@ -129,7 +135,7 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
     with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
         try:
             with dg.DagsterInstance.get() as instance:
-                result = run(home, instance, log)
+                run(home, instance, log, result)  # fills result stage by stage: a failure keeps what came before
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details
@@ -184,7 +190,8 @@ def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
               log_name="orders_demo.log", home_env="DW_ORDERS_HOME", asset="orders",
               events="dw/change_set, dw/approval, dw/step_result, dw/receipt", as_json=as_json,
               empty_result=lambda: OrdersDemoResult(scale=scale),
-              run=lambda home, instance, log: run_orders_demo(home=home, instance=instance, scale=scale, log=log),
+              run=lambda home, instance, log, result: run_orders_demo(home=home, instance=instance, scale=scale, log=log,
+                                                                      result=result),
               set_home=lambda result, home: setattr(result, "orders_home", str(home)), scale=scale)
 
 
@@ -318,6 +325,9 @@ def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
             click.echo(f"hint: no signature verifies; if nothing was tampered with, ${c.SIGNING_KEY_ENV} is not this "
                        "deployment's key", err=True)
         sys.exit(1)
+    if count == 0:
+        click.echo(f"no receipts in the instance at {os.environ['DAGSTER_HOME']}: nothing to verify")
+        return
     click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every anchored receipt present")
 
 

@@ -43,7 +43,7 @@ def test_demo_json_reports_the_loop(demo_run):
 
 def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     _, work = demo_run
-    key = (work / "approval_signing.key").read_text().strip()
+    key = (work / "dagster_home" / "approval_signing.key").read_text().strip()
     env = _env(DAGSTER_HOME=str(work / "dagster_home"), DW_APPROVAL_SIGNING_KEY=key)
     rec = subprocess.run([str(BIN / "dw-dagster"), "receipts", "--asset", "store_sales_line", "--json"],
                          capture_output=True, text=True, env=env, timeout=120)

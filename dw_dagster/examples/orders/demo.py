@@ -196,16 +196,18 @@ def _materialization(result: dg.ExecuteInProcessResult) -> dict:
 
 
 def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE,
-                    log: Timeline | None = None) -> OrdersDemoResult:
+                    log: Timeline | None = None, result: OrdersDemoResult | None = None) -> OrdersDemoResult:
     """Run the whole loop; raise :class:`~dw_dagster.examples.store_sales.demo.DemoError` naming the
-    first stage that went wrong. ``home`` is cleared first when an earlier demo made it.
+    first stage that went wrong. ``home`` is cleared first when an earlier demo made it. ``result``,
+    when given, is filled in as the stages finish (what came before a failure is kept).
 
     Raises:
         ValueError: ``scale`` outside the generator's range (checked before anything on disk changes).
         DemoError: a stage did not produce what it must.
     """
     log = log or Timeline()
-    res = OrdersDemoResult(scale=scale, orders_home=str(home))
+    res = result if result is not None else OrdersDemoResult(scale=scale)
+    res.scale, res.orders_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)

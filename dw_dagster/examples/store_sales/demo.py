@@ -123,6 +123,36 @@ class Timeline:
         print(f"{'':20}{msg}", file=self.stream, flush=True)
 
 
+def clip(text: str, width: int = 110) -> str:
+    """``text`` cut to ``width`` characters, with an ellipsis when something was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def diff_for_timeline(diff: str) -> list[str]:
+    """The changed lines of a unified diff, file by file under their names, edits to existing files
+    first (the change a reader looks for), new files after."""
+    files: list[tuple[str, bool, list[str]]] = []
+    for line in diff.splitlines():
+        if line.startswith("--- "):
+            new_file = line[4:].strip() in ("/dev/null", "a/dev/null")
+            files.append(("", new_file, []))
+        elif line.startswith("+++ ") and files:
+            name = line[4:].strip()
+            files[-1] = (name[2:] if name.startswith("b/") else name, files[-1][1], files[-1][2])
+        elif line.startswith(("+", "-")) and files and not line.startswith("+--"):
+            files[-1][2].append(line)
+    out = []
+    for name, new_file, lines in sorted(files, key=lambda f: f[1]):  # stable: existing files keep their order
+        out.append(f"{'new file' if new_file else 'edit'} {name}:")
+        out += [f"  {clip(x, 108)}" for x in lines]
+    return out
+
+
+def _gap_text(gaps: dict[str, float]) -> str:
+    """Per region, the gap in words: ``Southwest 1.80 % short`` (a negative gap is rows over)."""
+    return ", ".join(f"{r} {abs(p):.2f} % {'short' if p > 0 else 'over'}" if p else f"{r} 0.00 %" for r, p in sorted(gaps.items()))
+
+
 def _volume(instance: dg.DagsterInstance, run_id: str) -> str:
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
         ev = entry.dagster_event.event_specific_data
@@ -174,15 +204,20 @@ def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, chan
 
 
 def run_store_sales_demo(
-    *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None
+    *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None,
+    result: DemoResult | None = None,
 ) -> DemoResult:
     """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong.
+
+    ``result``, when given, is filled in as the stages finish, so a caller still has what the
+    stages before a failure found.
 
     The fake Lightup and the fake PagerDuty/Slack run as child processes on loopback for the
     duration (:class:`~dw_dagster.examples.store_sales.services.FakeServices`).
     """
     log = log or Timeline()
-    res = DemoResult(scale=scale, store_sales_home=str(home))
+    res = result if result is not None else DemoResult(scale=scale)
+    res.scale, res.store_sales_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)
@@ -250,8 +285,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
             f"{_day(i['start_ts'])}..{_day(i['end_ts'] - 1)}, impact {i['impact']}/10")
     checks = _run(defs.resolve_job_def("dw_verify_store_sales_line"), instance, "checks")
     res.gap_before, res.gap_rows_before, passed = _gaps(instance, checks.run_id)
-    log("detect", f"region_compare {'passed' if passed else 'FAILED'}: " +
-        ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_before.items())))
+    log("detect", f"region_compare {'passed' if passed else 'FAILED'}: target vs source rows: {_gap_text(res.gap_before)}")
     log("detect", _volume(instance, checks.run_id))
     if passed:
         raise DemoError("detect: the reconciliation check passed; the incident did not reproduce")
@@ -288,15 +322,14 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     cs = records.change_sets(instance)[0]
     res.change_set_id, res.window = cs.id, cs.window
     log("propose", f"change set {cs.id} v{cs.version}: {cs.summary}")
-    for line in cs.diff.splitlines():
-        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")) and not line.startswith("+--"):
-            log.detail(line[:110])
+    for line in diff_for_timeline(cs.diff):
+        log.detail(line)
 
     # tell people: Lightup comment, page triggered and annotated, approval request in Slack
     mark = max((n["storage_id"] for n in notifications(instance)), default=0)
     tick = daemon.tick("dw_notification_sensor")
     for n in _notified(instance, mark):
-        log("notify", f"{n['channel']:<7} {n['action']}: {n['detail'][:100]}" + ("" if n["ok"] else " (FAILED)"))
+        log("notify", f"{n['channel']:<7} {n['action']}: {clip(n['detail'], 100)}" + ("" if n["ok"] else " (FAILED)"))
     sent = [n for n in _notified(instance, mark) if n["ok"]]
     if not any(n["action"] == "annotate" for n in sent) or not any(n["action"] == "approval_request" for n in sent):
         raise DemoError(f"notify: page annotation or approval request missing ({tick.skip_reason})")
@@ -328,8 +361,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     if "verify" not in res.run_ids or "receipt" not in res.run_ids:
         raise DemoError(f"repair: stages did not finish ({sorted(res.run_ids)})")
     res.gap_after, _, passed = _gaps(instance, res.run_ids["verify"])
-    log("verify", f"region_compare {'passed' if passed else 'FAILED'}: " +
-        ", ".join(f"{r} {p:+.2f} %" for r, p in sorted(res.gap_after.items())))
+    log("verify", f"region_compare {'passed' if passed else 'FAILED'}: target vs source rows: {_gap_text(res.gap_after)}")
     log("verify", _volume(instance, res.run_ids["verify"]))
     receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
     res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
@@ -340,11 +372,11 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     mark = max((n["storage_id"] for n in notifications(instance)), default=0)
     daemon.tick("dw_notification_sensor")
     for n in _notified(instance, mark):
-        log("notify", f"{n['channel']:<7} {n['action']}: {n['detail'][:110]}" + ("" if n["ok"] else " (FAILED)"))
+        log("notify", f"{n['channel']:<7} {n['action']}: {clip(n['detail'])}" + ("" if n["ok"] else " (FAILED)"))
     tick = daemon.tick("dw_lightup_incident_sensor")
     for ev in tick.events:
         if isinstance(ev, dg.AssetCheckEvaluation):
-            log("lightup", f"lightup_compare {'passed' if ev.passed else 'FAILED'}: {ev.description[:110]}")
+            log("lightup", f"lightup_compare {'passed' if ev.passed else 'FAILED'}: {clip(ev.description)}")
     lu = next(i for i in svc.lightup_state()["incidents"] if i["uuid"] == inc.external_id)
     verify_note = next((n for n in notifications(instance) if n["action"] == "verify"), None)
     res.lightup_gap_after = 0.0 if verify_note and verify_note.get("gap_zero") else None
