@@ -74,7 +74,7 @@ def demo() -> None:
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
 def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
-    """The grocery store-sales incident: a high-watermark skipped back-dated lines (DESIGN.md §3)."""
+    """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
     from dw_dagster.examples.store_sales.demo import DemoResult, run_store_sales_demo
 
     _run_demo(name="store-sales", workdir=workdir, home_folder="store_sales", instance_folder="dagster_home",
@@ -181,7 +181,7 @@ def _orders_scale(ctx, param, value: float) -> float:
               help="Where the demo keeps its data, dbt project and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
 def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
-    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows (DESIGN.md §3)."""
+    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
     from dw_dagster.examples.orders.demo import OrdersDemoResult, run_orders_demo
     from dw_dagster.examples.orders.home import SOURCE_URL_ENV
 
