@@ -300,6 +300,8 @@ def receipts(ctx: click.Context, asset: str | None, as_json: bool, dagster_home:
         return
     for r in found:
         click.echo(f"== {'/'.join(r.asset_key)} ==\n{receipt_markdown(r)}\n")
+    click.echo("(verified / signature valid: as recorded when each receipt was written; "
+               "`dw-dagster receipts verify` rechecks the chains and signatures now)")
 
 
 @receipts.command("verify")
