@@ -237,14 +237,20 @@ def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, fla
 
 def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance,
                         abs_tolerance, timestamp_precision, case_insensitive_keys, sample_limit) -> "RowDiffResult | None":
-    """DuckDB fast path: one FULL OUTER JOIN of the raw tables that returns the join's side counts
-    and the differing rows as one list. Valid only when no key is duplicated; returns None (use
+    """DuckDB fast path, one statement in two steps. First the two tables are joined on the key
+    carrying only a 64-bit hash of the compared columns (about half the cost of joining the rows
+    themselves at 10M rows): that gives the join's side counts, the NULL keys, and the candidate
+    keys (unmatched, or a different hash). Then only the candidates' rows are joined again and
+    compared with the typed rules. Equal hashes are taken as equal rows: every typed rule only
+    makes more values equal, so a hash difference can never hide a difference the rules would
+    report (a 2^-64 collision aside). Valid only when no key is duplicated; returns None (use
     the grouped query) when the counts or the list show a duplicate."""
     q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
 
     def key_expr(alias: str, c: str, types: dict[str, str]) -> str:
         return _key_expr(f"{alias}.{q(c)}", c, types, tt if types is st else st, case_insensitive_keys)
 
+    n = len(key_columns)
     flags = [_differs(c, st.get(c.lower()), tt.get(c.lower()), rel_tolerance, abs_tolerance, timestamp_precision)
              for c in compare_columns]
     on = " AND ".join(f"{key_expr('s', c, st)} IS NOT DISTINCT FROM {key_expr('t', c, tt)}" for c in key_columns)
@@ -252,12 +258,30 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     fields += ["'sm': s.dw_m", "'tm': t.dw_m"] + [f"'d{i}': {f}" for i, f in enumerate(flags)]
     cond = " OR ".join(["s.dw_m IS NULL", "t.dw_m IS NULL", *flags])
     src, tgt = sql.table(source_table).sql("duckdb"), sql.table(target_table).sql("duckdb")
-    nulls = "".join(f", COUNT(CASE WHEN {a}.dw_m IS NOT NULL AND {a}.{q(c)} IS NULL THEN 1 END)"
-                    for a in ("s", "t") for c in key_columns)
     order = ", ".join(f"COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)}) NULLS FIRST" for c in key_columns)
-    query = (f"SELECT (SELECT COUNT(*) FROM {src}), (SELECT COUNT(*) FROM {tgt}), COUNT(s.dw_m), COUNT(t.dw_m), "
+    row_hash = f"hash({', '.join('x.' + q(c) for c in compare_columns)})" if compare_columns else "0"
+
+    def hashed(table: str, types: dict[str, str]) -> str:
+        keys = ", ".join(f"{key_expr('x', c, types)} AS dw_k{i}" for i, c in enumerate(key_columns))
+        return f"(SELECT {keys}, {row_hash} AS dw_h FROM {table} AS x)"  # dw_h is never NULL: it marks the side
+
+    def candidates_of(table: str, types: dict[str, str]) -> str:
+        match = " AND ".join(f"dw_c.k{i} IS NOT DISTINCT FROM {key_expr('x', c, types)}" for i, c in enumerate(key_columns))
+        return f"(SELECT x.*, 1 AS dw_m FROM {table} AS x WHERE EXISTS (SELECT 1 FROM dw_c WHERE {match}))"
+
+    hk = " AND ".join(f"s.dw_k{i} IS NOT DISTINCT FROM t.dw_k{i}" for i in range(n))
+    null_cols = [f"COUNT(CASE WHEN {a}.dw_h IS NOT NULL AND {a}.dw_k{i} IS NULL THEN 1 END) AS dw_n{a}{i}"
+                 for a in ("s", "t") for i in range(n)]
+    cand = "{" + ", ".join(f"'k{i}': COALESCE(s.dw_k{i}, t.dw_k{i})" for i in range(n)) + "}"
+    step1 = (f"SELECT COUNT(s.dw_h) AS dw_js, COUNT(t.dw_h) AS dw_jt, {', '.join(null_cols)}, "
+             f"LIST({cand}) FILTER (WHERE s.dw_h IS DISTINCT FROM t.dw_h) AS dw_cand "
+             f"FROM {hashed(src, st)} AS s FULL OUTER JOIN {hashed(tgt, tt)} AS t ON {hk}")
+    unnest = ", ".join(f"u.c.k{i} AS k{i}" for i in range(n))
+    nulls = "".join(f", (SELECT dw_n{a}{i} FROM dw_p)" for a in ("s", "t") for i in range(n))
+    query = (f"WITH dw_p AS ({step1}), dw_c AS (SELECT {unnest} FROM (SELECT UNNEST(dw_cand) AS c FROM dw_p) AS u) "
+             f"SELECT (SELECT COUNT(*) FROM {src}), (SELECT COUNT(*) FROM {tgt}), (SELECT dw_js FROM dw_p), (SELECT dw_jt FROM dw_p), "
              f"LIST({{{', '.join(fields)}}} ORDER BY {order}) FILTER (WHERE {cond}){nulls} "
-             f"FROM (SELECT *, 1 AS dw_m FROM {src}) s FULL OUTER JOIN (SELECT *, 1 AS dw_m FROM {tgt}) t ON {on}")
+             f"FROM {candidates_of(src, st)} AS s FULL OUTER JOIN {candidates_of(tgt, tt)} AS t ON {on}")
     # Arrow, not Python objects: the list of differing rows can hold millions of entries.
     import pyarrow as pa
 
@@ -268,25 +292,45 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     if joined_s != n_src or joined_t != n_tgt:
         return None  # a matched key is duplicated on some side
     listed = tbl.column(4).combine_chunks()
-    n = len(key_columns)
-    if listed.null_count or len(listed.flatten()) == 0:
-        cols: dict[str, list] = {}
-        count = 0
-    else:
-        structs = listed.flatten()
-        cols = {name: structs.field(name).to_pylist() for name in [f"k{i}" for i in range(n)] + ["sm", "tm"]
-                + [f"d{i}" for i in range(len(compare_columns))]}
-        count = len(structs)
-    keys = list(zip(*(cols[f"k{i}"] for i in range(n)))) if count else []
-    if any(a == b for a, b in zip(keys, keys[1:])):
-        return None  # an unmatched key is duplicated (keys arrive sorted)
+    structs = None if listed.null_count else listed.flatten()
+    count = 0 if structs is None else len(structs)
     result = RowDiffResult(queries=[query])
     for (side, c), k in zip(((side, c) for side in ("source", "target") for c in key_columns), null_counts):
         if k:
             result.warnings.append(f"key column {c} has {k} NULL(s) on the {side} side; compared NULL-safely")
-    flags = list(zip(*(cols[f"d{i}"] for i in range(len(compare_columns))))) if count and compare_columns else [()] * count
-    for j in range(count):
-        _tally(result, list(keys[j]), cols["sm"][j], cols["tm"][j], [bool(f) for f in flags[j]], compare_columns, sample_limit)
+    if not count:
+        return result
+    # Counted with Arrow compute (the list can hold millions of differing keys); Python objects
+    # only for the sample.
+    import pyarrow.compute as pc
+
+    keys = [structs.field(f"k{i}") for i in range(n)]
+    if count > 1:
+        same = None
+        for arr in keys:  # keys arrive sorted: an unmatched duplicated key sits next to itself
+            a, b = arr.slice(0, count - 1), arr.slice(1)
+            eq = pc.fill_null(pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b))), False)
+            same = eq if same is None else pc.and_(same, eq)
+        if pc.any(same).as_py():
+            return None
+    in_s, in_t = pc.is_valid(structs.field("sm")), pc.is_valid(structs.field("tm"))
+    both = pc.and_(in_s, in_t)
+    result.missing = int(pc.sum(pc.invert(in_t)).as_py() or 0)
+    result.extra = int(pc.sum(pc.invert(in_s)).as_py() or 0)
+    result.changed = int(pc.sum(both).as_py() or 0)  # a matched key is listed only when a column differs
+    for i, c in enumerate(compare_columns):
+        changed = int(pc.sum(pc.and_(both, pc.fill_null(structs.field(f"d{i}"), False))).as_py() or 0)
+        if changed:
+            result.changed_columns[c] = changed
+    head = structs.slice(0, sample_limit)
+    cols = {name: head.field(name).to_pylist() for name in [f"k{i}" for i in range(n)] + ["sm", "tm"]
+            + [f"d{i}" for i in range(len(compare_columns))]}
+    for j in range(len(head)):
+        sn, tn = int(cols["sm"][j] or 0), int(cols["tm"][j] or 0)
+        changed_cols = [c for i, c in enumerate(compare_columns) if cols[f"d{i}"][j]] if sn and tn else []
+        status = "missing" if not tn else "extra" if not sn else "changed"
+        result.sample.append(RowDiffEntry(key=[cols[f"k{i}"][j] for i in range(n)], status=status, columns=changed_cols,
+                                          source_rows=sn, target_rows=tn))
     return result
 
 
