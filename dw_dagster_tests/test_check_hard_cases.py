@@ -210,8 +210,8 @@ def test_rec_real_column_copied_to_double(duck):
     # (CAST(x AS DOUBLE)), plus a DOUBLE target that holds the decimal the REAL approximates
     # (0.1 -> 0.1 as DOUBLE, |delta| = 1.49e-9). Widening is the same value -> equal (id 1, 2).
     # The 0.1-as-DOUBLE target (id 3) is within float32 precision (relative 1.5e-8 < 2^-24 = 6e-8);
-    # a data engineer comparing a float32 column expects it equal. Debatable: the documented
-    # tolerance is rel 1e-9 for any float column.
+    # a data engineer comparing a float32 column expects it equal: a REAL side is compared at
+    # float32 precision (relative 2^-23).
     duck.execute("CREATE TABLE s (id INT, x REAL); CREATE TABLE t (id INT, x DOUBLE)")
     duck.execute("INSERT INTO s VALUES (1, 0.5), (2, 0.1), (3, 0.1)")
     duck.execute("INSERT INTO t VALUES (1, 0.5), (2, CAST(CAST(0.1 AS REAL) AS DOUBLE)), (3, 0.1)")

@@ -175,3 +175,55 @@ def test_across_unknown_column_is_a_clear_error(tmp_path):
         row_diff_across(a, b, "t", "t", ["id"], ["nope"])
     with pytest.raises(DatabaseError, match="not found"):
         row_diff_across(a, b, "t", "missing_table", ["id"])
+
+
+def test_settings_that_reach_sql_are_checked(duck):
+    duck.execute("CREATE TABLE s (id INT, ts TIMESTAMP); CREATE TABLE t (id INT, ts TIMESTAMP)")
+    for bad in ("fortnight", "second', ts) FROM s; DROP TABLE t; --"):
+        with pytest.raises(ValueError, match="timestamp_precision must be one of"):
+            row_diff(duck, "s", "t", ["id"], timestamp_precision=bad)
+    with pytest.raises(ValueError, match="rel_tolerance"):
+        row_diff(duck, "s", "t", ["id"], rel_tolerance=float("inf"))
+    with pytest.raises(ValueError, match="not a string"):
+        row_diff(duck, "s", "t", "id")
+    assert duck.fetch_all("SELECT COUNT(*) FROM t") == [(0,)]
+
+
+def test_text_against_a_number_is_compared_as_text_not_rounded(duck):
+    duck.execute("CREATE TABLE s (id INT, amount DECIMAL(18,2), n INT, flag BOOLEAN)")
+    duck.execute("CREATE TABLE t (id VARCHAR, amount VARCHAR, n VARCHAR, flag VARCHAR)")
+    duck.execute("INSERT INTO s VALUES (1, 1.50, 1, true), (2, 2.00, 2, false), (3, 3.00, 3, true)")
+    duck.execute("INSERT INTO t VALUES ('1', '1.504', '1.4', 'yes'), ('2', '2.00', '2', 'false'), ('3', '3.00', 'abc', 'true')")
+    r = row_diff(duck, "s", "t", ["id"])  # keys INTEGER vs VARCHAR match as text; no cast rounds a value
+    assert (r.missing, r.extra) == (0, 0)
+    assert [(e.key, e.columns) for e in r.sample] == [(["1"], ["amount", "n", "flag"]), (["3"], ["n"])]
+
+
+def test_unqualified_name_means_the_current_schema_and_original_spelling_is_kept(duck):
+    duck.execute('CREATE SCHEMA archive; CREATE TABLE archive.t (id INT, old_col INT)')
+    duck.execute('CREATE TABLE s (id INT, "Net Sales" DECIMAL(18,2), only_here INT); CREATE TABLE t (id INT, "Net Sales" DECIMAL(18,2))')
+    duck.execute("INSERT INTO s VALUES (1, 1.00, 0), (2, 2.00, 0); INSERT INTO t VALUES (1, 1.00), (2, 2.50)")
+    r = row_diff(duck, "s", "t", ["id"])
+    assert [(e.key, e.columns) for e in r.sample] == [([2], ["Net Sales"])]
+    assert "column only_here is only in s; not compared" in r.warnings
+    duck.execute("CREATE SCHEMA other; CREATE TABLE other.u (id INT); CREATE SCHEMA third; CREATE TABLE third.u (id INT)")
+    from dw_dagster.databases import DatabaseError
+
+    with pytest.raises(DatabaseError, match="in several schemas"):
+        row_diff(duck, "other.u", "u", ["id"])
+
+
+def test_across_aware_against_naive_whatever_the_machine_zone(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        a, b = _pair(tmp_path, "id INT, v INT", "(1, 1)", "(1, 2)")
+        a.execute("CREATE TABLE ts_a (id INT, ts TIMESTAMPTZ); INSERT INTO ts_a VALUES (1, '2024-03-10 12:00:00+00'), (2, '2024-03-10 13:00:00+00')")
+        b.execute("CREATE TABLE ts_b (id INT, ts TIMESTAMP); INSERT INTO ts_b VALUES (1, '2024-03-10 12:00:00'), (2, '2024-03-10 13:00:01')")
+        r = row_diff_across(a, b, "ts_a", "ts_b", ["id"])
+        assert [(e.key, e.columns) for e in r.sample] == [([2], ["ts"])]
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -75,7 +75,7 @@ def build_dead_letter_check(
     """
     sql.table(table), sql.identifier(timestamp_column), sql.identifier(reason_column)
     at_least("lookback_hours", lookback_hours, 0, strictly=True)
-    at_least("max_rows", max_rows, 0)
+    at_least("max_rows", max_rows, 0, whole=True)
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
                     metadata={"dw/check_kind": DEAD_LETTER_KIND, "dw/table": table},

@@ -145,12 +145,22 @@ def build_freshness_check(
 
     Raises:
         UnsafeIdentifierError: ``table`` or ``timestamp_column`` cannot be an identifier.
-        ValueError: ``max_lag`` negative or ``future_tolerance`` negative.
-        zoneinfo.ZoneInfoNotFoundError: an unknown time zone name.
+        ValueError: ``max_lag`` or ``future_tolerance`` negative or not a ``timedelta``, ``deadline``
+            not a ``datetime.time``, or an unknown time zone name.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
-    sql.table(table), sql.identifier(timestamp_column), ZoneInfo(naive_timezone), ZoneInfo(deadline_timezone)
-    if max_lag < dt.timedelta(0):
+    sql.table(table), sql.identifier(timestamp_column)
+    for arg, zone in (("naive_timezone", naive_timezone), ("deadline_timezone", deadline_timezone)):
+        try:
+            ZoneInfo(zone)
+        except Exception as e:  # ZoneInfoNotFoundError, ValueError, TypeError
+            raise ValueError(f"{arg} must be an IANA time zone name such as 'America/New_York', got {zone!r}") from e
+    for arg, v in (("max_lag", max_lag), ("future_tolerance", future_tolerance)):
+        if v is not None and not isinstance(v, dt.timedelta):
+            raise ValueError(f"{arg} must be a datetime.timedelta, got {v!r}")
+    if deadline is not None and not isinstance(deadline, dt.time):
+        raise ValueError(f"deadline must be a datetime.time such as time(6), got {deadline!r}")
+    if max_lag is None or max_lag < dt.timedelta(0):
         raise ValueError(f"max_lag must not be negative, got {max_lag}")
     if future_tolerance is not None and future_tolerance < dt.timedelta(0):
         raise ValueError(f"future_tolerance must not be negative, got {future_tolerance}")

@@ -32,11 +32,18 @@ def column_list(argument: str, value: Any, *, allow_empty: bool = True) -> list[
     return out
 
 
-def at_least(argument: str, value: float, minimum: float, *, strictly: bool = False) -> None:
-    """Refuse a numeric setting below ``minimum`` (or equal to it when ``strictly``).
+def at_least(argument: str, value: Any, minimum: float, *, strictly: bool = False, whole: bool = False) -> None:
+    """Refuse a numeric setting that is not a finite number, is below ``minimum`` (or equal to it
+    when ``strictly``), or is not a whole number when ``whole``.
 
     Raises:
         ValueError: naming the argument, its value and the bound.
     """
-    if value != value or value < minimum or (strictly and value == minimum):  # value != value: NaN
+    import math
+
+    kind = "a whole number" if whole else "a finite number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or (whole and value != int(value)):
+        raise ValueError(f"{argument} must be {kind}, got {value!r}")
+    if value < minimum or (strictly and value == minimum):
         raise ValueError(f"{argument} must be {'>' if strictly else '≥'} {minimum:g}, got {value!r}")

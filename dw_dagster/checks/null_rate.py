@@ -153,8 +153,8 @@ def build_null_rate_check(
     """
     sql.table(table)
     columns = column_list("columns", columns, allow_empty=False)
-    at_least("current_days", current_days, 1)
-    at_least("baseline_days", baseline_days, 1)
+    at_least("current_days", current_days, 1, whole=True)
+    at_least("baseline_days", baseline_days, 1, whole=True)
     at_least("tolerance_pct", tolerance_pct, 0)
     at_least("relative_tolerance", relative_tolerance, 0)
     for c in [*columns, *([timestamp_column] if timestamp_column else [])]:

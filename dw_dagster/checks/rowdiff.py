@@ -24,6 +24,9 @@ Typed comparison (in the database, per column):
 """
 
 import hashlib
+import json
+import math
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -75,29 +78,58 @@ class RowDiffResult(BaseModel):
         return not (self.missing or self.extra or self.changed or self.duplicated_source or self.duplicated_target)
 
 
-def column_types(db: Database, table: str) -> dict[str, str]:
+class ColumnTypes(dict):
+    """Column name (lower case) → upper-case data type, in table order; ``names`` maps each lower-case
+    name back to the column's own spelling (``"Net Sales"``), for quoting it where case matters."""
+
+    def __init__(self, types: dict[str, str] | None = None, names: dict[str, str] | None = None) -> None:
+        super().__init__(types or {})
+        self.names = dict(names or {n: n for n in self})
+
+
+def _spelling(name: str) -> str:
+    """How to name a column back: a plain name in one case (``NET_SALES`` as Snowflake folds it, or
+    ``net_sales``) in lower case, anything else (``Net Sales``, ``NetSales``) as the catalog spells it."""
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
+    return name.lower() if plain and name in (name.lower(), name.upper()) else name
+
+
+def column_types(db: Database, table: str) -> ColumnTypes:
     """Column name (lower case) → upper-case data type, in table order, from ``information_schema.columns``.
 
-    A database that knows its schemas better (BigQuery's tables API) provides ``column_types``.
+    A name without a schema means the session's current schema; when no table of that name is
+    there and exactly one schema has one, that one. A database that knows its schemas better
+    (BigQuery's tables API) provides ``column_types``.
 
     Raises:
-        DatabaseError: the table does not exist (or has no visible columns).
+        DatabaseError: the table does not exist (or has no visible columns), or an unqualified name
+            is in several schemas none of which is the current one.
     """
     if hasattr(db, "column_types"):
-        return db.column_types(table)
+        found = db.column_types(table)
+        return found if isinstance(found, ColumnTypes) else ColumnTypes(found)
     t = sql.table(table)
     schema = t.args.get("db")
     cond = f"LOWER(table_name) = {sql.literal(t.name.lower()).sql('duckdb')}"
     if schema is not None:
         cond += f" AND LOWER(table_schema) = {sql.literal(schema.name.lower()).sql('duckdb')}"
     src = "information_schema.columns"
-    q = sqlglot.transpile(f"SELECT column_name, data_type FROM {src} WHERE {cond} ORDER BY ordinal_position", read="duckdb", write=db.dialect)[0]
+    q = sqlglot.transpile(f"SELECT column_name, data_type, table_schema, CURRENT_SCHEMA() FROM {src} WHERE {cond} "
+                          "ORDER BY table_schema, ordinal_position", read="duckdb", write=db.dialect)[0]
     rows = db.fetch_all(q)
     if not rows:
         raise DatabaseError(f"{db.name}: table {table} not found (no columns in information_schema)")
-    types = {str(n).lower(): str(ty).upper() for n, ty in rows}
+    schemas = list(dict.fromkeys(str(r[2]) for r in rows))
+    if len(schemas) > 1:
+        current = [s for s in schemas if rows[0][3] is not None and s.lower() == str(rows[0][3]).lower()]
+        if not current:
+            raise DatabaseError(f"{db.name}: table {table} is in several schemas ({', '.join(schemas)}); name one")
+        rows = [r for r in rows if str(r[2]) == current[0]]
+    types = ColumnTypes({str(n).lower(): str(ty).upper() for n, ty, *_ in rows}, {str(n).lower(): _spelling(str(n)) for n, *_ in rows})
     if db.dialect == "duckdb":  # DuckDB's information_schema calls its 4-byte REAL "FLOAT"
-        types = {n: "REAL" if ty == "FLOAT" else ty for n, ty in types.items()}
+        for n, ty in types.items():
+            if ty == "FLOAT":
+                types[n] = "REAL"
     return types
 
 
@@ -123,6 +155,9 @@ def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case
     side's (INTEGER against DECIMAL(10,2)) cast to one DECIMAL(38, s) so values, not spellings, match."""
     ty, ty_o = own.get(c.lower()), other.get(c.lower())
     e = ref
+    if _text_vs_other(ty, ty_o):  # an INTEGER key against a VARCHAR one: matched as text
+        e = f"CAST({e} AS VARCHAR)"
+        ty = "VARCHAR"
     if _is(CHAR_TYPES, ty):
         e = f"RTRIM({e})"
     if case_insensitive and (ty is None or _is(TEXT_TYPES, ty)):
@@ -134,8 +169,16 @@ def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case
     return e
 
 
+def _text_vs_other(ty: str | None, ty_o: str | None) -> bool:
+    """One side text and the other not: compared as text, since casting the text to the other
+    type would round ('1.504' = DECIMAL 1.50) or fail ('abc' as INTEGER)."""
+    return bool(ty and ty_o) and _is(TEXT_TYPES, ty) != _is(TEXT_TYPES, ty_o)
+
+
 def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None) -> str:
     ref = f"{alias}.{sql.identifier(col).sql('duckdb')}"
+    if _text_vs_other(ty_self, ty_other):
+        return f"CAST({ref} AS VARCHAR)"
     if _is(CHAR_TYPES, ty_self) or _is(CHAR_TYPES, ty_other):
         return f"RTRIM({ref})"
     if timestamp_precision and ty_self and ty_self.startswith("TIMESTAMP"):
@@ -148,7 +191,7 @@ def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None,
 def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: float, timestamp_precision: str | None) -> str:
     a = _value_expr("s", col, ts, tt, timestamp_precision)
     b = _value_expr("t", col, tt, ts, timestamp_precision)
-    if _is(FLOAT_TYPES, ts) or _is(FLOAT_TYPES, tt):
+    if (_is(FLOAT_TYPES, ts) or _is(FLOAT_TYPES, tt)) and not _text_vs_other(ts, tt):
         if _is(SINGLE_FLOAT_TYPES, ts) or _is(SINGLE_FLOAT_TYPES, tt):
             rel_tol = max(rel_tol, 2.0 ** -23)  # a 4-byte float holds 24 significant bits
         fa, fb = f"CAST({a} AS DOUBLE)", f"CAST({b} AS DOUBLE)"
@@ -360,9 +403,10 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
         DatabaseError: a table or key column is missing, or a query fails.
     """
     st, tt = _trimmed(column_types(db, source_table), trim_trailing_blanks), _trimmed(column_types(db, target_table), trim_trailing_blanks)
-    compare_columns = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
-    opts = _Options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
+    compare_columns, left_out = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
+    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
     result, fast = _diff_typed(db, source_table, target_table, key_columns, compare_columns, st, tt, opts, sample_limit)
+    result.warnings += left_out
     for table, side in ((source_table, "source"), (target_table, "target")):
         if not fast:  # the single pass already counted NULL keys
             w, wq = _null_key_warnings(db, table, key_columns, side)
@@ -375,9 +419,28 @@ def row_diff(db: Database, source_table: str, target_table: str, key_columns: Se
     return result
 
 
-def _trimmed(types: dict[str, str], trim: bool) -> dict[str, str]:
+def _trimmed(types: ColumnTypes, trim: bool) -> ColumnTypes:
     """With ``trim``, text columns are treated as ``CHAR`` (compared with trailing blanks trimmed)."""
-    return {c: "CHAR" if trim and _is(TEXT_TYPES, ty) else ty for c, ty in types.items()}
+    return ColumnTypes({c: "CHAR" if trim and _is(TEXT_TYPES, ty) else ty for c, ty in types.items()},
+                       getattr(types, "names", None))
+
+
+TIMESTAMP_PRECISIONS = ("microsecond", "millisecond", "second", "minute", "hour", "day")
+
+
+def _options(rel_tolerance: float, abs_tolerance: float, timestamp_precision: str | None,
+             case_insensitive_keys: bool) -> "_Options":
+    """The typed-comparison settings, checked (they end up in SQL).
+
+    Raises:
+        ValueError: a tolerance that is negative or not finite, or an unknown ``timestamp_precision``.
+    """
+    for name, v in (("rel_tolerance", rel_tolerance), ("abs_tolerance", abs_tolerance)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite number ≥ 0, got {v!r}")
+    if timestamp_precision is not None and timestamp_precision not in TIMESTAMP_PRECISIONS:
+        raise ValueError(f"timestamp_precision must be one of {', '.join(TIMESTAMP_PRECISIONS)} or None, got {timestamp_precision!r}")
+    return _Options(float(rel_tolerance), float(abs_tolerance), timestamp_precision, bool(case_insensitive_keys))
 
 
 class _Options(NamedTuple):
@@ -388,17 +451,26 @@ class _Options(NamedTuple):
 
 
 def _compare_columns(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str] | None,
-                     st: dict[str, str], tt: dict[str, str]) -> list[str]:
+                     st: ColumnTypes, tt: ColumnTypes) -> tuple[list[str], list[str]]:
+    """The columns to compare (each in its own spelling) and warnings about columns left out."""
+    if isinstance(key_columns, str) or isinstance(compare_columns, str):
+        raise ValueError("key_columns and compare_columns are lists of column names, not a string")
     keys_l = [k.lower() for k in key_columns]
+    if len(set(keys_l)) != len(keys_l):
+        raise ValueError(f"key_columns names a column twice: {list(key_columns)}")
     for k in keys_l:
         if k not in st or k not in tt:
             raise DatabaseError(f"key column {k} is not in both {source_table} and {target_table}")
     if compare_columns is None:
-        return [c for c in st if c in tt and c not in keys_l]
+        names = getattr(st, "names", {})
+        only = [f"column {names.get(c, c)} is only in {source_table}; not compared" for c in st if c not in tt and c not in keys_l]
+        only += [f"column {getattr(tt, 'names', {}).get(c, c)} is only in {target_table}; not compared"
+                 for c in tt if c not in st and c not in keys_l]
+        return [names.get(c, c) for c in st if c in tt and c not in keys_l], only
     for c in compare_columns:
         if c.lower() not in st or c.lower() not in tt:
             raise DatabaseError(f"compared column {c} is not in both {source_table} and {target_table}")
-    return list(compare_columns)
+    return list(compare_columns), []
 
 
 def _diff_typed(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
@@ -465,6 +537,7 @@ class _Local:
         import duckdb
 
         self.con = duckdb.connect(config={"threads": 2})
+        self.con.execute("SET TimeZone = 'UTC'")  # aware against naive values: naive is UTC, whatever the machine's zone
 
     def fetch_all(self, q: str) -> list[tuple]:
         return self.con.execute(q).fetchall()
@@ -595,11 +668,11 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     native = source.dialect == target.dialect == "duckdb" and not portable
     st = _trimmed(column_types(source, source_table), trim_trailing_blanks)
     tt = _trimmed(column_types(target, target_table), trim_trailing_blanks)
-    compare_columns = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
-    opts = _Options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
+    compare_columns, left_out = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
+    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
     n_s, warn_s, q_ns = _counts_and_null_keys(source, source_table, key_columns, "source")
     n_t, warn_t, q_nt = _counts_and_null_keys(target, target_table, key_columns, "target")
-    warnings, queries = warn_s + warn_t, [q_ns, q_nt]
+    warnings, queries = left_out + warn_s + warn_t, [q_ns, q_nt]
     if case_insensitive_keys:
         for db, table, side, types in ((source, source_table, "source", st), (target, target_table, "target", tt)):
             w, q = _collisions(db, table, key_columns, side, types)
@@ -691,7 +764,8 @@ def row_diff_summary(result: RowDiffResult) -> str:
 def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
     """The check result's metadata: counts (keys), per-column change counts, a key sample table the
     Dagster UI renders, warnings and the SQL run."""
-    sample = [{"key": ", ".join("NULL" if v is None else str(v) for v in e.key), "status": e.status,
+    sample = [{"key": str(e.key[0]) if len(e.key) == 1 and e.key[0] is not None else json.dumps(e.key, default=str),
+               "status": e.status,
                "columns": ", ".join(e.columns), "source_rows": e.source_rows, "target_rows": e.target_rows}
               for e in result.sample]
     meta: dict[str, Any] = {
@@ -766,12 +840,17 @@ def build_row_diff_check(
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
-        ValueError: no key columns, or a bare string where a list of columns is expected.
+        ValueError: no key columns, a key column named twice, a bare string where a list of columns
+            is expected, a negative or non-finite tolerance, or an unknown ``timestamp_precision``.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     key_columns = column_list("key_columns", key_columns, allow_empty=False)
+    if len({k.lower() for k in key_columns}) != len(key_columns):
+        raise ValueError(f"key_columns names a column twice: {key_columns}")
     compare_columns = None if compare_columns is None else column_list("compare_columns", compare_columns)
     at_least("sample_limit", sample_limit, 0)
+    at_least("max_download_rows", max_download_rows, 1)
+    _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
     sql.table(source_table), sql.table(target_table)
     for c in [*key_columns, *(compare_columns or ())]:
         sql.identifier(c)

@@ -289,16 +289,20 @@ def build_volume_check(
 
     Raises:
         UnsafeIdentifierError: ``table`` or ``timestamp_column`` cannot be an identifier.
-        ValueError: ``evaluate_days``, ``training_days`` or ``min_history`` below 1, a sensitivity
-            that is not positive, a negative ``min_band_pct``, or an unknown ``method``.
+        ValueError: ``evaluate_days``, ``training_days`` or ``min_history`` not a whole number ≥ 1
+            (or ``min_history`` above ``training_days``), a sensitivity that is not a positive finite
+            number, a negative ``min_band_pct``, or an unknown ``method``.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table), sql.identifier(timestamp_column)
     if method not in ("zscore", "mad"):
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
-    at_least("evaluate_days", evaluate_days, 1)
-    at_least("training_days", training_days, 1)
-    at_least("min_history", min_history, 1)
+    at_least("evaluate_days", evaluate_days, 1, whole=True)
+    at_least("training_days", training_days, 1, whole=True)
+    at_least("min_history", min_history, 1, whole=True)
+    if min_history > training_days:
+        raise ValueError(f"min_history ({min_history}) cannot exceed training_days ({training_days}): "
+                         "every day would be 'insufficient history'")
     at_least("sensitivity", sensitivity, 0, strictly=True)
     at_least("min_band_pct", min_band_pct, 0)
 

@@ -118,6 +118,7 @@ class LocalDuckDB:
         import duckdb
 
         self.con = duckdb.connect(config={"threads": 2})
+        self.con.execute("SET TimeZone = 'UTC'")
 
     def fetch_all(self, query: str) -> list[tuple]:
         return self.con.execute(query).fetchall()
