@@ -91,6 +91,8 @@ def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int,
                                  f"tolerance {future_tolerance.total_seconds() / 60:g} min): clock skew or a bad row")
     elif max_ts_utc >= required:
         passed, reason = True, f"newest {max_ts_utc.isoformat()} is after {required.isoformat()}"
+        if max_ts_utc > now_utc:
+            reason += f" (it is {(max_ts_utc - now_utc).total_seconds() / 3600:.2f} h in the future)"
     else:
         passed, reason = False, f"newest {max_ts_utc.isoformat()} is before {required.isoformat()} (lag {lag / 3600:.2f} h)"
     return FreshnessResult(max_timestamp_utc=max_ts_utc, rows=rows, non_null_rows=non_null, evaluated_at_utc=now_utc,
