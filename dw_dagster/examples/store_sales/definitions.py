@@ -9,6 +9,7 @@ demo's own instance and files.
 import datetime as dt
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -65,7 +66,12 @@ def prepare_dbt(project_dir: Path) -> Path:
 
 def build_definitions(home: Path | None = None) -> dg.Definitions:
     """Build the code location for one home directory (re-run after a merge to pick up new dbt tests)."""
-    home = h.ensure_home(home or h.home_dir())
+    home = home or h.home_dir()
+    if os.environ.get(h.HOME_ENV) and not h.source_path(home).exists():
+        # a mistyped $DW_STORE_SALES_HOME would otherwise surface as "schema pos does not exist"
+        warnings.warn(f"${h.HOME_ENV}={os.environ[h.HOME_ENV]} holds no store-sales data yet: the checks will fail "
+                      "until `dw-dagster demo store-sales` (or the generator) fills it; is the path right?", stacklevel=2)
+    home = h.ensure_home(home)
     os.environ["DW_WAREHOUSE_PATH"] = str(h.warehouse_path(home))
     os.environ[DOMAINS_FILE_ENV] = str(h.domains_path(home))
     project_dir = h.dbt_dir(home)
