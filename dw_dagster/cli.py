@@ -220,11 +220,30 @@ def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagst
         if records.find_change_set(instance, change_set_id.strip()) is None:
             raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r} in this Dagster instance "
                                      "(dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
+        _check_signing_key(instance)
         ok, msg = approve_in_process(instance, change_set_id.strip(), approver, "reject" if reject else "approve", comment)
     if not ok:
         click.echo(f"refused: {msg}", err=True)
         sys.exit(3)
     click.echo(msg)
+
+
+def _check_signing_key(instance) -> None:
+    """Refuse to record a decision that could never count: a key other than the one kept with the
+    instance (``$DAGSTER_HOME/approval_signing.key``, as the demo keeps it), or a key under which
+    none of the decisions already recorded in the instance verifies."""
+    from dw_dagster.remediation import records
+    from dw_dagster.remediation.approval import counted
+
+    key = os.environ.get(c.SIGNING_KEY_ENV, "")
+    key_file = Path(os.environ["DAGSTER_HOME"]) / "approval_signing.key"
+    if key_file.is_file() and key_file.read_text().strip() and key_file.read_text().strip() != key:
+        raise click.UsageError(f"${c.SIGNING_KEY_ENV} is not the key kept with this instance ({key_file}); a decision "
+                               "signed with it would be ignored")
+    recorded = records.approvals(instance)
+    if recorded and not counted(recorded):
+        raise click.UsageError(f"none of the {len(recorded)} decision(s) in this instance verifies with this "
+                               f"${c.SIGNING_KEY_ENV}; a decision signed with it would be ignored (is it this deployment's key?)")
 
 
 @main.command("change-sets")
@@ -488,7 +507,7 @@ def incidents_cmd(asset: str | None, as_json: bool, dagster_home: str | None) ->
     for e in entries:
         receipt = (f"receipt {e.receipt_id} {'verified' if e.verified else 'NOT verified'}" if e.receipt_id else "no receipt")
         click.echo(f"{e.detected_at.isoformat()[:16]}Z  {e.incident_id}  {'/'.join(e.asset_key)}  {e.source}  "
-                   f"gap {e.gap_rows:,} rows ({e.gap_pct:+.2f} %)  {e.status}\n"
+                   f"{abs(e.gap_rows):,} rows {'short' if e.gap_rows >= 0 else 'over'} ({abs(e.gap_pct):.2f} %)  {e.status}\n"
                    f"    cause: {e.cause_kind or '(not diagnosed)'}"
                    + (f" ({e.confidence:.0%}, explains {e.explained_rows:,}, unexplained {e.unexplained_rows:,})"
                       if e.confidence is not None else "")

@@ -56,6 +56,9 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     other_key = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True,
                                env={**env, "DW_APPROVAL_SIGNING_KEY": "some-other-deployment-key"}, timeout=120)
     assert "signature does not verify" in json.loads(other_key.stdout)[0]["status"]
+    wrong = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
+                           capture_output=True, text=True, env={**env, "DW_APPROVAL_SIGNING_KEY": "x" * 32}, timeout=120)
+    assert wrong.returncode == 2 and "not the key kept with this instance" in wrong.stderr, wrong.stderr[-500:]
     again = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
                            capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 3 and again.stderr.strip().splitlines()[-1].startswith("refused: ")
