@@ -11,13 +11,15 @@ database's :attr:`Database.dialect`; only aggregates and small samples are fetch
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import dagster as dg
 import pyarrow as pa
 from pydantic import Field
+
+from dw_dagster import sql
 
 # SQLAlchemy dialect name -> sqlglot dialect name
 _SQLALCHEMY_TO_SQLGLOT = {
@@ -65,6 +67,76 @@ def _is_lock_conflict(e: BaseException) -> bool:
 
 def _short(sql: str) -> str:
     return " ".join(sql.split())[:300]
+
+
+class LocalDuckDB:
+    """An in-memory DuckDB where rows or keys streamed from two databases are joined (the causes'
+    key matching, the cross-database row diff's final comparison).
+
+    Implements the :class:`Database` protocol, so the same SQL that runs pushed down in one
+    database runs here over the streamed copies. Its session is in UTC, so aware and naive
+    timestamps compare the same whatever the machine's time zone.
+    """
+
+    dialect = "duckdb"
+    name = "duckdb:(local join of streamed keys)"
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(config={"threads": 2})
+        self.con.execute("SET TimeZone = 'UTC'")
+
+    def fetch_all(self, query: str) -> list[tuple]:
+        return self.con.execute(query).fetchall()
+
+    def fetch_batches(self, query: str, batch_rows: int = 100_000):
+        yield from self.con.sql(query).to_arrow_reader(batch_rows)
+
+    def execute(self, query: str) -> None:
+        self.con.execute(query)
+
+    def load(self, name: str, columns: Sequence[tuple[str, str | None]], batches: Iterable) -> int:
+        """Create table ``name`` and insert the Arrow batches into it by column name.
+
+        Args:
+            name: the local table.
+            columns: (column, DuckDB type); a type of None keeps the type the first batch brings
+                (VARCHAR when no batch has rows or the first batch holds only NULLs there).
+            batches: Arrow record batches (``Database.fetch_batches``).
+
+        Returns:
+            Rows loaded.
+        """
+        created, rows = False, 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            self.con.register("dw_batch", batch)
+            if not created:
+                import pyarrow as pa
+
+                sel = []
+                for c, ty in columns:
+                    null = pa.types.is_null(batch.schema.field(c).type)
+                    sel.append(f"CAST({_q(c)} AS {ty or 'VARCHAR'}) AS {_q(c)}" if ty or null else _q(c))
+                self.con.execute(f"CREATE TABLE {_q(name)} AS SELECT {', '.join(sel)} FROM dw_batch")
+                created = True
+            else:
+                self.con.execute(f"INSERT INTO {_q(name)} BY NAME SELECT * FROM dw_batch")
+            self.con.unregister("dw_batch")
+            rows += batch.num_rows
+        if not created:
+            cols = ", ".join(f"{_q(c)} {ty or 'VARCHAR'}" for c, ty in columns)
+            self.con.execute(f"CREATE TABLE {_q(name)} ({cols})")
+        return rows
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _q(name: str) -> str:
+    return sql.identifier(name).sql("duckdb")
 
 
 class DuckDBDatabase:

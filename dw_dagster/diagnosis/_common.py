@@ -1,11 +1,11 @@
-"""Small helpers shared by the cause modules: quoting, transpiling, UTC times, local DuckDB.
+"""Small helpers shared by the cause modules: quoting, transpiling, UTC times.
 
 Queries are written in DuckDB's dialect with identifiers built by :mod:`dw_dagster.sql` (sqlglot
 nodes, quoted when needed, hostile names refused) and transpiled to the dialect that runs them.
 """
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlglot
@@ -102,67 +102,3 @@ def key_text(columns: Sequence[str], alias: str | None = None) -> list[str]:
 def key_match(n: int, a: str, b: str) -> str:
     """The NULL-safe equality of ``n`` keys projected by :func:`key_text` under aliases ``a`` and ``b``."""
     return " AND ".join(f"{a}.dw_kc{i} = {b}.dw_kc{i} AND {a}.dw_kn{i} = {b}.dw_kn{i}" for i in range(n))
-
-
-class LocalDuckDB:
-    """An in-memory DuckDB used to join key sets streamed from two databases.
-
-    Implements the :class:`~dw_dagster.databases.Database` protocol, so the same SQL that runs
-    pushed down in one database runs here over the streamed copies.
-    """
-
-    dialect = "duckdb"
-    name = "duckdb:(local join of streamed keys)"
-
-    def __init__(self) -> None:
-        import duckdb
-
-        self.con = duckdb.connect(config={"threads": 2})
-        self.con.execute("SET TimeZone = 'UTC'")
-
-    def fetch_all(self, query: str) -> list[tuple]:
-        return self.con.execute(query).fetchall()
-
-    def fetch_batches(self, query: str, batch_rows: int = 100_000):
-        yield from self.con.sql(query).to_arrow_reader(batch_rows)
-
-    def execute(self, query: str) -> None:
-        self.con.execute(query)
-
-    def load(self, name: str, columns: Sequence[tuple[str, str | None]], batches: Iterable) -> int:
-        """Create table ``name`` and insert the Arrow batches into it by column name.
-
-        Args:
-            name: the local table.
-            columns: (column, DuckDB type); a type of None keeps the type the first batch brings
-                (VARCHAR when no batch has rows or the first batch holds only NULLs there).
-            batches: Arrow record batches (``Database.fetch_batches``).
-
-        Returns:
-            Rows loaded.
-        """
-        created, rows = False, 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            self.con.register("dw_batch", batch)
-            if not created:
-                import pyarrow as pa
-
-                sel = []
-                for c, ty in columns:
-                    null = pa.types.is_null(batch.schema.field(c).type)
-                    sel.append(f"CAST({q(c)} AS {ty or 'VARCHAR'}) AS {q(c)}" if ty or null else q(c))
-                self.con.execute(f"CREATE TABLE {q(name)} AS SELECT {', '.join(sel)} FROM dw_batch")
-                created = True
-            else:
-                self.con.execute(f"INSERT INTO {q(name)} BY NAME SELECT * FROM dw_batch")
-            self.con.unregister("dw_batch")
-            rows += batch.num_rows
-        if not created:
-            cols = ", ".join(f"{q(c)} {ty or 'VARCHAR'}" for c, ty in columns)
-            self.con.execute(f"CREATE TABLE {q(name)} ({cols})")
-        return rows
-
-    def close(self) -> None:
-        self.con.close()

@@ -37,9 +37,8 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dw_dagster.databases import Database, DatabaseError
+from dw_dagster.databases import Database, DatabaseError, LocalDuckDB
 from dw_dagster.diagnosis._common import (
-    LocalDuckDB,
     iso,
     key_match,
     key_text,
