@@ -28,13 +28,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import constants as c
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.orders import generator as gen
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.source import write_source
-from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals
+from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals, run_repair_stages
 from dw_dagster.local_daemon import LocalSensorDaemon
 from dw_dagster.remediation import records
 
@@ -301,28 +300,19 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     # repair, verify, receipt: one stage per tick
     from dw_dagster.remediation.steps import step_results
 
-    for _ in range(10):
-        tick = daemon.tick("dw_remediation_sensor")
-        if tick.failed_run_ids:
-            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed ({tick.skip_reason})")
-        if not tick.run_ids:
-            break
-        run = instance.get_run_by_id(tick.run_ids[0])
-        stage = run.tags.get(c.STAGE_TAG)
-        res.run_ids[stage] = run.run_id
-        extra = ""
+    def describe(stage: str, run: dg.DagsterRun) -> str:
         result = next((r for r in step_results(instance, cs) if r.get("run_id") == run.run_id), None)
         if result and result["kind"] == "migration":
-            extra = ": " + ("already applied" if result["already_applied"] else "; ".join(result["statements"]))
-        elif result and result["kind"] == "replay":
+            return ": " + ("already applied" if result["already_applied"] else "; ".join(result["statements"]))
+        if result and result["kind"] == "replay":
             res.replayed_rows = result["inserted_rows"]
-            extra = (f": replayed {result['inserted_rows']:,} of {result['expected_rows']:,} expected rows into analytics.orders "
-                     f"({result['already_replayed_rows']} before, {result['rejected_rows']} stay parked)")
-        elif stage == "rebuild":
-            extra = f": {len(cs.rebuild_assets)} models and their dbt tests"
-        log("receipt" if stage == "receipt" else "repair", f"{stage} run {run.run_id[:8]} succeeded{extra}")
-    if "verify" not in res.run_ids or "receipt" not in res.run_ids:
-        raise DemoError(f"repair: stages did not finish ({sorted(res.run_ids)}; {tick.skip_reason})")
+            return (f": replayed {result['inserted_rows']:,} of {result['expected_rows']:,} expected rows into analytics.orders "
+                    f"({result['already_replayed_rows']} before, {result['rejected_rows']} stay parked)")
+        if stage == "rebuild":
+            return f": {len(cs.rebuild_assets)} models and their dbt tests"
+        return ""
+
+    run_repair_stages(daemon, instance, res.run_ids, log, ticks=10, describe=describe)
     evs = evaluations(instance, res.run_ids["verify"])
     res.checks_after = {k: v.passed for k, v in evs.items()}
     for name in ("parked_rows_replayed", "dead_letter", "no_new_dead_letters"):

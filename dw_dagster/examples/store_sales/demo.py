@@ -153,6 +153,27 @@ def _gap_text(gaps: dict[str, float]) -> str:
     return ", ".join(f"{r} {abs(p):.2f} % {'short' if p > 0 else 'over'}" if p else f"{r} 0.00 %" for r, p in sorted(gaps.items()))
 
 
+def run_repair_stages(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, run_ids: dict[str, str], log: Timeline,
+                      *, ticks: int, describe) -> None:
+    """Tick the remediation sensor until it launches nothing more (one stage per tick, at most
+    ``ticks``), recording each stage's run in ``run_ids`` and logging it with what
+    ``describe(stage, run)`` adds; raise :class:`DemoError` on a failed run, or when the verify and
+    receipt stages never ran."""
+    tick = None
+    for _ in range(ticks):
+        tick = daemon.tick("dw_remediation_sensor")
+        if tick.failed_run_ids:
+            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed ({tick.skip_reason})")
+        if not tick.run_ids:
+            break
+        run = instance.get_run_by_id(tick.run_ids[0])
+        stage = run.tags.get(c.STAGE_TAG)
+        run_ids[stage] = run.run_id
+        log("receipt" if stage == "receipt" else "repair", f"{stage} run {run.run_id[:8]} succeeded{describe(stage, run)}")
+    if "verify" not in run_ids or "receipt" not in run_ids:
+        raise DemoError(f"repair: stages did not finish ({sorted(run_ids)}; {tick.skip_reason if tick else 'no tick'})")
+
+
 def _volume(instance: dg.DagsterInstance, run_id: str) -> str:
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
         ev = entry.dagster_event.event_specific_data
@@ -347,19 +368,8 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     log("merge", f"{OWNER} merged the diff as {commit[:10]}; code location reloaded ({len(cs.new_tests)} new dbt test)")
 
     # repair, verify, receipt: one stage per tick
-    for _ in range(8):
-        tick = daemon.tick("dw_remediation_sensor")
-        if tick.failed_run_ids:
-            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed")
-        if not tick.run_ids:
-            break
-        run = instance.get_run_by_id(tick.run_ids[0])
-        stage = run.tags.get(c.STAGE_TAG)
-        res.run_ids[stage] = run.run_id
-        extra = f" partitions {run.tags.get(RANGE_START_TAG)}..{run.tags.get(RANGE_END_TAG)}" if stage.startswith("window") else ""
-        log("repair" if stage != "receipt" else "receipt", f"{stage} run {run.run_id[:8]} succeeded{extra}")
-    if "verify" not in res.run_ids or "receipt" not in res.run_ids:
-        raise DemoError(f"repair: stages did not finish ({sorted(res.run_ids)})")
+    run_repair_stages(daemon, instance, res.run_ids, log, ticks=8, describe=lambda stage, run: (
+        f" partitions {run.tags.get(RANGE_START_TAG)}..{run.tags.get(RANGE_END_TAG)}" if stage.startswith("window") else ""))
     res.gap_after, _, passed = _gaps(instance, res.run_ids["verify"])
     log("verify", f"region_compare {'passed' if passed else 'FAILED'}: target vs source rows: {_gap_text(res.gap_after)}")
     log("verify", _volume(instance, res.run_ids["verify"]))
