@@ -237,7 +237,8 @@ def _check_signing_key(instance) -> None:
 
     key = os.environ.get(c.SIGNING_KEY_ENV, "")
     key_file = Path(os.environ["DAGSTER_HOME"]) / "approval_signing.key"
-    if key_file.is_file() and key_file.read_text().strip() and key_file.read_text().strip() != key:
+    kept = key_file.read_text().strip() if key_file.is_file() else ""
+    if kept and kept != key:
         raise click.UsageError(f"${c.SIGNING_KEY_ENV} is not the key kept with this instance ({key_file}); a decision "
                                "signed with it would be ignored")
     recorded = records.approvals(instance)

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 
 from dw_dagster import sql
-from dw_dagster.diagnosis._common import LocalDuckDB, iso, key_match, key_text, same_database
+from dw_dagster.diagnosis._common import iso, key_match, key_text, same_database
 from dw_dagster.diagnosis._common import lit as _lit
 from dw_dagster.diagnosis._common import q as _q
 from dw_dagster.diagnosis._common import t as _t
 from dw_dagster.diagnosis._common import to_dialect as _to
-from dw_dagster.databases import Database
+from dw_dagster.databases import Database, LocalDuckDB
 from dw_dagster.models import CauseFinding, Evidence
 
 KIND = "late_rows_behind_watermark"
@@ -120,16 +120,16 @@ def diagnose_late_rows(
     ).sql("duckdb")
     wm, arr, pc = _q(watermark_column), _q(arrival_column), _q(partition_column)
     hwm = _lit(high_watermark)
+    # the late rows: at or below the HWM, arrived after the load of their partition read the source
+    late_rows_from = (f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
+                      f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts")
     late_sql = (
         f"SELECT l.partition_key{g_sel}, COUNT(*) AS late_rows, "
         f"COUNT(CASE WHEN s.{wm} < {hwm} THEN 1 END) AS below_rows, "
         f"COUNT(CASE WHEN s.{wm} = {hwm} THEN 1 END) AS tied_rows, "
         f"MIN(s.{arr}) AS first_arrival, MAX(s.{arr}) AS last_arrival, "
         f"MAX(DATE_DIFF('microsecond', s.{wm}, s.{arr})) AS max_delay_us "
-        f"FROM {_t(source_table)} AS s JOIN {loads_rel} "
-        f"ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
-        f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts "
-        f"GROUP BY l.partition_key{g_sel} ORDER BY l.partition_key{g_sel}"
+        f"{late_rows_from} GROUP BY l.partition_key{g_sel} ORDER BY l.partition_key{g_sel}"
     )
     late_sql = _to(late_sql, source.dialect)
     late_rows = source.fetch_all(late_sql)
@@ -179,9 +179,7 @@ def diagnose_late_rows(
         f"SELECT l.partition_key AS dw_p{''.join(f', s.{c} AS dw_g{i}' for i, c in enumerate(g_cols))}, "
         f"s.{_q(key_column)} AS dw_k0, {', '.join(key_text([key_column], 's'))}, "
         f"CAST(s.{wm} AS VARCHAR) AS dw_wm, CAST(s.{arr} AS VARCHAR) AS dw_arr, "
-        f"CASE WHEN s.{wm} = {hwm} THEN 'tied' ELSE 'below' END AS dw_class "
-        f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
-        f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts"
+        f"CASE WHEN s.{wm} = {hwm} THEN 'tied' ELSE 'below' END AS dw_class {late_rows_from}"
     )
     tgt_keys_sql = (f"SELECT {', '.join(key_text([key_column]))} FROM {_t(target_table)} "
                     f"WHERE {pc} >= {_lit(lo)} AND {pc} < {_lit(hi)}")
