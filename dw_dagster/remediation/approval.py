@@ -61,6 +61,22 @@ def signature_valid(approval: Approval) -> bool:
     return hmac.compare_digest(expected, approval.signature)
 
 
+def approved_change_set(instance: dg.DagsterInstance, change_set_id: str, consequence: str) -> tuple[ChangeSet, Approval]:
+    """The change set and its valid approval, for an op about to act on it.
+
+    Raises:
+        dagster.Failure: no such change set, or no valid approval (the message ends with
+            ``consequence``, e.g. "no receipt without one").
+    """
+    cs = records.find_change_set(instance, change_set_id)
+    if cs is None:
+        raise dg.Failure(description=f"no change set {change_set_id!r}")
+    approval = valid_approval(instance, cs)
+    if approval is None:
+        raise dg.Failure(description=f"change set {cs.id} has no valid approval; {consequence}")
+    return cs, approval
+
+
 def counted(decisions: list[Approval]) -> list[Approval]:
     """The decisions that count: those whose signature verifies with this deployment's key.
 

@@ -19,7 +19,7 @@ from pydantic import Field
 from dw_dagster import constants as c
 from dw_dagster.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.remediation import records
-from dw_dagster.remediation.approval import signature_valid, valid_approval
+from dw_dagster.remediation.approval import approved_change_set, signature_valid
 from dw_dagster.remediation.receipt_chain import RECEIPT_SIG_KEY, RECEIPTS_TAG, anchor_tag, sign_hash
 
 RECEIPT_JOB_NAME = "dw_receipts"
@@ -145,12 +145,7 @@ def log_receipts(context: dg.OpExecutionContext, receipts: list[Receipt], events
 @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
 def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> None:
     """Write the receipts of a finished repair (fails when the change set has no valid approval)."""
-    cs = records.find_change_set(context.instance, config.change_set_id)
-    if cs is None:
-        raise dg.Failure(description=f"no change set {config.change_set_id!r}")
-    approval = valid_approval(context.instance, cs)
-    if approval is None:
-        raise dg.Failure(description=f"change set {cs.id} has no valid approval; no receipt without one")
+    cs, approval = approved_change_set(context.instance, config.change_set_id, "no receipt without one")
     receipts, events = write_receipts(context.instance, cs, approval)
     log_receipts(context, receipts, events)
     context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: verified={receipts[0].verified}")

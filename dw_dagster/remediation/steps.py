@@ -173,14 +173,9 @@ def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, descr
 
 def _step_op_fn(kind: str, runner: StepRunner):
     def _apply(context: dg.OpExecutionContext, config: StepConfig) -> None:
-        from dw_dagster.remediation.approval import valid_approval
+        from dw_dagster.remediation.approval import approved_change_set
 
-        cs = records.find_change_set(context.instance, config.change_set_id)
-        if cs is None:
-            raise dg.Failure(description=f"no change set {config.change_set_id!r}")
-        approval = valid_approval(context.instance, cs)
-        if approval is None:
-            raise dg.Failure(description=f"change set {cs.id} has no valid approval; no step runs without one")
+        cs, approval = approved_change_set(context.instance, config.change_set_id, "no step runs without one")
         if not 0 <= config.step_index < len(cs.steps):
             raise dg.Failure(description=f"change set {cs.id} has no step {config.step_index}")
         step = cs.steps[config.step_index]
