@@ -40,12 +40,37 @@ def describe_validation_error(e: ValidationError, text: str, path: str | Path) -
     return "\n".join(lines)
 
 
-def read_yaml_model(path: str | Path, model: type[M], error: type[Exception], what: str) -> M:
-    """Parse ``path`` as YAML and validate it as ``model``.
+def resolve_env_refs(data: Any, where: str = "") -> Any:
+    """Replace every ``{env: NAME}`` mapping in ``data`` by the value of environment variable NAME.
 
     Raises:
-        error: the file is missing, is not YAML (the message has the line and column), or fails
-            validation (one line per problem: ``file:line: field: message``).
+        KeyError: a named variable is not set (the message names it and where it is used).
+    """
+    import os
+
+    if isinstance(data, dict):
+        if set(data) == {"env"} and isinstance(data["env"], str):
+            name = data["env"]
+            if name not in os.environ:
+                raise KeyError(f"{where or '(top level)'}: environment variable {name} is not set")
+            return os.environ[name]
+        return {k: resolve_env_refs(v, f"{where}.{k}" if where else str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [resolve_env_refs(v, f"{where}[{i}]") for i, v in enumerate(data)]
+    return data
+
+
+def read_yaml_model(path: str | Path, model: type[M], error: type[Exception], what: str, *,
+                    resolve_env: bool = False) -> M:
+    """Parse ``path`` as YAML and validate it as ``model``.
+
+    With ``resolve_env``, ``{env: NAME}`` values are read from the environment first
+    (:func:`resolve_env_refs`).
+
+    Raises:
+        error: the file is missing, is not YAML (the message has the line and column), names an
+            unset environment variable, or fails validation (one line per problem:
+            ``file:line: field: message``).
     """
     p = Path(path)
     try:
@@ -61,6 +86,11 @@ def read_yaml_model(path: str | Path, model: type[M], error: type[Exception], wh
         raise error(f"{what} {p} cannot be read: {e}") from e
     if data is None:
         raise error(f"{p}:1: the {what} is empty")
+    if resolve_env:
+        try:
+            data = resolve_env_refs(data)
+        except KeyError as e:
+            raise error(f"{p}: {e.args[0]}") from e
     try:
         return model.model_validate(data)
     except ValidationError as e:

@@ -15,6 +15,24 @@ naming the file and line (:func:`dw_dagster.config_files.read_yaml_model`):
         allowed_change_classes: [rerun_window, rebuild_models]  # what L3/L4 may run unasked
         max_window_partitions: 7
         approval_expiry_hours: 24
+        identity: verified          # the default; "unverified" only for a scratch sandbox
+
+    identity:                       # how approvers prove who they are (dw_dagster.identity)
+      oidc:
+        issuer: https://login.grocer.example          # or {env: DW_OIDC_ISSUER}
+        audience: dw-dagster
+      slack:
+        signing_secret_env: SLACK_SIGNING_SECRET
+        bot_token_env: SLACK_BOT_TOKEN
+    operators: [data-oncall@grocer.example]           # who may lift an org-wide stop (default: every approver)
+
+Any value may be written ``{env: NAME}``: it is read from the environment when the file is read,
+and a missing variable is an error naming it.
+
+**Identity.** A decision counts only when its approver's identity was verified by the
+organisation's identity provider (an OIDC ID token checked against its JWKS) or by a signed Slack
+interaction. A domain may opt into ``identity: unverified`` (typed emails accepted, labelled
+UNVERIFIED on every record); never by default.
 
 **Autonomy levels** (``shared/design/DESIGN.md`` §4), in plain words for an owner:
 
@@ -34,13 +52,14 @@ naming the file and line (:func:`dw_dagster.config_files.read_yaml_model`):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dw_dagster.config_files import read_yaml_model
+from dw_dagster.identity.base import IdentityError, canonical_email
 
 DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
 
@@ -80,15 +99,13 @@ class Domain(BaseModel):
     allowed_change_classes: list[str] = Field(default_factory=list, description="classes L3/L4 may run without approval")
     max_window_partitions: int = Field(7, ge=1, le=366)
     approval_expiry_hours: float = Field(24, gt=0, le=24 * 14)
+    identity: Literal["verified", "unverified"] = Field(
+        "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")
 
     @field_validator("approvers", "escalation")
     @classmethod
     def _emails(cls, v: list[str]) -> list[str]:
-        out = [x.strip().lower() for x in v]
-        bad = [x for x in out if "@" not in x or " " in x]
-        if bad:
-            raise ValueError(f"not email addresses: {bad}")
-        return out
+        return _canonical_emails(v)
 
     @field_validator("assets")
     @classmethod
@@ -128,7 +145,11 @@ class Domain(BaseModel):
         return key in self.assets or key in [list(k) for k in selected]
 
     def may_approve(self, who: str) -> bool:
-        return who.strip().lower() in self.approvers
+        """Whether ``who`` (any spelling; compared canonically) is a listed approver now."""
+        try:
+            return canonical_email(who) in self.approvers
+        except IdentityError:
+            return False
 
     def autonomous(self, change_classes: Iterable[str]) -> bool:
         """Whether a change set of ``change_classes`` may run without a person's approval.
@@ -153,10 +174,70 @@ class Domain(BaseModel):
         return self.autonomy in ("L2", "L3", "L4")
 
 
+class SlackIdentity(BaseModel):
+    """Slack as a source of verified identities (interactive buttons, ``dw-dagster approvals serve``).
+
+    Attributes:
+        signing_secret_env: the environment variable holding the Slack app's signing secret
+            (Slack API docs, "Verifying requests from Slack").
+        bot_token_env: the environment variable holding the bot token used for ``users.info``.
+        team_id: when set, interactions from another workspace are refused.
+        api_url: the Web API base (the fake's URL in tests).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    team_id: str | None = None
+    api_url: str = "https://slack.com/api"
+
+
+class IdentityProviders(BaseModel):
+    """How approvers prove who they are: an OIDC provider and/or Slack (see :mod:`dw_dagster.identity`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    oidc: Any = Field(default=None, description="dw_dagster.identity.oidc.OidcSettings (issuer, audience, ...)")
+    slack: SlackIdentity | None = None
+
+    @field_validator("oidc")
+    @classmethod
+    def _oidc(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        from dw_dagster.identity.oidc import OidcSettings
+
+        return v if isinstance(v, OidcSettings) else OidcSettings.model_validate(v)
+
+
 class Domains(BaseModel):
+    """A domains file: the domains, the identity providers decisions are verified with, the operators."""
+
     model_config = ConfigDict(extra="forbid")
 
     domains: list[Domain]
+    identity: IdentityProviders = Field(default_factory=IdentityProviders)
+    operators: list[str] = Field(default_factory=list, description="who may lift an org-wide stop "
+                                 "(default: every domain's approvers)")
+
+    @field_validator("operators")
+    @classmethod
+    def _operators(cls, v: list[str]) -> list[str]:
+        return _canonical_emails(v)
+
+    def may_operate(self, who: str) -> bool:
+        """Whether ``who`` may lift an org-wide stop: a listed operator, else any domain's approver."""
+        try:
+            email = canonical_email(who)
+        except IdentityError:
+            return False
+        allowed = self.operators or sorted({a for d in self.domains for a in d.approvers})
+        return email in allowed
+
+    @property
+    def verified_identity_available(self) -> bool:
+        return self.identity.oidc is not None or self.identity.slack is not None
 
     @model_validator(mode="after")
     def _unique(self) -> Domains:
@@ -198,28 +279,63 @@ class Domains(BaseModel):
         raise KeyError(f"no domain named {name!r}")
 
 
+def _canonical_emails(v: list[str]) -> list[str]:
+    out, bad = [], []
+    for x in v:
+        try:
+            out.append(canonical_email(x))
+        except IdentityError:
+            bad.append(x)
+    if bad:
+        raise ValueError(f"not email addresses: {bad}")
+    return out
+
+
 def load_domains(path: str | Path | None = None) -> Domains:
-    """Read a domains file (``path``, else ``$DW_DOMAINS_FILE``).
+    """Read a domains file (``path``, else ``$DW_DOMAINS_FILE``), resolving ``{env: NAME}`` values.
 
     Raises:
-        DomainsFileError: no path given, file missing, not YAML, or invalid (``file:line: field: problem``).
+        DomainsFileError: no path given, file missing, not YAML, an ``{env: NAME}`` that is not
+            set, or invalid (``file:line: field: problem``).
     """
     path = path or os.environ.get(DOMAINS_FILE_ENV)
     if not path:
         raise DomainsFileError(f"no domains file: pass one or set {DOMAINS_FILE_ENV}")
-    return read_yaml_model(path, Domains, DomainsFileError, "domains file")
+    return read_yaml_model(path, Domains, DomainsFileError, "domains file", resolve_env=True)
 
 
-def domain_for(asset_key: Sequence[str], path: str | Path | None = None) -> Domain | None:
-    """The domain of ``asset_key`` from ``path`` or ``$DW_DOMAINS_FILE``; None when no file is
-    configured or no domain owns the asset (callers then behave as L2: propose, wait for approval).
+#: what factories accept as their domains: the model, a file path, a callable returning either,
+#: or None for ``$DW_DOMAINS_FILE`` (read when used, so edits to the file apply at once)
+DomainsSource = Union["Domains", str, Path, Callable[[], Union["Domains", str, Path]], None]
+
+
+def resolve_domains(source: DomainsSource) -> Domains | None:
+    """The domains as they are now, from a :data:`DomainsSource`; None when nothing is configured.
+
+    Raises:
+        DomainsFileError: a file is configured but missing or invalid (never silently ignored).
+    """
+    if callable(source) and not isinstance(source, Domains):
+        source = source()
+    if isinstance(source, Domains):
+        return source
+    if source is None and not os.environ.get(DOMAINS_FILE_ENV):
+        return None
+    return load_domains(source)
+
+
+def domain_for(asset_key: Sequence[str], path: DomainsSource = None) -> Domain | None:
+    """The domain of ``asset_key`` from ``path`` (any :data:`DomainsSource`) or ``$DW_DOMAINS_FILE``;
+    None when nothing is configured or no domain owns the asset (callers then behave as L2:
+    propose, wait for approval).
 
     Raises:
         DomainsFileError: a file is configured but invalid (never silently ignored).
     """
-    if not (path or os.environ.get(DOMAINS_FILE_ENV)):
+    domains = resolve_domains(path)
+    if domains is None:
         return None
     try:
-        return load_domains(path).for_asset(asset_key)
+        return domains.for_asset(asset_key)
     except KeyError:
         return None

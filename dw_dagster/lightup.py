@@ -8,7 +8,11 @@ published OpenAPI document, the official ``lightctl`` client and ``lightscript``
 - ``POST /api/v1/token/refresh/`` exchanges the refresh token for an access token; it is refreshed
   30 s before the JWT's ``exp`` and once more, then the request retried, on a
   ``401 {"code": "token_not_valid"}`` (lightctl's rule);
-- 429 and 5xx are retried with jittered exponential back-off (:mod:`dw_dagster.http`);
+- 429 and 5xx are retried with jittered exponential back-off (:mod:`dw_dagster.http`), except
+  for a comment: ``POST .../comments`` adds one each time, so it is never re-sent blindly after a
+  timeout or a 5xx; with an idempotency ``ref`` its text ends in a marker line and the incident's
+  comments (``GET .../comments``, OAS "Incident comments": ``{"comments": [...]}``) are read first
+  and after such a failure, so the comment is added at most once per ``ref``;
 - lists are accepted bare or wrapped in ``{"data": [...]}`` (the monitors list is bare in the
   OpenAPI document and wrapped in lightctl's reading of it).
 
@@ -36,7 +40,7 @@ import dagster as dg
 import httpx
 from pydantic import Field, PrivateAttr
 
-from dw_dagster.http import HttpApiError, RetryPolicy, json_body, send, unwrap_list
+from dw_dagster.http import HttpApiError, RetryPolicy, has_marker, json_body, post_once, send, unwrap_list, with_marker
 
 SERVICE = "lightup"
 CREDENTIAL_FILE_ENV = "LIGHTUP_CREDENTIAL_FILE"
@@ -247,8 +251,15 @@ class LightupClient:
         assert self._access is not None
         return self._access
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> Any:
         """One authenticated call; returns the decoded JSON (None for 204).
+
+        Args:
+            method: HTTP method.
+            path: the API path.
+            idempotent: False for a call that adds something each time (a comment): see
+                :func:`dw_dagster.http.send`.
+            **kwargs: passed to httpx (``params``, ``json``...).
 
         Raises:
             HttpApiError: non-retryable status, retries exhausted, or malformed JSON.
@@ -256,7 +267,8 @@ class LightupClient:
         for attempt in (1, 2):
             headers = {**kwargs.pop("headers", {}), "Authorization": f"Bearer {self._token()}"}
             try:
-                r = send(self._http, SERVICE, method, path, policy=self.policy, headers=headers, **kwargs)
+                r = send(self._http, SERVICE, method, path, policy=self.policy, headers=headers,
+                         idempotent=idempotent, **kwargs)
             except HttpApiError as e:
                 if e.status == 401 and "token_not_valid" in e.detail and attempt == 1:
                     self._access = None  # lightctl: refresh once and retry
@@ -316,13 +328,44 @@ class LightupClient:
             raise ValueError(f"Lightup incident status must be one of {sorted(STATUS)}, got {status}")
         self.request("PATCH", f"/api/v0/ws/{self.workspace}/incidents/{uuid}", json={"status": status})
 
-    def add_comment(self, uuid: str, text: str) -> dict:
-        """``POST .../incidents/{uuid}/comments`` with ``{"comment": text}``; returns the comment."""
-        return self.request("POST", f"/api/v0/ws/{self.workspace}/incidents/{uuid}/comments", json={"comment": text})
+    def add_comment(self, uuid: str, text: str, *, ref: str | None = None, check_first: bool = True) -> dict:
+        """``POST .../incidents/{uuid}/comments`` with ``{"comment": text}``; returns the comment.
+
+        Not idempotent (each POST adds a comment), so never re-sent blindly after a timeout or a
+        5xx. With ``ref`` the text ends in the marker line ``[dw-dagster ref <ref>]`` and the
+        comment is added at most once per ``ref``: :meth:`find_comment` runs first
+        (``check_first``; the same token reads the comments) and after a failure that may have
+        been applied (Lightup publishes no comment length limit; the marker adds under 60
+        characters).
+
+        Args:
+            uuid: the Lightup incident uuid.
+            text: the comment.
+            ref: idempotency marker ``dw:<task>:<step>``, or None.
+            check_first: look for ``ref`` before the first POST.
+
+        Returns:
+            The new comment (201 body), or the one already carrying ``ref``.
+
+        Raises:
+            HttpApiError: 400/404, retries exhausted on 429, or (``maybe_applied``) a failure after
+                which the comment may have been added and the marker was not found.
+        """
+        path = f"/api/v0/ws/{self.workspace}/incidents/{uuid}/comments"
+        body = {"comment": with_marker(text, ref)}
+        find = (lambda: self.find_comment(uuid, ref)) if ref else None
+        comment, _ = post_once(lambda: self.request("POST", path, idempotent=False, json=body), find,
+                               policy=self.policy, check_first=check_first)
+        return comment
 
     def comments(self, uuid: str) -> list:
+        """``GET .../incidents/{uuid}/comments``: the incident's comments (``{"comments": [...]}`` unwrapped)."""
         body = self.request("GET", f"/api/v0/ws/{self.workspace}/incidents/{uuid}/comments")
         return unwrap_list(body, keys=("comments", "data"))
+
+    def find_comment(self, uuid: str, ref: str) -> dict | None:
+        """The incident's comment whose text carries the marker line for ``ref``, or None."""
+        return next((c for c in self.comments(uuid) if isinstance(c, dict) and has_marker(c.get("comment"), ref)), None)
 
     def get_monitor(self, uuid: str) -> dict:
         return self.request("GET", f"/api/v1/ws/{self.workspace}/monitors/{uuid}")

@@ -5,7 +5,9 @@ stand-in so the whole loop runs in one process against a real Dagster instance: 
 evaluated with ``SensorDefinition.evaluate_tick`` on a context built for the instance, the
 asset events it returns are stored with ``report_runless_asset_event`` (as the daemon does), the
 cursor is kept between ticks, and each run request is executed in process with the run key and
-sensor tags, skipping run keys this sensor already launched (the daemon's de-duplication).
+sensor tags, skipping run keys this sensor already launched (the daemon's de-duplication). Before a
+run starts it passes dw_dagster's guard (:func:`dw_dagster.remediation.guard.admit_run`) as a run
+coordinator would, and records the end of the stage it held, as the guarded executor would.
 """
 
 from __future__ import annotations
@@ -37,8 +39,14 @@ class LocalSensorDaemon:
         self.instance = instance
         self.log_level = log_level
         self.cursors: dict[str, str | None] = {}
+        self.refusals: list[str] = []
 
     def _execute(self, sensor_name: str, rr: dg.RunRequest) -> tuple[str, bool]:
+        from dagster._core.utils import make_new_run_id
+
+        from dw_dagster.ledger import asset_str
+        from dw_dagster.remediation.guard import TICKET_TAG, RunFacts, RunRefused, admit_run, finish_run_stage
+
         tags = {**(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
         if rr.run_key:
             tags[RUN_KEY_TAG] = rr.run_key
@@ -46,14 +54,25 @@ class LocalSensorDaemon:
         if job_name is None:
             raise ValueError(f"run request from {sensor_name} names no job")
         job = self.defs.resolve_job_def(job_name)
+        tags = {**(job.tags or {}), **tags}
+        run_id = make_new_run_id()
+        selection = list(rr.asset_selection) if rr.asset_selection else None
+        keys = [asset_str(k) for k in (selection or job.asset_layer.executable_asset_keys if job.asset_layer else [])]
+        try:  # what the run coordinator and the guarded executor do before a daemon-launched run
+            admit_run(self.instance, RunFacts(run_id, job_name, tags, tuple(keys)))
+        except RunRefused as e:
+            self.refusals.append(e.description)
+            return run_id, False
         result = job.execute_in_process(
             instance=self.instance,
             run_config={**(rr.run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}},
             tags=tags,
             partition_key=rr.partition_key,
-            asset_selection=list(rr.asset_selection) if rr.asset_selection else None,
+            asset_selection=selection,
             raise_on_error=False,
+            run_id=run_id,
         )
+        finish_run_stage(self.instance, result.run_id, tags.get(TICKET_TAG), result.success)
         return result.run_id, result.success
 
     def tick(self, sensor_name: str) -> TickResult:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dw_dagster.identity.base import VerifiedIdentity
+
 
 def utcnow() -> dt.datetime:
     """The current time as an aware UTC datetime."""
@@ -234,8 +236,13 @@ _RESERVED_STAGE_KINDS = frozenset({"window", "snapshot", "restore", "rebuild", "
 class ChangeSet(_Record):
     """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
 
-    ``version`` is a hash of the content: an approval is valid only for the version it names.
-    ``steps`` (default none) are warehouse changes applied between the window and the rebuild.
+    ``version`` is the SHA-256 (32 hex digits) of everything else in the record: what will run
+    (window, steps with their SQL and specs, files and diff, rebuild order, tests, undo plan) and
+    what the owner read (summary, blast radius in the diagnosis it names, expiry, approvers,
+    domain). An approval signs the version, so it covers exactly that content; a record whose
+    content does not hash to its version is refused as tampered (:meth:`verify_version`). Build
+    one with :meth:`seal`. ``steps`` (default none) are warehouse changes applied between the
+    window and the rebuild.
     """
 
     id: str
@@ -268,15 +275,54 @@ class ChangeSet(_Record):
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:
-        """16 hex digits of the SHA-256 of ``content`` as JSON; nested records (steps, undo plans,
-        file changes) and datetimes are serialized the way pydantic dumps them."""
+        """32 hex digits of the SHA-256 of ``content`` (every field but ``version``) as canonical
+        JSON; nested records and datetimes are serialized the way pydantic dumps them."""
         from pydantic_core import to_jsonable_python
 
-        return stable_hash(to_jsonable_python(content), 16)
+        return stable_hash(to_jsonable_python({k: v for k, v in content.items() if k != "version"}), 32)
+
+    @classmethod
+    def seal(cls, **content: Any) -> "ChangeSet":
+        """A change set whose ``version`` is the hash of ``content`` (all other fields).
+
+        Raises:
+            pydantic.ValidationError: a field is missing or malformed.
+        """
+        draft = cls(version="0" * 32, **content)
+        return draft.model_copy(update={"version": cls.content_version(draft.model_dump(mode="json"))})
+
+    def computed_version(self) -> str:
+        """The version this record's content hashes to (equal to ``version`` unless it was altered)."""
+        return self.content_version(self.model_dump(mode="json"))
+
+    def verify_version(self) -> None:
+        """Raise :class:`TamperedRecord` when the content does not hash to ``version``."""
+        actual = self.computed_version()
+        if actual != self.version:
+            raise TamperedRecord(f"change set {self.id}: its content hashes to {actual[:12]}…, not to its version "
+                                 f"{self.version[:12]}…; the record was altered after it was proposed")
+
+    def content_key(self) -> str:
+        """The hash of the content without its times (``created_at``, ``expires_at``): the same
+        proposal made again has the same key, so it is recognised and not renewed."""
+        from pydantic_core import to_jsonable_python
+
+        body = self.model_dump(mode="json", exclude={"version", "created_at", "expires_at"})
+        return stable_hash(to_jsonable_python(body), 32)
+
+
+class TamperedRecord(ValueError):
+    """A stored record's content does not match its hash or signature; the message names it."""
 
 
 class Approval(_Record):
-    """A recorded decision on one change set version, signed with HMAC-SHA256."""
+    """A recorded decision on one change set version, signed with HMAC-SHA256.
+
+    ``change_set_version`` is the content hash of the change set (:attr:`ChangeSet.version`), so
+    the signature covers exactly the content the approver was shown. ``identity`` says how the
+    approver was established (:class:`~dw_dagster.identity.VerifiedIdentity`); ``approver`` is its
+    canonical email.
+    """
 
     id: str
     change_set_id: str
@@ -286,10 +332,16 @@ class Approval(_Record):
     decided_at: dt.datetime
     comment: str = ""
     run_id: str | None = None
+    identity: VerifiedIdentity | None = None
     signature: str
 
     def signing_payload(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"signature", "run_id"})
+
+    @property
+    def method(self) -> str:
+        """How the approver was established: oidc, slack, unverified or autonomy."""
+        return self.identity.method if self.identity is not None else "unverified"
 
 
 class CheckOutcome(_Record):
@@ -325,6 +377,12 @@ class Receipt(_Record):
     undo: str
     created_at: dt.datetime
     previous_hash: str | None
+    outcome: str = Field(default="applied", description="applied, or what happened instead: 'failed at window-1: ...', "
+                         "'halted after window-1: autonomy withdrawn ...'")
+    approver_identity: str = Field(default="", description="how the approver was verified, in words")
+    change_set_stages: dict[str, str] = Field(default_factory=dict, description="stage → its end state in the ledger")
 
-    def content_hash(self) -> str:
-        return stable_hash(self.model_dump(mode="json"))
+    def content_hash(self, markdown: str) -> str:
+        """SHA-256 of the receipt's JSON *and* its markdown (what the asset page shows), so an edit
+        of either is detected."""
+        return stable_hash({"receipt": self.model_dump(mode="json"), "markdown": markdown})

@@ -19,6 +19,18 @@ incident id. Every call goes through :func:`dw_dagster.http.send` (timeouts, jit
 naming the vendor, method, endpoint path and status, with the routing key, API token and API key
 scrubbed from its text.
 
+**Exactly once.** Triggers, acknowledges and resolves are idempotent by the vendors' design and
+keep plain retries: PagerDuty's Events API v2 folds every event with the same ``dedup_key`` into
+the one open incident ("Events API v2 → Alert de-duplication"), and Opsgenie de-duplicates a
+Create Alert whose ``alias`` matches an open alert (count + 1) and refuses to close a closed one
+(so a close's note is added once). Notes are not: each ``POST`` adds one more. A note given an
+idempotency ``ref`` (``dw:<task>:<step>``) carries it as a last line (:func:`~dw_dagster.http.marker_line`),
+is sent without blind retries, and is looked up first (PagerDuty ``GET /incidents/{id}/notes``,
+"List notes for an incident"; Opsgenie ``GET /v2/alerts/{alias}/notes``, "List Alert Notes")
+whenever an earlier attempt may have been applied (:func:`~dw_dagster.http.post_once`).
+:meth:`PagerDutyResource.resolution_steps` and :meth:`OpsgenieResource.resolution_steps` split
+``resolve`` into its side effects so a caller can record each before the next one runs.
+
 Message builders for the notes (:func:`diagnosis_note`, :func:`resolution_note`) and a
 convenience :func:`page_incident` turn dw_dagster records (:class:`~dw_dagster.models.Incident`,
 :class:`~dw_dagster.models.Diagnosis`, :class:`~dw_dagster.models.Receipt`) into page text.
@@ -26,15 +38,15 @@ convenience :func:`page_incident` turn dw_dagster records (:class:`~dw_dagster.m
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import dagster as dg
 import httpx
 from pydantic import Field
 
-from dw_dagster.http import HttpApiError, RetryPolicy, json_body, send
+from dw_dagster.http import HttpApiError, RetryPolicy, has_marker, json_body, post_once, send, with_marker
 from dw_dagster.models import Diagnosis, ExposureRef, Incident, Receipt
 
 Severity = Literal["critical", "error", "warning", "info"]
@@ -55,6 +67,13 @@ OG_DETAILS_MAX = 8000
 OPSGENIE_PRIORITY: dict[str, str] = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P5"}
 
 PAGERDUTY_ACCEPT = "application/vnd.pagerduty+json;version=2"
+#: Opsgenie "List Alert Notes": at most 100 notes a page.
+OG_NOTES_PAGE = 100
+
+#: One side effect of a multi-step action: ``(step name, run)``. ``run(ref, check_first)`` performs
+#: it (``ref`` is the idempotency marker for notes, or None; ``check_first`` True forces a look-up
+#: before posting, None leaves the vendor's default) and returns what to record about it.
+PagerStep = tuple[str, Callable[[str | None, bool | None], dict[str, Any]]]
 
 _KEY_PREFIX = "dw-dagster:"
 
@@ -99,8 +118,9 @@ class Pager(Protocol):
         """Open (or re-trigger) the page; return the vendor key (dedup key / alias)."""
         ...
 
-    def annotate(self, incident_id: str, text: str) -> None:
-        """Add a note (cause, blast radius, progress) to the open page."""
+    def annotate(self, incident_id: str, text: str, *, ref: str | None = None,
+                 check_first: bool | None = None) -> None:
+        """Add a note (cause, blast radius, progress) to the open page, at most once per ``ref``."""
         ...
 
     def resolve(self, incident_id: str, *, receipt_url: str | None = None, note: str | None = None) -> None:
@@ -129,11 +149,20 @@ class _VendorResource(dg.ConfigurableResource):
         for s in self._secrets():
             if s:
                 detail = detail.replace(s, "[redacted]")
-        return HttpApiError(error.service, error.method, error.endpoint, error.status, detail)
+        return HttpApiError(error.service, error.method, error.endpoint, error.status, detail,
+                            maybe_applied=error.maybe_applied)
 
-    def _send(self, client: httpx.Client, service: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, client: httpx.Client, service: str, method: str, url: str, *, idempotent: bool = True,
+              **kwargs: Any) -> httpx.Response:
         try:
-            return send(client, service, method, url, policy=self.retry_policy(), **kwargs)
+            return send(client, service, method, url, policy=self.retry_policy(), idempotent=idempotent, **kwargs)
+        except HttpApiError as e:
+            raise self._redact(e) from None
+
+    def _post_once(self, post: Callable[[], Any], find: Callable[[], Any] | None, check_first: bool) -> tuple[Any, bool]:
+        """:func:`~dw_dagster.http.post_once` with this resource's policy, errors redacted."""
+        try:
+            return post_once(post, find, policy=self.retry_policy(), check_first=check_first)
         except HttpApiError as e:
             raise self._redact(e) from None
 
@@ -294,27 +323,80 @@ class PagerDutyResource(_VendorResource):
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(1.0, pause * 2)
 
-    def add_note(self, pd_incident_id: str, content: str) -> dict[str, Any]:
+    def list_notes(self, pd_incident_id: str) -> list[dict[str, Any]]:
+        """``GET /incidents/{id}/notes`` ("List notes for an incident"): the notes, oldest first.
+
+        Raises:
+            ValueError: no ``api_token`` configured.
+            HttpApiError: 401, 404 (no such incident), 429/5xx after retries, or no ``notes`` list.
+        """
+        url = f"{_base(self.rest_base_url)}/incidents/{quote(pd_incident_id, safe='')}/notes"
+        with self._rest_client() as client:
+            response = self._send(client, "pagerduty", "GET", url)
+        body = self._json(response, "pagerduty", "GET")
+        notes = body.get("notes") if isinstance(body, dict) else None
+        if not isinstance(notes, list):
+            raise HttpApiError("pagerduty", "GET", httpx.URL(url).path, response.status_code,
+                               "response has no 'notes' list")
+        return [n for n in notes if isinstance(n, dict)]
+
+    def find_note(self, pd_incident_id: str, ref: str) -> dict[str, Any] | None:
+        """The note on the incident whose content carries the marker line for ``ref``, or None."""
+        return next((n for n in self.list_notes(pd_incident_id) if has_marker(n.get("content"), ref)), None)
+
+    def add_note(self, pd_incident_id: str, content: str, *, ref: str | None = None,
+                 check_first: bool | None = None) -> dict[str, Any]:
         """``POST /incidents/{id}/notes`` with ``{"note": {"content": ...}}``; return the note.
+
+        The POST is not idempotent ("Create a note on an incident" adds one each time; at most
+        2000 per incident), so it is never re-sent blindly after a timeout or a 5xx. With ``ref``
+        the content ends in the marker line and the note is posted at most once per ``ref``:
+        looked up first (``check_first``, default True here: the look-up needs no permission the
+        note does not) and again after a failure that may have been applied.
+
+        Args:
+            pd_incident_id: the PagerDuty incident id (``Q...``), not the dw_dagster one.
+            content: the note text.
+            ref: idempotency marker ``dw:<task>:<step>``, or None (no marker, no look-up).
+            check_first: look for the marker before the first POST (None: True).
+
+        Returns:
+            The new note, or the one already carrying ``ref`` (nothing posted then).
 
         Raises:
             ValueError: no ``api_token`` or no ``from_email`` configured.
-            HttpApiError: 400 (e.g. the From user is unknown), 401, 404 (no such incident), ...
+            HttpApiError: 400 (e.g. the From user is unknown), 401, 404 (no such incident), ...;
+                ``maybe_applied`` when the POST may have landed and the marker was not found.
         """
         if not self.from_email:
             raise ValueError("PagerDutyResource.from_email is required to add notes (PagerDuty's From header)")
         url = f"{_base(self.rest_base_url)}/incidents/{quote(pd_incident_id, safe='')}/notes"
-        with self._rest_client() as client:
-            response = self._send(client, "pagerduty", "POST", url, json={"note": {"content": content}})
-        body = self._json(response, "pagerduty", "POST")
-        note = body.get("note") if isinstance(body, dict) else None
-        if not isinstance(note, dict):
-            raise HttpApiError("pagerduty", "POST", httpx.URL(url).path, response.status_code,
-                               "response has no 'note' object")
+        text = with_marker(content, ref)
+
+        def post() -> dict[str, Any]:
+            with self._rest_client() as client:
+                response = self._send(client, "pagerduty", "POST", url, idempotent=False,
+                                      json={"note": {"content": text}})
+            body = self._json(response, "pagerduty", "POST")
+            note = body.get("note") if isinstance(body, dict) else None
+            if not isinstance(note, dict):
+                raise HttpApiError("pagerduty", "POST", httpx.URL(url).path, response.status_code,
+                                   "response has no 'note' object")
+            return note
+
+        find = (lambda: self.find_note(pd_incident_id, ref)) if ref else None
+        note, _ = self._post_once(post, find, True if check_first is None else check_first)
         return note
 
-    def annotate(self, incident_id: str, text: str) -> None:
+    def annotate(self, incident_id: str, text: str, *, ref: str | None = None,
+                 check_first: bool | None = None) -> None:
         """Find the incident for ``incident_id``'s dedup key and add ``text`` as a note.
+
+        Args:
+            incident_id: the dw_dagster incident id.
+            text: the note.
+            ref: idempotency marker; the note is added at most once per ``ref`` (see :meth:`add_note`).
+            check_first: see :meth:`add_note`.
 
         Raises:
             ValueError: REST not configured (``api_token``, ``from_email``).
@@ -326,7 +408,32 @@ class PagerDutyResource(_VendorResource):
         if incident is None:
             raise HttpApiError("pagerduty", "GET", "/incidents", 200,
                                f"no incident with incident_key {key!r} after {self.incident_lookup_s:g} s")
-        self.add_note(str(incident["id"]), text)
+        self.add_note(str(incident["id"]), text, ref=ref, check_first=check_first)
+
+    def resolution_steps(self, incident_id: str, *, receipt_url: str | None = None,
+                         note: str | None = None) -> list[PagerStep]:
+        """:meth:`resolve` as its side effects, in order: ``note`` (when there is one) and ``resolve``.
+
+        The note is a REST "Create a note" (not idempotent: give it a ``ref``); the ``resolve`` is
+        an Events API v2 event for the dedup key (idempotent: a second resolve of a resolved
+        incident is dropped, still 202, as PagerDuty documents).
+        """
+        text = _resolve_text(receipt_url, note)
+        steps: list[PagerStep] = []
+        if text and self.api_token and self.from_email:
+            def add(ref: str | None, check_first: bool | None) -> dict[str, Any]:
+                self.annotate(incident_id, text, ref=ref, check_first=check_first)
+                return {}
+            steps.append(("note", add))
+
+        def resolve(ref: str | None, check_first: bool | None) -> dict[str, Any]:
+            if text and not (self.api_token and self.from_email):
+                dg.get_dagster_logger().warning(
+                    "PagerDuty: api_token/from_email not configured; resolving %s without the receipt note", incident_id)
+            self.send_event("resolve", dedup_key_for(incident_id))
+            return {}
+        steps.append(("resolve", resolve))
+        return steps
 
     def resolve(self, incident_id: str, *, receipt_url: str | None = None, note: str | None = None) -> None:
         """Post a note with the receipt link, then send the ``resolve`` event.
@@ -334,19 +441,15 @@ class PagerDutyResource(_VendorResource):
         The note needs the REST settings (``api_token``, ``from_email``); without them the page is
         still resolved and a warning says the receipt link was not posted (an Events API v2
         resolve event carries no payload, so it cannot hold the link). Without ``receipt_url``
-        and ``note`` only the resolve event is sent.
+        and ``note`` only the resolve event is sent. :meth:`resolution_steps` gives the same two
+        side effects one at a time.
 
         Raises:
             HttpApiError: the note or the resolve event failed (the resolve is not sent when the
                 note failed, so the page stays open for a person to see).
         """
-        text = _resolve_text(receipt_url, note)
-        if text and self.api_token and self.from_email:
-            self.annotate(incident_id, text)
-        elif text:
-            dg.get_dagster_logger().warning(
-                "PagerDuty: api_token/from_email not configured; resolving %s without the receipt note", incident_id)
-        self.send_event("resolve", dedup_key_for(incident_id))
+        for _, run in self.resolution_steps(incident_id, receipt_url=receipt_url, note=note):
+            run(None, None)
 
 
 class OpsgenieResource(_VendorResource):
@@ -372,10 +475,12 @@ class OpsgenieResource(_VendorResource):
         return httpx.Client(headers={"Authorization": f"GenieKey {self.api_key}",
                                      "Content-Type": "application/json"})
 
-    def _post(self, path: str, body: Mapping[str, Any], params: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def _post(self, path: str, body: Mapping[str, Any], params: Mapping[str, str] | None = None,
+              *, idempotent: bool = True) -> dict[str, Any]:
         url = f"{_base(self.base_url)}{path}"
         with self._client() as client:
-            response = self._send(client, "opsgenie", "POST", url, json=dict(body), params=dict(params or {}))
+            response = self._send(client, "opsgenie", "POST", url, idempotent=idempotent, json=dict(body),
+                                  params=dict(params or {}))
         data = self._json(response, "opsgenie", "POST")
         if not isinstance(data, dict) or "requestId" not in data:
             raise HttpApiError("opsgenie", "POST", httpx.URL(url).path, response.status_code,
@@ -422,13 +527,73 @@ class OpsgenieResource(_VendorResource):
             body["note"] = clip(note, OG_NOTE_MAX)
         return str(self._post("/v2/alerts", body)["requestId"])
 
-    def add_note(self, alias: str, note: str) -> str:
-        """``POST /v2/alerts/{alias}/notes?identifierType=alias``; return the ``requestId``."""
-        body = {"note": clip(note, OG_NOTE_MAX), **self._common()}
-        return str(self._post(f"/v2/alerts/{quote(alias, safe='')}/notes", body, {"identifierType": "alias"})["requestId"])
+    def list_notes(self, alias: str, *, max_pages: int = 50) -> list[dict[str, Any]]:
+        """``GET /v2/alerts/{alias}/notes?identifierType=alias`` ("List Alert Notes"), newest first.
+
+        Pages with ``order=desc``, ``limit=100`` and the ``offset`` of ``paging.next`` (``direction=next``)
+        until there is no next page or ``max_pages`` were read.
+
+        Returns:
+            ``[{"note", "owner", "createdAt", "offset"}]``; empty when the alert has no notes.
+
+        Raises:
+            HttpApiError: 404 (no such alert), 401/403 (the key lacks read access), 429/5xx
+                after retries, or a body without a ``data`` list.
+        """
+        url = f"{_base(self.base_url)}/v2/alerts/{quote(alias, safe='')}/notes"
+        params: dict[str, Any] = {"identifierType": "alias", "order": "desc", "direction": "next", "limit": OG_NOTES_PAGE}
+        out: list[dict[str, Any]] = []
+        with self._client() as client:
+            for _ in range(max(1, max_pages)):
+                response = self._send(client, "opsgenie", "GET", url, params=params)
+                body = self._json(response, "opsgenie", "GET")
+                data = body.get("data") if isinstance(body, dict) else None
+                if not isinstance(data, list):
+                    raise HttpApiError("opsgenie", "GET", httpx.URL(url).path, response.status_code,
+                                       "response has no 'data' list")
+                out += [n for n in data if isinstance(n, dict)]
+                nxt = (body.get("paging") or {}).get("next") if isinstance(body.get("paging"), dict) else None
+                offset = (parse_qs(urlsplit(nxt).query).get("offset") or [None])[0] if isinstance(nxt, str) else None
+                if not data or not offset:
+                    break
+                params = {**params, "offset": offset}
+        return out
+
+    def find_note(self, alias: str, ref: str) -> dict[str, Any] | None:
+        """The alert's note whose text carries the marker line for ``ref``, or None."""
+        return next((n for n in self.list_notes(alias) if has_marker(n.get("note"), ref)), None)
+
+    def add_note(self, alias: str, note: str, *, ref: str | None = None, check_first: bool | None = None) -> str:
+        """``POST /v2/alerts/{alias}/notes?identifierType=alias``; return the ``requestId``.
+
+        Add Note is not idempotent, so it is never re-sent blindly after a timeout or a 5xx. With
+        ``ref`` the note ends in the marker line (the text is cut so the marker stays within the
+        25000-character limit) and is added at most once per ``ref``: looked up with
+        :meth:`list_notes` after a failure that may have been applied, and first too when
+        ``check_first`` (default False here: the look-up needs the key's Read access right, which
+        an integration that only creates may lack).
+
+        Returns:
+            The ``requestId`` of the Add Note request, or an empty string when a note carrying
+            ``ref`` was already on the alert (nothing posted).
+
+        Raises:
+            HttpApiError: see :meth:`create_alert`; ``maybe_applied`` when the POST may have
+                landed and the marker was not found.
+        """
+        body = {"note": with_marker(note, ref, OG_NOTE_MAX), **self._common()}
+        path = f"/v2/alerts/{quote(alias, safe='')}/notes"
+        find = (lambda: self.find_note(alias, ref)) if ref else None
+        answer, posted = self._post_once(lambda: self._post(path, body, {"identifierType": "alias"}, idempotent=False),
+                                         find, bool(check_first))
+        return str(answer["requestId"]) if posted else ""
 
     def close_alert(self, alias: str, note: str | None = None) -> str:
-        """``POST /v2/alerts/{alias}/close?identifierType=alias``; return the ``requestId``."""
+        """``POST /v2/alerts/{alias}/close?identifierType=alias``; return the ``requestId``.
+
+        Idempotent by the alert's state: a close of a closed alert is refused ("Alert is already
+        closed" in the request status) and its note is not added, so retries keep plain back-off.
+        """
         body: dict[str, Any] = dict(self._common())
         if note:
             body["note"] = clip(note, OG_NOTE_MAX)
@@ -474,14 +639,24 @@ class OpsgenieResource(_VendorResource):
                           details={"dw_incident_id": incident_id, **dict(details or {})})
         return alias
 
-    def annotate(self, incident_id: str, text: str) -> None:
-        """Add ``text`` as a note on the incident's alert."""
-        self.add_note(dedup_key_for(incident_id), text)
+    def annotate(self, incident_id: str, text: str, *, ref: str | None = None,
+                 check_first: bool | None = None) -> None:
+        """Add ``text`` as a note on the incident's alert, at most once per ``ref`` (see :meth:`add_note`)."""
+        self.add_note(dedup_key_for(incident_id), text, ref=ref, check_first=check_first)
+
+    def resolution_steps(self, incident_id: str, *, receipt_url: str | None = None,
+                         note: str | None = None) -> list[PagerStep]:
+        """:meth:`resolve` as its side effects: one ``close`` step (idempotent, carries the note)."""
+        text = _resolve_text(receipt_url, note) or "Resolved by dw_dagster."
+
+        def close(ref: str | None, check_first: bool | None) -> dict[str, Any]:
+            return {"request_id": self.close_alert(dedup_key_for(incident_id), text)}
+        return [("close", close)]
 
     def resolve(self, incident_id: str, *, receipt_url: str | None = None, note: str | None = None) -> None:
         """Close the alert; the close carries the receipt link as its note."""
-        text = _resolve_text(receipt_url, note) or "Resolved by dw_dagster."
-        self.close_alert(dedup_key_for(incident_id), text)
+        for _, run in self.resolution_steps(incident_id, receipt_url=receipt_url, note=note):
+            run(None, None)
 
 
 def _resolve_text(receipt_url: str | None, note: str | None) -> str | None:
@@ -605,6 +780,7 @@ __all__ = [
     "OpsgenieResource",
     "Pager",
     "PagerDutyResource",
+    "PagerStep",
     "blast_radius_lines",
     "clip",
     "dedup_key_for",

@@ -7,6 +7,19 @@
 limited, Slack docs "Rate limits"). ``ok: false`` becomes an :class:`~dw_dagster.http.HttpApiError`
 naming the Slack error code.
 
+**Exactly once.** ``chat.postMessage`` is not idempotent: a repeated call posts a second
+message. With an idempotency ``ref`` (``dw:<task>:<step>``) the message carries it as Slack
+message metadata (Slack docs "Using message metadata"; chat.postMessage ``metadata`` argument:
+``{"event_type": "dw_dagster_notification", "event_payload": {"ref": ...}}``), is never re-sent
+blindly after a timeout or a 5xx, and before it is sent again the channel is read back with
+``conversations.history`` (``include_all_metadata=true``, paged with ``cursor``, bounded by
+``oldest``; Slack API docs "conversations.history", "Pagination") for a message whose metadata
+holds that ref (:func:`~dw_dagster.http.post_once`). Reading history needs the
+``channels:history`` scope (``groups:history`` for private channels) and a channel ID; Slack
+rate-limits ``conversations.history`` (Tier 3, much lower for apps not in the Marketplace), so
+the look-up runs only when an earlier attempt may have been applied, unless
+``check_history_first`` is set.
+
 Message builders return a :class:`SlackMessage` (Block Kit ``header``/``section``/``context``
 blocks with ``mrkdwn`` text, plus the plain ``text`` fallback Slack shows in notifications):
 
@@ -19,8 +32,11 @@ Block Kit limits kept here (Slack docs "Blocks → Section block", "Header block
 blocks, section text ≤ 3000 characters, header text ≤ 150 (plain_text); message ``text`` ≤ 40000.
 """
 
+import dataclasses
 import datetime as dt
+import re
 import shlex
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +56,12 @@ DEFAULT_REPOSITORY = "__repository__"  # the repository name Dagster gives a Def
 SECTION_TEXT_MAX = 3000
 HEADER_TEXT_MAX = 150
 MESSAGE_TEXT_MAX = 40000
+#: ``metadata.event_type`` of dw_dagster's messages (Slack: "an alphanumeric string", lower case
+#: with underscores recommended in "Designing metadata event schema").
+METADATA_EVENT_TYPE = "dw_dagster_notification"
+#: Messages per ``conversations.history`` page (Slack recommends no more than 200).
+HISTORY_PAGE = 200
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
 
 _HINTS = {
     "not_authed": "no bot token was sent",
@@ -54,70 +76,190 @@ _HINTS = {
     "no_text": "neither text nor blocks were sent",
     "ratelimited": "rate limited",
     "invalid_arguments": "the request arguments are invalid",
+    "missing_scope": "the bot token lacks a scope this method needs",
+    "invalid_metadata_format": "Slack rejected the message metadata",
+    "invalid_cursor": "the pagination cursor is not valid",
 }
 
 
 @dataclass(frozen=True)
 class SlackMessage:
-    """One Slack message: the plain ``text`` fallback and Block Kit ``blocks``."""
+    """One Slack message: the plain ``text`` fallback, Block Kit ``blocks`` and optional ``metadata``.
+
+    ``metadata`` is Slack message metadata, ``{"event_type", "event_payload"}`` (not shown to
+    people; read back with ``conversations.history`` and ``include_all_metadata``).
+    """
 
     text: str
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
 
     def payload(self, channel: str) -> dict[str, Any]:
         """The ``chat.postMessage`` JSON body for ``channel``."""
         body: dict[str, Any] = {"channel": channel, "text": clip(self.text, MESSAGE_TEXT_MAX)}
         if self.blocks:
             body["blocks"] = self.blocks[:50]
+        if self.metadata:
+            body["metadata"] = self.metadata
         return body
+
+
+def ref_metadata(ref: str) -> dict[str, Any]:
+    """The message metadata that carries an idempotency marker: ``{"event_type", "event_payload": {"ref"}}``."""
+    return {"event_type": METADATA_EVENT_TYPE, "event_payload": {"ref": ref}}
+
+
+def message_ref(message: Any) -> str | None:
+    """The idempotency marker in a message's metadata (as ``conversations.history`` returns it), or None."""
+    md = message.get("metadata") if isinstance(message, dict) else None
+    if not isinstance(md, dict) or md.get("event_type") != METADATA_EVENT_TYPE:
+        return None
+    ref = (md.get("event_payload") or {}).get("ref") if isinstance(md.get("event_payload"), dict) else None
+    return ref if isinstance(ref, str) else None
 
 
 class SlackResource(_VendorResource):
     """Slack Web API with a bot token (``bot_token=dg.EnvVar("SLACK_BOT_TOKEN")``, ``xoxb-...``).
 
-    The bot needs the ``chat:write`` scope and membership of the channel.
+    The bot needs the ``chat:write`` scope and membership of the channel; to look for an earlier
+    message before posting again (see the module docstring) also ``channels:history``
+    (``groups:history`` for a private channel), and the channel must be given by its ID.
     """
 
     bot_token: str = Field(description="bot token, xoxb-...")
     base_url: str = Field(default="https://slack.com/api", description="Web API base URL")
     default_channel: str | None = Field(default=None, description="channel ID (C...) used when none is given")
+    check_history_first: bool = Field(
+        default=False, description="look for a message's ref in the channel history before every first post "
+        "(needs channels:history), not only after an attempt that may have been applied")
+    history_lookback_s: float = Field(default=7 * 86400.0,
+                                      description="how far back a ref is looked for when no 'oldest' is given, seconds")
 
     def _secrets(self) -> list[str]:
         return [self.bot_token]
 
-    def post_message(self, message: SlackMessage | str, *, channel: str | None = None) -> dict[str, Any]:
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.bot_token}", "Content-Type": "application/json; charset=utf-8"}
+
+    def _answer(self, response: httpx.Response, method: str, endpoint: str) -> dict[str, Any]:
+        """Slack's JSON answer, or :class:`HttpApiError` for ``ok: false`` (code, hint, details)."""
+        body = self._json(response, "slack", method)
+        if not isinstance(body, dict):
+            raise HttpApiError("slack", method, endpoint, response.status_code, "response is not a JSON object")
+        if body.get("ok") is not True:
+            code = str(body.get("error") or "unknown_error")
+            extra = body.get("errors") or (body.get("response_metadata") or {}).get("messages") or []
+            detail = f"Slack error {code!r}" + (f" ({_HINTS[code]})" if code in _HINTS else "")
+            if code == "missing_scope" and body.get("needed"):
+                detail += f": needs {body['needed']}"
+            if extra:
+                detail += ": " + "; ".join(str(x) for x in extra)[:200]
+            raise self._redact(HttpApiError("slack", method, endpoint, response.status_code, detail))
+        return body
+
+    def post_message(self, message: SlackMessage | str, *, channel: str | None = None, ref: str | None = None,
+                     check_first: bool | None = None, oldest: float | None = None) -> dict[str, Any]:
         """``chat.postMessage``; return Slack's answer (``{"ok": true, "channel", "ts", "message"}``).
 
         Args:
             message: a :class:`SlackMessage`, or plain text.
-            channel: channel ID (``C...``) or name; default ``default_channel``.
+            channel: channel ID (``C...``) or name; default ``default_channel``. A look-up for
+                ``ref`` needs the ID.
+            ref: idempotency marker ``dw:<task>:<step>``, sent as message metadata; the message is
+                posted at most once per ``ref`` (never re-sent blindly; looked for in the channel
+                history after an attempt that may have been applied).
+            check_first: look for ``ref`` before the first post too (a retry on a later tick);
+                None: ``check_history_first``.
+            oldest: the earliest time (epoch seconds) the message can have been posted, bounding
+                the history read (default: ``history_lookback_s`` ago).
+
+        Returns:
+            Slack's answer; when a message with ``ref`` was already in the channel, nothing is
+            posted and the answer is ``{"ok": true, "channel", "ts", "message", "deduplicated": true}``.
 
         Raises:
-            ValueError: no channel given and no ``default_channel``.
+            ValueError: no channel given and no ``default_channel``; or a look-up was needed and
+                the channel is a name, not an ID.
             HttpApiError: ``ok: false`` (status 200, the Slack error code and a hint in the
-                message), 429 still rate limited after retries (``Retry-After`` honoured), 5xx,
-                timeouts. Never contains the token.
+                message), 429 still rate limited after retries (``Retry-After`` honoured), a 5xx
+                or a timeout (not re-sent: ``maybe_applied``), the history look-up's failure
+                (``missing_scope`` names the scope). Never contains the token.
         """
         channel = channel or self.default_channel
         if not channel:
             raise ValueError("no Slack channel: pass channel= or set default_channel")
         msg = message if isinstance(message, SlackMessage) else SlackMessage(text=message)
+        if ref is not None:
+            msg = dataclasses.replace(msg, metadata=ref_metadata(ref))
         url = f"{self.base_url.rstrip('/')}/chat.postMessage"
         endpoint = httpx.URL(url).path
-        headers = {"Authorization": f"Bearer {self.bot_token}", "Content-Type": "application/json; charset=utf-8"}
-        with httpx.Client(headers=headers) as client:
-            response = self._send(client, "slack", "POST", url, json=msg.payload(channel))
-        body = self._json(response, "slack", "POST")
-        if not isinstance(body, dict):
-            raise HttpApiError("slack", "POST", endpoint, response.status_code, "response is not a JSON object")
-        if body.get("ok") is not True:
-            code = str(body.get("error") or "unknown_error")
-            extra = body.get("errors") or (body.get("response_metadata") or {}).get("messages") or []
-            detail = f"Slack error {code!r}" + (f" ({_HINTS[code]})" if code in _HINTS else "")
-            if extra:
-                detail += ": " + "; ".join(str(x) for x in extra)[:200]
-            raise self._redact(HttpApiError("slack", "POST", endpoint, response.status_code, detail))
-        return body
+
+        def post() -> dict[str, Any]:
+            with httpx.Client(headers=self._headers()) as client:
+                response = self._send(client, "slack", "POST", url, idempotent=False, json=msg.payload(channel))
+            return self._answer(response, "POST", endpoint)
+
+        def find() -> dict[str, Any] | None:
+            found = self.find_message(channel, ref, oldest=oldest)
+            return None if found is None else {"ok": True, "channel": channel, "ts": found.get("ts"),
+                                               "message": found, "deduplicated": True}
+
+        check = self.check_history_first if check_first is None else check_first
+        answer, _ = self._post_once(post, find if ref is not None else None, bool(check))
+        return answer
+
+    def history(self, channel: str, *, oldest: float | None = None, latest: float | None = None,
+                cursor: str | None = None, limit: int = HISTORY_PAGE) -> dict[str, Any]:
+        """One page of ``conversations.history`` with ``include_all_metadata=true``.
+
+        Returns:
+            Slack's answer: ``{"ok": true, "messages": [...] (newest first), "has_more",
+            "response_metadata": {"next_cursor"}}``.
+
+        Raises:
+            ValueError: ``channel`` is not a channel ID.
+            HttpApiError: ``ok: false`` (``missing_scope``, ``channel_not_found``,
+                ``invalid_cursor`` ...), 429 after retries, 5xx, timeouts.
+        """
+        if not _CHANNEL_ID.fullmatch(channel):
+            raise ValueError(f"conversations.history needs a channel ID (C..., G...), got {channel!r}")
+        url = f"{self.base_url.rstrip('/')}/conversations.history"
+        params: dict[str, Any] = {"channel": channel, "include_all_metadata": "true", "limit": limit}
+        if oldest is not None:
+            params["oldest"] = f"{oldest:.6f}"
+        if latest is not None:
+            params["latest"] = f"{latest:.6f}"
+        if cursor:
+            params["cursor"] = cursor
+        with httpx.Client(headers={"Authorization": f"Bearer {self.bot_token}"}) as client:
+            response = self._send(client, "slack", "GET", url, params=params)
+        return self._answer(response, "GET", httpx.URL(url).path)
+
+    def find_message(self, channel: str, ref: str, *, oldest: float | None = None,
+                     max_pages: int = 50) -> dict[str, Any] | None:
+        """The message in ``channel`` whose metadata carries ``ref``, or None.
+
+        Reads ``conversations.history`` newest first from now back to ``oldest`` (default
+        ``history_lookback_s`` ago), following ``response_metadata.next_cursor``.
+
+        Raises:
+            ValueError: ``channel`` is not a channel ID.
+            HttpApiError: a history page failed, or ``max_pages`` pages were read without reaching
+                ``oldest`` (the answer would be a guess).
+        """
+        since = oldest if oldest is not None else time.time() - self.history_lookback_s
+        cursor: str | None = None
+        for _ in range(max(1, max_pages)):
+            page = self.history(channel, oldest=since, cursor=cursor)
+            for m in page.get("messages") or []:
+                if message_ref(m) == ref:
+                    return m
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if not page.get("has_more") or not cursor:
+                return None
+        raise HttpApiError("slack", "GET", "/api/conversations.history", 200,
+                           f"read {max_pages} pages without reaching oldest={since:.0f}; cannot tell whether "
+                           f"{ref} was posted")
 
 
 # -- message builders --------------------------------------------------------------------------
@@ -281,8 +423,10 @@ __all__ = [
     "approve_command",
     "launchpad_config",
     "launchpad_url",
+    "message_ref",
     "mrkdwn_escape",
     "page_annotated_message",
+    "ref_metadata",
     "resolved_message",
     "utc_text",
 ]

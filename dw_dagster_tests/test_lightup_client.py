@@ -206,3 +206,48 @@ def test_fake_runs_as_its_own_process(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
+
+
+# -- exactly once: a comment carries a marker, is never re-sent blindly, and is looked up first --
+
+REF = "dw:0123456789abcdef:comment"
+
+
+def _comment_posts(state, uuid: str) -> int:
+    return sum(1 for r in state.requests if r == f"POST /api/v0/ws/{state.workspace_uuid}/incidents/{uuid}/comments")
+
+
+def test_comment_applied_but_timed_out_is_posted_once(lightup):
+    server, state, ids, cred = lightup
+    inc = state.add_incident(filter_uuid=ids["rows_monitor"])
+    fault(server, after_apply=True, delay_s=0.8, method="POST", path="/comments$")
+    c = client(cred, policy=RetryPolicy(attempts=3, base_wait_s=0.01, max_wait_s=0.05, timeout_s=0.25))
+    found = c.add_comment(inc["uuid"], "cause: late rows", ref=REF)
+    assert [x["comment"] for x in state.comments[inc["uuid"]]] == [f"cause: late rows\n[dw-dagster ref {REF}]"]
+    assert found["id"] == state.comments[inc["uuid"]][0]["id"] and _comment_posts(state, inc["uuid"]) == 1
+    # the next attempt looks first and posts nothing
+    client(cred).add_comment(inc["uuid"], "cause: late rows", ref=REF)
+    assert len(state.comments[inc["uuid"]]) == 1 and _comment_posts(state, inc["uuid"]) == 1
+    assert client(cred).find_comment(inc["uuid"], REF)["id"] == found["id"]
+
+
+def test_comment_500_after_apply_is_found_not_reposted(lightup):
+    server, state, ids, cred = lightup
+    inc = state.add_incident(filter_uuid=ids["rows_monitor"])
+    fault(server, after_apply=True, status=500, method="POST", path="/comments$")
+    client(cred).add_comment(inc["uuid"], "cause", ref=REF)
+    assert len(state.comments[inc["uuid"]]) == 1 and _comment_posts(state, inc["uuid"]) == 1
+
+
+def test_comment_without_marker_is_not_resent_after_a_500(lightup):
+    server, state, ids, cred = lightup
+    inc = state.add_incident(filter_uuid=ids["rows_monitor"])
+    fault(server, after_apply=True, status=500, method="POST", path="/comments$")
+    with pytest.raises(HttpApiError) as e:
+        client(cred).add_comment(inc["uuid"], "cause")
+    assert e.value.maybe_applied and e.value.status == 500
+    assert len(state.comments[inc["uuid"]]) == 1 and _comment_posts(state, inc["uuid"]) == 1
+    # a comment refused before it was handled (a plain 500 fault) has no effect; with a ref it is retried
+    fault(server, status=500, count=1, path="/comments$")
+    client(cred).add_comment(inc["uuid"], "second", ref=REF)
+    assert [x["comment"].split("\n")[0] for x in state.comments[inc["uuid"]]] == ["cause", "second"]

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import quote
 
 import dagster as dg
 import httpx
@@ -412,3 +413,163 @@ def test_resolve_without_rest_settings_still_resolves(url, state):
     pd.resolve("inc-norest", receipt_url="http://d/receipt")
     [incident] = state.pagerduty_incidents(dedup_key_for("inc-norest"))
     assert incident["status"] == "resolved" and incident["notes"] == []
+
+
+# -- exactly once: notes carry a marker, are never re-sent blindly, and are looked up first ----
+
+REF = "dw:0123456789abcdef:note"
+SLOW = 0.8  # the fake's after-apply delay, seconds (longer than the client timeouts below)
+
+
+def _settle(state, path: str, method: str, n: int, wait_s: float = 3.0) -> list[dict]:
+    """The request log for ``method path``, once ``n`` entries are in (a delayed answer is logged late)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        log = [r for r in state.request_log(path) if r["method"] == method]
+        if len(log) >= n or time.monotonic() > deadline:
+            return log
+        time.sleep(0.02)
+
+
+def test_marker_line_survives_the_length_limit():
+    from dw_dagster.http import has_marker, marker_line, with_marker
+
+    assert marker_line(REF) == f"[dw-dagster ref {REF}]"
+    text = with_marker("x" * 30000, REF, 25000)
+    assert len(text) == 25000 and text.endswith("\n" + marker_line(REF)) and has_marker(text, REF)
+    assert not has_marker(with_marker("note", "dw:0123456789abcdef:note2"), REF)  # no prefix match
+    assert with_marker("note", None) == "note"
+    with pytest.raises(ValueError):
+        marker_line("not a ref")
+
+
+def test_pagerduty_note_applied_but_timed_out_is_posted_once(url, state):
+    pagerduty(url).trigger("inc-1", "x")
+    state.add_fault(delay_s=SLOW, after_apply=True, method="POST", path="/incidents/")
+    pd = pagerduty(url, timeout_s=0.2)
+    pd.annotate("inc-1", "cause: late rows", ref=REF)  # the POST landed, its answer timed out: found, not re-sent
+    [incident] = state.pagerduty_incidents(dedup_key_for("inc-1"))
+    assert [n["content"] for n in incident["notes"]] == [f"cause: late rows\n[dw-dagster ref {REF}]"]
+    pid = incident["id"]
+    assert len(_settle(state, f"/incidents/{pid}/notes", "POST", 1)) == 1
+    # the next attempt (a later tick) looks first and posts nothing
+    pagerduty(url).annotate("inc-1", "cause: late rows", ref=REF)
+    assert len(state.pagerduty_incidents(dedup_key_for("inc-1"))[0]["notes"]) == 1
+    assert len(_settle(state, f"/incidents/{pid}/notes", "POST", 1)) == 1
+    assert pagerduty(url).find_note(pid, REF)["content"].endswith(REF + "]")
+
+
+def test_pagerduty_note_500_after_apply_is_found_not_reposted(url, state):
+    pagerduty(url).trigger("inc-1", "x")
+    state.add_fault(status=500, after_apply=True, method="POST", path="/incidents/")
+    pagerduty(url, retry_attempts=1).annotate("inc-1", "cause", ref=REF)
+    [incident] = state.pagerduty_incidents(dedup_key_for("inc-1"))
+    assert len(incident["notes"]) == 1
+    assert [r["status"] for r in state.request_log(f"/incidents/{incident['id']}/notes") if r["method"] == "POST"] == [500]
+
+
+def test_a_note_without_marker_is_never_resent_blindly(url, state):
+    pagerduty(url).trigger("inc-1", "x")
+    state.add_fault(status=500, after_apply=True, method="POST", path="/incidents/")
+    with pytest.raises(HttpApiError) as e:
+        pagerduty(url).annotate("inc-1", "cause")  # no ref: nothing to look up, so not sent again
+    assert e.value.maybe_applied and e.value.status == 500 and "may have applied" in str(e.value)
+    [incident] = state.pagerduty_incidents(dedup_key_for("inc-1"))
+    assert len(incident["notes"]) == 1
+    assert len([r for r in state.request_log(f"/incidents/{incident['id']}/notes") if r["method"] == "POST"]) == 1
+
+
+def test_pagerduty_resolution_steps_are_note_then_resolve(url, state):
+    pd = pagerduty(url)
+    pd.trigger("inc-r", "x")
+    steps = pd.resolution_steps("inc-r", receipt_url="http://d/receipt")
+    assert [name for name, _ in steps] == ["note", "resolve"]
+    steps[0][1](REF, None)
+    steps[0][1](REF, None)  # a repeat of the note step finds its marker
+    [incident] = state.pagerduty_incidents(dedup_key_for("inc-r"))
+    assert len(incident["notes"]) == 1 and incident["status"] == "triggered"
+    steps[1][1](None, None)
+    steps[1][1](None, None)  # a repeated resolve event is dropped (Events API v2), still one incident
+    assert [i["status"] for i in state.pagerduty_incidents(dedup_key_for("inc-r"))] == ["resolved"]
+    assert [n for n, _ in pagerduty(url, api_token=None, from_email=None).resolution_steps("inc-r", note="x")] == ["resolve"]
+
+
+def test_opsgenie_note_applied_but_timed_out_is_posted_once(url, state):
+    og = opsgenie(url)
+    alias = og.trigger("inc-1", "x")
+    state.add_fault(delay_s=SLOW, after_apply=True, method="POST", path="/v2/alerts/")
+    assert opsgenie(url, timeout_s=0.2).add_note(alias, "cause", ref=REF) == ""  # found after the timeout
+    assert [n["note"] for n in state.opsgenie_notes(alias)] == [f"cause\n[dw-dagster ref {REF}]"]
+    path = f"/v2/alerts/{quote(alias, safe='')}/notes"  # as sent on the wire
+    assert len(_settle(state, path, "POST", 1)) == 1
+    # the retry on a later tick checks first (Opsgenie's default is not to)
+    assert opsgenie(url).add_note(alias, "cause", ref=REF, check_first=True) == ""
+    assert len(state.opsgenie_notes(alias)) == 1 and len(_settle(state, path, "POST", 1)) == 1
+    # without check_first a new ref is posted
+    rid = og.add_note(alias, "more", ref="dw:0123456789abcdef:other")
+    assert og.request_status(rid)["isSuccess"] is True and len(state.opsgenie_notes(alias)) == 2
+
+
+def test_opsgenie_note_text_is_cut_so_the_marker_fits(url, state):
+    og = opsgenie(url)
+    alias = og.trigger("inc-1", "x")
+    og.add_note(alias, "n" * 30000, ref=REF)
+    [note] = state.opsgenie_notes(alias)
+    assert len(note["note"]) == 25000 and note["note"].endswith(f"[dw-dagster ref {REF}]")
+
+
+def test_fake_opsgenie_lists_alert_notes_in_pages(url, state):
+    og = opsgenie(url)
+    alias = og.trigger("inc-1", "x")
+    for i in range(150):
+        og.add_note(alias, f"note {i}")
+    auth = {"Authorization": f"GenieKey {DEFAULT_OPSGENIE_KEY}"}
+    r = httpx.get(f"{url}/v2/alerts/{alias}/notes", params={"identifierType": "alias", "limit": 100}, headers=auth)
+    body = r.json()
+    assert r.status_code == 200 and set(body) == {"data", "paging", "took", "requestId"}
+    assert len(body["data"]) == 100 and body["data"][0]["note"] == "note 149"  # newest first by default
+    assert set(body["data"][0]) == {"note", "owner", "createdAt", "offset"} and "next" in body["paging"]
+    assert [n["note"] for n in og.list_notes(alias)] == [f"note {i}" for i in reversed(range(150))]
+    asc = httpx.get(f"{url}/v2/alerts/{alias}/notes", headers=auth,
+                    params={"identifierType": "alias", "order": "asc", "limit": 2}).json()
+    assert [n["note"] for n in asc["data"]] == ["note 0", "note 1"]
+    assert httpx.get(f"{url}/v2/alerts/nope/notes", params={"identifierType": "alias"}, headers=auth).status_code == 404
+    assert httpx.get(f"{url}/v2/alerts/{alias}/notes", params={"identifierType": "alias", "limit": 101},
+                     headers=auth).status_code == 422
+    og.add_note(alias, "the one", ref=REF)
+    assert og.find_note(alias, REF)["note"].startswith("the one")
+
+
+def test_opsgenie_close_is_idempotent_so_its_note_lands_once(url, state):
+    og = opsgenie(url)
+    alias = og.trigger("inc-1", "x")
+    state.add_fault(delay_s=SLOW, after_apply=True, method="POST", path=f"/v2/alerts/{alias}/close")
+    og_slow = opsgenie(url, timeout_s=0.2, retry_attempts=2)
+    og_slow.resolve("inc-1", receipt_url="http://d/receipt")  # timed out once, re-sent: already closed
+    [alert] = state.opsgenie_alerts(alias)
+    assert alert["status"] == "closed" and len(alert["notes"]) == 1
+
+
+def test_non_idempotent_send_retries_only_what_was_not_applied(url, state):
+    from dw_dagster.http import RetryPolicy, send
+
+    policy = RetryPolicy(attempts=3, base_wait_s=0.01, max_wait_s=0.02, timeout_s=2.0)
+    headers = {"Authorization": f"GenieKey {DEFAULT_OPSGENIE_KEY}"}
+    alias = opsgenie(url).trigger("inc-1", "x")
+    path = f"/v2/alerts/{quote(alias, safe='')}/notes"
+    with httpx.Client(headers=headers) as client:
+        state.add_fault(status=429, count=2, path="/v2/alerts/", retry_after=0.01)  # refused, not applied: retried
+        send(client, "opsgenie", "POST", f"{url}{path}?identifierType=alias", policy=policy,
+             idempotent=False, json={"note": "a"})
+        assert [r["status"] for r in state.request_log(path)] == [429, 429, 202]
+        state.add_fault(status=503, count=1, path="/v2/alerts/")  # may have been applied: not re-sent
+        with pytest.raises(HttpApiError) as e:
+            send(client, "opsgenie", "POST", f"{url}{path}?identifierType=alias", policy=policy,
+                 idempotent=False, json={"note": "b"})
+        assert e.value.maybe_applied and e.value.status == 503
+        assert [r["status"] for r in state.request_log(path)][3:] == [503]
+    # nothing listens: refused before anything was sent, so retried (all attempts), not maybe_applied
+    with httpx.Client() as client:
+        with pytest.raises(HttpApiError) as e:
+            send(client, "x", "POST", "http://127.0.0.1:9/nothing", policy=policy, idempotent=False, json={})
+    assert not e.value.maybe_applied and "3 attempts" in str(e.value)

@@ -197,3 +197,122 @@ def test_rate_limited_for_good(slack, state):
     with pytest.raises(HttpApiError) as e:
         slack.post_message("hi")
     assert e.value.status == 429 and "ratelimited" in str(e.value) and DEFAULT_SLACK_TOKEN not in str(e.value)
+
+
+# -- exactly once: the ref travels as message metadata and is read back from the history -------
+
+REF = "dw:0123456789abcdef:message"
+SLOW = 0.8  # the fake's after-apply delay, seconds (longer than the client timeouts below)
+AUTH = {"Authorization": f"Bearer {DEFAULT_SLACK_TOKEN}"}
+
+
+def history(fake, **params):
+    return httpx.get(f"{fake[1]}/api/conversations.history", params={"channel": CHANNEL, **params}, headers=AUTH).json()
+
+
+def _posts(state) -> list[dict]:
+    return [r for r in state.request_log("/api/chat.postMessage") if r["method"] == "POST"]
+
+
+def test_message_metadata_is_kept_and_read_back(slack, fake, state):
+    from dw_dagster.slack import message_ref, ref_metadata
+
+    answer = slack.post_message("approve cs-1", ref=REF)
+    assert answer["message"]["metadata"] == ref_metadata(REF) == {
+        "event_type": "dw_dagster_notification", "event_payload": {"ref": REF}}
+    [stored] = state.slack_messages(CHANNEL)
+    assert message_ref(stored) == REF
+    body = history(fake, include_all_metadata="true")
+    assert body["ok"] is True and message_ref(body["messages"][0]) == REF
+    assert "metadata" not in history(fake)["messages"][0]  # only with include_all_metadata
+    assert slack.find_message(CHANNEL, REF)["ts"] == answer["ts"]
+    assert slack.find_message(CHANNEL, "dw:0123456789abcdef:other") is None
+
+
+@pytest.mark.parametrize("metadata", [
+    {"event_type": "has space", "event_payload": {}},
+    {"event_type": "ok_type", "event_payload": "not an object"},
+    {"event_payload": {"ref": "x"}},
+    "{not json",
+])
+def test_fake_slack_rejects_malformed_metadata(fake, state, metadata):
+    r = httpx.post(f"{fake[1]}/api/chat.postMessage", json={"channel": CHANNEL, "text": "x", "metadata": metadata},
+                   headers={**AUTH, "Content-Type": "application/json; charset=utf-8"})
+    assert r.json()["ok"] is False and r.json()["error"] == "invalid_metadata_format"
+    assert state.slack_messages() == []
+
+
+def test_fake_history_pages_newest_first_within_bounds(slack, fake, state):
+    answers = [slack.post_message(f"m{i}") for i in range(5)]
+    ts = [a["ts"] for a in answers]
+    page = history(fake, limit=2)
+    assert [m["text"] for m in page["messages"]] == ["m4", "m3"] and page["has_more"] is True
+    rest = history(fake, limit=10, cursor=page["response_metadata"]["next_cursor"])
+    assert [m["text"] for m in rest["messages"]] == ["m2", "m1", "m0"] and rest["has_more"] is False
+    assert "response_metadata" not in rest
+    assert [m["text"] for m in history(fake, oldest=ts[1], latest=ts[4])["messages"]] == ["m3", "m2"]
+    assert [m["text"] for m in history(fake, oldest=ts[1], latest=ts[3], inclusive="true")["messages"]] == ["m3", "m2", "m1"]
+    assert history(fake, cursor="bm9wZQ==")["error"] == "invalid_cursor"
+    assert history(fake, channel="#dw-approvals")["error"] == "channel_not_found"  # IDs only
+    r = httpx.get(f"{fake[1]}/api/conversations.history", params={"channel": CHANNEL})
+    assert r.json() == {"ok": False, "error": "not_authed"}
+
+
+def test_find_message_follows_the_cursor(slack, state):
+    from dw_dagster.slack import ref_metadata
+
+    now = __import__("time").time()
+    with state.lock:  # 450 messages, the wanted one the oldest: three pages of 200
+        state.slack[CHANNEL] = [{"type": "message", "text": f"m{i}", "ts": f"{now - 450 + i:.6f}", "channel": CHANNEL,
+                                 **({"metadata": ref_metadata(REF)} if i == 0 else {})} for i in range(450)]
+    assert slack.find_message(CHANNEL, REF, oldest=now - 1000)["text"] == "m0"
+    assert len(state.request_log("/api/conversations.history")) == 3
+    assert slack.find_message(CHANNEL, REF, oldest=now - 100) is None  # bounded by oldest: one page
+    assert len(state.request_log("/api/conversations.history")) == 4
+
+
+def test_message_applied_but_timed_out_is_posted_once(fake, state):
+    state.add_fault(delay_s=SLOW, after_apply=True, method="POST", path="/api/chat.postMessage")
+    quick = SlackResource(bot_token=DEFAULT_SLACK_TOKEN, base_url=f"{fake[1]}/api", default_channel=CHANNEL,
+                          timeout_s=0.2, retry_attempts=3, retry_base_wait_s=0.01, retry_max_wait_s=0.05)
+    answer = quick.post_message("approve cs-1", ref=REF)
+    assert answer["deduplicated"] is True
+    [stored] = state.slack_messages(CHANNEL)
+    assert answer["ts"] == stored["ts"] and stored["metadata"]["event_payload"]["ref"] == REF
+    # the next attempt (a retry on a later tick) reads the history first and posts nothing
+    again = quick.post_message("approve cs-1", ref=REF, check_first=True)
+    assert again["ts"] == stored["ts"] and len(state.slack_messages()) == 1
+    __import__("time").sleep(SLOW)
+    assert len(_posts(state)) == 1
+
+
+def test_message_500_after_apply_is_found_in_the_same_call(slack, state):
+    state.add_fault(status=500, after_apply=True, method="POST", path="/api/chat.postMessage")
+    assert slack.post_message("hi", ref=REF)["deduplicated"] is True
+    assert len(state.slack_messages()) == 1 and [r["status"] for r in _posts(state)] == [500]
+
+
+def test_a_message_without_ref_is_not_reposted_after_a_500(slack, state):
+    state.add_fault(status=500, after_apply=True, method="POST", path="/api/chat.postMessage")
+    with pytest.raises(HttpApiError) as e:
+        slack.post_message("hi")
+    assert e.value.maybe_applied and e.value.status == 500
+    assert len(state.slack_messages()) == 1 and len(_posts(state)) == 1
+
+
+def test_missing_history_scope_is_a_clear_error_and_nothing_is_reposted(fake):
+    from dw_dagster.fakes.paging_server import Credentials
+
+    server, url = start_paging_server(credentials=Credentials(slack_scopes={"chat:write"}))
+    try:
+        client = SlackResource(bot_token=DEFAULT_SLACK_TOKEN, base_url=f"{url}/api", default_channel=CHANNEL, **FAST)
+        server.state.add_fault(status=500, after_apply=True, method="POST", path="/api/chat.postMessage")
+        with pytest.raises(HttpApiError) as e:
+            client.post_message("hi", ref=REF)
+        assert e.value.maybe_applied and "missing_scope" in str(e.value) and "channels:history" in str(e.value)
+        assert DEFAULT_SLACK_TOKEN not in str(e.value)
+        assert len(server.state.slack_messages()) == 1 and len(_posts(server.state)) == 1
+        with pytest.raises(ValueError, match="channel ID"):
+            client.post_message("hi", channel="#dw-approvals", ref=REF, check_first=True)
+    finally:
+        server.stop()

@@ -36,11 +36,13 @@ from dw_dagster.diagnosis.schema_change import required_columns as catalog_requi
 from dw_dagster.diagnosis.upstream import diagnose_upstream, upstream_keys
 from dw_dagster.diagnosis.watermark import KIND as WATERMARK_KIND
 from dw_dagster.diagnosis.watermark import PartitionLoad, diagnose_late_rows
-from dw_dagster.domains import domain_for, load_domains
+from dw_dagster.domains import DomainsSource, domain_for, load_domains
+from dw_dagster.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, asset_str, ledger_for
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.loads import IncrementalLoadSpec
 from dw_dagster.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
 from dw_dagster.remediation import records
+from dw_dagster.remediation.change_sets import change_set_observation, record_proposal
 from dw_dagster.remediation.proposals import DbtCountTest, ProposalError, change_set_markdown, propose_watermark_fix
 
 DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
@@ -75,21 +77,41 @@ def diagnosis_markdown(d: Diagnosis) -> str:
 
 
 def build_diagnosis_job(
-    *, diagnoser: Diagnoser, name: str = DIAGNOSIS_JOB_NAME, required_resource_keys: Sequence[str] = ()
+    *, diagnoser: Diagnoser, name: str = DIAGNOSIS_JOB_NAME, required_resource_keys: Sequence[str] = (),
+    domains: DomainsSource = None,
 ) -> dg.JobDefinition:
     """A job with one op (``dw_diagnose``) that runs ``diagnoser`` on the incident in its config.
+
+    The op records the incident's progress in the ledger: ``diagnosing`` when it starts,
+    ``diagnosed`` when it recorded a diagnosis, ``diagnosis_failed`` (with the error) when the
+    diagnoser raised, so a later failure of the asset's checks, or ``dw-dagster incidents
+    rediagnose``, diagnoses it again. A proposed change set is recorded in the ledger first: the
+    same content proposed again (a re-executed run) keeps its first record and expiry and is not
+    shown twice.
 
     Args:
         diagnoser: ``(context, incident) -> (Diagnosis, ChangeSet | None)``.
         name: the job name the incident sensor launches.
         required_resource_keys: resources the diagnoser reads from ``context.resources``.
+        domains: the domains (autonomy L1 proposes nothing); default ``$DW_DOMAINS_FILE``.
     """
 
     @dg.op(name="dw_diagnose", required_resource_keys=set(required_resource_keys), tags={"kind": "dw"})
     def _diagnose(context: dg.OpExecutionContext, config: IncidentConfig) -> None:
         incident = Incident.model_validate_json(config.incident_json)
-        diagnosis, cs = diagnoser(context, incident)
-        domain = domain_for(incident.asset_key)
+        led = ledger_for(context.instance)
+        if led.incident(incident.id) is None:  # launched by hand with an incident no sensor opened
+            led.record_incident(incident_id=incident.id, asset_key=asset_str(incident.asset_key), source=incident.source,
+                                external_id=incident.external_id, body=incident.model_dump_json())
+        elif led.incident(incident.id).state == CLOSED:
+            raise dg.Failure(description=f"incident {incident.id} is closed; `dw-dagster incidents reopen` first")
+        led.set_incident_state(incident.id, DIAGNOSING)
+        try:
+            diagnosis, cs = diagnoser(context, incident)
+        except Exception as e:
+            led.set_incident_state(incident.id, DIAGNOSIS_FAILED, note=f"{type(e).__name__}: {e}")
+            raise
+        domain = domain_for(incident.asset_key, domains)
         if cs is not None and domain is not None and not domain.proposes:
             context.log.info(f"Domain {domain.name} is at autonomy {domain.autonomy}: diagnosed and annotated, "
                              "proposing no change.")
@@ -103,15 +125,15 @@ def build_diagnosis_job(
                       c.DIAGNOSIS_MD_KEY: dg.MetadataValue.md(diagnosis_markdown(diagnosis)),
                       c.INCIDENT_ID_KEY: incident.id},
         ))
+        led.set_incident_state(incident.id, DIAGNOSED, note=primary.kind if primary else "no cause found")
         if cs is not None:
-            context.log_event(dg.AssetObservation(
-                asset_key=dg.AssetKey(cs.target_asset),
-                description=f"change set {cs.id} proposed; waiting for approval by {', '.join(cs.approvers)}",
-                metadata={c.CHANGE_SET_KEY: dg.MetadataValue.json(cs.model_dump(mode="json")),
-                          c.CHANGE_SET_MD_KEY: dg.MetadataValue.md(change_set_markdown(cs)),
-                          c.CHANGE_SET_ID_KEY: cs.id},
-            ))
-            context.log.info(f"Proposed change set {cs.id}: {cs.summary}")
+            recorded, new = record_proposal(led, cs)
+            if not new:
+                context.log.info(f"Change set {recorded.id} version {recorded.version[:12]}… was proposed before with the "
+                                 f"same content; it keeps its expiry {recorded.expires_at.isoformat()}")
+                return
+            context.log_event(change_set_observation(recorded))
+            context.log.info(f"Proposed change set {recorded.id}: {recorded.summary}")
 
     @dg.job(name=name, tags={"dw/kind": "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():

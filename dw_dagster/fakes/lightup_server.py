@@ -10,7 +10,10 @@ Shapes follow ``shared/reference/lightup_api.md`` (Lightup's published OpenAPI d
 - ``GET /api/v1/workspaces/`` wrapped in ``data``; ``GET /api/v0/ws/{ws}/incidents/`` with the
   ``start_ts``/``end_ts`` (overlap), ``start_updated_ts``/``end_updated_ts``, ``status_list``,
   ``metric_uuids``, ``monitor_uuids`` filters, wrapped in ``data`` with ``metadata{total,unread,accepted}``;
-  ``GET``/``PATCH /api/v0/ws/{ws}/incidents/{uuid}``; ``GET``/``POST .../comments``;
+  ``GET``/``PATCH /api/v0/ws/{ws}/incidents/{uuid}``; ``GET``/``POST .../comments`` (OAS
+  "Incident comments": GET ``{"comments": [{"id", "comment", "createdTs", "ownedBy"}]}`` oldest
+  first, POST ``{"comment"}`` → 201 with the comment; Lightup has no other comment search, so a
+  client looks for its own comment by reading this list);
 - ``GET /api/v1/ws/{ws}/metrics/`` (bare list), ``/metrics/{uuid}``, ``/metrics/{uuid}/datapoints``
   (bare list of ``{eventTs, recordedTs, slice, value, metricUuid}``; ``slice`` as a JSON object in
   the query string); ``/monitors/`` (bare list, or wrapped in ``data`` as lightctl reads it: a
@@ -30,8 +33,11 @@ closing it (``ongoing`` false) when the values come back inside the bound. Colle
 ``POST .../trigger`` and on ``POST /_fake/collect`` (standing in for the schedule).
 
 Test controls under ``/_fake/``: ``faults`` (expire tokens, N responses with status 429/500,
-slow responses, malformed JSON, wrapper shapes), ``incidents`` (inject raw incidents, including
-malformed ones), ``state``, ``collect``.
+slow responses, malformed JSON, wrapper shapes, and ``{"after_apply": true, "delay_s": 2 |
+"status": 500, "count": 1, "path": <regex>, "method": "POST"}``: the request is handled, its
+effect stays, and only the answer is delayed or replaced, e.g. a comment that lands while the
+client times out), ``incidents`` (inject raw incidents, including malformed ones), ``state``,
+``collect``.
 
 Run on its own: ``dw-dagster fake-lightup --port 8765 --credential-file cred.json`` (or
 ``python -m dw_dagster.fakes.lightup_server``).
@@ -100,6 +106,12 @@ class Faults:
     wrap_monitors: bool = False
     wrap_lists: bool = False
     outage: bool = False
+    # applied after the handler ran (its effect stays): delay and/or replace the answer
+    after_count: int = 0
+    after_status: int | None = None
+    after_delay_s: float = 0.0
+    after_path: str | None = None
+    after_method: str | None = None
 
 
 @dataclass
@@ -466,6 +478,19 @@ def build_app(state: FakeLightup) -> Starlette:
                     return _err(400, "JSON parse error")
             with state.lock:
                 result = handler(request, body)
+                f = state.faults
+                after = (f.after_count > 0 and (not f.after_path or re.search(f.after_path, request.url.path))
+                         and (not f.after_method or f.after_method == request.method))
+                if after:
+                    f.after_count -= 1
+                    delay, status_after = f.after_delay_s, f.after_status
+            if after:  # the request took effect; only the answer is late or lost
+                import asyncio
+
+                if delay:
+                    await asyncio.sleep(delay)
+                if status_after is not None:
+                    return JSONResponse({"detail": "Server Error"}, status_code=status_after)
             if isinstance(result, Response):
                 return result
             data, status = result if isinstance(result, tuple) else (result, 200)
@@ -652,6 +677,12 @@ def build_app(state: FakeLightup) -> Starlette:
         f = state.faults
         if body.get("reset"):
             state.faults = f = Faults()
+        if body.get("after_apply"):
+            f.after_count = int(body.get("count", 1))
+            f.after_status = int(body["status"]) if body.get("status") is not None else None
+            f.after_delay_s = float(body.get("delay_s") or 0.0)
+            f.after_path, f.after_method = body.get("path"), (body.get("method") or "").upper() or None
+            return {"faults": f.__dict__}
         if "expire_tokens" in body:
             f.expire_tokens = bool(body["expire_tokens"])
             state.revoked_before = time.time()

@@ -30,6 +30,10 @@ Routes (one server, told apart by path, as the real hosts are):
   "alertId", "alias", "processedAt", "integrationId"}, "took", "requestId"}``. Validation errors:
   422 ``{"message", "took", "requestId"}``. A create with the alias of an open alert is
   de-duplicated (``count`` + 1). ``GET /v2/alerts/{id}`` → ``{"data": alert}`` or 404.
+  ``GET /v2/alerts/{id}/notes`` ("List Alert Notes": ``identifierType``, ``offset``,
+  ``direction`` next|prev, ``limit`` 1..100 (default 100), ``order`` asc|desc (default desc)) →
+  ``{"data": [{"note", "owner", "createdAt", "offset"}], "paging": {"first", "next"?},
+  "took", "requestId"}``; 404 for an unknown alert.
 - Slack **Web API** ``POST /api/chat.postMessage`` (Slack API docs, "chat.postMessage", "Rate
   limits", "Block Kit"): ``Authorization: Bearer <token>``; always HTTP 200, ``{"ok": true,
   "channel", "ts", "message"}`` or ``{"ok": false, "error"}`` with ``not_authed``,
@@ -38,6 +42,17 @@ Routes (one server, told apart by path, as the real hosts are):
   150 or not plain_text, ...; with ``errors``), ``invalid_json``, ``invalid_arguments`` (a field of
   the wrong type). ``warning: missing_charset`` when the JSON content type has no charset. 429
   with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}`` under a rate fault.
+  ``metadata`` (Slack docs "Using message metadata") must be an object (or, form-encoded, its
+  JSON) with an alphanumeric/underscore ``event_type`` and an object ``event_payload``, else
+  ``invalid_metadata_format``; it is kept on the message.
+- Slack ``GET``/``POST /api/conversations.history`` (Slack API docs "conversations.history",
+  "Pagination"): ``Authorization: Bearer``; ``channel`` (an ID; else ``channel_not_found``),
+  ``cursor`` (else ``invalid_cursor``), ``limit`` (default 100, at most 999), ``oldest`` /
+  ``latest`` (exclusive unless ``inclusive``), ``include_all_metadata`` (messages carry
+  ``metadata`` only then). ``{"ok": true, "messages": [...] newest first, "has_more",
+  "pin_count", "response_metadata": {"next_cursor"}}`` (the cursor only while ``has_more``).
+  A token without ``channels:history`` (``groups:history`` for ``G...``) gets ``missing_scope``
+  with ``needed`` and ``provided``.
 
 Where a vendor does not publish the exact wording of an error, the fake's text is its own; the
 status codes and body shapes are the documented ones. The fake enforces the documented length
@@ -47,9 +62,13 @@ client that passes the fake stays within the limits.
 Test controls under ``/_fake/``: ``GET /_fake/state`` (incidents, alerts, Opsgenie request
 statuses, Slack messages, request log; never credentials), ``POST /_fake/faults`` with
 ``{"status": 429, "count": 2}``, ``{"status": 500, "count": 1, "path": "/v2/alerts"}``,
-``{"delay_s": 2}`` (optional ``path`` prefix, ``retry_after`` seconds, ``count`` -1 = forever),
-``DELETE /_fake/faults``, ``POST /_fake/reset``. The same is available in Python on
-:class:`PagingState` (``server.state``).
+``{"delay_s": 2}`` (optional ``path`` prefix, ``method``, ``retry_after`` seconds, ``count`` -1 =
+forever), ``DELETE /_fake/faults``, ``POST /_fake/reset``. A fault is applied *before* the request
+is handled (the request has no effect) unless it has ``"after_apply": true``: then the request is
+handled (the note, message or event lands) and only the answer is delayed (``delay_s``) or
+replaced (``status``), the realistic "the client timed out after the server acted" case, e.g.
+``{"delay_s": 3, "after_apply": true, "method": "POST", "path": "/api/chat.postMessage"}``. The
+same is available in Python on :class:`PagingState` (``server.state``).
 
 Run on its own: ``python -m dw_dagster.fakes.paging_server --port 8766`` prints its base URL on
 one line and serves until SIGTERM or SIGINT. Credentials are the ``DEFAULT_*`` constants below
@@ -57,6 +76,7 @@ one line and serves until SIGTERM or SIGINT. Credentials are the ``DEFAULT_*`` c
 """
 
 import argparse
+import base64
 import datetime as dt
 import json
 import secrets
@@ -79,6 +99,7 @@ DEFAULT_PAGERDUTY_USERS = ("oncall@grocer.example",)
 DEFAULT_OPSGENIE_KEY = "a1b2c3d4-0000-4000-8000-fakeopsgenie"
 DEFAULT_SLACK_TOKEN = "xoxb-000000000000-000000000000-FakeSlackBotToken"
 DEFAULT_SLACK_CHANNELS = {"C0DWAPPROV": "dw-approvals", "C0DATAOPS1": "data-ops"}
+DEFAULT_SLACK_SCOPES = ("chat:write", "channels:history", "groups:history")
 
 _PD_SUMMARY_MAX = 1024
 _PD_DEDUP_MAX = 255
@@ -259,6 +280,16 @@ class SlackPost(BaseModel):
     mrkdwn: bool | None = None
     unfurl_links: bool | None = None
     unfurl_media: bool | None = None
+    metadata: Any = None
+
+
+class SlackMetadata(_Strict):
+    """chat.postMessage ``metadata`` (Slack docs "Using message metadata")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    event_type: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_]+$")
+    event_payload: dict[str, Any]
 
 
 def _messages(e: ValidationError) -> list[str]:
@@ -274,7 +305,11 @@ def _messages(e: ValidationError) -> list[str]:
 
 @dataclass
 class Fault:
-    """One switchable fault: ``count`` responses (−1 = all) on paths starting with ``path``."""
+    """One switchable fault: ``count`` responses (−1 = all) on paths starting with ``path``.
+
+    ``method`` limits it to one HTTP method. With ``after_apply`` the request is handled first
+    (its effect stays) and only the answer is delayed by ``delay_s`` and/or replaced by ``status``.
+    """
 
     status: int | None = None
     count: int = 1
@@ -282,6 +317,8 @@ class Fault:
     path: str = ""
     retry_after: float | None = None
     body: Any = None
+    after_apply: bool = False
+    method: str | None = None
 
 
 @dataclass
@@ -294,6 +331,7 @@ class Credentials:
     opsgenie_keys: set[str] = field(default_factory=lambda: {DEFAULT_OPSGENIE_KEY})
     slack_tokens: set[str] = field(default_factory=lambda: {DEFAULT_SLACK_TOKEN})
     slack_channels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SLACK_CHANNELS))
+    slack_scopes: set[str] = field(default_factory=lambda: set(DEFAULT_SLACK_SCOPES))
 
 
 class PagingState:
@@ -323,19 +361,33 @@ class PagingState:
 
     # faults
     def add_fault(self, status: int | None = None, count: int = 1, delay_s: float = 0.0, path: str = "",
-                  retry_after: float | None = None, body: Any = None) -> None:
-        """Queue a fault: the next ``count`` matching requests get ``status`` (after ``delay_s``)."""
+                  retry_after: float | None = None, body: Any = None, after_apply: bool = False,
+                  method: str | None = None) -> None:
+        """Queue a fault: the next ``count`` matching requests get ``status`` (after ``delay_s``).
+
+        Args:
+            status: the status answered instead (None: the real answer, only delayed).
+            count: how many requests it hits (−1 = all).
+            delay_s: seconds to wait before answering.
+            path: path prefix it applies to ("" = all).
+            retry_after: ``Retry-After`` seconds sent with it (429 gets 1 by default).
+            body: the body answered with ``status`` (default: the vendor's error shape).
+            after_apply: handle the request first (its effect stays), then delay or fail the answer.
+            method: only requests with this HTTP method.
+        """
         with self.lock:
-            self.faults.append(Fault(status, count, delay_s, path, retry_after, body))
+            self.faults.append(Fault(status, count, delay_s, path, retry_after, body, after_apply,
+                                     method.upper() if method else None))
 
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
 
-    def take_fault(self, path: str) -> Fault | None:
+    def take_fault(self, path: str, method: str | None = None) -> Fault | None:
         with self.lock:
             for f in self.faults:
-                if path.startswith(f.path) and f.count != 0:
+                if (path.startswith(f.path) and f.count != 0
+                        and (f.method is None or method is None or f.method == method.upper())):
                     if f.count > 0:
                         f.count -= 1
                     return f
@@ -364,6 +416,12 @@ class PagingState:
         with self.lock:
             chans = [channel] if channel else list(self.slack)
             return [json.loads(json.dumps(m)) for c in chans for m in self.slack.get(c, [])]
+
+    def opsgenie_notes(self, alias: str) -> list[dict[str, Any]]:
+        """The notes of the (open, else newest) alert with ``alias``, oldest first; [] when none."""
+        with self.lock:
+            alert = _og_find(self, alias, "alias")
+            return json.loads(json.dumps(alert["notes"])) if alert else []
 
     def request_log(self, path_prefix: str = "") -> list[dict[str, Any]]:
         """``{method, path, status}`` of every request served (faulted ones included)."""
@@ -541,6 +599,51 @@ def _og_request_record(state: PagingState, rid: str, action: str, ok: bool, stat
     }
 
 
+def _og_add_note(state: PagingState, alert: dict[str, Any], note: str, user: str | None, source: str | None,
+                 now: dt.datetime) -> None:
+    """Append a note; its ``offset`` (the paging key "List Alert Notes" returns) is creation ms + sequence."""
+    alert["notes"].append({"note": note, "owner": user or "", "source": source or "", "createdAt": _iso_ms(now),
+                           "offset": f"{int(now.timestamp() * 1000)}_{state.next_seq():09d}"})
+
+
+def _og_list_notes(state: PagingState, identifier: str, kind: str, query: dict[str, list[str]]) -> Reply:
+    """``GET /v2/alerts/{id}/notes``: a page of notes after (direction next) or before ``offset``."""
+    alert = _og_find(state, identifier, kind)
+    if alert is None:
+        status, body, h, _ = _og(404, message="Alert does not exist")
+        return status, body, h
+    order = query.get("order", ["desc"])[0]
+    direction = query.get("direction", ["next"])[0]
+    if order not in ("asc", "desc") or direction not in ("next", "prev"):
+        status, body, h, _ = _og(422, message="order must be asc or desc; direction must be next or prev.")
+        return status, body, h
+    try:
+        limit = int(query.get("limit", ["100"])[0])
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        status, body, h, _ = _og(422, message="Limit should be between 1 and 100.")
+        return status, body, h
+    notes = sorted(alert["notes"], key=lambda n: n["offset"], reverse=order == "desc")
+    offset = query.get("offset", [None])[0]
+    if offset is not None:
+        keys = [n["offset"] for n in notes]
+        if offset not in keys:
+            status, body, h, _ = _og(422, message=f"Invalid offset: {offset}")
+            return status, body, h
+        i = keys.index(offset)
+        notes = notes[i + 1:] if direction == "next" else notes[:i][::-1]
+    page = notes[:limit]
+    data = [{"note": n["note"], "owner": n.get("owner") or n.get("source") or "", "createdAt": n["createdAt"],
+             "offset": n["offset"]} for n in page]
+    base = f"https://api.opsgenie.com/v2/alerts/{identifier}/notes?identifierType={kind}&limit={limit}&order={order}"
+    paging: dict[str, str] = {"first": base + "&direction=next"}
+    if len(notes) > limit:
+        paging["next"] = f"{base}&offset={page[-1]['offset']}&direction=next"
+    status, body, h, _ = _og(200, {"data": data, "paging": paging})
+    return status, body, h
+
+
 def opsgenie(state: PagingState, method: str, path: str, query: dict[str, list[str]],
              headers: dict[str, str], raw: Any) -> Reply:
     auth = headers.get("authorization", "")
@@ -583,8 +686,7 @@ def opsgenie(state: PagingState, method: str, path: str, query: dict[str, list[s
                     "notes": [],
                 }
                 if req.note:
-                    alert["notes"].append({"note": req.note, "owner": req.user or "", "source": req.source or "",
-                                           "createdAt": _iso_ms(now)})
+                    _og_add_note(state, alert, req.note, req.user, req.source, now)
                 state.og_alerts.append(alert)
                 _og_request_record(state, rid, "Create", True, "Created alert", alert, alias)
             return status, body, h
@@ -595,6 +697,8 @@ def opsgenie(state: PagingState, method: str, path: str, query: dict[str, list[s
                 return status, body, h
             status, body, h, _ = _og(200, {"data": dict(rec)})
             return status, body, h
+        if method == "GET" and len(parts) == 4 and parts[:2] == ["v2", "alerts"] and parts[3] == "notes":
+            return _og_list_notes(state, parts[2], kind, query)
         if method == "GET" and len(parts) == 3 and parts[:2] == ["v2", "alerts"]:
             alert = _og_find(state, parts[2], kind)
             if alert is None:
@@ -619,8 +723,7 @@ def opsgenie(state: PagingState, method: str, path: str, query: dict[str, list[s
                 _og_request_record(state, rid, action, False, "Alert is already closed", alert, alias)
             else:
                 if req.note:
-                    alert["notes"].append({"note": req.note, "owner": req.user or "", "source": req.source or "",
-                                           "createdAt": _iso_ms(now)})
+                    _og_add_note(state, alert, req.note, req.user, req.source, now)
                 if parts[3] == "close":
                     alert["status"] = "closed"
                 _og_request_record(state, rid, action, True,
@@ -688,17 +791,113 @@ def slack_post(state: PagingState, headers: dict[str, str], raw_bytes: bytes) ->
         return _slack_error("no_text")
     if post.text and len(post.text) > 40000:
         return _slack_error("msg_too_long")
+    metadata = None
+    if post.metadata is not None:
+        raw_md = post.metadata
+        if isinstance(raw_md, str):  # form-encoded (or JSON-in-a-string) metadata
+            try:
+                raw_md = json.loads(raw_md)
+            except ValueError:
+                return _slack_error("invalid_metadata_format")
+        try:
+            metadata = SlackMetadata.model_validate(raw_md).model_dump()
+        except ValidationError as e:
+            return _slack_error("invalid_metadata_format",
+                                response_metadata={"messages": [f"[ERROR] {m}" for m in _messages(e)]})
     ts = f"{int(time.time())}.{state.next_seq():06d}"
     message = {"type": "message", "subtype": "bot_message", "text": post.text or "", "user": "U0FAKEBOT1",
                "bot_id": "B0FAKEBOT1", "app_id": "A0FAKEAPP1", "ts": ts, "team": "T0FAKETEAM"}
     if post.blocks:
         message["blocks"] = post.blocks
+    if metadata is not None:
+        message["metadata"] = metadata
     with state.lock:
         state.slack.setdefault(channel_id, []).append({**message, "channel": channel_id})
     body: dict[str, Any] = {"ok": True, "channel": channel_id, "ts": ts, "message": message}
     if form is None and "charset" not in ctype.lower():
         body["warning"] = "missing_charset"
         body["response_metadata"] = {"warnings": ["missing_charset"]}
+    return 200, body, {}
+
+
+def _slack_token(headers: dict[str, str], form: dict[str, Any] | None) -> str | None:
+    auth = headers.get("authorization", "")
+    return auth[len("Bearer "):] if auth.startswith("Bearer ") else (form or {}).get("token")
+
+
+def _slack_ts(value: Any, default: float) -> float | None:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def slack_history(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
+                  raw_bytes: bytes) -> Reply:
+    """``conversations.history`` (query string, or a form-encoded POST), newest first."""
+    args: dict[str, Any] = {k: v[0] for k, v in query.items()}
+    form: dict[str, Any] | None = None
+    if method == "POST" and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        form = {k: v[0] for k, v in parse_qs(raw_bytes.decode("utf-8", "replace")).items()}
+        args.update(form)
+    token = _slack_token(headers, form)
+    if not token:
+        return _slack_error("not_authed")
+    if token not in state.credentials.slack_tokens:
+        return _slack_error("invalid_auth")
+    channel = args.get("channel")
+    if not channel:
+        return _slack_error("channel_not_found")
+    if channel not in state.credentials.slack_channels:  # names are not accepted here, only IDs
+        return _slack_error("channel_not_found")
+    needed = "groups:history" if channel.startswith("G") else "channels:history"
+    if needed not in state.credentials.slack_scopes:
+        return _slack_error("missing_scope", needed=needed, provided=",".join(sorted(state.credentials.slack_scopes)))
+    try:
+        limit = int(args.get("limit") or 100)
+    except ValueError:
+        return _slack_error("invalid_arguments")
+    limit = max(1, min(999, limit))
+    oldest, latest = _slack_ts(args.get("oldest"), 0.0), _slack_ts(args.get("latest"), time.time() + 1)
+    if oldest is None:
+        return _slack_error("invalid_ts_oldest")
+    if latest is None:
+        return _slack_error("invalid_ts_latest")
+    inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+    with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+    before = latest
+    cursor = args.get("cursor")
+    if cursor:
+        try:
+            decoded = base64.b64decode(cursor.encode(), validate=True).decode()
+            if not decoded.startswith("next_ts:"):
+                raise ValueError(decoded)
+            before, inclusive_before = float(decoded[len("next_ts:"):]), True
+        except (ValueError, UnicodeDecodeError):
+            return _slack_error("invalid_cursor")
+    else:
+        inclusive_before = inclusive
+    with state.lock:
+        stored = list(state.slack.get(channel, []))
+
+    def keep(m: dict[str, Any]) -> bool:
+        ts = float(m["ts"])
+        low = ts >= oldest if inclusive else ts > oldest
+        high = ts <= before if inclusive_before else ts < before
+        return low and high
+
+    rows = sorted((m for m in stored if keep(m)), key=lambda m: float(m["ts"]), reverse=True)
+    page, rest = rows[:limit], rows[limit:]
+    messages = []
+    for m in page:
+        out = {k: v for k, v in m.items() if k != "channel" and (with_metadata or k != "metadata")}
+        messages.append(json.loads(json.dumps(out)))
+    body: dict[str, Any] = {"ok": True, "messages": messages, "has_more": bool(rest), "pin_count": 0,
+                            "channel_actions_ts": None, "channel_actions_count": 0}
+    if rest:
+        body["response_metadata"] = {"next_cursor": base64.b64encode(f"next_ts:{rest[0]['ts']}".encode()).decode()}
     return 200, body, {}
 
 
@@ -754,46 +953,56 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/_fake/"):
             self._control(path, raw_bytes)
             return
-        fault = state.take_fault(path)
-        if fault is not None:
+        fault = state.take_fault(path, self.command)
+        if fault is not None and not fault.after_apply:
             if fault.delay_s:
                 time.sleep(fault.delay_s)
             if fault.status is not None:
-                extra = {}
-                if fault.status == 429 or fault.retry_after is not None:
-                    extra["Retry-After"] = f"{fault.retry_after if fault.retry_after is not None else 1:g}"
-                self._reply(fault.status, fault.body if fault.body is not None else _fault_body(path, fault.status), extra)
+                self._reply(*self._fault_reply(fault, path))
                 return
+        reply = self._route(state, path, query, headers, raw_bytes)
+        if fault is not None and fault.after_apply:  # the request took effect; only the answer suffers
+            if fault.delay_s:
+                time.sleep(fault.delay_s)
+            if fault.status is not None:
+                reply = self._fault_reply(fault, path)
+        self._reply(*reply)
 
+    @staticmethod
+    def _fault_reply(fault: Fault, path: str) -> Reply:
+        extra = {}
+        if fault.status == 429 or fault.retry_after is not None:
+            extra["Retry-After"] = f"{fault.retry_after if fault.retry_after is not None else 1:g}"
+        assert fault.status is not None
+        return fault.status, fault.body if fault.body is not None else _fault_body(path, fault.status), extra
+
+    def _route(self, state: PagingState, path: str, query: dict[str, list[str]], headers: dict[str, str],
+               raw_bytes: bytes) -> Reply:
         if path.startswith("/api/"):
             if self.command == "POST" and path == "/api/chat.postMessage":
-                self._reply(*slack_post(state, headers, raw_bytes))
-            else:
-                self._reply(200, {"ok": False, "error": "unknown_method"})
-            return
+                return slack_post(state, headers, raw_bytes)
+            if self.command in ("GET", "POST") and path == "/api/conversations.history":
+                return slack_history(state, self.command, headers, query, raw_bytes)
+            return 200, {"ok": False, "error": "unknown_method"}, {}
         raw: Any = None
         if raw_bytes:
             try:
                 raw = json.loads(raw_bytes)
             except ValueError:
                 if path == "/v2/enqueue":
-                    self._reply(*_pd_invalid(["Invalid JSON"]))
-                elif path.startswith("/v2/alerts"):
-                    self._reply(*_og(400, message="Could not parse the request body as JSON.")[:3])
-                else:
-                    self._reply(*_pd_rest_error(400, "Invalid Input Provided", 2001, ["Invalid JSON"]))
-                return
+                    return _pd_invalid(["Invalid JSON"])
+                if path.startswith("/v2/alerts"):
+                    return _og(400, message="Could not parse the request body as JSON.")[:3]
+                return _pd_rest_error(400, "Invalid Input Provided", 2001, ["Invalid JSON"])
         if path == "/v2/enqueue":
             if self.command != "POST":
-                self._reply(405, {"status": "invalid event", "message": "Method not allowed", "errors": []})
-                return
-            self._reply(*pd_enqueue(state, raw))
-        elif path == "/incidents" or path.startswith("/incidents/"):
-            self._reply(*pd_rest(state, self.command, path, query, headers, raw))
-        elif path == "/v2/alerts" or path.startswith("/v2/alerts/"):
-            self._reply(*opsgenie(state, self.command, path, query, headers, raw))
-        else:
-            self._reply(404, {"error": f"no route {self.command} {path}"})
+                return 405, {"status": "invalid event", "message": "Method not allowed", "errors": []}, {}
+            return pd_enqueue(state, raw)
+        if path == "/incidents" or path.startswith("/incidents/"):
+            return pd_rest(state, self.command, path, query, headers, raw)
+        if path == "/v2/alerts" or path.startswith("/v2/alerts/"):
+            return opsgenie(state, self.command, path, query, headers, raw)
+        return 404, {"error": f"no route {self.command} {path}"}, {}
 
     def _control(self, path: str, raw_bytes: bytes) -> None:
         state = self.server.state

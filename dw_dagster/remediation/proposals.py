@@ -190,8 +190,7 @@ def propose_watermark_fix(
             f"{window[0]}..{window[-1]} whose {arrival} is later than each partition's recorded source snapshot."
         ),
     )
-    version = ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")})
-    return ChangeSet(version=version, **content)
+    return ChangeSet.seal(**content)
 
 
 def change_set_markdown(cs: ChangeSet) -> str:

@@ -1,10 +1,17 @@
-"""Receipts: what changed on each touched asset, by whose approval, and how it was proven.
+"""Receipts: what changed on each touched asset, by whose approval, how it was proven, what happened.
 
-The receipt job runs last in a repair. For every asset the change set touched (the repaired
-asset and every rebuilt one) it writes an ``AssetObservation`` with ``dw/receipt`` (JSON),
-``dw/receipt_md`` (markdown for the UI), ``dw/receipt_hash`` and ``dw/receipt_sig``. Each receipt
-includes the hash of the previous receipt on the same asset, so a removed or altered receipt
-breaks the chain; :mod:`dw_dagster.remediation.receipt_chain` verifies it.
+The receipt job runs last in a repair, and also when a repair ends otherwise: after a failed or
+vanished stage (``receipt``) and when the decision stopped counting mid-way (``receipt-halt``), so
+a repair that changed data always ends with a receipt saying what happened (``outcome``). For
+every asset the change set touched (the repaired asset and every rebuilt one) it writes an
+``AssetObservation`` with ``dw/receipt`` (JSON), ``dw/receipt_md`` (markdown for the UI),
+``dw/receipt_hash`` (SHA-256 of both) and ``dw/receipt_sig`` (HMAC of the hash). Each receipt
+carries the hash of the previous receipt on the same asset; the chain's head and every link are
+appended to the ledger by compare-and-set, so a removed receipt (or a deleted receipt run) is
+named by :func:`~dw_dagster.remediation.receipt_chain.verify_receipts`.
+
+Everything a receipt says about the stages comes from the ledger (which run held each stage and
+how it ended), never from run tags.
 """
 
 
@@ -17,10 +24,11 @@ from dagster import DagsterEventType
 from pydantic import Field
 
 from dw_dagster import constants as c
+from dw_dagster.ledger import CLOSED, OPEN_INCIDENT_STATES, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
 from dw_dagster.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.remediation import records
-from dw_dagster.remediation.approval import approved_change_set, signature_valid
-from dw_dagster.remediation.receipt_chain import RECEIPT_SIG_KEY, RECEIPTS_TAG, anchor_tag, sign_hash
+from dw_dagster.remediation.approval import signature_valid
+from dw_dagster.remediation.receipt_chain import RECEIPT_SIG_KEY, sign_hash
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -47,13 +55,18 @@ def _slice_rows(slices: Iterable[dict]) -> dict[str, dict]:
 
 def receipt_markdown(r: Receipt) -> str:
     """A receipt as markdown, for the asset's page in the Dagster UI and for the CLI."""
+    title = "verified" if r.verified else "NOT verified"
     lines = [
-        f"### Receipt {r.id} - change set {r.change_set_id} ({'verified' if r.verified else 'NOT verified'})",
+        f"### Receipt {r.id} - change set {r.change_set_id} ({title})",
+        f"- **Outcome**: {r.outcome}",
         f"- **Cause** ({r.cause_kind}): {r.cause_summary}",
-        f"- **Approved by** {r.approver} at {r.approved_at.isoformat()} (signature {'valid' if r.signature_valid else 'INVALID'})",
+        f"- **Approved by** {r.approver_identity or r.approver} at {r.approved_at.isoformat()} "
+        f"(signature {'valid' if r.signature_valid else 'INVALID'})",
         f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
-        "- **Runs**: " + ", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()),
+        "- **Runs**: " + (", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()) or "none"),
     ]
+    if r.change_set_stages:
+        lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
     if r.rows_before or r.rows_after:
         lines += ["", "| slice | before (gap rows / %) | after (gap rows / %) |", "|---|---|---|"]
         for s in sorted(set(r.rows_before) | set(r.rows_after)):
@@ -66,20 +79,45 @@ def receipt_markdown(r: Receipt) -> str:
     return "\n".join(lines)
 
 
+def receipt_hash(r: Receipt) -> str:
+    """The hash stored as ``dw/receipt_hash``: the receipt's JSON and its markdown together."""
+    return r.content_hash(receipt_markdown(r))
+
+
 class ReceiptConfig(dg.Config):
-    change_set_id: str = Field(description="the change set whose repair finished")
+    change_set_id: str = Field(description="the change set whose repair ended")
 
 
-def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approval) -> tuple[list[Receipt], list[dg.AssetObservation]]:
-    """Build one receipt per touched asset from the event log (runs, check evaluations, incident)."""
-    stage_runs = instance.get_runs(filters=dg.RunsFilter(tags={c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}))
-    run_ids = {r.tags[c.STAGE_TAG]: r.run_id for r in stage_runs if c.STAGE_TAG in r.tags and r.tags[c.STAGE_TAG] != "receipt"}
+def _outcome(stage: str, stages: dict, halted_reason: str) -> str:
+    ended = {n: s.state for n, s in stages.items() if not n.startswith("receipt")}
+    bad = [n for n, s in ended.items() if s not in (SUCCEEDED,)]
+    done = [n for n, s in ended.items() if s == SUCCEEDED]
+    if stage == "receipt-halt":
+        return (f"halted after {', '.join(done) or 'no stage'}: {halted_reason or 'the decision no longer counts'}; "
+                "the remaining stages did not run (a listed approver may approve to continue, or undo)")
+    if bad:
+        st = stages[bad[0]]
+        why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or ""
+        return f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
+    return "applied"
+
+
+def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approval, *, stage: str = "receipt",
+                   halted_reason: str = "", run_id: str | None = None) -> tuple[list[Receipt], list[dg.AssetObservation]]:
+    """Build one receipt per touched asset from the ledger's stages and the runs that held them,
+    chain each on its asset's ledger head, and return them with their observations (to log)."""
+    led = ledger_for(instance)
+    stages = {n: s for n, s in led.stages(cs.id, cs.version).items() if not n.startswith("receipt")}
+    run_ids = {n: s.run_id for n, s in stages.items() if s.run_id}
     outcomes: list[CheckOutcome] = []
-    for stage in sorted(run_ids):
-        if stage == "verify" or stage == "rebuild":
-            outcomes += check_outcomes(instance, run_ids[stage])
-    verify = [o for o in outcomes if o.run_id == run_ids.get("verify")]
-    verified = bool(verify) and all(o.passed for o in outcomes)
+    for name in ("rebuild", "verify"):
+        st = stages.get(name)
+        if st is not None and st.state == SUCCEEDED and st.run_id:
+            outcomes += check_outcomes(instance, st.run_id)
+    verify_run = run_ids.get("verify") if stages.get("verify") and stages["verify"].state == SUCCEEDED else None
+    verify = [o for o in outcomes if o.run_id == verify_run]
+    outcome = _outcome(stage, stages, halted_reason)
+    verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
     incident = next((i for i in records.incidents(instance, [dg.AssetKey(cs.target_asset)]) if i.id == cs.incident_id), None)
     before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
     after: dict[str, dict] = {}
@@ -91,71 +129,92 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
     out_receipts, events = [], []
     for asset in touched:
-        prev = records.receipts(instance, dg.AssetKey(asset))
-        r = Receipt(
-            id=f"rc-{uuid.uuid4().hex[:12]}",
-            asset_key=asset,
-            change_set_id=cs.id,
-            change_set_version=cs.version,
-            incident_id=cs.incident_id,
-            cause_kind=cs.cause_kind,
-            cause_summary=primary.summary if primary else cs.summary,
-            evidence_summary={"explained_rows": primary.explained_rows, "unexplained_rows": primary.unexplained_rows,
-                              "confidence": primary.confidence, **{k: v for k, v in primary.details.items() if not isinstance(v, list)}}
-            if primary else {},
-            diff=cs.diff,
-            approver=approval.approver,
-            approved_at=approval.decided_at,
-            signature_valid=signature_valid(approval),
-            partitions=cs.window if asset == cs.target_asset else [],
-            run_ids=run_ids,
-            rows_before=before if asset == cs.target_asset else {},
-            rows_after=after if asset == cs.target_asset else {},
-            checks=[o for o in outcomes if o.asset_key == asset],
-            verified=verified,
-            undo=cs.undo,
-            created_at=utcnow(),
-            previous_hash=prev[0].content_hash() if prev else None,
-        )
+        for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
+            head = led.receipt_head(asset_str(asset))
+            r = Receipt(
+                id=f"rc-{uuid.uuid4().hex[:12]}", asset_key=asset, change_set_id=cs.id, change_set_version=cs.version,
+                incident_id=cs.incident_id, cause_kind=cs.cause_kind,
+                cause_summary=primary.summary if primary else cs.summary,
+                evidence_summary={"explained_rows": primary.explained_rows, "unexplained_rows": primary.unexplained_rows,
+                                  "confidence": primary.confidence,
+                                  **{k: v for k, v in primary.details.items() if not isinstance(v, list)}} if primary else {},
+                diff=cs.diff, approver=approval.approver, approved_at=approval.decided_at,
+                signature_valid=signature_valid(approval), partitions=cs.window if asset == cs.target_asset else [],
+                run_ids=run_ids, rows_before=before if asset == cs.target_asset else {},
+                rows_after=after if asset == cs.target_asset else {}, checks=[o for o in outcomes if o.asset_key == asset],
+                verified=verified, undo=cs.undo, created_at=utcnow(), previous_hash=head[1] if head else None,
+                outcome=outcome, approver_identity=approval.identity.describe() if approval.identity else approval.approver,
+                change_set_stages={n: s.state for n, s in stages.items()})
+            h = receipt_hash(r)
+            if led.append_receipt(asset_key=asset_str(asset), expected_head=head, receipt_id=r.id, hash=h,
+                                  previous_hash=r.previous_hash, change_set_id=cs.id, run_id=run_id):
+                break
+        else:
+            raise dg.Failure(description=f"the receipt chain of {'/'.join(asset)} kept moving; try again")
         out_receipts.append(r)
-        events.append(receipt_observation(r, f"receipt {r.id} for change set {cs.id} ({'verified' if verified else 'NOT verified'})"))
+        events.append(receipt_observation(r, f"receipt {r.id} for change set {cs.id}: {outcome} "
+                                             f"({'verified' if verified else 'NOT verified'})"))
     return out_receipts, events
 
 
 def receipt_observation(r: Receipt, description: str) -> dg.AssetObservation:
     """The observation that stores one receipt: JSON, markdown, hash and the hash's signature."""
+    md = receipt_markdown(r)
+    h = r.content_hash(md)
     return dg.AssetObservation(
-        asset_key=dg.AssetKey(r.asset_key), description=description,
+        asset_key=dg.AssetKey(r.asset_key), description=description[:1000],
         metadata={c.RECEIPT_KEY: dg.MetadataValue.json(r.model_dump(mode="json")),
-                  c.RECEIPT_MD_KEY: dg.MetadataValue.md(receipt_markdown(r)),
-                  c.RECEIPT_HASH_KEY: r.content_hash(),
-                  RECEIPT_SIG_KEY: sign_hash(r.content_hash()),
+                  c.RECEIPT_MD_KEY: dg.MetadataValue.md(md),
+                  c.RECEIPT_HASH_KEY: h,
+                  RECEIPT_SIG_KEY: sign_hash(h),
                   c.CHANGE_SET_ID_KEY: r.change_set_id})
 
 
-def log_receipts(context: dg.OpExecutionContext, receipts: list[Receipt], events: list[dg.AssetObservation]) -> None:
-    """Log the receipt observations and anchor them in the run's ``dw/receipts`` tag (signed), so a
-    removed newest receipt is still noticed by :func:`~dw_dagster.remediation.receipt_chain.verify_receipts`."""
-    for e in events:
-        context.log_event(e)
-    context.instance.add_run_tags(context.run_id, {RECEIPTS_TAG: anchor_tag(
-        [{"asset": dg.AssetKey(r.asset_key).to_user_string(), "id": r.id, "hash": r.content_hash()} for r in receipts])})
+def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reason: str) -> bool:
+    """Close an incident in the ledger; incidents linked to it become incidents of their own (to be
+    diagnosed). True when it was open."""
+    led = ledger_for(instance)
+    closed = led.set_incident_state(incident_id, CLOSED, from_states=OPEN_INCIDENT_STATES, note=reason)
+    if closed:
+        led.audit("incident_closed", incident_id, by, {"reason": reason})
+        for linked in led.incidents(linked_to=incident_id):
+            led.set_incident_state(linked.incident_id, REDIAGNOSE, linked_to=None,
+                                   note=f"its own incident now: {incident_id} closed")
+    return closed
 
 
-@dg.op(name="dw_write_receipts", tags={"kind": "dw"})
-def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> None:
-    """Write the receipts of a finished repair (fails when the change set has no valid approval)."""
-    cs, approval = approved_change_set(context.instance, config.change_set_id, "no receipt without one")
-    receipts, events = write_receipts(context.instance, cs, approval)
-    log_receipts(context, receipts, events)
-    context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: verified={receipts[0].verified}")
+def build_receipt_job(name: str = RECEIPT_JOB_NAME) -> dg.JobDefinition:
+    """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only)."""
+    from dw_dagster.remediation.guard import guarded_executor, hold_stage
 
+    @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
+    def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> None:
+        """Write the receipts of a repair that ended (fails without the ticket the sensor issued)."""
+        held = hold_stage(context, expect=["receipt", "receipt-halt"], change_set_id=config.change_set_id)
+        cs = held.change_set
+        row = ledger_for(context.instance).change_set_row(cs.id, cs.version)
+        halted = ""
+        if held.stage == "receipt-halt":
+            d = ledger_for(context.instance).decision(held.approval.id)
+            halted = (d or {}).get("withdrawn_reason") or row.note
+        receipts, events = write_receipts(context.instance, cs, held.approval, stage=held.stage, halted_reason=halted,
+                                          run_id=context.run_id)
+        for e in events:
+            context.log_event(e)
+        held.complete(context.instance, context.run_id, success=True,
+                      result={"receipts": [r.id for r in receipts], "outcome": receipts[0].outcome,
+                              "verified": receipts[0].verified})
+        if receipts[0].verified:
+            close_incident(context.instance, cs.incident_id, "dw-dagster", f"verified receipt {receipts[0].id}")
+        context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
+                         f"verified={receipts[0].verified}")
 
-@dg.job(name=RECEIPT_JOB_NAME, tags={"dw/kind": "receipt"}, description="Write dw_dagster receipts on every asset a repair touched.")
-def receipt_job():
-    write_receipts_op()
+    @dg.job(name=name, tags={"dw/kind": "receipt"}, executor_def=guarded_executor(dg.in_process_executor),
+            description="Write dw_dagster receipts on every asset a repair touched.")
+    def receipt_job():
+        write_receipts_op()
 
-
-def build_receipt_job() -> dg.JobDefinition:
-    """The receipt job (one op, config: ``change_set_id``)."""
     return receipt_job
+
+
+receipt_job = build_receipt_job()

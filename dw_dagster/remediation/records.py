@@ -1,22 +1,32 @@
-"""Read dw_dagster's records (incidents, change sets, approvals, receipts, loads) back from Dagster.
+"""Read dw_dagster's records back: from the ledger where it decides, from the event log where it shows.
 
-Everything dw_dagster decides is written as ``dw/`` metadata on asset events; this module is the
-one place that reads it back, with ``DagsterInstance.fetch_observations`` /
-``fetch_materializations`` (public in Dagster 1.13).
+Change sets, decisions and incidents are read from the ledger (:mod:`dw_dagster.ledger`): indexed
+lookups whose cost does not grow with the event log, and the only records that can let a repair
+run. Diagnoses, receipts, refusals and loads are read from the ``dw/`` metadata of asset events
+(``DagsterInstance.fetch_observations`` / ``fetch_materializations``, public in Dagster 1.13),
+which is what the asset page shows.
+
+A record that does not parse, or whose content does not hash to its version, is never fatal: it
+is skipped with a warning naming it and listed as quarantined (:func:`quarantined`;
+``dw-dagster change-sets`` and the ``dw_control`` asset show them).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
+from pydantic import ValidationError
 
 from dw_dagster import constants as c
-from dw_dagster.models import Approval, ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.ledger import asset_str, ledger_for
+from dw_dagster.models import Approval, ChangeSet, Diagnosis, Incident, Receipt, TamperedRecord
 
 _PAGE = 500
+log = logging.getLogger("dw_dagster")
 
 
 def _value(mv: Any) -> Any:
@@ -24,11 +34,16 @@ def _value(mv: Any) -> Any:
 
 
 def metadata_json(metadata: dict[str, Any], key: str) -> Any | None:
-    """A ``dw/`` JSON metadata entry as Python data (None when absent)."""
+    """A ``dw/`` JSON metadata entry as Python data (None when absent; a malformed string is None too)."""
     if key not in metadata:
         return None
     v = _value(metadata[key])
-    return json.loads(v) if isinstance(v, str) else v
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return None
+    return v
 
 
 def _paged(fetch, asset_key: dg.AssetKey, newest_first: bool) -> Iterator[dg.EventLogRecord]:
@@ -51,54 +66,106 @@ def iter_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKey, 
     return _paged(instance.fetch_materializations, asset_key, newest_first)
 
 
-def _records(instance: dg.DagsterInstance, key: str, asset_keys: Sequence[dg.AssetKey] | None = None) -> Iterator[tuple[dg.AssetKey, Any, dg.EventLogRecord]]:
+def quarantine(instance: dg.DagsterInstance, ref: str, kind: str, asset_key: Sequence[str] | str, reason: str) -> None:
+    """Skip a bad record with a warning naming it, and list it as quarantined (never raises)."""
+    log.warning(f"dw_dagster: skipped {kind} record {ref}: {reason}")
+    try:
+        ledger_for(instance).quarantine(ref, kind, asset_key if isinstance(asset_key, str) else asset_str(asset_key), reason)
+    except Exception:  # noqa: BLE001 - bookkeeping of a bad record must never fail a reader
+        log.exception("dw_dagster: could not record the quarantine")
+
+
+def quarantined(instance: dg.DagsterInstance) -> list[dict]:
+    """Records skipped as malformed or tampered: ``{ref, kind, asset_key, reason, first_seen, last_seen}``."""
+    return ledger_for(instance).quarantined()
+
+
+def _records(instance: dg.DagsterInstance, key: str, model, asset_keys: Sequence[dg.AssetKey] | None = None):
     keys = asset_keys if asset_keys is not None else instance.get_asset_keys()
     for ak in keys:
         for rec in iter_observations(instance, ak):
             md = rec.asset_observation.metadata if rec.asset_observation else {}
+            if key not in md:
+                continue
             data = metadata_json(md, key)
-            if data is not None:
-                yield ak, data, rec
+            try:
+                yield ak, (model.model_validate(data) if model is not None else data), rec
+            except ValidationError as e:
+                quarantine(instance, f"event:{rec.storage_id}", key, ak.path,
+                           f"{key} on {ak.to_user_string()} does not parse: {e.errors()[0]['msg']}")
 
 
 def incidents(instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey] | None = None) -> list[Incident]:
-    """All incidents, newest first."""
-    return [Incident.model_validate(d) for _, d, _ in _records(instance, c.INCIDENT_KEY, asset_keys)]
+    """All incidents, newest first (from the ledger)."""
+    led = ledger_for(instance)
+    rows = ([r for ak in asset_keys for r in led.incidents(asset_key=asset_str(ak))] if asset_keys is not None
+            else led.incidents())
+    out = []
+    for r in sorted(rows, key=lambda r: r.opened_at, reverse=True):
+        try:
+            out.append(Incident.model_validate_json(r.body))
+        except ValidationError as e:
+            quarantine(instance, f"incident:{r.incident_id}", "incident", r.asset_key, str(e.errors()[0]["msg"]))
+    return out
 
 
 def diagnoses(instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey] | None = None) -> list[Diagnosis]:
-    return [Diagnosis.model_validate(d) for _, d, _ in _records(instance, c.DIAGNOSIS_KEY, asset_keys)]
+    """All diagnoses, newest first (from the event log)."""
+    return [d for _, d, _ in _records(instance, c.DIAGNOSIS_KEY, Diagnosis, asset_keys)]
 
 
-def change_sets(instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey] | None = None) -> list[ChangeSet]:
-    """All change set versions, newest first."""
-    return [ChangeSet.model_validate(d) for _, d, _ in _records(instance, c.CHANGE_SET_KEY, asset_keys)]
+def change_sets(instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey] | None = None,
+                latest_only: bool = False) -> list[ChangeSet]:
+    """Change set versions recorded in the ledger, newest first; tampered ones are quarantined, not returned."""
+    from dw_dagster.remediation.approval import parse_change_set
+
+    led = ledger_for(instance)
+    rows = ([r for ak in asset_keys for r in led.change_set_rows(target_asset=asset_str(ak), latest_only=latest_only)]
+            if asset_keys is not None else led.change_set_rows(latest_only=latest_only))
+    out = []
+    for r in sorted(rows, key=lambda r: r.recorded_at, reverse=True):
+        try:
+            out.append(parse_change_set(r.body))
+        except TamperedRecord as e:
+            quarantine(instance, f"change_set:{r.change_set_id}:{r.version}", "change_set", r.target_asset, str(e))
+    return out
 
 
 def find_change_set(instance: dg.DagsterInstance, change_set_id: str) -> ChangeSet | None:
-    """The latest version of a change set, or None."""
-    for cs in change_sets(instance):
-        if cs.id == change_set_id:
-            return cs
-    return None
+    """The latest version of a change set (one indexed ledger lookup), or None (also for a tampered record)."""
+    from dw_dagster.remediation.approval import load_change_set
+
+    try:
+        return load_change_set(instance, change_set_id)
+    except TamperedRecord as e:
+        quarantine(instance, f"change_set:{change_set_id}", "change_set", "?", str(e))
+        return None
 
 
-def approvals(instance: dg.DagsterInstance, change_set_id: str | None = None) -> list[Approval]:
-    """Recorded decisions (approvals and rejections), newest first."""
-    out = [Approval.model_validate(d) for _, d, _ in _records(instance, c.APPROVAL_KEY)]
-    return [a for a in out if change_set_id is None or a.change_set_id == change_set_id]
+def approvals(instance: dg.DagsterInstance, change_set_id: str | None = None, *, active_only: bool = False) -> list[Approval]:
+    """Recorded decisions (approvals and rejections, withdrawn ones too unless ``active_only``), newest first."""
+    led = ledger_for(instance)
+    out = []
+    for d in led.decisions(change_set_id):
+        if active_only and not d["active"]:
+            continue
+        try:
+            out.append(Approval.model_validate_json(d["body"]))
+        except ValidationError as e:
+            quarantine(instance, f"decision:{d['approval_id']}", "approval", "?", str(e.errors()[0]["msg"]))
+    return sorted(out, key=lambda a: a.decided_at, reverse=True)
 
 
 def refusals(instance: dg.DagsterInstance, change_set_id: str | None = None) -> list[dict[str, Any]]:
-    """Refused approval attempts (who, why), newest first."""
-    out = [d for _, d, _ in _records(instance, c.APPROVAL_REFUSED_KEY)]
+    """Refused approval attempts (who, why), newest first (from the event log)."""
+    out = [d for _, d, _ in _records(instance, c.APPROVAL_REFUSED_KEY, None) if isinstance(d, dict)]
     return [r for r in out if change_set_id is None or r.get("change_set_id") == change_set_id]
 
 
 def receipts(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None = None) -> list[Receipt]:
-    """Receipts, newest first (of one asset, or of every asset)."""
+    """Receipts as the event log shows them, newest first (of one asset, or of every asset)."""
     keys = [asset_key] if asset_key is not None else None
-    return [Receipt.model_validate(d) for _, d, _ in _records(instance, c.RECEIPT_KEY, keys)]
+    return [r for _, r, _ in _records(instance, c.RECEIPT_KEY, Receipt, keys)]
 
 
 def latest_loads(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> dict[str, dict[str, Any]]:
@@ -109,6 +176,6 @@ def latest_loads(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> dict[s
         if pk is None or pk in out:
             continue
         loads = metadata_json(rec.asset_materialization.metadata, "dw/loads") or {}
-        if pk in loads:
+        if isinstance(loads, dict) and isinstance(loads.get(pk), dict):
             out[pk] = {**loads[pk], "run_id": rec.run_id, "timestamp": rec.timestamp}
     return out

@@ -1,24 +1,31 @@
 """Sensors: failing checks become incidents (detect), approved change sets become runs (repair).
 
 ``build_check_incident_sensor`` turns each new failing evaluation of a watched asset check into
-exactly one :class:`~dw_dagster.models.Incident` (an ``AssetObservation`` with ``dw/incident``)
-and one run of the diagnosis job; while an asset has an open incident (no receipt yet), later
-failures on it do not open another.
+exactly one :class:`~dw_dagster.models.Incident` (recorded in the ledger and shown as an
+``AssetObservation`` with ``dw/incident``) and one run of the diagnosis job. While an asset has an
+open incident, later failures on it do not open another; when that incident's diagnosis *failed*,
+a new failure is new evidence and the incident is diagnosed again (as is an incident a person
+asked to re-diagnose with ``dw-dagster incidents rediagnose``).
 
-``build_remediation_sensor`` walks every change set that has a valid approval through its stages,
-one run request at a time, each only after the previous run succeeded:
+``build_remediation_sensor`` walks every change set version the ledger holds as approved or
+running through its stages, one run request at a time, each only after the previous stage
+*completed in the ledger* (recorded by the stage's own code, never inferred from run tags):
 
-1. ``window`` - one run per contiguous range of the approved partitions (range tags), after the
+1. ``snapshot`` - when undo is configured, the window's rows are kept first;
+2. ``window-<n>`` - one run per contiguous range of the approved partitions (range tags), after the
    owner merged the change set's diff (files in the pipeline repository match the proposal);
-2. ``<kind>-<n>`` - one run per :class:`~dw_dagster.models.ChangeStep` of the change set, in its
-   order (e.g. ``migration-1`` then ``replay-2``), each by the step job for its kind
-   (:mod:`dw_dagster.remediation.steps`); change sets without steps have no such stage;
-3. ``rebuild`` - the downstream dbt models, in one run (Dagster orders them);
-4. ``verify`` - the verification checks (a checks-only job);
-5. ``receipt`` - the receipt job, which writes ``dw/receipt`` on every touched asset.
+3. ``<kind>-<n>`` - one run per :class:`~dw_dagster.models.ChangeStep` of the change set, in order;
+4. ``rebuild`` - the downstream dbt models, in one run;
+5. ``verify`` - the verification checks (a checks-only job);
+6. ``receipt`` - the receipt job, which writes ``dw/receipt`` on every touched asset.
 
-Run keys are ``<change set>:<approval>:<stage>``, so a second approved change set for the same
-partitions runs again (``PUBLIC_CASES.md`` C22) and a tick never launches a stage twice.
+For each stage the sensor issues one ticket in the ledger (:mod:`dw_dagster.remediation.guard`) and
+puts it in the run's ``dw/ticket`` tag; the run that presents it first holds the stage. Run keys are
+``<change set>:<version>:<stage>``. A stage that failed, or whose run vanished (deleted runs replay
+nothing), ends the repair: the receipt stage runs and says what happened. When the decision that
+let a repair run stops counting mid-way (autonomy lowered, the approver removed from the domain),
+the stage in flight finishes, no further stage is dispatched, a ``receipt-halt`` receipt says what
+was done and what was not, and the version waits for a person's decision to continue.
 """
 
 
@@ -31,16 +38,40 @@ from pathlib import Path
 import dagster as dg
 
 from dw_dagster import constants as c
-from dw_dagster.models import ChangeSet, Incident, SliceGap, stable_hash, utcnow
+from dw_dagster.domains import DomainsFileError, DomainsSource, domain_for, resolve_domains
+from dw_dagster.ledger import (
+    ABANDONED,
+    ACTIVE_STATES,
+    APPLIED,
+    APPROVED,
+    CLOSED,
+    DIAGNOSIS_FAILED,
+    FAILED,
+    HALTED,
+    ISSUED,
+    OPEN,
+    PROPOSED,
+    REDIAGNOSE,
+    RUNNING,
+    STAGE_FAILED,
+    STARTED,
+    SUCCEEDED,
+    Ledger,
+    asset_str,
+    ledger_for,
+)
+from dw_dagster.models import Approval, ChangeSet, Incident, SliceGap, TamperedRecord, stable_hash, utcnow
 from dw_dagster.remediation import records
-from dw_dagster.domains import domain_for
-from dw_dagster.remediation.approval import counted, valid_approval
-from dw_dagster.remediation.control import active_stop, approval_observation, autonomous_approval, expired_ids
+from dw_dagster.remediation.approval import approval_status, parse_change_set
+from dw_dagster.remediation.control import active_stop, record_autonomous_approval
+from dw_dagster.remediation.guard import TICKET_TAG, stage_run_ended
 from dw_dagster.remediation.ranges import window_run_request
 from dw_dagster.remediation.steps import step_op_name, step_stages
 
 DIAGNOSE_OP = "dw_diagnose"
 RECEIPT_OP = "dw_write_receipts"
+HALT_RECEIPT = "receipt-halt"
+VERSION_TAG = "dw/change_set_version"
 
 
 def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
@@ -57,12 +88,59 @@ def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
 
 
 def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incident | None:
-    """The newest incident on ``asset_key`` that no receipt has closed."""
-    closed = {r.incident_id for r in records.receipts(instance, asset_key)}
-    for inc in records.incidents(instance, [asset_key]):
-        if inc.id not in closed:
-            return inc
-    return None
+    """The newest incident on ``asset_key`` that is still open (one indexed ledger lookup)."""
+    row = ledger_for(instance).open_incident(asset_str(asset_key))
+    if row is None:
+        return None
+    try:
+        return Incident.model_validate_json(row.body)
+    except ValueError as e:
+        records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+        return None
+
+
+def incident_observation(inc: Incident, description: str | None = None) -> dg.AssetObservation:
+    """The ``dw/incident`` observation that shows an incident on its asset."""
+    return dg.AssetObservation(
+        asset_key=dg.AssetKey(inc.asset_key), description=(description or f"incident {inc.id}: {inc.summary}")[:1000],
+        metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id})
+
+
+def record_incident(instance: dg.DagsterInstance, inc: Incident, *, linked_to: str | None = None) -> bool:
+    """Record ``inc`` in the ledger once (by id, and by its source's external id); True when new."""
+    return ledger_for(instance).record_incident(
+        incident_id=inc.id, asset_key=asset_str(inc.asset_key), source=inc.source, external_id=inc.external_id,
+        body=inc.model_dump_json(), linked_to=linked_to)
+
+
+def diagnosis_request(inc: Incident, run_key: str, job_name: str) -> dg.RunRequest:
+    """The diagnosis run of ``inc`` (config ``incident_json``)."""
+    return dg.RunRequest(run_key=run_key, job_name=job_name, tags={c.INCIDENT_TAG: inc.id},
+                         run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}})
+
+
+def rediagnosis_requests(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str,
+                         evidence: Mapping[str, str] | None = None) -> tuple[list[dg.RunRequest], list[dg.AssetObservation]]:
+    """Diagnosis runs for the incidents of ``asset_keys`` that a person asked to re-diagnose
+    (state ``rediagnose``) or whose diagnosis failed and that have new evidence (``evidence``:
+    asset → what is new)."""
+    led = ledger_for(instance)
+    requests, events = [], []
+    for asset in asset_keys:
+        for row in led.incidents(asset_key=asset, states=[REDIAGNOSE, DIAGNOSIS_FAILED]):
+            if row.state == DIAGNOSIS_FAILED and asset not in (evidence or {}):
+                continue
+            why = (evidence or {}).get(asset) or row.note or "asked by a person"
+            if not led.set_incident_state(row.incident_id, OPEN, from_states=[row.state], attempts_delta=1):
+                continue
+            try:
+                inc = Incident.model_validate_json(row.body)
+            except ValueError as e:
+                records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+                continue
+            requests.append(diagnosis_request(inc, f"{inc.id}:diagnose:{row.attempts + 1}", job_name))
+            events.append(incident_observation(inc, f"incident {inc.id} diagnosed again: {why}"))
+    return requests, events
 
 
 def _volume_days(md: dict) -> tuple[int, float, dt.datetime | None, dt.datetime | None]:
@@ -118,6 +196,7 @@ def build_check_incident_sensor(
     *,
     check_keys: Sequence[dg.AssetCheckKey],
     diagnosis_job_name: str,
+    domains: DomainsSource = None,
     name: str = "dw_check_incident_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -127,6 +206,7 @@ def build_check_incident_sensor(
     Args:
         check_keys: the asset checks to watch (reconciliation, volume...).
         diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`.
+        domains: the domains (autonomy L0 records incidents without diagnosing); default ``$DW_DOMAINS_FILE``.
         name: sensor name.
         minimum_interval_seconds: seconds between ticks.
         default_status: STOPPED unless told otherwise (remediation is opt-in).
@@ -134,9 +214,10 @@ def build_check_incident_sensor(
     Returns:
         A ``SensorDefinition``. Its cursor is JSON ``{check key: last evaluation storage id}``;
         an unreadable cursor is logged and the sensor starts from scratch (incidents are still
-        de-duplicated by their ids and by the open-incident rule). Two watched checks of one asset
-        failing in the same tick (volume and dead letter) open one incident, from the first
-        check in ``check_keys``; the other is noted as belonging to it.
+        recorded once: their ids come from the evaluation, and the ledger refuses a second
+        record). Two watched checks of one asset failing in the same tick (volume and dead
+        letter) open one incident, from the first check in ``check_keys``. A failure on an asset
+        whose open incident's diagnosis failed diagnoses that incident again.
     """
     keys = list(check_keys)
 
@@ -147,7 +228,9 @@ def build_check_incident_sensor(
     def _sensor(context: dg.SensorEvaluationContext):
         cursor = _parse_cursor(context)
         events, requests, errors = [], [], []
-        opened: dict[dg.AssetKey, Incident] = {}  # incidents this tick opened (not in the instance until it returns)
+        opened: dict[dg.AssetKey, Incident] = {}  # incidents this tick opened
+        evidence: dict[str, str] = {}
+        led = ledger_for(context.instance)
         for key in keys:
             skey = key.to_user_string()
             try:
@@ -165,32 +248,33 @@ def build_check_incident_sensor(
                 existing = opened.get(key.asset_key) or open_incident(context.instance, key.asset_key)
                 if existing is not None:
                     context.log.info(f"{skey} failed again; incident {existing.id} is still open")
+                    evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
                     cursor[skey] = rec.id
                     continue
                 inc = incident_from_evaluation(key, evaluation, rec.id)
                 opened[key.asset_key] = inc
-                domain = domain_for(inc.asset_key)
-                events.append(dg.AssetObservation(
-                    asset_key=key.asset_key,
-                    description=f"incident {inc.id}: {inc.summary}"[:1000],
-                    metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id},
-                ))
+                new = record_incident(context.instance, inc)
+                if new:
+                    events.append(incident_observation(inc))
                 cursor[skey] = rec.id
+                domain = domain_for(inc.asset_key, domains)
                 if domain is not None and not domain.diagnoses:
                     context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): no diagnosis")
                     continue
-                requests.append(dg.RunRequest(
-                    run_key=inc.id,
-                    job_name=diagnosis_job_name,
-                    run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}},
-                    tags={c.INCIDENT_TAG: inc.id},
-                ))
-                cursor[skey] = rec.id
+                requests.append(diagnosis_request(inc, inc.id, diagnosis_job_name))
             except Exception as e:  # one check's failure never blocks the others, nor moves its cursor
                 errors.append(f"{skey}: {type(e).__name__}: {e}")
                 context.log.exception(f"incident sensor failed on {skey}")
+        try:
+            again, notes = rediagnosis_requests(context.instance, sorted({asset_str(k.asset_key) for k in keys}),
+                                                diagnosis_job_name, evidence)
+            requests += again
+            events += notes
+        except Exception as e:  # noqa: BLE001 - never crash the tick
+            errors.append(f"re-diagnosis: {type(e).__name__}: {e}")
         if errors and not requests:
-            return dg.SensorResult(skip_reason="; ".join(errors)[:1000], cursor=json.dumps(cursor, sort_keys=True))
+            return dg.SensorResult(skip_reason="; ".join(errors)[:1000], cursor=json.dumps(cursor, sort_keys=True),
+                                   asset_events=events)
         return dg.SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
 
     return _sensor
@@ -237,6 +321,11 @@ def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str], undo: bool = False) -
     return snapshot + [f"window-{i + 1}" for i in range(n)] + steps + rebuild + ["verify", "receipt"]
 
 
+#: stages that change data: each waits for the owner's merge of the change set's files
+def _changes_data(stage: str, steps: Mapping[str, int]) -> bool:
+    return stage.startswith("window-") or stage in ("snapshot", "restore") or stage in steps
+
+
 def build_remediation_sensor(
     *,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -247,6 +336,7 @@ def build_remediation_sensor(
     pipeline_root: str | Path | None = None,
     undo_jobs: "tuple[dg.JobDefinition, dg.JobDefinition] | None" = None,
     step_jobs: "Mapping[str, dg.JobDefinition] | None" = None,
+    domains: DomainsSource = None,
     name: str = "dw_remediation_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -263,114 +353,230 @@ def build_remediation_sensor(
         verify_job: a checks-only asset job running the verification checks.
         receipt_job: the job built by :func:`dw_dagster.remediation.receipts.build_receipt_job`.
         pipeline_root: the pipeline repository the change set's diff applies to; when given, the
-            window waits until every proposed file is merged.
+            stages that change data wait until every proposed file is merged.
         undo_jobs: ``(snapshot_job, restore_job)`` from :func:`dw_dagster.remediation.undo.build_undo_jobs`;
             when given, windows are kept before they rerun and undo change sets can run.
         step_jobs: step kind → job, from :func:`dw_dagster.remediation.steps.build_step_jobs`;
             a change set with a step of a kind that has no job waits, naming it.
+        domains: the domains as they are now (approvers, autonomy); default ``$DW_DOMAINS_FILE``.
+            A domains file that cannot be read dispatches nothing.
 
     Returns:
-        A ``SensorDefinition`` (STOPPED by default). Nothing runs without a valid approval.
+        A ``SensorDefinition`` (STOPPED by default). A tick reads only the ledger's active
+        change sets (indexed), never the event log. Nothing runs without a valid approval.
     """
+    jobs = [j for j in (window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ()),
+                        *(step_jobs or {}).values()) if j is not None]
 
-    @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
-               jobs=[j for j in (window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ()),
-                                 *(step_jobs or {}).values()) if j is not None],
+    @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status, jobs=jobs,
                description="Launches the repair stages of approved dw_dagster change sets, one after the other.")
     def _sensor(context: dg.SensorEvaluationContext):
         instance = context.instance
         stop = active_stop(instance)
         if stop is not None:  # org-wide stop: nothing is dispatched, approvals wait
             return dg.SkipReason(f"org-wide stop by {stop.by} since {stop.at.isoformat()}: {stop.reason or 'no reason given'}; "
-                                 "nothing is dispatched until `dw-dagster resume`")
+                                 "nothing is dispatched until a verified operator resumes (`dw-dagster resume`)")
+        try:
+            doms = resolve_domains(domains)
+        except DomainsFileError as e:  # a broken domains file never grants anything
+            return dg.SkipReason(f"domains file unreadable, nothing dispatched: {e}"[:1000])
+        led = ledger_for(instance)
         ordered = partitions_def.get_partition_keys() if partitions_def is not None else []
-        requests, waiting, events = [], [], []
-        all_approvals = records.approvals(instance)  # read once per tick, not once per change set
-        expired = expired_ids(instance)
-        seen: set[str] = set()
-        for cs in records.change_sets(instance):
-            if cs.id in seen:
-                continue  # only the newest version of each change set counts
-            seen.add(cs.id)
-            recorded = [a for a in all_approvals if a.change_set_id == cs.id]
-            decided = counted(recorded)
-            if len(decided) < len(recorded):
-                waiting.append(f"{cs.id}: {len(recorded) - len(decided)} decision(s) ignored: signed with another key "
-                               f"than this deployment's ${c.SIGNING_KEY_ENV}")
-            if any(a.decision == "reject" for a in decided):
-                continue  # a rejection ends the change set
-            approval = valid_approval(instance, cs, decided)
-            if approval is None and not decided and cs.id not in expired and utcnow() < cs.expires_at:
-                try:
-                    domain = domain_for(cs.target_asset)
-                except Exception as e:  # noqa: BLE001 - a broken domains file never grants anything
-                    waiting.append(f"{cs.id}: domains file unreadable, waiting for a person: {e}")
-                    domain = None
-                if domain is not None and domain.autonomous(cs.change_classes):
-                    approval = autonomous_approval(cs, domain)
-                    events.append(approval_observation(cs, approval))
-            if approval is None:
-                approves = [a for a in decided if a.decision == "approve"]
-                if approves:
-                    waiting.append(f"{cs.id}: approval {approves[0].id} is not valid for version {cs.version} "
-                                   "(edited since, signed with another deployment's key, or autonomy withdrawn)")
-                else:
-                    waiting.append(f"{cs.id}: waiting for approval by {', '.join(cs.approvers)}")
+        rows = led.change_set_rows(states=ACTIVE_STATES)
+        keys = [(r.change_set_id, r.version) for r in rows]
+        decisions = led.active_decisions(keys)
+        all_stages = led.stages_of_many(keys)
+        now = utcnow()
+        plan = _Tick(instance, led, doms, ordered, context)
+        for row in rows:
+            try:
+                cs = parse_change_set(row.body)
+            except TamperedRecord as e:
+                records.quarantine(instance, f"change_set:{row.change_set_id}:{row.version}", "change_set",
+                                   row.target_asset, f"{e}: refused as tampering")
+                plan.waiting.append(f"{row.change_set_id}: quarantined ({e})")
                 continue
-            base_tags = {c.CHANGE_SET_TAG: cs.id, c.APPROVAL_TAG: approval.id}
-            runs = {r.tags.get(c.STAGE_TAG): r for r in instance.get_runs(filters=dg.RunsFilter(tags=base_tags))}
-            ranges = contiguous_ranges(ordered, cs.window)
-            steps = step_stages(cs)
-            for stage in stage_plan(cs, ordered, undo=undo_jobs is not None):
-                run = runs.get(stage)
-                if run is not None:
-                    if run.status == dg.DagsterRunStatus.SUCCESS:
-                        continue
-                    if run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
-                        waiting.append(f"{cs.id}: stage {stage} {run.status.value}; needs a new change set")
-                    else:
-                        waiting.append(f"{cs.id}: stage {stage} is {run.status.value}")
-                    break
-                tags = {**base_tags, c.STAGE_TAG: stage}
-                run_key = f"{cs.id}:{approval.id}:{stage}"
-                if (stage.startswith("window-") or stage == "snapshot" or stage in steps) and pipeline_root is not None \
-                        and (missing := unmerged_files(cs, pipeline_root)):
-                    waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
-                    break
-                if stage in steps:
-                    step = cs.steps[steps[stage]]
-                    job = (step_jobs or {}).get(step.kind)
-                    if job is None:
-                        waiting.append(f"{cs.id}: stage {stage} needs a job for {step.kind} steps "
-                                       "(build_remediation_sensor(step_jobs=...))")
-                        break
-                    requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags, run_config={
-                        "ops": {step_op_name(step.kind): {"config": {"change_set_id": cs.id, "step_index": steps[stage]}}}}))
-                elif stage.startswith("window-") and window_job is None:
-                    waiting.append(f"{cs.id}: stage {stage} needs a window job (build_remediation_sensor(window_job=...))")
-                    break
-                elif stage.startswith("window-"):
-                    keys = ranges[int(stage.split("-")[1]) - 1]
-                    requests.append(window_run_request(run_key=run_key, job_name=window_job.name,
-                                                       assets=[dg.AssetKey(cs.target_asset)], partition_keys=keys, tags=tags))
-                elif stage == "rebuild":
-                    requests.append(dg.RunRequest(run_key=run_key, job_name=rebuild_job.name,
-                                                  asset_selection=[dg.AssetKey(k) for k in cs.rebuild_assets], tags=tags))
-                elif stage in ("snapshot", "restore"):
-                    job = undo_jobs[0] if stage == "snapshot" else undo_jobs[1]
-                    op_name = "dw_snapshot_window" if stage == "snapshot" else "dw_restore_window"
-                    requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags,
-                                                  run_config={"ops": {op_name: {"config": {"change_set_id": cs.id}}}}))
-                elif stage == "verify":
-                    requests.append(dg.RunRequest(run_key=run_key, job_name=verify_job.name, tags=tags))
+            try:
+                plan.walk(cs, row.state, decisions.get((cs.id, cs.version)), all_stages.get((cs.id, cs.version), {}), now,
+                          plan=stage_plan(cs, ordered, undo=undo_jobs is not None))
+            except Exception as e:  # noqa: BLE001 - one change set's problem never stops the others
+                context.log.exception(f"remediation sensor failed on {cs.id}")
+                plan.waiting.append(f"{cs.id}: {type(e).__name__}: {e}")
+        if not plan.requests:
+            if plan.events:
+                return dg.SensorResult(asset_events=plan.events, skip_reason="; ".join(plan.waiting)[:1000] or None)
+            return dg.SkipReason("; ".join(plan.waiting)[:1000] or "no approved change set is waiting")
+        return dg.SensorResult(run_requests=plan.requests, asset_events=plan.events)
+
+    class _Tick:
+        def __init__(self, instance, led: Ledger, doms, ordered, context) -> None:
+            self.instance, self.led, self.doms, self.ordered, self.context = instance, led, doms, ordered, context
+            self.requests: list[dg.RunRequest] = []
+            self.events: list[dg.AssetObservation] = []
+            self.waiting: list[str] = []
+
+        def _reconcile(self, stages: dict) -> dict:
+            """Stages whose bound run ended without its code completing them: complete (or abandon) from the run."""
+            for name, st in list(stages.items()):
+                ended = stage_run_ended(self.led, self.instance, st)
+                if ended is None:
+                    continue
+                ok, how = ended
+                run = self.instance.get_run_by_id(st.run_id) if st.run_id else None
+                if run is not None and run.status == dg.DagsterRunStatus.CANCELED and run.start_time is None:
+                    if self.led.reissue_ticket(st.ticket, st.run_id):  # cancelled while queued: nothing ran
+                        self.waiting.append(f"{st.change_set_id}: stage {name} was cancelled before it started; issued again")
+                elif ok:
+                    self.led.complete_stage(st.ticket, st.run_id, success=True, result={"reconciled": how})
+                elif run is None:
+                    self.led.abandon_stage(st.ticket, how)
                 else:
-                    requests.append(dg.RunRequest(run_key=run_key, job_name=receipt_job.name, tags=tags,
-                                                  run_config={"ops": {RECEIPT_OP: {"config": {"change_set_id": cs.id}}}}))
-                break
-        if not requests:
-            if events:
-                return dg.SensorResult(asset_events=events, skip_reason="; ".join(waiting)[:1000] or None)
-            return dg.SkipReason("; ".join(waiting) or "no approved change set is waiting")
-        return dg.SensorResult(run_requests=requests, asset_events=events)
+                    self.led.complete_stage(st.ticket, st.run_id, success=False, result={"reconciled": how})
+            return stages
+
+        def walk(self, cs: ChangeSet, state: str, decision_body: str | None, stages: dict, now: dt.datetime, *,
+                 plan: list[str]) -> None:
+            decision = Approval.model_validate_json(decision_body) if decision_body else None
+            if any(s.state == STARTED for s in stages.values()):
+                stages = self._reconcile(stages)
+                stages = self.led.stages(cs.id, cs.version)
+            if decision is None and state == PROPOSED and not stages and now < cs.expires_at:
+                domain = self._domain(cs)
+                if domain is not None and domain.autonomous(cs.change_classes):
+                    made = record_autonomous_approval(self.instance, cs, domain)
+                    if made is not None:
+                        decision = made[0]
+                        self.events.append(made[1])
+            status = approval_status(self.led, cs, self.doms, decision=decision, now=now)
+            if status.withdraw and status.decision is not None and self.led.withdraw_decision(status.decision.id, status.reason):
+                self.events.append(_withdrawal_observation(cs, status.decision, status.reason))
+                self.waiting.append(f"{cs.id}: {status.reason}")
+            if status.approval is None:
+                self._without_approval(cs, state, status, stages)
+                return
+            self._advance(cs, status.approval, stages, plan)
+
+        def _domain(self, cs: ChangeSet):
+            if self.doms is None:
+                return None
+            try:
+                return self.doms.get(cs.domain)
+            except KeyError:
+                return None
+
+        def _without_approval(self, cs: ChangeSet, state: str, status, stages: dict) -> None:
+            """No decision counts now. Before any stage: wait. Mid-repair: let the stage in flight
+            finish, then a halt receipt; then wait for a person."""
+            if not stages or state == HALTED:
+                self.waiting.append(f"{cs.id}: {status.reason}")
+                return
+            if any(s.state in (ISSUED, STARTED) for n, s in stages.items() if n != HALT_RECEIPT):
+                self.waiting.append(f"{cs.id}: {status.reason}; the stage in flight finishes first")
+                return
+            halt = stages.get(HALT_RECEIPT)
+            if halt is None:
+                approval_id = status.decision.id if status.decision is not None else "none"
+                self._dispatch(cs, approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs))
+                self.waiting.append(f"{cs.id}: repair halted ({status.reason}); writing a receipt of what was done")
+            elif halt.state in (ISSUED,):
+                self._dispatch(cs, halt.approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs), ticket=halt.ticket)
+            elif halt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED):
+                self.led.set_change_set_state(cs.id, cs.version, HALTED, from_states=[RUNNING, APPROVED, PROPOSED],
+                                              note=status.reason)
+                self.waiting.append(f"{cs.id}: halted ({status.reason}); a listed approver may approve to continue")
+
+        def _advance(self, cs: ChangeSet, approval: Approval, stages: dict, plan: list[str]) -> None:
+            steps = step_stages(cs)
+            ranges = contiguous_ranges(self.ordered, cs.window)
+            for stage in plan:
+                st = stages.get(stage)
+                if st is not None and st.state == SUCCEEDED:
+                    continue
+                if st is not None and st.state in (STAGE_FAILED, ABANDONED):
+                    self._failed(cs, approval, stages, stage, st)
+                    return
+                if st is not None and st.state == STARTED:
+                    self.waiting.append(f"{cs.id}: stage {stage} is running (run {st.run_id[:8]})")
+                    return
+                if _changes_data(stage, steps) and pipeline_root is not None and (missing := unmerged_files(cs, pipeline_root)):
+                    self.waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
+                    return
+                job, run_config, extra = self._job_for(cs, stage, steps, ranges)
+                if job is None:
+                    self.waiting.append(f"{cs.id}: {run_config}")
+                    return
+                self._dispatch(cs, approval.id, stage, job, run_config=run_config, extra=extra,
+                               ticket=st.ticket if st is not None else None)
+                return
+            self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED])
+
+        def _failed(self, cs: ChangeSet, approval: Approval, stages: dict, stage: str, st) -> None:
+            """A stage failed or its run vanished: end with a receipt saying so, never a replay."""
+            why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or st.state
+            receipt = stages.get("receipt")
+            if stage == "receipt" or (receipt is not None and receipt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED)):
+                self.led.set_change_set_state(cs.id, cs.version, FAILED, from_states=[RUNNING, APPROVED],
+                                              note=f"stage {stage} {st.state}: {why}")
+                self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); needs a new change set or an undo")
+                return
+            if receipt is not None and receipt.state == STARTED:
+                self.waiting.append(f"{cs.id}: writing the receipt of the failed repair")
+                return
+            self._dispatch(cs, approval.id, "receipt", receipt_job, run_config=_receipt_config(cs),
+                           ticket=receipt.ticket if receipt is not None else None)
+            self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); writing a receipt of what happened")
+
+        def _job_for(self, cs: ChangeSet, stage: str, steps, ranges):
+            """(job, run config, extra request fields) of a stage; (None, why, None) when it cannot run here."""
+            if stage in steps:
+                step = cs.steps[steps[stage]]
+                job = (step_jobs or {}).get(step.kind)
+                if job is None:
+                    return None, f"stage {stage} needs a job for {step.kind} steps (build_remediation_sensor(step_jobs=...))", None
+                return job, {"ops": {step_op_name(step.kind): {"config": {"change_set_id": cs.id, "step_index": steps[stage]}}}}, {}
+            if stage.startswith("window-"):
+                if window_job is None:
+                    return None, f"stage {stage} needs a window job (build_remediation_sensor(window_job=...))", None
+                return window_job, None, {"window": ranges[int(stage.split("-")[1]) - 1]}
+            if stage == "rebuild":
+                return rebuild_job, None, {"asset_selection": [dg.AssetKey(k) for k in cs.rebuild_assets]}
+            if stage in ("snapshot", "restore"):
+                job = undo_jobs[0] if stage == "snapshot" else undo_jobs[1]
+                op_name = "dw_snapshot_window" if stage == "snapshot" else "dw_restore_window"
+                return job, {"ops": {op_name: {"config": {"change_set_id": cs.id}}}}, {}
+            if stage == "verify":
+                return verify_job, None, {}
+            return receipt_job, _receipt_config(cs), {}
+
+        def _dispatch(self, cs: ChangeSet, approval_id: str, stage: str, job: dg.JobDefinition, *, run_config=None,
+                      extra=None, ticket: str | None = None) -> None:
+            ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name)
+            if ticket is None:  # issued by a concurrent tick: it dispatches
+                self.waiting.append(f"{cs.id}: stage {stage} was issued by another tick")
+                return
+            tags = {c.CHANGE_SET_TAG: cs.id, VERSION_TAG: cs.version, c.APPROVAL_TAG: approval_id, c.STAGE_TAG: stage,
+                    TICKET_TAG: ticket}
+            run_key = f"{cs.id}:{cs.version[:16]}:{stage}"
+            extra = extra or {}
+            if "window" in extra:
+                self.requests.append(window_run_request(run_key=run_key, job_name=job.name,
+                                                        assets=[dg.AssetKey(cs.target_asset)],
+                                                        partition_keys=extra["window"], tags=tags))
+            else:
+                self.requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags, run_config=run_config or {},
+                                                   asset_selection=extra.get("asset_selection")))
 
     return _sensor
+
+
+def _receipt_config(cs: ChangeSet) -> dict:
+    return {"ops": {RECEIPT_OP: {"config": {"change_set_id": cs.id}}}}
+
+
+def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
+    return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
+                               description=f"approval {d.id} of change set {cs.id} withdrawn: {reason}"[:1000],
+                               metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
+                                   {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
+                                    "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),
+                                   c.CHANGE_SET_ID_KEY: cs.id})

@@ -9,9 +9,11 @@ order, after the window stages and before the rebuild
 previous succeeded, all under the change set's valid approval.
 
 Each step kind has a *runner* ``(context, change_set, step, database) -> dict`` and a job
-(:func:`build_step_jobs`) whose one op (``dw_apply_<kind>_step``, config :class:`StepConfig`) re-checks
-the approval, runs the runner against the step's database resource and records what it did as
-an ``AssetObservation`` with ``dw/step_result`` (JSON) on the change set's target asset. A runner
+(:func:`build_step_jobs`) whose one op (``dw_apply_<kind>_step``, config :class:`StepConfig`) takes
+the stage its run's ticket names (:func:`dw_dagster.remediation.guard.hold_stage`: no ticket, no
+step), runs the runner against the step's database resource, records the stage's end with its
+result in the ledger and shows it as an ``AssetObservation`` with ``dw/step_result`` (JSON) on the
+change set's target asset. A runner
 that refuses (a guard found the data not as the change set expected) raises :class:`StepRefused`:
 the refusal is recorded as ``dw/step_result`` with ``refused: true`` and the run fails, so the
 stages after it never run.
@@ -31,7 +33,6 @@ from dw_dagster import constants as c
 from dw_dagster.databases import Database
 from dw_dagster.domains import SCHEMA_MIGRATION
 from dw_dagster.models import ChangeSet, ChangeStep, utcnow
-from dw_dagster.remediation import records
 
 STEP_OP_PREFIX = "dw_apply_"
 STEP_RESULT_KEY = "dw/step_result"
@@ -173,15 +174,18 @@ def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, descr
 
 def _step_op_fn(kind: str, runner: StepRunner):
     def _apply(context: dg.OpExecutionContext, config: StepConfig) -> None:
-        from dw_dagster.remediation.approval import approved_change_set
+        from dw_dagster.remediation.guard import hold_stage
 
-        cs, approval = approved_change_set(context.instance, config.change_set_id, "no step runs without one")
+        held = hold_stage(context, change_set_id=config.change_set_id)
+        cs, approval = held.change_set, held.approval
         if not 0 <= config.step_index < len(cs.steps):
             raise dg.Failure(description=f"change set {cs.id} has no step {config.step_index}")
         step = cs.steps[config.step_index]
+        stage = step_stage(config.step_index, step)
+        if held.stage != stage:
+            raise dg.Failure(description=f"the run's ticket is for stage {held.stage}, not {stage}")
         if step.kind != kind:
             raise dg.Failure(description=f"step {config.step_index} of {cs.id} is a {step.kind} step, this job runs {kind}")
-        stage = step_stage(config.step_index, step)
         db = getattr(context.resources, step.resource_key).get_database()
         started = utcnow()
         base = {"change_set_id": cs.id, "change_set_version": cs.version, "approval_id": approval.id, "stage": stage,
@@ -191,10 +195,12 @@ def _step_op_fn(kind: str, runner: StepRunner):
             result = runner(context, cs, step, db)
         except StepRefused as e:
             data = {**base, "refused": True, "reason": str(e), "details": e.details, "finished_at": utcnow().isoformat()}
+            held.complete(context.instance, context.run_id, success=False, result=data)
             context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id} REFUSED: {e}"))
             raise dg.Failure(description=f"{stage} of change set {cs.id} refused: {e}",
                              metadata={"dw/refusal": dg.MetadataValue.json(data)}) from e
         data = {**base, "refused": False, **result, "finished_at": utcnow().isoformat()}
+        held.complete(context.instance, context.run_id, success=True, result=data)
         context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id}: {step.summary}"))
 
     _apply.__name__ = step_op_name(kind)
@@ -213,7 +219,10 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
     op = dg.op(name=step_op_name(kind), required_resource_keys=set(resource_keys), tags={"kind": "dw"},
                description=f"Apply one approved {kind} step of a dw_dagster change set.")(_step_op_fn(kind, runner))
 
+    from dw_dagster.remediation.guard import guarded_executor
+
     @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={"dw/kind": "step", "dw/step_kind": kind},
+            executor_def=guarded_executor(dg.in_process_executor),
             description=f"Apply an approved {kind} step of a dw_dagster change set (run by the remediation sensor).")
     def _job():
         op()
@@ -263,12 +272,16 @@ def steps_markdown(cs: ChangeSet) -> str:
 
 
 def step_results(instance: dg.DagsterInstance, change_set: ChangeSet) -> list[dict]:
-    """The ``dw/step_result`` records of ``change_set`` (any run), oldest first."""
+    """The results of ``change_set``'s steps as their ops recorded them in the ledger, in step order
+    (each ``{stage, step_index, refused, started_at, ...}``); steps that did not end are absent."""
+    from dw_dagster.ledger import SUCCEEDED, STAGE_FAILED, ledger_for
+
+    stages = ledger_for(instance).stages(change_set.id, change_set.version)
     out = []
-    for rec in records.iter_observations(instance, dg.AssetKey(change_set.target_asset), newest_first=False):
-        data = records.metadata_json(rec.asset_observation.metadata, STEP_RESULT_KEY)
-        if data is not None and data.get("change_set_id") == change_set.id:
-            out.append(data)
+    for name, index in step_stages(change_set).items():
+        st = stages.get(name)
+        if st is not None and st.state in (SUCCEEDED, STAGE_FAILED) and st.result and "step_index" in st.result:
+            out.append(st.result)
     return out
 
 

@@ -35,9 +35,10 @@ class UndoError(RuntimeError):
     """The undo cannot be proposed or run; the message says why."""
 
 
-def snapshot_table_name(plan: UndoPlan, change_set_id: str) -> str:
-    """``dw_undo.<schema>__<table>__<change set id>`` with only letters, digits and underscores."""
-    base = re.sub(r"[^A-Za-z0-9_]", "_", f"{plan.table.replace('.', '__')}__{change_set_id}")
+def snapshot_table_name(plan: UndoPlan, change_set_id: str, version: str = "") -> str:
+    """``dw_undo.<schema>__<table>__<change set id>[_<version prefix>]`` with only letters, digits and underscores."""
+    suffix = f"_{version[:12]}" if version else ""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", f"{plan.table.replace('.', '__')}__{change_set_id}{suffix}")
     return f"{UNDO_SCHEMA}.{base[:120]}"
 
 
@@ -64,9 +65,9 @@ def partition_checksum(db: Database, table: str, partition_column: str, window: 
     return int(n), int(h)
 
 
-def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str) -> dict:
+def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str, version: str = "") -> dict:
     """Copy the window's current rows aside; returns ``{snapshot_table, rows, checksum}``."""
-    snap = snapshot_table_name(plan, change_set_id)
+    snap = snapshot_table_name(plan, change_set_id, version)
     where = _window_predicate(plan.partition_column, plan.window, db.dialect)
     t = sql.table(plan.table).sql(db.dialect)
     db.execute(f"CREATE SCHEMA IF NOT EXISTS {UNDO_SCHEMA}; "
@@ -92,12 +93,18 @@ def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict) -> dict:
     return {"rows": rows, "checksum": checksum}
 
 
-def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_key: Sequence[str]) -> dict | None:
-    """The snapshot recorded before ``change_set_id``'s window ran, or None."""
-    for rec in records.iter_observations(instance, dg.AssetKey(list(asset_key))):
-        data = records.metadata_json(rec.asset_observation.metadata, SNAPSHOT_KEY)
-        if data is not None and data.get("change_set_id") == change_set_id:
-            return data
+def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_key: Sequence[str] | None = None) -> dict | None:
+    """The snapshot the ``snapshot`` stage of ``change_set_id``'s latest applied version recorded in
+    the ledger (its op's own result), or None. ``asset_key`` is accepted for compatibility."""
+    from dw_dagster.ledger import SUCCEEDED, ledger_for
+
+    led = ledger_for(instance)
+    for row in led.change_set_rows(latest_only=False):
+        if row.change_set_id != change_set_id:
+            continue
+        st = led.stages(row.change_set_id, row.version).get("snapshot")
+        if st is not None and st.state == SUCCEEDED and st.result and "snapshot_table" in st.result:
+            return st.result
     return None
 
 
@@ -160,6 +167,12 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
     undo_id = f"{cs.id}-undo"
     if records.find_change_set(instance, undo_id) is not None:
         raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id})")
+    from dw_dagster.ledger import APPLIED, FAILED, HALTED, ledger_for
+
+    row = ledger_for(instance).change_set_row(cs.id, cs.version)
+    if row is None or row.state not in (APPLIED, FAILED, HALTED):
+        raise UndoError(f"change set {cs.id} is {row.state if row else 'unknown'}; only a repair that ran (applied, "
+                        "failed or halted) is undone")
     parts = []
     if snap is not None:
         parts.append(f"restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} to the "
@@ -175,18 +188,10 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
         rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
         change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
     )
-    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")}),
-                     **content)
+    return ChangeSet.seal(**content)
 
 
-def change_set_observation(cs: ChangeSet) -> dg.AssetObservation:
-    from dw_dagster.remediation.proposals import change_set_markdown
-
-    return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
-                               description=f"change set {cs.id} proposed; waiting for approval by {', '.join(cs.approvers)}",
-                               metadata={c.CHANGE_SET_KEY: dg.MetadataValue.json(cs.model_dump(mode="json")),
-                                         c.CHANGE_SET_MD_KEY: dg.MetadataValue.md(change_set_markdown(cs)),
-                                         c.CHANGE_SET_ID_KEY: cs.id})
+from dw_dagster.remediation.change_sets import change_set_observation, propose  # noqa: E402,F401 - re-exported
 
 
 class UndoStageConfig(dg.Config):
@@ -194,29 +199,38 @@ class UndoStageConfig(dg.Config):
 
 
 def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
-    cs = records.find_change_set(context.instance, config.change_set_id)
-    if cs is None or cs.undo_plan is None:
-        raise dg.Failure(description=f"change set {config.change_set_id} has no undo plan")
+    from dw_dagster.remediation.guard import hold_stage
+
+    held = hold_stage(context, expect=["snapshot"], change_set_id=config.change_set_id)
+    cs = held.change_set
+    if cs.undo_plan is None:
+        raise dg.Failure(description=f"change set {cs.id} has no undo plan")
     db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
-    snap = snapshot_partitions(db, cs.undo_plan, cs.id)
+    snap = {**snapshot_partitions(db, cs.undo_plan, cs.id, cs.version), "change_set_id": cs.id, "version": cs.version,
+            "at": utcnow().isoformat()}
+    held.complete(context.instance, context.run_id, success=True, result=snap)
     context.log_event(dg.AssetObservation(
         asset_key=dg.AssetKey(cs.target_asset), description=f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}",
-        metadata={SNAPSHOT_KEY: dg.MetadataValue.json({**snap, "change_set_id": cs.id, "at": utcnow().isoformat()}),
-                  c.CHANGE_SET_ID_KEY: cs.id}))
+        metadata={SNAPSHOT_KEY: dg.MetadataValue.json(snap), c.CHANGE_SET_ID_KEY: cs.id}))
 
 
 def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
-    cs = records.find_change_set(context.instance, config.change_set_id)
-    if cs is None or cs.undo_plan is None or not cs.undo_plan.of_change_set:
-        raise dg.Failure(description=f"change set {config.change_set_id} is not an undo")
-    snap = recorded_snapshot(context.instance, cs.undo_plan.of_change_set, cs.target_asset)
+    from dw_dagster.remediation.guard import hold_stage
+
+    held = hold_stage(context, expect=["restore"], change_set_id=config.change_set_id)
+    cs = held.change_set
+    if cs.undo_plan is None or not cs.undo_plan.of_change_set:
+        raise dg.Failure(description=f"change set {cs.id} is not an undo")
+    snap = recorded_snapshot(context.instance, cs.undo_plan.of_change_set)
     if snap is None:
         raise dg.Failure(description=f"no snapshot of {cs.undo_plan.of_change_set} to restore")
     db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
     try:
         out = restore_partitions(db, cs.undo_plan, snap)
     except UndoError as e:
+        held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
         raise dg.Failure(description=str(e)) from e
+    held.complete(context.instance, context.run_id, success=True, result=out)
     context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}.")
 
 
@@ -229,11 +243,17 @@ def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.
     snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
     restore_op = dg.op(name=RESTORE_OP, required_resource_keys=keys, tags={"kind": "dw"})(_restore)
 
-    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, description="Keep a window's rows before a rerun.")
+    from dw_dagster.remediation.guard import guarded_executor
+
+    executor = guarded_executor(dg.in_process_executor)
+
+    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, executor_def=executor,
+            description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")
     def snapshot_job():
         snapshot_op()
 
-    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, description="Put a window back as it was before a change.")
+    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, executor_def=executor,
+            description="Put a window back as it was before a change (an approved undo, dispatched by the sensor only).")
     def restore_job():
         restore_op()
 

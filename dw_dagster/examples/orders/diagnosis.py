@@ -312,8 +312,7 @@ def propose_required_null_fix(
         change_classes=[SCHEMA_MIGRATION, REPLAY_DEAD_LETTER] + ([REBUILD_MODELS] if rebuild_assets else []),
         steps=steps,
     )
-    version = ChangeSet.content_version({k: v for k, v in content.items() if k not in ("created_at", "expires_at")})
-    return ChangeSet(version=version, **content)
+    return ChangeSet.seal(**content)
 
 
 __all__ = ["DeadLetterDiagnoser", "column_modes", "propose_required_null_fix", "source_change", "source_change_sentence",
