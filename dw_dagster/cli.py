@@ -1,6 +1,8 @@
 """``dw-dagster``: the command line for people and scripts.
 
-Commands: ``demo store-sales``, ``demo orders``, ``approve``, ``change-sets``, ``receipts``, ``blast-radius``.
+Commands: ``demo store-sales``, ``demo orders``, ``approve``, ``approvals``, ``change-sets``, ``receipts``,
+``incidents``, ``stop``/``resume``, ``holds``, ``undo``, ``blast-radius`` (the deciding ones in
+:mod:`dw_dagster.cli_decisions`).
 Commands that read Dagster's records use the instance in ``$DAGSTER_HOME`` (or ``--dagster-home``).
 """
 
@@ -195,97 +197,6 @@ def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
               set_home=lambda result, home: setattr(result, "orders_home", str(home)), scale=scale)
 
 
-@main.command()
-@click.argument("change_set_id")
-@click.option("--approver", required=True, help="Your email, as listed in the domain's approvers.")
-@click.option("--reject", is_flag=True, help="Reject instead of approve (ends the change set).")
-@click.option("--comment", default="", help="Why.")
-@home_option
-def approve(change_set_id: str, approver: str, reject: bool, comment: str, dagster_home: str | None) -> None:
-    """Approve (or --reject) a change set by running the approval job against the instance.
-
-    Exit codes: 0 recorded; 2 usage error; 3 refused by a rule (message says which).
-    """
-    from dw_dagster.remediation.approval import approve_in_process
-
-    from dw_dagster.remediation import records
-
-    if not approver.strip():
-        raise click.BadParameter("must not be empty", param_hint="--approver")
-    if len(approver) > 320:
-        raise click.BadParameter("is longer than an email address can be (320 characters)", param_hint="--approver")
-    if len(os.environ.get(c.SIGNING_KEY_ENV, "")) < 16:
-        raise click.UsageError(f"${c.SIGNING_KEY_ENV} must hold this deployment's signing key (at least 16 characters)")
-    with _instance(dagster_home) as instance:
-        if records.find_change_set(instance, change_set_id.strip()) is None:
-            raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r} in this Dagster instance "
-                                     "(dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
-        _check_signing_key(instance)
-        ok, msg = approve_in_process(instance, change_set_id.strip(), approver, "reject" if reject else "approve", comment)
-    if not ok:
-        click.echo(f"refused: {msg}", err=True)
-        sys.exit(3)
-    click.echo(msg)
-
-
-def _check_signing_key(instance) -> None:
-    """Refuse to record a decision that could never count: a key other than the one kept with the
-    instance (``$DAGSTER_HOME/approval_signing.key``, as the demo keeps it), or a key under which
-    none of the decisions already recorded in the instance verifies."""
-    from dw_dagster.remediation import records
-    from dw_dagster.remediation.approval import counted
-
-    key = os.environ.get(c.SIGNING_KEY_ENV, "")
-    key_file = Path(os.environ["DAGSTER_HOME"]) / "approval_signing.key"
-    kept = key_file.read_text().strip() if key_file.is_file() else ""
-    if kept and kept != key:
-        raise click.UsageError(f"${c.SIGNING_KEY_ENV} is not the key kept with this instance ({key_file}); a decision "
-                               "signed with it would be ignored")
-    recorded = records.approvals(instance)
-    if recorded and not counted(recorded):
-        raise click.UsageError(f"none of the {len(recorded)} decision(s) in this instance verifies with this "
-                               f"${c.SIGNING_KEY_ENV}; a decision signed with it would be ignored (is it this deployment's key?)")
-
-
-@main.command("change-sets")
-@click.option("--json", "as_json", is_flag=True)
-@home_option
-def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
-    """List change sets (newest first) with their decision."""
-    from dw_dagster.remediation import records
-    from dw_dagster.remediation.approval import PAST, counted
-
-    with _instance(dagster_home) as instance:
-        seen, rows = set(), []
-        for cs in records.change_sets(instance):
-            if cs.id in seen:
-                continue
-            seen.add(cs.id)
-            recorded = records.approvals(instance, cs.id)
-            key_set = len(os.environ.get(c.SIGNING_KEY_ENV, "")) >= 16
-            decided = counted(recorded) if key_set else recorded
-            status = "pending"
-            if decided:
-                status = PAST[decided[0].decision]
-                if decided[0].change_set_version != cs.version:
-                    status += " (an older version; this one needs a new approval)"
-                elif not key_set:
-                    status += f" (signature not checked: ${c.SIGNING_KEY_ENV} is not set)"
-            if len(recorded) > len(decided):
-                status += (f" ({len(recorded) - len(decided)} decision(s) ignored: their signature does not verify "
-                           f"with this ${c.SIGNING_KEY_ENV})")
-            rows.append({"id": cs.id, "version": cs.version, "asset": "/".join(cs.target_asset), "cause": cs.cause_kind,
-                         "window": cs.window, "status": status,
-                         "approvers": cs.approvers, "expires_at": cs.expires_at.isoformat(), "summary": cs.summary})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no change sets")
-    for r in rows:
-        click.echo(f"{r['id']}  {r['status']}  {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
-
-
 @main.group(invoke_without_command=True)
 @click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line).")
 @click.option("--json", "as_json", is_flag=True)
@@ -328,7 +239,7 @@ def receipts(ctx: click.Context, asset: str | None, as_json: bool, dagster_home:
 @home_option
 @click.pass_context
 def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
-    """Recompute every receipt chain from the event log; exit 1 naming each altered or removed receipt."""
+    """Check every receipt chain against the ledger; exit 1 naming each altered, removed or unrecorded receipt."""
     from dw_dagster.remediation.approval import ApprovalRefused
     from dw_dagster.remediation.receipt_chain import verify_receipts
 
@@ -342,7 +253,7 @@ def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
         click.echo(str(p), err=True)
     if problems:
         click.echo(f"{len(problems)} problem(s) in {count} receipt(s)", err=True)
-        unsigned = [p for p in problems if "signature does not verify" in p.detail or p.asset == "(run tags)"]
+        unsigned = [p for p in problems if "signature does not verify" in p.detail]
         if count and len(unsigned) >= count:
             click.echo(f"hint: no signature verifies; if nothing was tampered with, ${c.SIGNING_KEY_ENV} is not this "
                        "deployment's key", err=True)
@@ -350,7 +261,8 @@ def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
     if count == 0:
         click.echo(f"no receipts in the instance at {os.environ['DAGSTER_HOME']}: nothing to verify")
         return
-    click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every anchored receipt present")
+    click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every receipt the ledger "
+               "recorded present in the event log")
 
 
 @main.command("blast-radius")
@@ -431,64 +343,33 @@ def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
 @click.argument("change_set_id")
 @home_option
 def undo_cmd(change_set_id: str, dagster_home: str | None) -> None:
-    """Propose the undo of an applied change set, as its own change set waiting for approval."""
-    from dw_dagster.remediation.undo import UndoError, change_set_observation, propose_undo
+    """Propose the undo of a repair that ran, as its own change set waiting for approval."""
+    from dw_dagster.remediation.undo import UndoError, propose, propose_undo
 
     with _instance(dagster_home) as instance:
         try:
-            cs = propose_undo(instance, change_set_id.strip())
+            cs, _ = propose(instance, propose_undo(instance, change_set_id.strip()))
         except UndoError as e:
             click.echo(f"refused: {e}", err=True)
             sys.exit(3)
-        instance.report_runless_asset_event(change_set_observation(cs))
-    click.echo(f"proposed {cs.id}: {cs.summary}\napprove it like any change set: dw-dagster approve {cs.id} --approver EMAIL "
+    click.echo(f"proposed {cs.id}: {cs.summary}\napprove it like any change set: dw-dagster approve {cs.id} --login "
                f"(approvers: {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()})")
 
 
-@main.command("stop")
-@click.option("--by", required=True, help="Who stops (email); recorded with the stop.")
-@click.option("--reason", default="", help="Why; shown in the UI and in every skipped sensor tick.")
-@home_option
-def stop_cmd(by: str, reason: str, dagster_home: str | None) -> None:
-    """Org-wide stop: halt every automatic dw_dagster repair now (queued repair runs are cancelled)."""
-    from dw_dagster.remediation.control import set_stop
-
-    if not by.strip():
-        raise click.BadParameter("must name who stops", param_hint="--by")
-    with _instance(dagster_home) as instance:
-        state = set_stop(instance, True, by, reason)
-    click.echo(f"STOPPED by {state.by} at {state.at.isoformat()}; cancelled {len(state.cancelled_runs)} queued repair run(s). "
-               "Approvals are still recorded and wait; `dw-dagster resume --by EMAIL` lifts the stop.")
-
-
-@main.command("resume")
-@click.option("--by", required=True, help="Who lifts the stop (email).")
-@click.option("--reason", default="", help="Why.")
-@home_option
-def resume_cmd(by: str, reason: str, dagster_home: str | None) -> None:
-    """Lift the org-wide stop: the remediation sensor dispatches approved repairs again."""
-    from dw_dagster.remediation.control import active_stop, set_stop
-
-    if not by.strip():
-        raise click.BadParameter("must name who resumes", param_hint="--by")
-    with _instance(dagster_home) as instance:
-        if active_stop(instance) is None:
-            click.echo("no org-wide stop is in force; nothing to lift")
-            return
-        state = set_stop(instance, False, by, reason)
-    click.echo(f"resumed by {state.by} at {state.at.isoformat()}")
-
-
-@main.command("incidents")
+@main.group("incidents", invoke_without_command=True)
 @click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line); default: every asset.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of the table.")
 @home_option
-def incidents_cmd(asset: str | None, as_json: bool, dagster_home: str | None) -> None:
-    """List incidents, newest first: date, source, gap, cause, change set, decision and receipt.
+@click.pass_context
+def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_home: str | None) -> None:
+    """List incidents, newest first: date, source, state, gap, cause, change set, decision and receipt.
 
-    Read back from the dw/ metadata in the Dagster event log (dw_dagster.diagnosis.history).
+    ``close``, ``reopen`` and ``rediagnose`` change one (a person, with a reason, recorded).
     """
     import dagster as dg
+
+    if ctx.invoked_subcommand is not None:
+        return
 
     from dw_dagster.diagnosis.history import incident_history
 
@@ -552,6 +433,11 @@ def fake_paging_cmd(port: int) -> None:
         raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
     raise SystemExit(code)
 
+
+from dw_dagster.cli_decisions import register, register_incident_commands  # noqa: E402
+
+register(main)
+register_incident_commands(incidents_cmd)
 
 if __name__ == "__main__":
     main()

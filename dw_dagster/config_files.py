@@ -41,19 +41,22 @@ def describe_validation_error(e: ValidationError, text: str, path: str | Path) -
 
 
 def resolve_env_refs(data: Any, where: str = "") -> Any:
-    """Replace every ``{env: NAME}`` mapping in ``data`` by the value of environment variable NAME.
+    """Replace every ``{env: NAME}`` mapping in ``data`` by the value of environment variable NAME
+    (``{env: NAME, default: VALUE}``: VALUE when NAME is not set).
 
     Raises:
-        KeyError: a named variable is not set (the message names it and where it is used).
+        KeyError: a named variable without a default is not set (the message names it and where it is used).
     """
     import os
 
     if isinstance(data, dict):
-        if set(data) == {"env"} and isinstance(data["env"], str):
+        if set(data) in ({"env"}, {"env", "default"}) and isinstance(data["env"], str):
             name = data["env"]
-            if name not in os.environ:
-                raise KeyError(f"{where or '(top level)'}: environment variable {name} is not set")
-            return os.environ[name]
+            if name in os.environ:
+                return os.environ[name]
+            if "default" in data:
+                return data["default"]
+            raise KeyError(f"{where or '(top level)'}: environment variable {name} is not set")
         return {k: resolve_env_refs(v, f"{where}.{k}" if where else str(k)) for k, v in data.items()}
     if isinstance(data, list):
         return [resolve_env_refs(v, f"{where}[{i}]") for i, v in enumerate(data)]

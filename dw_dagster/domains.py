@@ -26,8 +26,8 @@ naming the file and line (:func:`dw_dagster.config_files.read_yaml_model`):
         bot_token_env: SLACK_BOT_TOKEN
     operators: [data-oncall@grocer.example]           # who may lift an org-wide stop (default: every approver)
 
-Any value may be written ``{env: NAME}``: it is read from the environment when the file is read,
-and a missing variable is an error naming it.
+Any value may be written ``{env: NAME}`` (or ``{env: NAME, default: VALUE}``): it is read from the
+environment when the file is read, and a missing variable without a default is an error naming it.
 
 **Identity.** A decision counts only when its approver's identity was verified by the
 organisation's identity provider (an OIDC ID token checked against its JWKS) or by a signed Slack

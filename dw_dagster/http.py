@@ -179,8 +179,9 @@ def send(
         raise HttpApiError(service, method, endpoint, status,
                            f"not sent again (the server may have applied it): {why}", maybe_applied=True) from None
     except _Retryable as e:
-        sent = e.response is not None and e.response.status_code != 429 or (
-            e.error is not None and not isinstance(e.error, NOT_SENT_ERRORS))
+        # the last failure came after the request reached the server (a 5xx, a timeout once sent)
+        sent = ((e.response is not None and e.response.status_code != 429)
+                or (e.error is not None and not isinstance(e.error, NOT_SENT_ERRORS)))
         if e.response is not None:
             raise HttpApiError(service, method, endpoint, e.response.status_code,
                                f"still failing after {policy.attempts} attempts: {_excerpt(e.response)}",

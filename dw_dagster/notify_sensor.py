@@ -314,7 +314,10 @@ def build_notification_sensor(
                     failed.append((cursor_id, float(storage_id)))
                     problems.append(f"{kind} {storage_id} → {channel}: {type(e).__name__}: {e}")
                     context.log.error(f"notification {kind} {storage_id} → {channel} failed (retried next tick): {e}")
-                    task.fail(kind, e)
+                    try:
+                        task.fail(kind, e)
+                    except Exception as record_error:  # noqa: BLE001 - the cursor still retries it
+                        context.log.error(f"could not record that failure: {record_error}")
             if not tasks:
                 done.append((f"{storage_id}:none", float(storage_id)))
         cursor.advance(done, failed)

@@ -39,3 +39,14 @@ def fake_lightup(folder: Path, access_ttl_s: float = 300.0):
     with FakeLightupServer(state) as server:
         cred = server.write_credential(folder / "lightup-api-credential.json")
         yield server, state, ids, cred
+
+
+def add_sales_monitor(state: FakeLightup, ids: dict[str, str]) -> str:
+    """A monitor on the net_sales compare metric (the seed has one on the row counts only); returns its uuid.
+
+    Its incidents read the ``sales_source``/``sales_target`` datapoints, so a fault on those paths
+    fails them and leaves the row-count incidents alone.
+    """
+    with state.lock:
+        ids["sales_monitor"] = state.add_monitor("net_sales compare within 0.5 %", ids["sales_compare"], 0.5)
+    return ids["sales_monitor"]

@@ -39,6 +39,7 @@ def _domains(path, level: str, classes=("rerun_window", "rebuild_models")) -> No
             approvers: [{OWNER}]
             escalation: [data-oncall@grocer.example]
             autonomy: {level}
+            identity: unverified
         """) + allowed)
 
 
@@ -98,7 +99,7 @@ def change_set(incident_id="inc-x", expires_in_h=24.0, classes=("pipeline_code",
                    window=["2026-11-03", "2026-11-04"], diff="", files=[], rebuild_assets=[],
                    verify_checks=[["orders", "compare"]], change_classes=list(classes), undo="rerun again",
                    undo_plan=undo_plan)
-    return ChangeSet(version=ChangeSet.content_version({k: v for k, v in content.items() if k != "undo_plan"}), **content)
+    return ChangeSet.seal(**content)
 
 
 def detect(defs, instance) -> LocalSensorDaemon:
@@ -148,7 +149,7 @@ def test_l2_waits_for_the_owner(world):
     (cs,) = records.change_sets(instance)
     tick = daemon.tick("dw_remediation_sensor")
     assert tick.run_ids == [] and "waiting for approval by dana.ortiz" in tick.skip_reason
-    assert approve_in_process(instance, cs.id, OWNER)[0]
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
     assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
     (r,) = records.receipts(instance, ORDERS)
     assert r.approver == OWNER and r.verified
@@ -174,16 +175,49 @@ def test_l3_waits_when_a_class_is_not_listed(world):
     assert repair(daemon) == [] and records.approvals(instance) == [] and gap(wh) == 20
 
 
-def test_l4_runs_end_to_end_and_lowering_the_level_revokes_it(world):
+def test_l4_lowered_before_the_repair_starts_lets_the_owner_decide(world):
     defs, instance, domains, wh = world
     _domains(domains, "L4", classes=("rerun_window", "schema_migration"))
     daemon = detect(defs, instance)
     daemon.tick("dw_check_incident_sensor")
-    first = daemon.tick("dw_remediation_sensor")  # records the autonomous approval and launches the window
-    assert len(first.run_ids) == 1
-    _domains(domains, "L2")  # the owner lowers the level: the autonomous approval no longer counts
+    (cs,) = records.change_sets(instance)
+    from dw_dagster.remediation.control import record_autonomous_approval
+
+    assert record_autonomous_approval(instance, cs, load_domains(domains).get("orders")) is not None
+    _domains(domains, "L2")  # lowered before any stage was dispatched
     tick = daemon.tick("dw_remediation_sensor")
-    assert tick.run_ids == [] and "autonomy withdrawn" in tick.skip_reason
+    assert tick.run_ids == [] and "autonomy L4 was withdrawn" in tick.skip_reason
+    (withdrawn,) = [e for e in tick.events if "dw/approval_withdrawn" in e.metadata]
+    ok, msg = approve_in_process(instance, cs.id, approver=OWNER)  # not "already decided": the owner decides now
+    assert ok, msg
+    assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
+    (r,) = records.receipts(instance, ORDERS)
+    assert r.approver == OWNER and r.verified and r.outcome == "applied"
+
+
+def test_l3_lowered_mid_repair_ends_with_a_receipt_and_the_owner_may_continue(world):
+    """The window ran under autonomy L3, then the owner lowers the domain to L2: nothing more runs
+    unasked, a receipt says what was done and what was not; the owner's approval finishes it."""
+    defs, instance, domains, wh = world
+    _domains(domains, "L3")
+    daemon = detect(defs, instance)
+    daemon.tick("dw_check_incident_sensor")
+    first = daemon.tick("dw_remediation_sensor")  # the autonomous approval, then window-1 runs
+    assert len(first.run_ids) == 1 and gap(wh) == 0
+    _domains(domains, "L2")
+    halt = daemon.tick("dw_remediation_sensor")  # withdrawn; nothing in flight: the halt receipt runs
+    assert [daemon.instance.get_run_by_id(r).tags[c.STAGE_TAG] for r in halt.run_ids] == ["receipt-halt"]
+    (r,) = records.receipts(instance, ORDERS)
+    assert r.outcome.startswith("halted after window-1") and "autonomy L3 was withdrawn" in r.outcome
+    assert not r.verified and r.approver == "dw-dagster/autonomy:L3"
+    waiting = daemon.tick("dw_remediation_sensor")
+    assert waiting.run_ids == [] and "halted" in waiting.skip_reason
+    (cs,) = records.change_sets(instance)
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
+    assert repair(daemon) == ["verify", "receipt"]  # window-1 is not run again
+    final = records.receipts(instance, ORDERS)[0]
+    assert final.outcome == "applied" and final.verified and final.approver == OWNER
+    assert final.previous_hash == r.content_hash(__import__("dw_dagster.remediation.receipts", fromlist=["x"]).receipt_markdown(r))
 
 
 # -- org-wide stop ------------------------------------------------------------------------------
@@ -195,13 +229,19 @@ def test_stop_halts_dispatch_and_approvals_wait_until_resume(world):
     daemon.tick("dw_check_incident_sensor")
     (cs,) = records.change_sets(instance)
     set_stop(instance, True, "cto@grocer.example", "warehouse migration tonight")
-    assert approve_in_process(instance, cs.id, OWNER)[0]  # recorded during the stop
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]  # recorded during the stop
     tick = daemon.tick("dw_remediation_sensor")
     assert tick.run_ids == [] and "org-wide stop by cto@grocer.example" in tick.skip_reason
     assert "warehouse migration tonight" in tick.skip_reason and gap(wh) == 20
     obs = next(records.iter_observations(instance, dg.AssetKey("dw_control")))
     assert obs.asset_observation.metadata["dw/stopped"].value is True  # visible on the asset's page
-    set_stop(instance, False, "cto@grocer.example", "done")
+    with pytest.raises(ValueError, match="only a verified operator"):
+        set_stop(instance, False, "cto@grocer.example", "done")  # a typed name lifts nothing
+    from dw_dagster.remediation.approval import unverified_identity
+
+    with pytest.raises(ValueError, match="not an operator"):
+        set_stop(instance, False, unverified_identity("intern@grocer.example"), "done", domains=domains)
+    set_stop(instance, False, unverified_identity(OWNER), "done", domains=domains)  # every domain is unverified here
     assert active_stop(instance) is None
     assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
 
@@ -231,9 +271,9 @@ def test_stop_cancels_queued_repair_runs(world):
 def test_expired_request_is_marked_escalated_and_never_granted(world):
     defs, instance, domains, wh = world  # noqa: F841
     _domains(domains, "L3")  # even a level that could run it unasked never grants an expired request
-    cs = change_set(expires_in_h=-1)
-    instance.report_runless_asset_event(dg.AssetObservation(
-        asset_key=ORDERS, metadata={c.CHANGE_SET_KEY: dg.MetadataValue.json(cs.model_dump(mode="json")), c.CHANGE_SET_ID_KEY: cs.id}))
+    from dw_dagster.remediation.change_sets import propose
+
+    cs, _ = propose(instance, change_set(expires_in_h=-1))
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
     tick = daemon.tick("dw_expiry_sensor")
     (ev,) = tick.events
@@ -241,7 +281,7 @@ def test_expired_request_is_marked_escalated_and_never_granted(world):
     assert (data["change_set_id"], data["escalated_to"]) == (cs.id, "data-oncall@grocer.example")
     assert expired_ids(instance) == {cs.id}
     assert daemon.tick("dw_expiry_sensor").events == []  # marked once
-    ok, msg = approve_in_process(instance, cs.id, OWNER)
+    ok, msg = approve_in_process(instance, cs.id, approver=OWNER)
     assert not ok and "expired" in msg
     assert repair(daemon) == [] and records.approvals(instance) == []
 
@@ -292,7 +332,17 @@ def test_cli_stop_and_resume(tmp_path):
     assert bad.returncode == 2 and "must name who stops" in bad.stderr
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         assert active_stop(instance).reason == "incident review"
-    out = subprocess.run([dw, "resume", "--by", "cto@grocer.example", *home], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith("resumed by")
-    again = subprocess.run([dw, "resume", "--by", "cto@grocer.example", *home], capture_output=True, text=True)
+    domains = tmp_path / "domains.yaml"
+    _domains(domains, "L2")
+    refused = subprocess.run([dw, "resume", "--by", "intern@grocer.example", "--domains", str(domains), *home],
+                             capture_output=True, text=True)
+    assert refused.returncode == 3 and "not an operator" in refused.stderr
+    out = subprocess.run([dw, "resume", "--by", OWNER, "--domains", str(domains), *home], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith(f"resumed by {OWNER}"), out.stderr
+    again = subprocess.run([dw, "resume", "--by", OWNER, "--domains", str(domains), *home], capture_output=True, text=True)
     assert "no org-wide stop is in force" in again.stdout
+    domains.write_text(domains.read_text().replace("identity: unverified", "identity: verified"))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        set_stop(instance, True, "cto@grocer.example")
+    typed = subprocess.run([dw, "resume", "--by", OWNER, "--domains", str(domains), *home], capture_output=True, text=True)
+    assert typed.returncode == 3 and "needs a verified identity" in typed.stderr

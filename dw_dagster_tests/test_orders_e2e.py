@@ -138,10 +138,12 @@ def test_refusals_then_the_owners_approval(loop):
     result, instance, _ = loop
     cs = change_set(instance)
     refused = {r["approver"]: r["reason"] for r in records.refusals(instance, cs.id)}
-    assert set(refused) == {c.PROPOSER, NOT_LISTED}
+    assert set(refused) == {c.PROPOSER, OWNER, NOT_LISTED}
     assert "cannot approve" in refused[c.PROPOSER] and "not an approver of domain 'orders'" in refused[NOT_LISTED]
+    assert "needs a verified identity" in refused[OWNER]  # typed, not logged in
     (approval,) = records.approvals(instance, cs.id)
     assert approval.approver == OWNER == result.approver and approval.decision == "approve"
+    assert approval.identity.method == "oidc" and result.approval_identity["method"] == "oidc"
 
 
 def test_stages_ran_in_order_each_once(loop):
@@ -153,7 +155,7 @@ def test_stages_ran_in_order_each_once(loop):
     assert [r.job_name for r in runs] == ["dw_step_migration", "dw_step_replay", "dw_rebuild_finance_daily",
                                           "dw_verify_orders", "dw_receipts"]
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    assert [r.tags["dagster/run_key"] for r in runs] == [f"{cs.id}:{approval.id}:{s}" for s in STAGES]
+    assert [r.tags["dagster/run_key"] for r in runs] == [f"{cs.id}:{cs.version[:16]}:{s}" for s in STAGES]
     starts = [instance.get_run_record_by_id(r.run_id).start_time for r in runs]
     assert starts == sorted(starts)
     assert sorted(records.refusals(instance, cs.id), key=lambda r: r["at"])[-1]["at"] < approval.decided_at.isoformat()
@@ -200,7 +202,9 @@ def test_verification_checks_and_receipts(loop):
     assert "gift_card_gmv" in names and "not_null_fct_daily_gmv_order_date" in names and all(o.passed for o in m.checks)
 
 
-def test_rerunning_the_replay_inserts_nothing_and_nothing_else_runs(loop):
+def test_rerunning_the_replay_by_hand_is_refused_and_nothing_else_runs(loop):
+    """The replay step launched again by hand (its config, or the tags of the real run copied) is
+    refused before it touches the warehouse: a stage runs once, and only when the sensor dispatched it."""
     from dw_dagster.examples.orders.definitions import build_definitions
 
     result, instance, home = loop
@@ -209,11 +213,16 @@ def test_rerunning_the_replay_inserts_nothing_and_nothing_else_runs(loop):
     dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` checks (unique op names, ...)
     wh = DuckDBDatabase(h.warehouse_path(home))
     before = wh.fetch_all("SELECT count(*) FROM analytics.orders")[0][0]
-    run = defs.resolve_job_def("dw_step_replay").execute_in_process(
-        instance=instance, run_config={"ops": {step_op_name("replay"): {"config": {"change_set_id": cs.id, "step_index": 1}}}})
-    assert run.success
-    again = [x for x in step_results(instance, cs) if x["run_id"] == run.run_id][0]
-    assert (again["inserted_rows"], again["already_replayed_rows"]) == (0, PARKED)
+    config = {"ops": {step_op_name("replay"): {"config": {"change_set_id": cs.id, "step_index": 1}}}}
+    copied = {k: v for k, v in instance.get_run_by_id(result.run_ids["replay-2"]).tags.items() if k.startswith("dw/")}
+    for tags in ({}, copied):
+        run = defs.resolve_job_def("dw_step_replay").execute_in_process(instance=instance, run_config=config, tags=tags,
+                                                                        raise_on_error=False)
+        assert not run.success
+        failure = next(e for e in run.all_events if e.is_step_failure).event_specific_data.error.message
+        assert ("no dw/ticket" in failure) if not tags else ("belongs to run" in failure), failure
+    (done,) = [x for x in step_results(instance, cs) if x["stage"] == "replay-2"]
+    assert done["run_id"] == result.run_ids["replay-2"] and done["inserted_rows"] == PARKED
     assert wh.fetch_all("SELECT count(*) FROM analytics.orders")[0][0] == before
     # the stream goes on: nothing new to read; the sink follows the relaxed schema
     stream = defs.resolve_job_def("orders_stream").execute_in_process(instance=instance)

@@ -54,9 +54,13 @@ def test_change_set_diff_and_refusals(loop):
     assert cs.new_tests == ["dbt_project/tests/assert_fct_store_sales_daily_counts_match_landed_rows.sql"]
     assert (h.repo_dir(home) / cs.new_tests[0]).exists()  # merged by the owner's step
     refused = {r["approver"]: r["reason"] for r in records.refusals(instance, cs.id)}
-    assert set(refused) == {c.PROPOSER, "sam.lee@grocer.example"}
+    assert set(refused) == {c.PROPOSER, OWNER, "sam.lee@grocer.example"}
+    assert "needs a verified identity" in refused[OWNER]  # the owner's email typed by someone else
+    assert "not an approver" in refused["sam.lee@grocer.example"]  # logged in, verified, not listed
     (approval,) = records.approvals(instance, cs.id)
     assert approval.approver == OWNER == result.approver
+    assert approval.identity.method == "oidc" and approval.identity.issuer == result.approval_identity["issuer"]
+    assert result.approval_identity["method"] == "oidc" and result.approval_identity["issuer"].startswith("http://127.0.0.1:")
 
 
 def test_gap_after_is_zero_everywhere(loop):
@@ -69,8 +73,14 @@ def test_one_window_run_over_the_range(loop):
     result, instance, _ = loop
     run = instance.get_run_by_id(result.run_ids["window-1"])
     assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == ("2026-11-26", "2026-11-27")
-    ap = records.approvals(instance, result.change_set_id)[0]
-    assert run.tags["dagster/run_key"] == f"{result.change_set_id}:{ap.id}:window-1"
+    cs = records.find_change_set(instance, result.change_set_id)
+    assert run.tags["dagster/run_key"] == f"{cs.id}:{cs.version[:16]}:window-1"
+    from dw_dagster.ledger import ledger_for
+
+    stages = ledger_for(instance).stages(cs.id, cs.version)
+    assert {s: st.state for s, st in stages.items()} == {
+        "snapshot": "succeeded", "window-1": "succeeded", "rebuild": "succeeded", "verify": "succeeded", "receipt": "succeeded"}
+    assert stages["window-1"].run_id == run.run_id
 
 
 def test_receipts_on_every_touched_asset(loop):

@@ -32,7 +32,8 @@ values, opening one incident per (monitor, slice, run of anomalous days), extend
 closing it (``ongoing`` false) when the values come back inside the bound. Collection runs on
 ``POST .../trigger`` and on ``POST /_fake/collect`` (standing in for the schedule).
 
-Test controls under ``/_fake/``: ``faults`` (expire tokens, N responses with status 429/500,
+Test controls under ``/_fake/``: ``faults`` (expire tokens, N responses with status 429/500 on a
+``path`` regex and optional ``method``,
 slow responses, malformed JSON, wrapper shapes, and ``{"after_apply": true, "delay_s": 2 |
 "status": 500, "count": 1, "path": <regex>, "method": "POST"}``: the request is handled, its
 effect stays, and only the answer is delayed or replaced, e.g. a comment that lands while the
@@ -99,6 +100,7 @@ class Faults:
     status: int | None = None
     status_count: int = 0
     status_path: str | None = None
+    status_method: str | None = None
     delay_s: float = 0.0
     delay_count: int = 0
     malformed_count: int = 0
@@ -127,6 +129,9 @@ class FakeLightup:
     metrics: dict[str, dict] = field(default_factory=dict)
     monitors: dict[str, dict] = field(default_factory=dict)
     incidents: dict[str, dict] = field(default_factory=dict)
+    #: test control: raw incident objects the list answer carries besides the stored ones (an exact
+    #: duplicate, or an older version of a stored incident, as a lagging replica answers); filters apply
+    listed_extra: list[dict] = field(default_factory=list)
     comments: dict[str, list[dict]] = field(default_factory=dict)
     datapoints: dict[str, list[dict]] = field(default_factory=dict)
     triggers: dict[str, dict] = field(default_factory=dict)
@@ -421,7 +426,8 @@ def build_app(state: FakeLightup) -> Starlette:
             return None
         if f.outage:
             return _err(503, "Service Unavailable")
-        if f.status and f.status_count > 0 and (not f.status_path or re.search(f.status_path, path)):
+        if (f.status and f.status_count > 0 and (not f.status_path or re.search(f.status_path, path))
+                and (not f.status_method or f.status_method == request.method)):
             f.status_count -= 1
             headers = {"Retry-After": "0"} if f.status == 429 else None
             return JSONResponse({"detail": "Request was throttled." if f.status == 429 else "Server Error"},
@@ -524,7 +530,10 @@ def build_app(state: FakeLightup) -> Starlette:
         monitors = set(_csv(q.get("monitor_uuids")) or [])
         metrics = set(_csv(q.get("metric_uuids")) or [])
         out = []
-        for inc in state.incidents.values():
+        for inc in [*state.incidents.values(), *state.listed_extra]:
+            if not isinstance(inc, dict):  # a malformed list item: listed as is
+                out.append(inc)
+                continue
             try:
                 if start is not None and float(inc.get("end_ts") or 0) < start:
                     continue
@@ -545,9 +554,12 @@ def build_app(state: FakeLightup) -> Starlette:
                 if not mon or mon["config"]["metrics"][0] not in metrics:
                     continue
             out.append(inc)
-        out.sort(key=lambda i: (str(i.get("updated_ts")), str(i.get("uuid"))))
-        return {"data": out, "metadata": {"total": len(out), "unread": sum(1 for i in out if i.get("status") == 1),
-                                          "accepted": sum(1 for i in out if i.get("status") == 2)}, "ref": {}}
+        def _get(i: Any, k: str) -> Any:
+            return i.get(k) if isinstance(i, dict) else None
+
+        out.sort(key=lambda i: (str(_get(i, "updated_ts")), str(_get(i, "uuid"))))
+        return {"data": out, "metadata": {"total": len(out), "unread": sum(1 for i in out if _get(i, "status") == 1),
+                                          "accepted": sum(1 for i in out if _get(i, "status") == 2)}, "ref": {}}
 
     def incident(request, body):
         uid = request.path_params["uuid"]
@@ -688,6 +700,7 @@ def build_app(state: FakeLightup) -> Starlette:
             state.revoked_before = time.time()
         if "status" in body:
             f.status, f.status_count, f.status_path = int(body["status"]), int(body.get("count", 1)), body.get("path")
+            f.status_method = (body.get("method") or "").upper() or None
         if "delay_s" in body:
             f.delay_s, f.delay_count = float(body["delay_s"]), int(body.get("count", 1))
         if "malformed" in body:

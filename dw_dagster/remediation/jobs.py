@@ -9,12 +9,13 @@ and the guarded executor, so the refusal happens in the run worker too, whatever
 from collections.abc import Sequence
 
 import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from dw_dagster.remediation.guard import KIND_TAG, guarded_executor
 
 
 def _job(name: str, kind: str, selection, partitions_def=None, description: str | None = None,
-         executor: dg.ExecutorDefinition | None = None) -> dg.UnresolvedAssetJobDefinition:
+         executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     return dg.define_asset_job(name, selection=selection, partitions_def=partitions_def, tags={KIND_TAG: kind},
                                executor_def=executor or guarded_executor(dg.in_process_executor),
                                description=description)
@@ -22,7 +23,7 @@ def _job(name: str, kind: str, selection, partitions_def=None, description: str 
 
 def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSelection,
                      partitions_def: dg.PartitionsDefinition, *, description: str | None = None,
-                     executor: dg.ExecutorDefinition | None = None) -> dg.UnresolvedAssetJobDefinition:
+                     executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The job that reruns an approved window of partitions (stage ``window-<n>``; assets need
     ``BackfillPolicy.single_run()`` so one run covers the range)."""
     selection = assets if isinstance(assets, dg.AssetSelection) else dg.AssetSelection.assets(*assets)
@@ -32,14 +33,14 @@ def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSe
 
 
 def build_rebuild_job(name: str, selection: dg.AssetSelection, *, description: str | None = None,
-                      executor: dg.ExecutorDefinition | None = None) -> dg.UnresolvedAssetJobDefinition:
+                      executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The job that rebuilds the models downstream of a repaired asset (stage ``rebuild``)."""
     return _job(name, "rebuild", selection, None,
                 description or "Approved rebuilds of the models downstream of a repaired asset.", executor)
 
 
 def build_verify_job(name: str, check_keys: Sequence[dg.AssetCheckKey], *, description: str | None = None,
-                     executor: dg.ExecutorDefinition | None = None) -> dg.UnresolvedAssetJobDefinition:
+                     executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The checks-only job that proves a repair (stage ``verify``). It reads only, so anyone may run
     it (CI, a person checking); a receipt counts only the run the remediation sensor dispatched."""
     return _job(name, "check", dg.AssetSelection.checks(*check_keys), None,

@@ -183,8 +183,18 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
     return closed
 
 
+_receipt_jobs: dict[str, dg.JobDefinition] = {}
+
+
 def build_receipt_job(name: str = RECEIPT_JOB_NAME) -> dg.JobDefinition:
-    """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only)."""
+    """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
+    The same object for the same name, so it can be passed to the sensor and to ``Definitions``."""
+    if name not in _receipt_jobs:
+        _receipt_jobs[name] = _build_receipt_job(name)
+    return _receipt_jobs[name]
+
+
+def _build_receipt_job(name: str) -> dg.JobDefinition:
     from dw_dagster.remediation.guard import guarded_executor, hold_stage
 
     @dg.op(name="dw_write_receipts", tags={"kind": "dw"})

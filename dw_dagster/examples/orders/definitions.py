@@ -40,7 +40,6 @@ from dw_dagster.checks import build_dead_letter_check, build_volume_check
 from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.databases import Database, DatabaseResource, DuckDBDatabase
 from dw_dagster.diagnosis.job import build_diagnosis_job
-from dw_dagster.domains import DOMAINS_FILE_ENV
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
@@ -60,7 +59,9 @@ from dw_dagster.examples.orders.source import SOURCE_TABLE
 from dw_dagster.lineage import load_manifest
 from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
 from dw_dagster.remediation import records
-from dw_dagster.remediation.control import build_expiry_sensor, control_asset_spec, resume_job, stop_job
+from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+from dw_dagster.remediation.guard import TICKET_TAG, guarded_executor
+from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job
 from dw_dagster.remediation.steps import build_step_jobs, first_step_started
 
 GROUP = "orders"
@@ -152,8 +153,16 @@ def prepare_dbt(home: Path) -> Path:
 
 
 def _change_set_of_run(context) -> "records.ChangeSet | None":
-    cs_id = context.run.tags.get(c.CHANGE_SET_TAG) if context.run else None
-    return records.find_change_set(context.instance, cs_id) if cs_id else None
+    """The change set version whose verify stage this run holds (from its ticket in the ledger, not
+    from its tags); None for a run launched by hand."""
+    from dw_dagster.ledger import ledger_for
+    from dw_dagster.remediation.change_sets import load_change_set
+
+    ticket = context.run.tags.get(TICKET_TAG) if context.run else None
+    stage = ledger_for(context.instance).stage_by_ticket(ticket) if ticket else None
+    if stage is None or stage.run_id != context.run.run_id:
+        return None
+    return load_change_set(context.instance, stage.change_set_id, stage.version)
 
 
 def _replay_spec(cs) -> ReplaySpec | None:
@@ -241,7 +250,7 @@ def build_verification_checks() -> list[dg.AssetChecksDefinition]:
 def build_definitions(home: Path | None = None) -> dg.Definitions:
     """Build the orders code location for one home directory (created when missing)."""
     home = p.prepare_home(home or h.home_dir())
-    os.environ[DOMAINS_FILE_ENV] = str(p.domains_path(home))
+    domains = p.domains_path(home)  # read when used; never a process-wide setting
     manifest_path = prepare_dbt(home)
     project = DbtProject(project_dir=p.dbt_dir(home), profiles_dir=p.profiles_dir(home))
     mysql = bool(os.environ.get(h.SOURCE_URL_ENV))
@@ -311,24 +320,26 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         target_resource_key="warehouse", partition_column="order_ts", group_column="payment_method",
         volume_check=detect_keys[0], manifest_path=lambda: manifest_path, dbt_asset_keys=dbt_keys,
         domains_file=lambda: p.domains_path(home), verify_checks=[[*k.asset_key.path, k.name] for k in verify_keys])
-    diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["shop", "warehouse"])
+    diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["shop", "warehouse"], domains=domains)
     stream_job = dg.define_asset_job("orders_stream", selection=dg.AssetSelection.assets(TARGET_ASSET).without_checks(),
                                      description="Apply the orders change stream to analytics.orders (the sink).")
     models_job = dg.define_asset_job("finance_daily_models", selection=dg.AssetSelection.assets(finance_daily_dbt),
                                      description="dbt build of the finance_daily models and their tests.")
     detect_job = dg.define_asset_job("orders_checks", selection=dg.AssetSelection.checks(*detect_keys),
                                      description="Volume and dead-letter checks on orders.")
-    rebuild_job = dg.define_asset_job("dw_rebuild_finance_daily", selection=dg.AssetSelection.assets(finance_daily_dbt),
-                                      description="Approved rebuilds of the finance_daily models after a repair.")
-    verify_job = dg.define_asset_job("dw_verify_orders", selection=dg.AssetSelection.checks(*verify_keys),
-                                     description="The checks that prove a replay: parked rows present once, the day "
-                                     "inside its baseline, no new dead letters, gift cards in fct_daily_gmv.")
+    rebuild_job = build_rebuild_job("dw_rebuild_finance_daily", dg.AssetSelection.assets(finance_daily_dbt),
+                                    description="Approved rebuilds of the finance_daily models after a repair.")
+    verify_job = build_verify_job("dw_verify_orders", verify_keys,
+                                  description="The checks that prove a replay: parked rows present once, the day "
+                                  "inside its baseline, no new dead letters, gift cards in fct_daily_gmv.")
     receipt_job = build_receipt_job()
     step_jobs = build_step_jobs({REPLAY: run_replay_step, REPLAY_UNDO: run_replay_undo_step}, resource_keys=["warehouse"])
+    stop_job, resume_job = build_control_jobs(domains)
     sensors = [
-        build_check_incident_sensor(check_keys=detect_keys, diagnosis_job_name=diagnosis_job.name),
-        build_remediation_sensor(rebuild_job=rebuild_job, verify_job=verify_job, receipt_job=receipt_job, step_jobs=step_jobs),
-        build_expiry_sensor(),
+        build_check_incident_sensor(check_keys=detect_keys, diagnosis_job_name=diagnosis_job.name, domains=domains),
+        build_remediation_sensor(rebuild_job=rebuild_job, verify_job=verify_job, receipt_job=receipt_job, step_jobs=step_jobs,
+                                 domains=domains),
+        build_expiry_sensor(domains=domains),
     ]
     resources = {
         "shop": OrdersSourceResource(scale=p.read_scale(home), duckdb_path=str(p.source_path(home)),
@@ -339,11 +350,11 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
     return dg.Definitions(
         assets=[shop_orders, orders, finance_daily_dbt, control_asset_spec()],
         asset_checks=[volume, dead_letter, *verification],
-        jobs=[stream_job, models_job, detect_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job,
-              stop_job, resume_job, *step_jobs.values()],
+        jobs=[stream_job, models_job, detect_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(domains),
+              receipt_job, stop_job, resume_job, *step_jobs.values()],
         sensors=sensors,
         resources=resources,
-        executor=dg.in_process_executor,
+        executor=guarded_executor(dg.in_process_executor),
     )
 
 

@@ -34,6 +34,7 @@ from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.source import write_source
 from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals, run_repair_stages
+from dw_dagster.examples.store_sales.services import OidcProvider
 from dw_dagster.local_daemon import LocalSensorDaemon
 from dw_dagster.remediation import records
 
@@ -72,6 +73,7 @@ class OrdersDemoResult:
     migration_rollback: list[str] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
     approver: str | None = None
+    approval_identity: dict = field(default_factory=dict)
     run_ids: dict[str, str] = field(default_factory=dict)
     checks_after: dict[str, bool] = field(default_factory=dict)
     receipt_assets: list[str] = field(default_factory=list)
@@ -211,7 +213,9 @@ def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = 
     claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)
     defs = prepare_incident_data(home, instance, scale, log)
-    return _loop(home, instance, defs, res, log)
+    with OidcProvider(home / "services", [OWNER, NOT_LISTED]) as idp:
+        log("setup", f"stand-in identity provider {idp.url} (the approvers log in there)")
+        return _loop(home, instance, defs, res, log)
 
 
 def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: OrdersDemoResult, log: Timeline) -> OrdersDemoResult:
@@ -274,7 +278,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     # propose
     cs = records.change_sets(instance)[0]
     res.change_set_id = cs.id
-    log("propose", f"change set {cs.id} v{cs.version}: {cs.summary}")
+    log("propose", f"change set {cs.id} v{cs.version[:16]}: {cs.summary}")
     from dw_dagster.remediation.steps import step_stage
 
     for i, step in enumerate(cs.steps):
@@ -293,9 +297,11 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
                f"{', '.join(k[-1] for k in cs.verify_checks)}; receipt")
 
     # approve
-    res.approver = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED,
-                                  comment="relax + replay reviewed with finance", refused=res.refused, log=log,
-                                  owner_role="the orders domain's finance data owner")
+    res.approval_identity = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED,
+                                           comment="relax + replay reviewed with finance", refused=res.refused, log=log,
+                                           owner_role="the orders domain's finance data owner",
+                                           domains_file=p.domains_path(home))
+    res.approver = res.approval_identity["email"]
 
     # repair, verify, receipt: one stage per tick
     from dw_dagster.remediation.steps import step_results

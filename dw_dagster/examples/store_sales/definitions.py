@@ -18,7 +18,6 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_as
 from dw_dagster.checks import build_null_rate_check, build_reconciliation_checks, build_volume_check
 from dw_dagster.databases import DatabaseResource
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
-from dw_dagster.domains import DOMAINS_FILE_ENV
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.lineage import load_manifest
 from dw_dagster.loads import PipelineRepoResource, load_partition
@@ -30,7 +29,9 @@ from dw_dagster.remediation import (
     build_remediation_sensor,
 )
 from dw_dagster import constants as c
-from dw_dagster.remediation.control import build_expiry_sensor, control_asset_spec, resume_job, stop_job
+from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+from dw_dagster.remediation.guard import guarded_executor
+from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
 from dw_dagster.remediation.undo import build_undo_jobs
 
 GROUP = "store_sales"
@@ -73,7 +74,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
                       "until `dw-dagster demo store-sales` (or the generator) fills it; is the path right?", stacklevel=2)
     home = h.ensure_home(home)
     os.environ["DW_WAREHOUSE_PATH"] = str(h.warehouse_path(home))
-    os.environ[DOMAINS_FILE_ENV] = str(h.domains_path(home))
+    domains = h.domains_path(home)  # read when used: edits apply at once; never a process-wide setting
     project_dir = h.dbt_dir(home)
     manifest_path = prepare_dbt(project_dir)
     project = DbtProject(project_dir=project_dir, profiles_dir=project_dir)
@@ -152,25 +153,25 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         group_by=["store_id"], dbt_test=DBT_TEST,
         asset_graph=lambda: built[0].resolve_asset_graph(),  # in-process runs have no repository
     )
-    diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["pos_source", "warehouse"])
+    diagnosis_job = build_diagnosis_job(diagnoser=diagnoser, required_resource_keys=["pos_source", "warehouse"],
+                                        domains=domains)
     load_job = dg.define_asset_job("store_sales_daily_load", selection=dg.AssetSelection.assets(TARGET_ASSET),
                                    partitions_def=DAILY, description="The nightly load of one day of POS lines.")
     models_job = dg.define_asset_job("store_sales_models", selection=dg.AssetSelection.assets(store_sales_dbt),
                                      description="dbt build of the store-sales models and their tests.")
-    window_job = dg.define_asset_job("dw_rerun_store_sales_line", selection=dg.AssetSelection.assets(TARGET_ASSET),
-                                     partitions_def=DAILY, description="Approved reruns of a bounded window of partitions.")
-    rebuild_job = dg.define_asset_job("dw_rebuild_store_sales_models", selection=dg.AssetSelection.assets(store_sales_dbt),
-                                      description="Approved rebuilds of the models downstream of a repaired asset.")
-    verify_job = dg.define_asset_job("dw_verify_store_sales_line", selection=dg.AssetSelection.checks(*verify_keys),
-                                     description="Reconciliation, volume and null-rate checks on store_sales_line.")
+    window_job = build_window_job("dw_rerun_store_sales_line", [TARGET_ASSET], DAILY)
+    rebuild_job = build_rebuild_job("dw_rebuild_store_sales_models", dg.AssetSelection.assets(store_sales_dbt))
+    verify_job = build_verify_job("dw_verify_store_sales_line", verify_keys,
+                                  description="Reconciliation, volume and null-rate checks on store_sales_line.")
     receipt_job = build_receipt_job()
     undo_jobs = build_undo_jobs(["warehouse"])
+    stop_job, resume_job = build_control_jobs(domains)
     checks = [recon, volume, nulls]
     sensors = [
-        build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name),
+        build_check_incident_sensor(check_keys=[verify_keys[0]], diagnosis_job_name=diagnosis_job.name, domains=domains),
         build_remediation_sensor(partitions_def=DAILY, window_job=window_job, rebuild_job=rebuild_job,
                                  verify_job=verify_job, receipt_job=receipt_job, pipeline_root=h.repo_dir(home),
-                                 undo_jobs=undo_jobs),
+                                 undo_jobs=undo_jobs, domains=domains),
     ]
     resources = {
         "pos_source": DatabaseResource(url=os.environ.get("DW_POS_SOURCE_URL") or f"duckdb:///{h.source_path(home)}"),
@@ -178,16 +179,16 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         "pipeline": PipelineRepoResource(root=str(h.repo_dir(home))),
         "dbt": DbtCliResource(project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()),
     }
-    checks, sensors, resources = _integrations(checks, sensors, resources, diagnosis_job.name)
+    checks, sensors, resources = _integrations(checks, sensors, resources, diagnosis_job.name, domains)
     built: list[dg.Definitions] = []
     defs = dg.Definitions(
         assets=[pos_source, store_sales_line, store_sales_dbt, control_asset_spec()],
         asset_checks=checks,
-        jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(), receipt_job,
-              stop_job, resume_job, *undo_jobs],
+        jobs=[load_job, models_job, window_job, rebuild_job, verify_job, diagnosis_job, build_approval_job(domains),
+              receipt_job, stop_job, resume_job, *undo_jobs],
         sensors=sensors,
         resources=resources,
-        executor=dg.in_process_executor,
+        executor=guarded_executor(dg.in_process_executor),
     )
     built.append(defs)
     return defs
@@ -198,7 +199,7 @@ LIGHTUP_TABLES = {"pos-informix:pos.sales_line": SOURCE_ASSET, "warehouse:pos.sa
 LOCATION_NAME = "store_sales"  # workspace.yaml location_name
 
 
-def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_name: str) -> tuple[list, list, dict]:
+def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_name: str, domains) -> tuple[list, list, dict]:
     """Lightup, PagerDuty and Slack, each switched on by its environment variables.
 
     Lightup: ``LIGHTUP_CREDENTIAL_FILE`` (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``),
@@ -219,7 +220,7 @@ def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_na
     slack = bool(env.get("SLACK_BOT_TOKEN"))
     if lightup:
         resources["lightup"] = LightupResource(workspace=env.get("LIGHTUP_WORKSPACE"))
-        sensors.append(build_lightup_incident_sensor(table_assets=LIGHTUP_TABLES, diagnosis_job_name=diagnosis_job_name))
+        sensors.append(build_lightup_incident_sensor(table_assets=LIGHTUP_TABLES, diagnosis_job_name=diagnosis_job_name))  # DOMAINS-TODO
         metrics = [m for m in env.get("LIGHTUP_COMPARE_METRICS", "").split(",") if m]
         if metrics:
             checks.append(build_lightup_compare_check(asset=TARGET_ASSET, compare_metric_uuids=metrics))
@@ -234,7 +235,7 @@ def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_na
         resources["slack"] = SlackResource(bot_token=dg.EnvVar("SLACK_BOT_TOKEN"),
                                            base_url=env.get("SLACK_API_URL", "https://slack.com/api"),
                                            default_channel=env.get("SLACK_CHANNEL"))
-    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None))
+    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None, domains=domains))
     if lightup or pager or slack:
         sensors.append(build_notification_sensor(
             dagster_url=env.get("DAGSTER_UI_URL", "http://localhost:3000"), location_name=LOCATION_NAME,

@@ -80,6 +80,7 @@ class DemoResult:
     cause: str | None = None
     window: list[str] = field(default_factory=list)
     approver: str | None = None
+    approval_identity: dict = field(default_factory=dict)
     gap_before: dict[str, float] = field(default_factory=dict)
     gap_after: dict[str, float] = field(default_factory=dict)
     gap_rows_before: int = 0
@@ -201,27 +202,52 @@ def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwar
     return result
 
 
+def demo_login(domains_file: Path, change_set_id: str, email: str, instance: dg.DagsterInstance,
+               decision: str = "approve") -> str:
+    """An ID token for ``email``'s decision on the change set, through the identity provider's real
+    login flow (authorization code with PKCE, a loopback redirect, the decision's nonce). The
+    stand-in provider logs its people in without a password: here the demo acts as them."""
+    import httpx
+
+    from dw_dagster.domains import load_domains
+    from dw_dagster.identity import decision_nonce
+    from dw_dagster.identity.oidc import login
+
+    cs = records.find_change_set(instance, change_set_id)
+    settings = load_domains(domains_file).identity.oidc
+    return login(settings, nonce=decision_nonce(cs.id, cs.version, decision), login_hint=email,
+                 open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
+
+
 def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, change_set_id: str, *, owner: str,
-                   not_listed: str, comment: str, refused: list, log: Timeline, owner_role: str) -> str:
-    """The demos' approval stage: the proposer and an unlisted person are refused (appended to
-    ``refused``), nothing runs before an approval, then ``owner`` approves; returns ``owner``.
+                   not_listed: str, comment: str, refused: list, log: Timeline, owner_role: str,
+                   domains_file: Path) -> dict:
+    """The demos' approval stage, every attempt through the approval job: the proposer, a colleague
+    typing the owner's email, and an unlisted person who logged in are refused (appended to
+    ``refused``); nothing runs before an approval; then ``owner`` logs in at the identity provider
+    and approves. Returns how the approver was verified (``approval_identity``).
 
     Raises:
         DemoError: a refusal was accepted, a repair ran unapproved, or the owner was refused.
     """
-    for who in (c.PROPOSER, not_listed):
-        ok, msg = approve_in_process(instance, change_set_id, who)
+    attempts = [(c.PROPOSER, dict(approver=c.PROPOSER)), (f"{owner} (typed, not logged in)", dict(approver=owner)),
+                (f"{not_listed} (logged in)", dict(id_token=demo_login(domains_file, change_set_id, not_listed, instance)))]
+    for who, how in attempts:
+        ok, msg = approve_in_process(instance, change_set_id, comment=comment, domains=domains_file, **how)
         if ok:
             raise DemoError(f"approve: {who} must be refused")
         refused.append({"approver": who, "reason": msg})
-        log("approve", f"REFUSED {who}: {msg}")
+        log("approve", f"REFUSED {who}: {clip(msg, 100)}")
     if daemon.tick("dw_remediation_sensor").run_ids:
         raise DemoError("approve: a repair ran before any approval")
-    ok, msg = approve_in_process(instance, change_set_id, owner, comment=comment)
+    token = demo_login(domains_file, change_set_id, owner, instance)
+    ok, msg = approve_in_process(instance, change_set_id, id_token=token, comment=comment, domains=domains_file)
     if not ok:
         raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
-    log("approve", f"approved by {owner}, {owner_role} (the demo acts as the owner)")
-    return owner
+    (a,) = records.approvals(instance, change_set_id, active_only=True)
+    log("approve", f"approved by {a.identity.describe()}, {owner_role} (the demo logs in as the owner)")
+    return {"email": a.identity.email, "method": a.identity.method, "issuer": a.identity.issuer,
+            "subject": a.identity.subject, "approval_id": a.id}
 
 
 def run_store_sales_demo(
@@ -243,9 +269,10 @@ def run_store_sales_demo(
     claim_demo_dir(home)
     os.environ[h.HOME_ENV] = str(home)
     h.ensure_home(home)
-    with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}") as svc:
+    with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}",
+                      oidc_users=[OWNER, NOT_LISTED]) as svc:
         log("setup", f"fake Lightup {svc.lightup_url} (workspace {svc.workspace_uuid[:8]}); "
-            f"fake PagerDuty/Slack {svc.paging_url}")
+            f"fake PagerDuty/Slack {svc.paging_url}; stand-in identity provider {svc.oidc_url}")
         return _loop(home, instance, scale, log, res, svc)
 
 
@@ -342,7 +369,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     # propose
     cs = records.change_sets(instance)[0]
     res.change_set_id, res.window = cs.id, cs.window
-    log("propose", f"change set {cs.id} v{cs.version}: {cs.summary}")
+    log("propose", f"change set {cs.id} v{cs.version[:16]}: {cs.summary}")
     for line in diff_for_timeline(cs.diff):
         log.detail(line)
 
@@ -356,8 +383,10 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
         raise DemoError(f"notify: page annotation or approval request missing ({tick.skip_reason})")
 
     # approve
-    res.approver = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED, comment="watermark fix reviewed",
-                                  refused=res.refused, log=log, owner_role="the domain's listed approver")
+    res.approval_identity = demo_approvals(
+        instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED, comment="watermark fix reviewed", refused=res.refused,
+        log=log, owner_role="the domain's listed approver", domains_file=h.domains_path(home))
+    res.approver = res.approval_identity["email"]
     tick = daemon.tick("dw_remediation_sensor")
     log("repair", f"remediation sensor: {tick.skip_reason or tick.run_ids}")
 

@@ -1,9 +1,10 @@
-"""The demo's outside world on loopback: the fake Lightup and the fake PagerDuty/Opsgenie/Slack.
+"""The demo's outside world on loopback: the fake Lightup, PagerDuty/Opsgenie/Slack and identity provider.
 
-Each runs as its own process (``dw_dagster.fakes.lightup_server``, ``dw_dagster.fakes.paging_server``)
-and exits with the demo. :class:`FakeServices` sets the environment variables the store-sales
-code location reads (``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``), so the same
-definitions talk to the real services when those variables point at them.
+Each runs as its own process (``dw_dagster.fakes.lightup_server``, ``dw_dagster.fakes.paging_server``,
+``dw_dagster.fakes.oidc_server``) and exits with the demo. :class:`FakeServices` sets the environment
+variables the code locations read (``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``,
+``DW_OIDC_ISSUER``), so the same definitions talk to the real services when those variables point
+at them. :func:`OidcProvider` alone is what the orders demo needs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import httpx
 from dw_dagster.fakes.paging_server import DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY, DEFAULT_SLACK_TOKEN
 
 APPROVALS_CHANNEL = "C0DWAPPROV"
+OIDC_ISSUER_ENV = "DW_OIDC_ISSUER"
+OIDC_CLIENT = "dw-dagster"
 
 
 class ServiceError(RuntimeError):
@@ -39,6 +42,37 @@ def _start(args: list[str], log: Path, timeout_s: float = 30.0) -> tuple[subproc
     return proc, line
 
 
+class OidcProvider:
+    """The stand-in identity provider (its people log in without a password) as a child process;
+    sets ``$DW_OIDC_ISSUER`` while it runs. Use as a context manager."""
+
+    def __init__(self, folder: Path, users: list[str]) -> None:
+        self.folder, self.users = folder, users
+        self.url, self.proc, self._saved = "", None, None
+
+    def __enter__(self) -> "OidcProvider":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        args = ["dw_dagster.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
+        for u in self.users:
+            args += ["--user", u]
+        self.proc, self.url = _start(args, self.folder / "fake_oidc.log")
+        self._saved = os.environ.get(OIDC_ISSUER_ENV)
+        os.environ[OIDC_ISSUER_ENV] = self.url
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is None:
+            os.environ.pop(OIDC_ISSUER_ENV, None)
+        else:
+            os.environ[OIDC_ISSUER_ENV] = self._saved
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
 @dataclass
 class FakeServices:
     """Start both fakes for one demo home; use as a context manager."""
@@ -50,6 +84,8 @@ class FakeServices:
     paging_url: str = ""
     workspace_uuid: str = ""
     credential_file: Path | None = None
+    oidc_users: list[str] = field(default_factory=list)
+    oidc_url: str = ""
     procs: list[subprocess.Popen] = field(default_factory=list)
     _saved_env: dict[str, str | None] = field(default_factory=dict)
 
@@ -65,6 +101,11 @@ class FakeServices:
             self.lightup_url, self.workspace_uuid = info["url"], info["workspace_uuid"]
             proc, self.paging_url = _start(["dw_dagster.fakes.paging_server", "--port", "0"], self.folder / "fake_paging.log")
             self.procs.append(proc)
+            args = ["dw_dagster.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
+            for u in self.oidc_users:
+                args += ["--user", u]
+            proc, self.oidc_url = _start(args, self.folder / "fake_oidc.log")
+            self.procs.append(proc)
         except Exception:
             self.__exit__()
             raise
@@ -79,6 +120,7 @@ class FakeServices:
             "SLACK_BOT_TOKEN": DEFAULT_SLACK_TOKEN,
             "SLACK_API_URL": f"{self.paging_url}/api",
             "SLACK_CHANNEL": APPROVALS_CHANNEL,
+            OIDC_ISSUER_ENV: self.oidc_url,
         }
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
