@@ -57,12 +57,32 @@ from dw_dagster.remediation import (
     build_receipt_job,
     build_remediation_sensor,
 )
+from dw_dagster.remediation.approval import decide
+from dw_dagster.remediation.change_sets import propose
+from dw_dagster.remediation.guard import GuardedRunCoordinator, guarded_executor
+from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
 from dw_dagster.remediation.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results
+from dw_dagster.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
+from dw_dagster.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
 from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
 
 __all__ = [
+    "GuardedRunCoordinator",
+    "IdentityError",
+    "Ledger",
+    "LedgerError",
+    "VerifiedIdentity",
+    "build_rebuild_job",
+    "build_verify_job",
+    "build_window_job",
+    "canonical_email",
+    "decide",
+    "decision_nonce",
+    "guarded_executor",
+    "ledger_for",
+    "propose",
     "AddColumn",
     "Approval",
     "BlastRadius",

@@ -118,8 +118,9 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
             # the demo's own instance starts empty each run, like its data; a $DAGSTER_HOME you set is kept
             claim_demo_dir(dagster_home)
         dagster_home.mkdir(parents=True, exist_ok=True)
-        if not (dagster_home / "dagster.yaml").exists():
-            (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        if not (dagster_home / "dagster.yaml").exists():  # the deployment the README's threat model asks for
+            (dagster_home / "dagster.yaml").write_text(
+                "telemetry:\n  enabled: false\nrun_coordinator:\n  module: dw_dagster\n  class: GuardedRunCoordinator\n")
         if not os.environ.get(c.SIGNING_KEY_ENV):
             if not key_file.exists():
                 key_file.write_text(secrets.token_hex(32))
@@ -156,6 +157,8 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
             f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
             f"then look at Assets → {asset} → Events ({events}).\n"
+            f"Deciding there needs the identity provider the domains file names: `dw-dagster fake-oidc` serves a "
+            f"stand-in on its default port, then `dw-dagster approve CS --login` (or `dw-dagster approvals serve`).\n"
             f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
             file=out,
         )
@@ -429,6 +432,29 @@ def fake_paging_cmd(port: int) -> None:
 
     try:
         code = serve(["--port", str(port)])
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
+    raise SystemExit(code)
+
+
+@main.command("fake-oidc")
+@click.option("--port", type=click.IntRange(0, 65535), default=8767, show_default=True, help="Loopback port (0 = any free one).")
+@click.option("--user", "users", multiple=True, help="A person who may log in (email; repeatable). Default: the examples' people.")
+@click.option("--client", "clients", multiple=True, help="A client id (repeatable; default dw-dagster).")
+def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -> None:
+    """Serve a stand-in OpenID Connect provider on 127.0.0.1: discovery, JWKS, login (PKCE), tokens.
+
+    Its people log in without a password (a stand-in, for trying the examples under ``dagster dev``);
+    the examples' domains files expect it at the default port (``$DW_OIDC_ISSUER`` otherwise).
+    """
+    from dw_dagster.fakes.oidc_server import main as serve
+
+    people = list(users) or ["dana.ortiz@grocer.example", "sam.lee@grocer.example", "maya.chen@shop.example",
+                             "leo.park@shop.example"]
+    args = ["--port", str(port)] + [a for u in people for a in ("--user", u)] + [
+        a for cl in (clients or ("dw-dagster",)) for a in ("--client", cl)]
+    try:
+        code = serve(args)
     except OSError as e:
         raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
     raise SystemExit(code)

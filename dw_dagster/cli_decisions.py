@@ -181,6 +181,42 @@ def register(main: click.Group) -> None:
         click.echo(f"ops:\n  dw_record_decision:\n    config:\n      change_set_id: {cs.id}\n      decision: {decision}\n"
                    f"      id_token: {token}\n      comment: ''")
 
+    @approvals.command("serve")
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+    @click.option("--port", type=int, default=8770, show_default=True)
+    @domains_option
+    @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
+    @click.option("--base-url", default=None, help="The URL people and Slack reach this server at (https behind a "
+                  "TLS proxy in production); default http://HOST:PORT.")
+    def approvals_serve(host, port, domains_file, dagster_home, base_url):
+        """Serve the review page (OIDC login) and Slack's interactivity endpoint for the Approve / Reject buttons.
+
+        Register BASE_URL/callback as the OIDC client's redirect URI and BASE_URL/slack/interactions
+        as the Slack app's interactivity Request URL. Every decision is recorded by the same rules as
+        `dw-dagster approve`.
+        """
+        import uvicorn
+
+        from dw_dagster.approvals_server import build_app
+
+        domains = _domains(domains_file)
+        _key_or_exit()
+        source = str(Path(domains_file or os.environ["DW_DOMAINS_FILE"]).resolve())  # re-read at every request
+        base = (base_url or f"http://{host}:{port}").rstrip("/")
+        with _instance(dagster_home) as instance:
+            _check_signing_key(instance)
+            app = build_app(instance, source, base_url=base)
+            if domains.identity.oidc is None:
+                click.echo("warning: the domains file names no OIDC provider: the review page cannot log anyone in", err=True)
+            if domains.identity.slack is None:
+                click.echo("warning: the domains file has no identity.slack: Slack button clicks are refused", err=True)
+            elif not domains.identity.slack.team_id:
+                click.echo("warning: identity.slack names no team_id: clicks from any workspace the app is installed "
+                           "in are accepted", err=True)
+            click.echo(f"review page {base}/ · OIDC redirect URI {base}/callback · "
+                       f"Slack Request URL {base}/slack/interactions", err=True)
+            uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+
     @main.command("change-sets")
     @click.option("--json", "as_json", is_flag=True)
     @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)

@@ -69,12 +69,16 @@ class UpdatedTsCursor:
             data = json.loads(text)
             ts = data.get("updated_ts")
             handled = data.get("handled") or {}
-            if (ts is not None and (not isinstance(ts, (int, float)) or not math.isfinite(ts))) or not isinstance(handled, dict):
-                raise ValueError("bad fields")
+            if ts is not None and (not isinstance(ts, (int, float)) or not math.isfinite(ts)):
+                raise ValueError("bad watermark")
+            if not isinstance(handled, dict):
+                raise ValueError("bad handled set")
             clean = {str(k): [_ts_key(_finite(x)) for x in (v if isinstance(v, list) else [v])] for k, v in handled.items()}
-            raw_attempts = data.get("attempts") or {}
-            tries = {str(k): [_ts_key(_finite(v[0])), int(v[1])] for k, v in (raw_attempts.items() if isinstance(raw_attempts, dict) else [])
-                     if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int) and not isinstance(v[1], bool)}
+            raw_attempts = data.get("attempts")
+            tries = {}  # advisory: an entry that does not parse is dropped (its version starts counting again)
+            for k, v in (raw_attempts.items() if isinstance(raw_attempts, dict) else []):
+                if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int) and not isinstance(v[1], bool):
+                    tries[str(k)] = [_ts_key(_finite(v[0])), v[1]]
             return cls(updated_ts=float(ts) if ts is not None else None, last_id=data.get("last_id"),
                        handled=clean, overlap_s=overlap_s, attempts=tries)
         except (ValueError, AttributeError, TypeError):

@@ -727,14 +727,16 @@ class Ledger:
         with self.engine.connect() as conn:
             return [{**dict(r._mapping), "body": json.loads(r.body)} for r in conn.execute(q)]
 
-    def quarantine(self, ref: str, kind: str, asset_key: str, reason: str) -> None:
-        """Note a malformed or tampered record (once per ref; ``last_seen`` updated)."""
+    def quarantine(self, ref: str, kind: str, asset_key: str, reason: str) -> bool:
+        """Note a malformed or tampered record (once per ref; ``last_seen`` updated); True the first time."""
         now = time.time()
         with self._tx() as conn:
             if conn.execute(quarantine_t.update().where(quarantine_t.c.ref == ref).values(
                     last_seen=now, reason=reason[:4000])).rowcount == 0:
                 conn.execute(quarantine_t.insert().values(ref=ref, kind=kind, asset_key=asset_key, reason=reason[:4000],
                                                           first_seen=now, last_seen=now))
+                return True
+        return False
 
     def quarantined(self) -> list[dict]:
         with self.engine.connect() as conn:

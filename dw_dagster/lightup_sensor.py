@@ -300,6 +300,7 @@ def _failure_kind(e: BaseException) -> str:
 
 
 def _window(raw: Mapping[str, Any]) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The incident's ``start_ts``/``end_ts`` as UTC datetimes, None where unusable."""
     out = []
     for k in ("start_ts", "end_ts"):
         v = raw.get(k)
@@ -341,9 +342,9 @@ def quarantine_lightup_incident(instance: dg.DagsterInstance, raw: Mapping[str, 
                               body=inc.model_dump_json(), state=QUARANTINED)
     incident_id = inc.id if new else getattr(led.incident_by_external("lightup", uid), "incident_id", inc.id)
     led.quarantine(f"lightup:{uid}:{updated_ts!r}", "lightup_incident", asset_str(target), reason)
-    detail = {"ref": f"lightup:{uid}:{updated_ts!r}", "kind": "lightup_incident", "incident_id": incident_id,
-              "lightup_incident": uid, "updated_ts": updated_ts, "tries": tries, "error": what[:1000],
-              "recorded_as_quarantined": new}
+    detail = {"ref": f"lightup:{uid}:{updated_ts!r}", "kind": "lightup_incident", "asset": asset_str(target),
+              "reason": reason[:4000], "incident_id": incident_id, "lightup_incident": uid, "updated_ts": updated_ts,
+              "tries": tries, "recorded_as_quarantined": new}
     return dg.AssetObservation(
         asset_key=target,
         description=(f"Lightup incident {uid} quarantined after {tries} tries (incident {incident_id}"
@@ -373,7 +374,7 @@ def build_lightup_incident_sensor(
         table_assets: Lightup table → Dagster asset key (``AssetKey``, ``"a/b"`` or a list of
             parts). Keys are ``"<datasource uuid or name>:<schema>.<table>"`` or ``"<schema>.<table>"``.
         diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`;
-            None reports check evaluations only (no incident is recorded).
+            None reports check evaluations only (no incident is recorded, except a quarantined one).
         check_name: the asset check the incidents are reported as (declare it with
             :func:`build_lightup_compare_check`).
         resource_key: key of the :class:`~dw_dagster.lightup.LightupResource`.
@@ -487,7 +488,8 @@ def build_lightup_incident_sensor(
             except Exception as e:  # noqa: BLE001 - one incident's failure never blocks the others
                 kind = _failure_kind(e)
                 if kind == AUTH or (kind == TRANSIENT and not answering()):
-                    stopped = f"Lightup stopped answering while reading incident {uid}: {e}"
+                    stopped = (f"Lightup {'refused the session' if kind == AUTH else 'stopped answering'} "
+                               f"while reading incident {uid}: {e}")
                     failed.append((uid, ts))
                     problems.append(stopped)
                     context.log.warning(f"{stopped}; no incident counts this as a try, cursor kept")

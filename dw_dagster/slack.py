@@ -23,13 +23,19 @@ the look-up runs only when an earlier attempt may have been applied, unless
 Message builders return a :class:`SlackMessage` (Block Kit ``header``/``section``/``context``
 blocks with ``mrkdwn`` text, plus the plain ``text`` fallback Slack shows in notifications):
 
-- :func:`approval_request_message`: a change set's summary, blast radius, expiry (UTC) and the
-  two ways to approve it: the Launchpad of the approval job (:func:`launchpad_url`) and the exact
+- :func:`approval_request_message`: a change set's summary, blast radius, expiry (UTC), the
+  **Approve / Reject buttons** (an ``actions`` block, Slack docs "Actions block", "Button
+  element": ``action_id`` ``dw_approve`` / ``dw_reject``, ``value`` ``{"cs": id, "v": version}``
+  so a click decides on the version the owner read; handled by ``dw-dagster approvals serve``,
+  :mod:`dw_dagster.approvals_server`), and the other ways to decide: ``dw-dagster approve <id>
+  --login``, the Launchpad of the approval job (:func:`launchpad_url`) and the exact
   ``dw-dagster approve <id> --approver <email>`` command;
 - :func:`page_annotated_message` and :func:`resolved_message` for the paging loop.
 
-Block Kit limits kept here (Slack docs "Blocks → Section block", "Header block"): at most 50
-blocks, section text ≤ 3000 characters, header text ≤ 150 (plain_text); message ``text`` ≤ 40000.
+Block Kit limits kept here (Slack docs "Blocks → Section block", "Header block", "Button
+element", "Confirmation dialog object"): at most 50 blocks, section text ≤ 3000 characters,
+header text ≤ 150 (plain_text); button text ≤ 75, ``value`` ≤ 2000; a confirmation dialog's
+title ≤ 100, text ≤ 300, confirm/deny ≤ 30; message ``text`` ≤ 40000.
 """
 
 import dataclasses
@@ -46,6 +52,7 @@ import httpx
 from pydantic import Field
 
 from dw_dagster.http import HttpApiError
+from dw_dagster.identity.slack import APPROVE_ACTION, REJECT_ACTION, button_value
 from dw_dagster.models import BlastRadius, ChangeSet, Receipt
 from dw_dagster.paging import _VendorResource, clip, exposure_label
 
@@ -315,10 +322,45 @@ def approve_command(change_set_id: str, approver: str, *, dagster_home: str | No
     return shlex.join(parts)
 
 
-def launchpad_config(change_set_id: str, approver: str) -> str:
-    """The approval job's Launchpad run config (YAML) for one change set and approver."""
+def launchpad_config(change_set_id: str, approver: str | None = None) -> str:
+    """The approval job's Launchpad run config (YAML) for one change set: the ID token line is to be
+    filled with the output of ``dw-dagster approvals token <id>`` (a token bound to this decision;
+    ``approver`` is not part of it: a typed email proves nothing)."""
     return (f"ops:\n  {APPROVAL_OP_NAME}:\n    config:\n      change_set_id: {change_set_id}\n"
-            f"      approver: {approver}\n      decision: approve")
+            f"      decision: approve\n      id_token: PASTE-FROM-dw-dagster-approvals-token-{change_set_id}")
+
+
+def decision_buttons(cs: ChangeSet) -> dict[str, Any]:
+    """The ``actions`` block with the Approve / Reject buttons of a change set version.
+
+    Each button's ``value`` is :func:`~dw_dagster.identity.slack.button_value` (the id and the
+    version shown), and each asks for confirmation first (a Block Kit confirmation dialog).
+    """
+    value = button_value(cs.id, cs.version)
+
+    def button(action_id: str, label: str, style: str, verb: str) -> dict[str, Any]:
+        return {"type": "button", "action_id": action_id, "style": style, "value": value,
+                "text": {"type": "plain_text", "text": label, "emoji": False},
+                "confirm": {"title": {"type": "plain_text", "text": clip(f"{label} change set {cs.id}?", 100)},
+                            "text": {"type": "mrkdwn", "text": clip(
+                                f"{verb} version `{cs.version[:12]}` of change set `{mrkdwn_escape(cs.id)}`: "
+                                f"{mrkdwn_escape(cs.summary)}", 300)},
+                            "confirm": {"type": "plain_text", "text": label},
+                            "deny": {"type": "plain_text", "text": "Cancel"},
+                            "style": style}}
+
+    return {"type": "actions", "block_id": clip(f"dw_decide:{cs.id}", 255), "elements": [
+        button(APPROVE_ACTION, "Approve", "primary", "Approve"),
+        button(REJECT_ACTION, "Reject", "danger", "Reject (ends this version)"),
+    ]}
+
+
+def login_command(change_set_id: str, *, dagster_home: str | None = None) -> str:
+    """``dw-dagster approve <id> --login [--dagster-home DIR]``: decide from a terminal as a verified person."""
+    parts = ["dw-dagster", "approve", change_set_id, "--login"]
+    if dagster_home:
+        parts += ["--dagster-home", dagster_home]
+    return shlex.join(parts)
 
 
 def approval_request_message(
@@ -343,10 +385,11 @@ def approval_request_message(
         dagster_home: when given, the CLI command carries ``--dagster-home`` with it.
 
     Returns:
-        A :class:`SlackMessage`: header, summary, blast radius, expiry and approvers, how to
-        approve (Launchpad link with its config, and one CLI command per listed approver, at most
-        5), and a context line with the version and proposer. The ``text`` fallback holds the
-        summary, expiry, link and first command.
+        A :class:`SlackMessage`: header, summary, blast radius, expiry and approvers, the Approve /
+        Reject buttons (:func:`decision_buttons`), the other ways to decide (``dw-dagster approve
+        <id> --login``, the Launchpad link with its config, and one typed-email CLI command per
+        listed approver, at most 5), and a context line with the version and proposer. The
+        ``text`` fallback holds the summary, expiry, the ``--login`` command, link and first command.
     """
     cs = change_set
     esc = mrkdwn_escape
@@ -373,10 +416,14 @@ def approval_request_message(
         radius = "*Blast radius*\nnot computed"
     timing = (f"*Expires:* {expires} (approve before then, or it must be proposed again)\n"
               f"*Approvers ({esc(cs.domain)}):* {esc(_list(cs.approvers))}")
-    how = (f"*How to approve*\n"
-           f"1. <{esc(url)}|Open the Launchpad of {esc(job_name)}> and launch with:\n"
+    login = login_command(cs.id, dagster_home=dagster_home)
+    how = (f"*Other ways to decide*\n"
+           f"1. In a terminal, logged in at your identity provider:\n```{esc(login)}```\n"
+           f"2. <{esc(url)}|Open the Launchpad of {esc(job_name)}> and launch with the token "
+           f"`dw-dagster approvals token {esc(cs.id)}` prints (bound to this decision, accepted once):\n"
            f"```{esc(launchpad_config(cs.id, approvers[0]))}```\n"
-           f"2. Or run:\n```{esc(chr(10).join(commands))}```\n"
+           f"3. Or run (a typed email counts only in an `identity: unverified` domain):\n"
+           f"```{esc(chr(10).join(commands))}```\n"
            f"Only a listed approver can approve; the proposer ({esc(cs.proposer)}) cannot. "
            f"Add `--reject` to reject.")
     blocks = [
@@ -384,11 +431,13 @@ def approval_request_message(
         _section(summary),
         _section(radius),
         _section(timing),
+        decision_buttons(cs),
         _section(how),
         _context(f"version `{esc(cs.version)}` · proposed by {esc(cs.proposer)} · undo: {esc(clip(cs.undo, 300)) or 'n/a'}"),
     ]
     text = (f"Approval needed for change set {cs.id} on {asset}: {cs.summary}. "
-            f"Expires {expires}. Approve in the Launchpad: {url} or run: {commands[0]}")
+            f"Expires {expires}. Approve or reject with the buttons, or run: {login}; "
+            f"or in the Launchpad: {url} or run: {commands[0]}")
     return SlackMessage(text=text, blocks=blocks)
 
 
@@ -421,8 +470,10 @@ __all__ = [
     "SlackResource",
     "approval_request_message",
     "approve_command",
+    "decision_buttons",
     "launchpad_config",
     "launchpad_url",
+    "login_command",
     "message_ref",
     "mrkdwn_escape",
     "page_annotated_message",

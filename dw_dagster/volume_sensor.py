@@ -124,7 +124,7 @@ from dw_dagster import sql
 from dw_dagster.checks.volume import BaselineScore, score_against_baseline
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
 from dw_dagster.models import Incident, stable_hash, utcnow
-from dw_dagster.remediation.sensors import DIAGNOSE_OP, open_incident
+from dw_dagster.remediation.sensors import DIAGNOSE_OP, open_incident, record_incident
 
 ROW_COUNT_KEY = "dagster/row_count"
 VOLUME_TABLE_KEY = "dw/volume_table"
@@ -1026,6 +1026,7 @@ def build_volume_sensor(
                         context.log.info(f"{s.id}: {status}; {detail}")
                     else:
                         inc = _incident(s, rows, part, status, sc, change, h, now)
+                        record_incident(context.instance, inc)  # the ledger: one open incident per asset
                         opened_assets.add(s.asset_key)
                         detail = f"incident {inc.id}"
                         events.append(dg.AssetObservation(

@@ -52,11 +52,13 @@ def free_port() -> int:
 def write_instance_yaml(dagster_home: Path, postgres_url: str | None = None) -> Path:
     """``dagster.yaml`` for a test instance: SQLite (Dagster's default) or ``storage: postgres``.
 
-    Runs are dequeued every second instead of every 5 s; telemetry is off.
+    The run coordinator is ``dw_dagster.GuardedRunCoordinator`` (the deployment the README asks
+    for); runs are dequeued every second instead of every 5 s; telemetry is off.
     """
     config: dict[str, Any] = {
         "telemetry": {"enabled": False},
-        "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator",
+        # dw_dagster's coordinator: Dagster's queued one that refuses runs bypassing an approval
+        "run_coordinator": {"module": "dw_dagster", "class": "GuardedRunCoordinator",
                             "config": {"dequeue_interval_seconds": 1}},
     }
     if postgres_url:
@@ -180,10 +182,12 @@ class DagsterDev:
         res = data["sensorOrError"]
         return res["sensorState"]["ticks"] if res["__typename"] == "Sensor" else [res]
 
-    def submit_job(self, job_name: str, run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None) -> str:
+    def submit_job(self, job_name: str, run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
+                   op_selection: list[str] | None = None) -> str:
         """Launch a job through ``DagsterGraphQLClient.submit_job_execution``; returns the run id."""
         return self.client.submit_job_execution(job_name, repository_location_name=LOCATION, repository_name=REPOSITORY,
-                                                run_config=dict(run_config or {}), tags=dict(tags or {}))
+                                                run_config=dict(run_config or {}), tags=dict(tags or {}),
+                                                op_selection=op_selection)
 
     def reload_location(self) -> None:
         """Reload the code location (``reloadRepositoryLocation``), as after a merge; raises on failure."""

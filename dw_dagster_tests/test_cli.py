@@ -33,6 +33,10 @@ def test_demo_json_reports_the_loop(demo_run):
     assert out["cause"] == "late_rows_behind_watermark"
     assert out["window"] == ["2026-11-26", "2026-11-27"]
     assert out["approver"] == "dana.ortiz@grocer.example"
+    ident = out["approval_identity"]  # how the approver was verified: the stand-in provider's login
+    assert ident["method"] == "oidc" and ident["issuer"].startswith("http://127.0.0.1:") and ident["email"] == out["approver"]
+    assert {r["approver"].split(" ")[0] for r in out["refused"]} == {"dw-dagster", "dana.ortiz@grocer.example",
+                                                                     "sam.lee@grocer.example"}
     assert out["gap_before"]["Southwest"] > 1.7 and out["gap_before"]["West"] == 0.0
     assert set(out["gap_after"].values()) == {0.0}
     assert "store_sales_line" in out["receipt_assets"] and len(out["receipt_assets"]) == 4
@@ -51,18 +55,19 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     (r,) = json.loads(rec.stdout)
     assert r["cause_kind"] == "late_rows_behind_watermark" and r["verified"] is True
     cs = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True, env=env, timeout=120)
-    (row,) = json.loads(cs.stdout)
-    assert row["status"] == "approved"
+    (row,) = json.loads(cs.stdout)["change_sets"]
+    assert row["state"] == "applied" and "approved by dana.ortiz@grocer.example (verified by OIDC issuer" in row["status"]
     other_key = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True,
                                env={**env, "DW_APPROVAL_SIGNING_KEY": "some-other-deployment-key"}, timeout=120)
-    assert "signature does not verify" in json.loads(other_key.stdout)[0]["status"]
-    wrong = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
+    assert "signature does NOT verify" in json.loads(other_key.stdout)["change_sets"][0]["status"]
+    domains = ["--domains", str(work / "store_sales" / "domains.yaml")]
+    wrong = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example", *domains],
                            capture_output=True, text=True, env={**env, "DW_APPROVAL_SIGNING_KEY": "x" * 32}, timeout=120)
     assert wrong.returncode == 2 and "not the key kept with this instance" in wrong.stderr, wrong.stderr[-500:]
-    again = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example"],
+    typed = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example", *domains],
                            capture_output=True, text=True, env=env, timeout=120)
-    assert again.returncode == 3 and again.stderr.strip().splitlines()[-1].startswith("refused: ")
-    assert "single-use" in again.stderr and "Traceback" not in again.stderr
+    assert typed.returncode == 3 and typed.stderr.strip().splitlines()[-1].startswith("refused: ")
+    assert "needs a verified identity" in typed.stderr and "Traceback" not in typed.stderr
     verify = subprocess.run([str(BIN / "dw-dagster"), "receipts", "verify"], capture_output=True, text=True, env=env, timeout=120)
     assert verify.returncode == 0 and "4 receipt(s) verified" in verify.stdout, verify.stderr[-2000:]
 

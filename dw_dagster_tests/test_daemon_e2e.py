@@ -81,6 +81,9 @@ class DaemonLoop:
     change_set_id: str = ""
     approval: Approval | None = None
     refusals: list[dict] = field(default_factory=list)
+    issuer: str = ""
+    refused_launches: dict[str, str] = field(default_factory=dict)  # attack → the guard's failure message
+    cli_refusals: dict[str, str] = field(default_factory=dict)  # attack → what the CLI printed
     runs: dict[str, dict] = field(default_factory=dict)  # stage → {run_id, status, job, tags, created, start, end}
     stages: list[str] = field(default_factory=list)  # repair stages in the order they succeeded
     receipts: list[Receipt] = field(default_factory=list)
@@ -239,14 +242,39 @@ def _refresh_manifest(project_dir: Path) -> None:
 # -- the loop -------------------------------------------------------------------------------------
 
 
-def _dev_env(home: Path) -> dict[str, str]:
-    """dagster dev's environment: this one without dw_dagster's, Dagster's or the integrations' variables."""
+def _dev_env(home: Path, issuer: str) -> dict[str, str]:
+    """dagster dev's environment: this one without dw_dagster's, Dagster's or the integrations'
+    variables, plus the stand-in identity provider's issuer the domains file reads."""
     drop = ("DW_", "DAGSTER_", "LIGHTUP_", "PAGERDUTY_", "SLACK_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update({h.HOME_ENV: str(home), "DW_ORDERS_HOME": str(home.parent / "orders_home"),
-                c.SIGNING_KEY_ENV: os.environ[c.SIGNING_KEY_ENV],
+                c.SIGNING_KEY_ENV: os.environ[c.SIGNING_KEY_ENV], "DW_OIDC_ISSUER": issuer,
                 "DAGSTER_TELEMETRY_DISABLED": "1"})
     return env
+
+
+def _owner_token(issuer: str, cs: ChangeSet, email: str = OWNER, decision: str = "approve") -> str:
+    """The person's ID token for this decision, through the provider's login (PKCE, loopback redirect, bound nonce)."""
+    import httpx
+
+    from dw_dagster.identity import decision_nonce
+    from dw_dagster.identity.oidc import OidcSettings, login
+
+    return login(OidcSettings(issuer=issuer, audience="dw-dagster"), nonce=decision_nonce(cs.id, cs.version, decision),
+                 login_hint=email, open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
+
+
+def _refused_at_submit(dev: DagsterDev, instance: dg.DagsterInstance, run_id: str, what: str) -> str:
+    """The failure message of a run the guard must refuse before it starts (never STARTED, no step ran)."""
+    run = _wait_run(dev, instance, run_id, what, success=False, timeout=60)
+    if run.status != dg.DagsterRunStatus.FAILURE:
+        raise LoopFailed(f"{what}: run {run_id} ended {run.status.value}, not refused\n{_explain(dev, instance, run_id)}")
+    steps = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_start]
+    if steps:
+        raise LoopFailed(f"{what}: run {run_id} started a step before it was refused\n{_explain(dev, instance, run_id)}")
+    failure = next((e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.event_type_value in
+                    ("PIPELINE_FAILURE", "RUN_FAILURE", "ENGINE_EVENT") and "dw_dagster refused" in (e.message or "")), None)
+    return failure.message if failure else ""
 
 
 def _prepare(home: Path, instance: dg.DagsterInstance, log: Timeline) -> None:
@@ -301,7 +329,14 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         _prepare(home, instance, log)
         mark("prepared", f"incident data at scale {SCALE} in {home}")
 
-        dev = stack.enter_context(dagster_dev(dagster_home, _dev_env(home), root))
+        from dw_dagster.fakes.oidc_server import start_oidc_server
+
+        idp = start_oidc_server(users={e: {"sub": f"sub-{e.split('@')[0]}", "email_verified": True}
+                                       for e in (OWNER, "sam.lee@grocer.example")},
+                                clients={"dw-dagster": {"redirect_uris": ["http://127.0.0.1/callback"]}})
+        stack.callback(idp.stop)
+        res.issuer = idp.url
+        dev = stack.enter_context(dagster_dev(dagster_home, _dev_env(home, idp.url), root))
         res.url, res.log_path = dev.url, dev.log_path
         mark("dagster dev", f"{dev.url} (pid {dev.proc.pid}); code location loaded, sensor daemon healthy")
 
@@ -346,20 +381,51 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
                     c.CHANGE_SET_MD_KEY, [f"Change set {cs.id}", "+watermark_column: posted_ts"], log)
 
         # approve through the approval job, launched through GraphQL
-        def decide(approver: str) -> str:
+        def decide(approver: str = "", id_token: str = "") -> str:
             return dev.submit_job("dw_approve_change_set", tags={c.CHANGE_SET_TAG: cs.id}, run_config={
-                "ops": {"dw_record_decision": {"config": {"change_set_id": cs.id, "approver": approver,
+                "ops": {"dw_record_decision": {"config": {"change_set_id": cs.id, "approver": approver, "id_token": id_token,
                                                           "decision": "approve", "comment": "reviewed in the e2e test"}}}})
 
-        run = _wait_run(dev, instance, decide(c.PROPOSER), "refused approval", success=False)
-        res.runs["refused"] = _run_summary(instance, run.run_id)
+        # attacks first: the proposer; a colleague typing the owner's email (the Launchpad forgery); a
+        # listed-looking token for another change set's decision; a logged-in person who is not listed
+        for who, attempt in ((c.PROPOSER, dict(approver=c.PROPOSER)), ("typed owner", dict(approver=OWNER)),
+                             ("token for a reject", dict(id_token=_owner_token(idp.url, cs, decision="reject"))),
+                             ("not listed", dict(id_token=_owner_token(idp.url, cs, email="sam.lee@grocer.example")))):
+            run = _wait_run(dev, instance, decide(**attempt), f"refused approval ({who})", success=False)
+            res.runs[f"refused {who}"] = _run_summary(instance, run.run_id)
         res.refusals = records.refusals(instance, cs.id)
-        mark("approve", f"run {run.run_id[:8]} as {c.PROPOSER}: {run.status.value}; "
-             f"{res.refusals[0]['reason'] if res.refusals else 'no refusal recorded'}")
-        run = _wait_run(dev, instance, decide(OWNER), "approval")
+        mark("approve", f"{len(res.refusals)} approvals refused through GraphQL: "
+             + "; ".join(r["reason"][:60] for r in res.refusals))
+        if records.approvals(instance, cs.id):
+            raise LoopFailed(f"a refused approval was recorded: {records.approvals(instance, cs.id)}")
+
+        # before the owner decides, the repair jobs cannot be launched by hand
+        window_run = dev.submit_job("dw_rerun_store_sales_line",
+                                    tags={RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})
+        res.refused_launches["window job, no approval"] = _refused_at_submit(dev, instance, window_run, "direct window launch")
+        token = _owner_token(idp.url, cs)
+        run = _wait_run(dev, instance, decide(id_token=token), "approval")
         res.runs["approval"] = _run_summary(instance, run.run_id)
         res.approval = next(iter(records.approvals(instance, cs.id)), None)
-        mark("approve", f"run {run.run_id[:8]}: approved by {OWNER}")
+        mark("approve", f"run {run.run_id[:8]}: approved by {res.approval.identity.describe() if res.approval else '?'}")
+        replay = _wait_run(dev, instance, decide(id_token=token), "replayed token", success=False)  # the same token again
+        res.runs["replayed token"] = _run_summary(instance, replay.run_id)
+        res.refusals = records.refusals(instance, cs.id)
+
+        # approved, not merged yet: its window is held; a copied-tags launch and a load of a held
+        # partition are refused at submission, a partition outside the window is not
+        window_run = dev.submit_job("dw_rerun_store_sales_line", tags={
+            RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], c.CHANGE_SET_TAG: cs.id,
+            c.APPROVAL_TAG: res.approval.id, c.STAGE_TAG: "window-1", "dw/ticket": "0" * 32})
+        res.refused_launches["window job, forged ticket"] = _refused_at_submit(dev, instance, window_run, "forged ticket")
+        held = dev.submit_job("store_sales_daily_load", tags={"dagster/partition": cs.window[0]})
+        res.refused_launches["load of a held partition"] = _refused_at_submit(dev, instance, held, "held partition")
+        free = _wait_run(dev, instance, dev.submit_job("store_sales_daily_load", tags={"dagster/partition": "2026-11-20"}),
+                         "load outside the window")
+        res.runs["load outside the window"] = _run_summary(instance, free.run_id)
+        if storage == "sqlite":
+            res.cli_refusals = _cli_attacks(home, dagster_home, idp.url, cs)
+        mark("guard", f"refused at submission: {', '.join(res.refused_launches)}; CLI: {', '.join(res.cli_refusals)}")
 
         # the owner merges; the code location reloads with the new dbt test
         commit = apply_change_set(cs, h.repo_dir(home), OWNER)
@@ -374,8 +440,8 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
             recs = instance.get_run_records(filters=dg.RunsFilter(tags={c.CHANGE_SET_TAG: cs.id}))
             for r in (rec.dagster_run for rec in sorted(recs, key=lambda rec: rec.create_timestamp)):
                 stage = r.tags.get(c.STAGE_TAG)
-                if not stage:
-                    continue
+                if not stage or r.tags.get(SENSOR_TAG) != "dw_remediation_sensor":
+                    continue  # the attacks above launched runs with forged stage tags: refused, not stages
                 if r.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
                     raise LoopFailed(f"repair stage {stage}: run {r.run_id} {r.status.value}\n{_explain(dev, instance, r.run_id)}")
                 if r.status == dg.DagsterRunStatus.SUCCESS and stage not in seen:
@@ -387,6 +453,10 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
             return "receipt" in seen
 
         _wait_for(dev, instance, repaired, "the repair (window, rebuild, verify, receipt)", REPAIR_TIMEOUT)
+        # after the repair: re-launching its window run with the real run's tags (ticket included) is refused
+        copied = {k: v for k, v in instance.get_run_by_id(seen["window-1"]).tags.items() if k.startswith(("dw/", "dagster/asset"))}
+        again = dev.submit_job("dw_rerun_store_sales_line", tags=copied)
+        res.refused_launches["window job, copied tags"] = _refused_at_submit(dev, instance, again, "copied tags")
         res.gap_after, _ = _region_gaps(instance, seen["verify"])
         res.receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
         mine = [r for r in res.receipts if r.asset_key == ["store_sales_line"]]
@@ -408,6 +478,31 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
     res.seconds = round(time.monotonic() - t0, 1)
     log("done", f"{storage}: the loop through dagster dev took {res.seconds:.1f} s")
     return res
+
+
+def _cli_attacks(home: Path, dagster_home: Path, issuer: str, cs: ChangeSet) -> dict[str, str]:
+    """The same attacks from a shell on the machine: ``dagster job execute`` and ``dagster asset
+    materialize`` run in-process with the job's executor (no coordinator): the guarded executor refuses."""
+    import subprocess
+
+    from dw_dagster_tests.dagster_dev import BIN, WORKSPACE
+
+    env = {**_dev_env(home, issuer), "DAGSTER_HOME": str(dagster_home)}
+    module = ["-m", "dw_dagster.examples.store_sales.definitions", "-a", "defs"]
+    out = {}
+    for name, args in (
+        ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_store_sales_line", "--tags",
+                                               json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})]),
+        ("dagster asset materialize (held partition)", ["asset", "materialize", *module, "--select", "store_sales_line",
+                                                        "--partition", cs.window[-1]]),
+    ):
+        p = subprocess.run([str(BIN / "dagster"), *args], env=env, cwd=str(WORKSPACE.parent), capture_output=True, text=True,
+                           timeout=300)
+        text = p.stdout + p.stderr
+        if p.returncode == 0 or "dw_dagster refused" not in text:
+            raise LoopFailed(f"{name} was not refused (exit {p.returncode}):\n{text[-3000:]}")
+        out[name] = next(line for line in text.splitlines() if "dw_dagster refused" in line).strip()[:400]
+    return out
 
 
 def _port_closed(port: int) -> bool:
@@ -460,12 +555,39 @@ def test_daemon_incident_sensor_diagnosed_and_proposed(loop):
     assert "+watermark_column: posted_ts" in cs.diff and "+lookback_hours: 72" in cs.diff
 
 
-def test_approval_job_through_graphql_refuses_the_proposer_and_records_the_owner(loop):
-    assert loop.runs["refused"]["status"] == "FAILURE"
-    assert [(r["approver"], r["run_id"]) for r in loop.refusals] == [(c.PROPOSER, loop.runs["refused"]["run_id"])]
+def test_approval_job_through_graphql_refuses_everyone_but_the_verified_owner(loop):
+    """Through GraphQL launchRun, as anyone who can reach the webserver: the proposer, the owner's
+    email typed into the config, a token bound to another decision, a verified colleague who is not
+    listed, and the owner's own token used a second time are all refused; the owner's login approves."""
+    refused = {k: v for k, v in loop.runs.items() if k.startswith("refused") or k == "replayed token"}
+    assert len(refused) == 5 and all(r["status"] == "FAILURE" for r in refused.values())
+    reasons = {r["run_id"]: r["reason"] for r in loop.refusals}
+    assert "proposed change set" in reasons[loop.runs[f"refused {c.PROPOSER}"]["run_id"]]
+    assert "needs a verified identity" in reasons[loop.runs["refused typed owner"]["run_id"]]
+    assert "nonce" in reasons[loop.runs["refused token for a reject"]["run_id"]]
+    assert "not an approver" in reasons[loop.runs["refused not listed"]["run_id"]]
+    assert "already" in reasons[loop.runs["replayed token"]["run_id"]]
     a = loop.approval
     assert a is not None and a.approver == OWNER and a.decision == "approve"
+    assert a.identity.method == "oidc" and a.identity.issuer == loop.issuer
     assert a.run_id == loop.runs["approval"]["run_id"] and a.change_set_version == loop.change_set.version
+
+
+def test_the_guard_refuses_repairs_launched_by_hand(loop):
+    """GuardedRunCoordinator (dagster.yaml) refuses at submission, before any step: the window job
+    with no approval, with a forged ticket, with the real run's copied tags; a load of a partition
+    held by the approved change set. A partition outside the window loads normally."""
+    assert set(loop.refused_launches) == {"window job, no approval", "window job, forged ticket",
+                                          "window job, copied tags", "load of a held partition"}
+    assert "no dw/ticket" in loop.refused_launches["window job, no approval"]
+    assert "not issued by the remediation sensor" in loop.refused_launches["window job, forged ticket"]
+    assert "belongs to run" in loop.refused_launches["window job, copied tags"]
+    assert f"held by change set {loop.change_set_id}" in loop.refused_launches["load of a held partition"]
+    assert loop.runs["load outside the window"]["status"] == "SUCCESS"
+    if loop.storage == "sqlite":  # the same from a shell: the guarded executor, no coordinator involved
+        assert set(loop.cli_refusals) == {"dagster job execute (window job)", "dagster asset materialize (held partition)"}
+        assert "no dw/ticket" in loop.cli_refusals["dagster job execute (window job)"]
+        assert "held by change set" in loop.cli_refusals["dagster asset materialize (held partition)"]
 
 
 def test_daemon_remediation_sensor_ran_every_stage_in_order(loop):
@@ -476,7 +598,7 @@ def test_daemon_remediation_sensor_ran_every_stage_in_order(loop):
     for stage, run in zip(loop.stages, runs):
         tags = run["tags"]
         assert tags[SENSOR_TAG] == "dw_remediation_sensor" and tags[c.STAGE_TAG] == stage
-        assert tags["dagster/run_key"] == f"{loop.change_set_id}:{loop.approval.id}:{stage}"
+        assert tags["dagster/run_key"] == f"{loop.change_set_id}:{loop.change_set.version[:16]}:{stage}"
         assert run["status"] == "SUCCESS" and line.run_ids.get(stage, run["run_id"]) == run["run_id"]
     for before, after in zip(runs, runs[1:]):  # each stage was launched only after the previous one ended
         assert after["created"] >= before["end"], (before, after)

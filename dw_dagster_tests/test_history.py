@@ -42,7 +42,7 @@ def _diagnosis(did, inc, finding):
 
 
 def _change_set(cid, inc, diag, kind, window):
-    return ChangeSet(id=cid, version="v1", incident_id=inc.id, diagnosis_id=diag.id, domain="store_sales", proposer=c.PROPOSER,
+    return ChangeSet.seal(id=cid, incident_id=inc.id, diagnosis_id=diag.id, domain="store_sales", proposer=c.PROPOSER,
                      created_at=inc.detected_at, expires_at=inc.detected_at + dt.timedelta(days=3),
                      approvers=["dana.ortiz@grocer.example"], cause_kind=kind, summary=f"fix {kind}",
                      target_asset=inc.asset_key, window=window, diff="", files=[], rebuild_assets=[])
@@ -56,7 +56,7 @@ def home(tmp_path_factory):
         inc1 = _incident("inc-1", SALES, T1, 2124)
         d1 = _diagnosis("dg-1", inc1, _finding())
         cs1 = _change_set("cs-1", inc1, d1, "late_rows_behind_watermark", ["2026-11-26", "2026-11-27"])
-        ap1 = Approval(id="ap-1", change_set_id="cs-1", change_set_version="v1", decision="approve",
+        ap1 = Approval(id="ap-1", change_set_id="cs-1", change_set_version=cs1.version, decision="approve",
                        approver="dana.ortiz@grocer.example", decided_at=T1 + dt.timedelta(hours=1), signature="x")
         rc1 = Receipt(id="rc-1", asset_key=SALES, change_set_id="cs-1", change_set_version="v1", incident_id="inc-1",
                       cause_kind="late_rows_behind_watermark", cause_summary="", evidence_summary={}, diff="",
@@ -72,8 +72,26 @@ def home(tmp_path_factory):
                                 (SALES, c.APPROVAL_KEY, ap1), (SALES, c.RECEIPT_KEY, rc1), (ORDERS, c.INCIDENT_KEY, inc3),
                                 (ORDERS, c.DIAGNOSIS_KEY, d3), (ORDERS, c.CHANGE_SET_KEY, cs3), (SALES, c.INCIDENT_KEY, inc2),
                                 (SALES, c.DIAGNOSIS_KEY, d2)):
-            _observe(instance, asset, key, rec)
+            _record(instance, asset, key, rec)
     return path
+
+
+def _record(instance, asset, key, rec):
+    """As the loop records them: incidents, change sets and decisions in the ledger, everything shown on the asset."""
+    from dw_dagster.ledger import ledger_for
+    from dw_dagster.remediation.change_sets import propose
+    from dw_dagster.remediation.sensors import record_incident
+
+    if key == c.INCIDENT_KEY:
+        record_incident(instance, rec)
+    elif key == c.CHANGE_SET_KEY:
+        propose(instance, rec)
+        return
+    elif key == c.APPROVAL_KEY:
+        ledger_for(instance).record_decision(approval_id=rec.id, change_set_id=rec.change_set_id,
+                                             version=rec.change_set_version, decision=rec.decision, approver=rec.approver,
+                                             method="oidc", decided_at=rec.decided_at.timestamp(), body=rec.model_dump_json())
+    _observe(instance, asset, key, rec)
 
 
 def test_history_joins_incident_diagnosis_change_set_decision_and_receipt(home):

@@ -11,10 +11,12 @@ from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.definitions import build_definitions
 from dw_dagster.examples.orders.demo import OWNER, run_orders_demo
+from dw_dagster.examples.store_sales.demo import demo_login
+from dw_dagster.examples.store_sales.services import OidcProvider
 from dw_dagster.local_daemon import LocalSensorDaemon
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import approve_in_process
-from dw_dagster.remediation.undo import UndoError, change_set_observation, propose_undo
+from dw_dagster.remediation.undo import UndoError, propose, propose_undo
 
 SCALE = 0.005
 
@@ -52,11 +54,14 @@ def test_undo_restores_rows_checksum_and_required_mode(repaired):
     assert _state(wh)[0] == before[0] + result.replayed_rows and _required(wh) == "YES"
     undo = propose_undo(instance, cs.id)
     assert [s.kind for s in undo.steps] == ["replay_undo", "migration_rollback"] and undo.change_classes == ["undo"]
-    instance.report_runless_asset_event(change_set_observation(undo))
+    propose(instance, (undo))
     daemon = LocalSensorDaemon(build_definitions(home), instance, log_level="WARNING")
     tick = daemon.tick("dw_remediation_sensor")
     assert tick.run_ids == [] and f"{undo.id}: waiting for approval" in tick.skip_reason
-    assert approve_in_process(instance, undo.id, OWNER)[0]
+    with OidcProvider(home / "undo_idp", [OWNER]):  # the owner logs in to approve the undo, as for any change
+        token = demo_login(p.domains_path(home), undo.id, OWNER, instance)
+        ok, msg = approve_in_process(instance, undo.id, id_token=token, domains=p.domains_path(home))
+    assert ok, msg
     stages = []
     for _ in range(8):
         tick = daemon.tick("dw_remediation_sensor")

@@ -18,6 +18,7 @@ from dw_dagster.slack import (
     approve_command,
     launchpad_config,
     launchpad_url,
+    login_command,
     page_annotated_message,
     resolved_message,
 )
@@ -75,7 +76,7 @@ def all_text(message: SlackMessage) -> str:
     for b in message.blocks:
         if "text" in b:
             parts.append(b["text"]["text"])
-        parts += [e["text"] for e in b.get("elements", [])]
+        parts += [e["text"] for e in b.get("elements", []) if isinstance(e.get("text"), str)]
     return "\n".join(parts)
 
 
@@ -86,8 +87,15 @@ def test_approval_request_content():
     blocks = msg.blocks
     assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "emoji": False,
                                                     "text": "Approval needed: change set cs-77d7aa500c"}}
-    assert {b["type"] for b in blocks[1:-1]} == {"section"} and blocks[-1]["type"] == "context"
-    assert all(b["text"]["type"] == "mrkdwn" for b in blocks[1:-1])
+    assert [b["type"] for b in blocks] == ["header", "section", "section", "section", "actions", "section", "context"]
+    assert all(b["text"]["type"] == "mrkdwn" for b in blocks if b["type"] == "section")
+    # the Approve / Reject buttons carry the change set id and the version the owner reads
+    approve, reject = blocks[4]["elements"]
+    assert (approve["action_id"], approve["style"], approve["text"]["text"]) == ("dw_approve", "primary", "Approve")
+    assert (reject["action_id"], reject["style"], reject["text"]["text"]) == ("dw_reject", "danger", "Reject")
+    assert approve["value"] == reject["value"] == '{"cs":"cs-77d7aa500c","v":"b5131ef69535d39"}'
+    assert approve["confirm"]["title"]["text"] == "Approve change set cs-77d7aa500c?"
+    assert blocks[4]["block_id"] == "dw_decide:cs-77d7aa500c"
     body = all_text(msg)
     assert "Read store_sales_line by posted_ts with a 72 h lookback (was sale_ts with a strict '&gt;')" in body
     assert "fct_store_sales_daily, region_sales_daily, region_sales_mtd" in body
@@ -97,9 +105,11 @@ def test_approval_request_content():
     assert f"<{url}|Open the Launchpad of dw_approve_change_set>" in body
     assert "dw-dagster approve cs-77d7aa500c --approver dana.ortiz@grocer.example" in body
     assert "dw-dagster approve cs-77d7aa500c --approver lee.park@grocer.example" in body
+    assert "```dw-dagster approve cs-77d7aa500c --login```" in body
     assert "2026-11-26, 2026-11-27" in body and "2,124" in body
     # plain-text fallback (notifications) carries the essentials
     assert url in msg.text and "dw-dagster approve cs-77d7aa500c --approver dana.ortiz@grocer.example" in msg.text
+    assert "dw-dagster approve cs-77d7aa500c --login" in msg.text and "buttons" in msg.text
     assert "2026-11-29 21:30 UTC" in msg.text and "Store" not in msg.text[:20]
     # Block Kit limits
     assert all(len(b["text"]["text"]) <= 3000 for b in blocks if b["type"] == "section")
@@ -114,6 +124,9 @@ def test_approve_command_matches_the_real_cli():
     ctx = main.commands["approve"].make_context("approve", args[2:])
     assert ctx.params["change_set_id"] == "cs-77d7aa500c"
     assert ctx.params["approver"] == "dana.ortiz@grocer.example" and ctx.params["dagster_home"] == "/srv/dagster home"
+    args = __import__("shlex").split(login_command("cs-77d7aa500c", dagster_home="/srv/dagster home"))
+    ctx = main.commands["approve"].make_context("approve", args[2:])  # the message's --login alternative is real
+    assert ctx.params["login"] is True and ctx.params["change_set_id"] == "cs-77d7aa500c"
 
 
 def test_launchpad_link_and_config_match_the_approval_job():

@@ -12,7 +12,7 @@ from dw_dagster.local_daemon import LocalSensorDaemon
 from dw_dagster.models import UndoPlan
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import approve_in_process
-from dw_dagster.remediation.undo import UndoError, change_set_observation, partition_checksum, propose_undo
+from dw_dagster.remediation.undo import UndoError, partition_checksum, propose, propose_undo
 from dw_dagster_tests.test_autonomy_and_stop import OWNER, _domains, change_set, gap, repair, world  # noqa: F401
 
 WINDOW = ["2026-11-03", "2026-11-04"]
@@ -21,8 +21,8 @@ PLAN = UndoPlan(resource_key="warehouse", table="orders", partition_column="day"
 
 def _apply(defs, instance, wh):
     cs = change_set(undo_plan=PLAN)
-    instance.report_runless_asset_event(change_set_observation(cs))
-    assert approve_in_process(instance, cs.id, OWNER)[0]
+    propose(instance, (cs))
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
     daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
     assert repair(daemon) == ["snapshot", "window-1", "verify", "receipt"]
     return cs, daemon
@@ -33,16 +33,16 @@ def test_apply_then_undo_restores_counts_and_checksums(world):
     _domains(domains, "L3")  # an undo still waits for a person, whatever the level
     before = partition_checksum(wh, "orders", "day", WINDOW)
     with pytest.raises(UndoError, match="has not run its window"):
-        instance.report_runless_asset_event(change_set_observation(change_set(undo_plan=PLAN)))
+        propose(instance, (change_set(undo_plan=PLAN)))
         propose_undo(instance, "cs-orders0001")
     cs, daemon = _apply(defs, instance, wh)
     assert gap(wh) == 0 and partition_checksum(wh, "orders", "day", WINDOW) != before
     undo = propose_undo(instance, cs.id)
     assert undo.change_classes == ["undo"] and undo.undo_plan.of_change_set == cs.id and undo.window == WINDOW
-    instance.report_runless_asset_event(change_set_observation(undo))
+    propose(instance, (undo))
     tick = daemon.tick("dw_remediation_sensor")
     assert tick.run_ids == [] and f"{undo.id}: waiting for approval" in tick.skip_reason
-    assert approve_in_process(instance, undo.id, OWNER)[0]
+    assert approve_in_process(instance, undo.id, approver=OWNER)[0]
     assert repair(daemon) == ["restore", "verify", "receipt"]
     assert partition_checksum(wh, "orders", "day", WINDOW) == before and gap(wh) == 20
     r = next(r for r in records.receipts(instance, dg.AssetKey("orders")) if r.change_set_id == undo.id)

@@ -53,6 +53,29 @@ Routes (one server, told apart by path, as the real hosts are):
   "pin_count", "response_metadata": {"next_cursor"}}`` (the cursor only while ``has_more``).
   A token without ``channels:history`` (``groups:history`` for ``G...``) gets ``missing_scope``
   with ``needed`` and ``provided``.
+- Slack ``GET``/``POST /api/users.info`` (Slack API docs "users.info"): ``Authorization: Bearer``;
+  ``user`` (else ``invalid_arguments``; unknown → ``user_not_found``); needs ``users:read`` (else
+  ``missing_scope``); ``{"ok": true, "user": {"id", "team_id", "name", "deleted", "real_name",
+  "tz", "is_admin", "is_bot", "is_app_user", "updated", "profile": {"real_name", "display_name",
+  "email", "team", ...}}}``, ``profile.email`` only with ``users:read.email``. Users are
+  configured in :class:`Credentials` (``slack_users``: id → email, name, deleted, is_bot, team_id).
+- Slack **interactivity** (Slack API docs "Handling user interaction in your Slack apps",
+  "block_actions payloads", "Verifying requests from Slack"): the test control ``POST
+  /_fake/slack/click`` ``{"channel", "ts", "action_id", "user"}`` clicks a button of a posted
+  message: it builds the ``block_actions`` payload (``type``, ``user {id, username, name,
+  team_id}``, ``api_app_id``, ``token``, ``container {type: message, message_ts, channel_id,
+  is_ephemeral}``, ``trigger_id``, ``team {id, domain}``, ``enterprise``, ``channel {id, name}``,
+  ``message`` as stored, ``state``, ``response_url``, ``actions [{type: button, action_id,
+  block_id, text, value, style, action_ts}]``), form-encodes it as ``payload=<JSON>``, signs it as
+  Slack does (``X-Slack-Request-Timestamp`` = now, ``X-Slack-Signature`` = ``v0=`` + HMAC-SHA256
+  hex of ``v0:{timestamp}:{body}`` under the app's signing secret) and POSTs it to the app's
+  interactivity request URL; the answer is ``{"status", "body", "payload", "timestamp"}``. Optional
+  ``team`` (a click from another workspace, signed the same way), ``age_s`` (a timestamp that many
+  seconds old, correctly signed), ``forge: true`` (signed with another secret). ``POST
+  /_fake/slack/replay`` sends the last click again byte for byte. ``POST /_fake/slack/app``
+  configures ``signing_secret``, ``request_url``, ``team_id``, ``users`` (merged) and ``scopes``.
+  Replies the app posts to a click's ``response_url`` (``POST /actions/...``, JSON) are kept
+  (``state.slack_responses()``).
 
 Where a vendor does not publish the exact wording of an error, the fake's text is its own; the
 status codes and body shapes are the documented ones. The fake enforces the documented length
@@ -78,6 +101,8 @@ one line and serves until SIGTERM or SIGINT. Credentials are the ``DEFAULT_*`` c
 import argparse
 import base64
 import datetime as dt
+import hashlib
+import hmac
 import json
 import secrets
 import signal
@@ -89,7 +114,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -99,7 +124,15 @@ DEFAULT_PAGERDUTY_USERS = ("oncall@grocer.example",)
 DEFAULT_OPSGENIE_KEY = "a1b2c3d4-0000-4000-8000-fakeopsgenie"
 DEFAULT_SLACK_TOKEN = "xoxb-000000000000-000000000000-FakeSlackBotToken"
 DEFAULT_SLACK_CHANNELS = {"C0DWAPPROV": "dw-approvals", "C0DATAOPS1": "data-ops"}
-DEFAULT_SLACK_SCOPES = ("chat:write", "channels:history", "groups:history")
+DEFAULT_SLACK_SCOPES = ("chat:write", "channels:history", "groups:history", "users:read", "users:read.email")
+DEFAULT_SLACK_TEAM = "T0FAKETEAM"
+#: a Slack signing secret is 32 hex digits (Slack app settings, "Basic Information → App Credentials")
+DEFAULT_SLACK_SIGNING_SECRET = "8f742231b10e8888abcd99ee01fa5a5d"
+DEFAULT_SLACK_USERS: dict[str, dict[str, Any]] = {
+    "U0DANAORTZ": {"email": "dana.ortiz@grocer.example", "name": "dana.ortiz", "real_name": "Dana Ortiz"},
+}
+#: the deprecated verification token Slack still puts in interaction payloads (never to be trusted)
+FAKE_VERIFICATION_TOKEN = "FakeVerificationTokenNotASecret"
 
 _PD_SUMMARY_MAX = 1024
 _PD_DEDUP_MAX = 255
@@ -245,6 +278,47 @@ class SlackText(_Strict):
     verbatim: bool | None = None
 
 
+def _plain(limit: int) -> type:
+    class Plain(_Strict):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        type: Literal["plain_text"]
+        text: str = Field(min_length=1, max_length=limit)
+        emoji: bool | None = None
+    return Plain
+
+
+class SlackConfirm(_Strict):
+    """A confirmation dialog object (Slack docs "Confirmation dialog object")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    title: _plain(100)  # type: ignore[valid-type]
+    text: SlackText
+    confirm: _plain(30)  # type: ignore[valid-type]
+    deny: _plain(30)  # type: ignore[valid-type]
+    style: Literal["primary", "danger"] | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _short(cls, v: SlackText) -> SlackText:
+        if len(v.text) > 300:
+            raise ValueError("a confirmation dialog's text can be at most 300 characters")
+        return v
+
+
+class SlackButton(_Strict):
+    """A button element (Slack docs "Button element")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["button"]
+    text: _plain(75)  # type: ignore[valid-type]
+    action_id: str | None = Field(default=None, min_length=1, max_length=255)
+    value: str | None = Field(default=None, max_length=2000)
+    url: str | None = Field(default=None, max_length=3000)
+    style: Literal["primary", "danger"] | None = None
+    confirm: SlackConfirm | None = None
+    accessibility_label: str | None = Field(default=None, max_length=75)
+
+
 class SlackBlock(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -264,6 +338,15 @@ class SlackBlock(BaseModel):
         if self.type == "context":
             if not self.elements or len(self.elements) > 10:
                 raise ValueError("a context block needs 1 to 10 elements")
+        if self.type == "actions":
+            if not self.elements or len(self.elements) > 25:
+                raise ValueError("an actions block needs 1 to 25 elements")
+            ids = [e.get("action_id") for e in self.elements if e.get("action_id")]
+            if len(ids) != len(set(ids)):
+                raise ValueError("action_id values must be unique within a block")
+            for e in self.elements:
+                if e.get("type") == "button":
+                    SlackButton.model_validate(e)
         for f in self.fields or []:
             if len(f.text) > 2000:
                 raise ValueError("section fields can be at most 2000 characters")
@@ -332,6 +415,11 @@ class Credentials:
     slack_tokens: set[str] = field(default_factory=lambda: {DEFAULT_SLACK_TOKEN})
     slack_channels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SLACK_CHANNELS))
     slack_scopes: set[str] = field(default_factory=lambda: set(DEFAULT_SLACK_SCOPES))
+    slack_team_id: str = DEFAULT_SLACK_TEAM
+    slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET
+    slack_users: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_SLACK_USERS.items()})
+    slack_request_url: str | None = None
 
 
 class PagingState:
@@ -340,6 +428,7 @@ class PagingState:
     def __init__(self, credentials: Credentials | None = None) -> None:
         self.credentials = credentials or Credentials()
         self.lock = threading.RLock()
+        self.base_url = ""  # set by the server once it knows its port (response_url of clicks)
         self.reset()
 
     def reset(self) -> None:
@@ -350,6 +439,8 @@ class PagingState:
             self.og_alerts: list[dict[str, Any]] = []
             self.og_requests: dict[str, dict[str, Any]] = {}
             self.slack: dict[str, list[dict[str, Any]]] = {}
+            self.slack_replies: list[dict[str, Any]] = []
+            self.last_click: dict[str, Any] | None = None
             self.requests: list[dict[str, Any]] = []
             self.faults: list[Fault] = []
             self._seq = 0
@@ -417,6 +508,29 @@ class PagingState:
             chans = [channel] if channel else list(self.slack)
             return [json.loads(json.dumps(m)) for c in chans for m in self.slack.get(c, [])]
 
+    def slack_responses(self) -> list[dict[str, Any]]:
+        """What the app posted to clicks' ``response_url`` (oldest first): ``{path, body}``."""
+        with self.lock:
+            return json.loads(json.dumps(self.slack_replies))
+
+    def configure_slack(self, *, signing_secret: str | None = None, request_url: str | None = None,
+                        team_id: str | None = None, users: dict[str, dict[str, Any]] | None = None,
+                        scopes: Iterable[str] | None = None) -> None:
+        """Set the Slack app's signing secret, interactivity request URL, workspace, users (merged by
+        id: ``{"email", "name"?, "real_name"?, "deleted"?, "is_bot"?, "team_id"?}``) or bot scopes."""
+        cr = self.credentials
+        with self.lock:
+            if signing_secret is not None:
+                cr.slack_signing_secret = signing_secret
+            if request_url is not None:
+                cr.slack_request_url = request_url
+            if team_id is not None:
+                cr.slack_team_id = team_id
+            for uid, u in (users or {}).items():
+                cr.slack_users[uid] = dict(u)
+            if scopes is not None:
+                cr.slack_scopes = set(scopes)
+
     def opsgenie_notes(self, alias: str) -> list[dict[str, Any]]:
         """The notes of the (open, else newest) alert with ``alias``, oldest first; [] when none."""
         with self.lock:
@@ -434,7 +548,8 @@ class PagingState:
             return {
                 "pagerduty": {"incidents": self.pagerduty_incidents(), "events": json.loads(json.dumps(self.pd_events))},
                 "opsgenie": {"alerts": self.opsgenie_alerts(), "requests": json.loads(json.dumps(self.og_requests))},
-                "slack": {"messages": {c: json.loads(json.dumps(ms)) for c, ms in self.slack.items()}},
+                "slack": {"messages": {c: json.loads(json.dumps(ms)) for c, ms in self.slack.items()},
+                          "responses": self.slack_responses()},
                 "requests": self.request_log(),
                 "faults": [f.__dict__ for f in self.faults],
             }
@@ -901,6 +1016,145 @@ def slack_history(state: PagingState, method: str, headers: dict[str, str], quer
     return 200, body, {}
 
 
+def slack_users_info(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
+                     raw_bytes: bytes) -> Reply:
+    """``users.info`` (query string, or a form-encoded POST): the user object, email only with users:read.email."""
+    args: dict[str, Any] = {k: v[0] for k, v in query.items()}
+    form: dict[str, Any] | None = None
+    if method == "POST" and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        form = {k: v[0] for k, v in parse_qs(raw_bytes.decode("utf-8", "replace")).items()}
+        args.update(form)
+    token = _slack_token(headers, form)
+    cr = state.credentials
+    if not token:
+        return _slack_error("not_authed")
+    if token not in cr.slack_tokens:
+        return _slack_error("invalid_auth")
+    if "users:read" not in cr.slack_scopes:
+        return _slack_error("missing_scope", needed="users:read", provided=",".join(sorted(cr.slack_scopes)))
+    uid = args.get("user")
+    if not uid:
+        return _slack_error("invalid_arguments", response_metadata={"messages": ["[ERROR] missing required field: user"]})
+    with state.lock:
+        u = dict(cr.slack_users.get(uid) or {})
+    if not u:
+        return _slack_error("user_not_found")
+    name = u.get("name") or uid.lower()
+    real = u.get("real_name") or name
+    profile: dict[str, Any] = {"real_name": real, "display_name": name, "real_name_normalized": real,
+                               "display_name_normalized": name, "status_text": "", "status_emoji": "",
+                               "avatar_hash": "g" + uid[-11:].lower(), "team": u.get("team_id", cr.slack_team_id),
+                               "image_24": f"https://avatars.slack-edge.example/{uid}_24.png"}
+    if u.get("email") and "users:read.email" in cr.slack_scopes:
+        profile["email"] = u["email"]
+    if u.get("is_bot"):
+        profile["bot_id"] = "B" + uid[1:]
+    user = {"id": uid, "team_id": u.get("team_id", cr.slack_team_id), "name": name, "deleted": bool(u.get("deleted")),
+            "color": "9f69e7", "real_name": real, "tz": "Europe/London", "tz_label": "Greenwich Mean Time",
+            "tz_offset": 0, "profile": profile, "is_admin": False, "is_owner": False, "is_primary_owner": False,
+            "is_restricted": False, "is_ultra_restricted": False, "is_bot": bool(u.get("is_bot")),
+            "is_app_user": False, "updated": 1764000000, "has_2fa": False}
+    return 200, {"ok": True, "user": user}, {}
+
+
+def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
+    """``v0=`` + HMAC-SHA256 hex of ``v0:{timestamp}:{body}`` (Slack API docs, "Verifying requests from Slack")."""
+    return "v0=" + hmac.new(secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+
+
+def block_actions_payload(state: PagingState, channel: str, ts: str, action_id: str, user_id: str,
+                          team_id: str | None = None) -> dict[str, Any]:
+    """The ``block_actions`` payload Slack sends when ``user_id`` clicks ``action_id`` on a posted message.
+
+    Raises:
+        LookupError: no such message, or it has no button with that ``action_id``.
+    """
+    cr = state.credentials
+    with state.lock:
+        message = next((m for m in state.slack.get(channel, []) if m["ts"] == ts), None)
+        user = dict(cr.slack_users.get(user_id) or {})
+    if message is None:
+        raise LookupError(f"no message {ts} in channel {channel}")
+    found = [(b, e) for b in message.get("blocks") or [] if b.get("type") == "actions"
+             for e in b.get("elements") or [] if e.get("type") == "button" and e.get("action_id") == action_id]
+    if not found:
+        raise LookupError(f"message {ts} has no button with action_id {action_id!r}")
+    block, button = found[0]
+    team = team_id or cr.slack_team_id
+    name = user.get("name") or user_id.lower()
+    action = {"type": "button", "action_id": action_id, "block_id": block.get("block_id") or "b" + ts[-6:],
+              "text": button["text"], "action_ts": f"{time.time():.6f}"}
+    for k in ("value", "style"):
+        if k in button:
+            action[k] = button[k]
+    seq = state.next_seq()
+    return {
+        "type": "block_actions",
+        "user": {"id": user_id, "username": name, "name": name, "team_id": user.get("team_id", team)},
+        "api_app_id": "A0FAKEAPP1",
+        "token": FAKE_VERIFICATION_TOKEN,
+        "container": {"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": False},
+        "trigger_id": f"{int(time.time())}{seq:04d}.{int(time.time() * 1000) % 10**12}.{secrets.token_hex(16)}",
+        "team": {"id": team, "domain": "grocer-fake"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": channel, "name": cr.slack_channels.get(channel, "")},
+        "message": {k: v for k, v in message.items() if k not in ("channel", "metadata")},
+        "state": {"values": {}},
+        "response_url": f"{state.base_url}/actions/{team}/{seq:013d}/{secrets.token_urlsafe(18)}",
+        "actions": [action],
+    }
+
+
+def _deliver(state: PagingState, url: str, headers: dict[str, str], body: bytes) -> Reply:
+    import httpx
+
+    with state.lock:
+        state.last_click = {"url": url, "headers": dict(headers), "body": body.decode()}
+    try:
+        r = httpx.post(url, content=body, headers=headers, timeout=10)
+    except httpx.HTTPError as e:
+        return 502, {"error": f"the request URL did not answer: {type(e).__name__}"}, {}
+    try:
+        answer: Any = r.json()
+    except ValueError:
+        answer = r.text
+    return 200, {"status": r.status_code, "body": answer, "timestamp": headers["X-Slack-Request-Timestamp"]}, {}
+
+
+def slack_click(state: PagingState, spec: dict[str, Any]) -> Reply:
+    """``POST /_fake/slack/click``: click a button as Slack would (see the module docstring)."""
+    cr = state.credentials
+    if not cr.slack_request_url:
+        return 409, {"error": "no interactivity request URL configured (POST /_fake/slack/app)"}, {}
+    try:
+        payload = block_actions_payload(state, str(spec["channel"]), str(spec["ts"]), str(spec["action_id"]),
+                                        str(spec["user"]), spec.get("team"))
+    except KeyError as e:
+        return 400, {"error": f"missing {e.args[0]!r}"}, {}
+    except LookupError as e:
+        return 404, {"error": str(e)}, {}
+    body = urlencode({"payload": json.dumps(payload, separators=(",", ":"))}).encode()
+    timestamp = str(int(time.time() - float(spec.get("age_s") or 0)))
+    secret = "forged" + secrets.token_hex(13) if spec.get("forge") else cr.slack_signing_secret
+    headers = {"Content-Type": "application/x-www-form-urlencoded",
+               "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+               "X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": slack_signature(secret, timestamp, body)}
+    status, answer, h = _deliver(state, cr.slack_request_url, headers, body)
+    if isinstance(answer, dict):
+        answer["payload"] = payload
+    return status, answer, h
+
+
+def slack_replay(state: PagingState) -> Reply:
+    """``POST /_fake/slack/replay``: send the last click again, same headers, same bytes."""
+    with state.lock:
+        last = dict(state.last_click) if state.last_click else None
+    if last is None:
+        return 409, {"error": "no click to replay"}, {}
+    return _deliver(state, last["url"], last["headers"], last["body"].encode())
+
+
 def _fault_body(path: str, status: int) -> Any:
     if path.startswith("/v2/enqueue"):
         if status == 429:
@@ -983,7 +1237,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return slack_post(state, headers, raw_bytes)
             if self.command in ("GET", "POST") and path == "/api/conversations.history":
                 return slack_history(state, self.command, headers, query, raw_bytes)
+            if self.command in ("GET", "POST") and path == "/api/users.info":
+                return slack_users_info(state, self.command, headers, query, raw_bytes)
             return 200, {"ok": False, "error": "unknown_method"}, {}
+        if path.startswith("/actions/") and self.command == "POST":  # a click's response_url
+            try:
+                reply = json.loads(raw_bytes or b"")
+            except ValueError:
+                return 400, {"ok": False, "error": "invalid_payload"}, {}
+            with state.lock:
+                state.slack_replies.append({"path": path, "body": reply})
+            return 200, {"ok": True}, {}
         raw: Any = None
         if raw_bytes:
             try:
@@ -1021,6 +1285,20 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/_fake/faults" and self.command == "DELETE":
             state.clear_faults()
             self._reply(200, {"faults": []})
+        elif path in ("/_fake/slack/click", "/_fake/slack/replay", "/_fake/slack/app") and self.command == "POST":
+            try:
+                spec = json.loads(raw_bytes or b"{}")
+                if not isinstance(spec, dict):
+                    raise ValueError("the body must be a JSON object")
+                if path == "/_fake/slack/app":
+                    state.configure_slack(**spec)
+                    cr = state.credentials
+                    self._reply(200, {"request_url": cr.slack_request_url, "team_id": cr.slack_team_id,
+                                      "users": sorted(cr.slack_users), "scopes": sorted(cr.slack_scopes)})
+                else:
+                    self._reply(*(slack_click(state, spec) if path.endswith("/click") else slack_replay(state)))
+            except (ValueError, TypeError) as e:
+                self._reply(400, {"error": f"bad control request: {e}"})
         elif path == "/_fake/reset" and self.command == "POST":
             state.reset()
             self._reply(200, {"reset": True})
@@ -1040,7 +1318,7 @@ class PagingServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.state = state or PagingState()
         host, port = self.server_address[:2]
-        self.base_url = f"http://{host}:{port}"
+        self.base_url = self.state.base_url = f"http://{host}:{port}"
 
     def stop(self) -> None:
         """Stop serving and close the socket."""

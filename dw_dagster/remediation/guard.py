@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from dw_dagster import constants as c
-from dw_dagster.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
+from dw_dagster.ledger import APPROVED, HALTED, RUNNING, STARTED, Ledger, LedgerError, asset_str, ledger_for
 
 TICKET_TAG = "dw/ticket"
 KIND_TAG = "dw/kind"
@@ -104,8 +104,15 @@ def held_partitions(led: Ledger, facts: RunFacts) -> list[tuple[str, str, list[s
 
     bounds = _partition_bounds(facts.tags)
     out = []
-    for asset in facts.asset_keys:
-        for row in led.open_windows(asset):
+    wanted = set(facts.asset_keys)
+    if not wanted:
+        return out
+    open_rows: dict[str, list] = {}
+    for row in led.change_set_rows(states=[APPROVED, RUNNING, HALTED]):  # few: only repairs under way, one query
+        if row.target_asset in wanted:
+            open_rows.setdefault(row.target_asset, []).append(row)
+    for asset, rows in sorted(open_rows.items()):
+        for row in rows:
             try:
                 window = parse_change_set(row.body).window
             except Exception:  # noqa: BLE001 - a tampered record holds nothing; it is reported elsewhere
@@ -238,7 +245,8 @@ class _GuardedExecutor(dg.Executor):
         run = plan_context.dagster_run
         instance = plan_context.instance
         keys = sorted({asset_str(o.properties.asset_key) for s in execution_plan.get_steps_to_execute_in_topo_order()
-                       for o in s.step_outputs if o.properties is not None and o.properties.asset_key is not None})
+                       for o in s.step_outputs if o.properties is not None and o.properties.asset_key is not None
+                       and o.properties.is_asset})
         admit_run(instance, RunFacts.of_run(run, keys if not run.asset_selection else None))
         failed = False
         for event in self._inner.execute(plan_context, execution_plan):
@@ -307,7 +315,8 @@ def _planned_assets(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[st
     for step in snap.steps:
         for out in step.outputs:
             props = getattr(out, "properties", None)
-            if props is not None and getattr(props, "asset_key", None) is not None:
+            if props is not None and getattr(props, "asset_key", None) is not None and getattr(props, "is_asset", False):
+                # materialized assets, not check results
                 keys.add(asset_str(props.asset_key))
     return sorted(keys)
 

@@ -69,8 +69,12 @@ def iter_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKey, 
 def quarantine(instance: dg.DagsterInstance, ref: str, kind: str, asset_key: Sequence[str] | str, reason: str) -> None:
     """Skip a bad record with a warning naming it, and list it as quarantined (never raises)."""
     log.warning(f"dw_dagster: skipped {kind} record {ref}: {reason}")
+    asset = asset_key if isinstance(asset_key, str) else asset_str(asset_key)
     try:
-        ledger_for(instance).quarantine(ref, kind, asset_key if isinstance(asset_key, str) else asset_str(asset_key), reason)
+        if ledger_for(instance).quarantine(ref, kind, asset, reason):  # shown once on the dw_control asset
+            instance.report_runless_asset_event(dg.AssetObservation(
+                asset_key=dg.AssetKey(["dw_control"]), description=f"quarantined {kind} record {ref} on {asset}: {reason}"[:1000],
+                metadata={"dw/quarantined": dg.MetadataValue.json({"ref": ref, "kind": kind, "asset": asset, "reason": reason})}))
     except Exception:  # noqa: BLE001 - bookkeeping of a bad record must never fail a reader
         log.exception("dw_dagster: could not record the quarantine")
 

@@ -11,9 +11,11 @@ Data: ``rows`` rows per side (default 10,000,000; ``--scale 10`` for 100M): an i
 region among 5, a DECIMAL(18,2) amount and a VARCHAR note; the target misses 0.5 % of the keys
 and has 0.5 % of the amounts changed.
 
-``volume_tick_5000`` (one volume-sensor tick over 5,000 DuckDB tables) and ``blast_radius_20k``
-(graph build and one downstream query on a 20,000-node dbt manifest, peer ``dbt ls``) have fixed
-sizes and absolute goals in seconds (``goal_unit: "s"``).
+``volume_tick_5000`` (one volume-sensor tick over 5,000 DuckDB tables), ``blast_radius_20k``
+(graph build and one downstream query on a 20,000-node dbt manifest, peer ``dbt ls``),
+``ledger_lookup_5000_assets`` and ``remediation_tick_10k_change_sets`` (the ledger's lookups against
+the event-log scans they replaced, :mod:`.ledger_bench`) have fixed sizes and absolute goals in
+seconds (``goal_unit: "s"``).
 
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
@@ -187,9 +189,22 @@ def bench_blast_radius(work: Path, rows: int, repeat: int) -> dict:
     return out
 
 
+def bench_ledger_lookup(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.ledger_bench import bench_ledger_lookup as run
+
+    return run(work, repeat)  # 5,000 assets whatever --scale says
+
+
+def bench_remediation_tick(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.ledger_bench import bench_remediation_tick as run
+
+    return run(work, repeat)  # 10,000 change sets whatever --scale says
+
+
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
-           "blast_radius_20k": bench_blast_radius}
+           "blast_radius_20k": bench_blast_radius, "ledger_lookup_5000_assets": bench_ledger_lookup,
+           "remediation_tick_10k_change_sets": bench_remediation_tick}
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:

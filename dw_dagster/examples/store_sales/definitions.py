@@ -220,7 +220,8 @@ def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_na
     slack = bool(env.get("SLACK_BOT_TOKEN"))
     if lightup:
         resources["lightup"] = LightupResource(workspace=env.get("LIGHTUP_WORKSPACE"))
-        sensors.append(build_lightup_incident_sensor(table_assets=LIGHTUP_TABLES, diagnosis_job_name=diagnosis_job_name))  # DOMAINS-TODO
+        sensors.append(build_lightup_incident_sensor(table_assets=LIGHTUP_TABLES, diagnosis_job_name=diagnosis_job_name,
+                                                     domains=domains))
         metrics = [m for m in env.get("LIGHTUP_COMPARE_METRICS", "").split(",") if m]
         if metrics:
             checks.append(build_lightup_compare_check(asset=TARGET_ASSET, compare_metric_uuids=metrics))
