@@ -392,7 +392,8 @@ def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_
     for e in entries:
         receipt = (f"receipt {e.receipt_id} {'verified' if e.verified else 'NOT verified'}" if e.receipt_id else "no receipt")
         click.echo(f"{e.detected_at.isoformat()[:16]}Z  {e.incident_id}  {'/'.join(e.asset_key)}  {e.source}  "
-                   f"{abs(e.gap_rows):,} rows {'short' if e.gap_rows >= 0 else 'over'} ({abs(e.gap_pct):.2f} %)  {e.status}\n"
+                   f"{abs(e.gap_rows):,} rows {'short' if e.gap_rows >= 0 else 'over'} ({abs(e.gap_pct):.2f} %)  {e.status}"
+                   + (f" [{e.state}]" if e.state else "") + (f" (linked to {e.linked_to})" if e.linked_to else "") + "\n"
                    f"    cause: {e.cause_kind or '(not diagnosed)'}"
                    + (f" ({e.confidence:.0%}, explains {e.explained_rows:,}, unexplained {e.unexplained_rows:,})"
                       if e.confidence is not None else "")

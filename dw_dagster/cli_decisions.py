@@ -361,7 +361,7 @@ def register_incident_commands(incidents: click.Group) -> None:
 
     def _change(incident_id: str, by: str, reason: str, dagster_home: str | None, action: str) -> None:
         from dw_dagster.identity.base import IdentityError, canonical_email
-        from dw_dagster.ledger import CLOSED, OPEN_INCIDENT_STATES, REDIAGNOSE, asset_str, ledger_for
+        from dw_dagster.ledger import CLOSED, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, ledger_for
         from dw_dagster.models import Incident
         from dw_dagster.remediation.receipts import close_incident
         from dw_dagster.remediation.sensors import incident_observation
@@ -383,7 +383,7 @@ def register_incident_commands(incidents: click.Group) -> None:
             elif action == "reopen":
                 ok = led.set_incident_state(row.incident_id, REDIAGNOSE, from_states=[CLOSED], note=f"reopened by {who}: {reason}")
             else:
-                ok = led.set_incident_state(row.incident_id, REDIAGNOSE, from_states=OPEN_INCIDENT_STATES,
+                ok = led.set_incident_state(row.incident_id, REDIAGNOSE, from_states=(*OPEN_INCIDENT_STATES, QUARANTINED),
                                             note=f"re-diagnosis asked by {who}: {reason}")
             if not ok:
                 click.echo(f"refused: incident {row.incident_id} is {row.state}; cannot {action} it", err=True)
@@ -394,14 +394,13 @@ def register_incident_commands(incidents: click.Group) -> None:
             instance.report_runless_asset_event(incident_observation(
                 inc, f"incident {inc.id} {action}{'d' if action == 'close' else ('ed' if action == 'reopen' else ' asked')} "
                      f"by {who}: {reason}"))
-            _ = asset_str
         verb = {"close": "closed", "reopen": "reopened (the incident sensor diagnoses it on its next tick)",
                 "rediagnose": "marked for re-diagnosis (the incident sensor launches it on its next tick)"}[action]
         click.echo(f"incident {row.incident_id} {verb}; recorded as by {who}: {reason}")
 
     for action, help_text in (("close", "Close an incident (a person, with a reason): its checks may open new incidents again."),
                               ("reopen", "Re-open a closed incident; it is diagnosed again."),
-                              ("rediagnose", "Diagnose an open incident again (e.g. after its diagnosis failed).")):
+                              ("rediagnose", "Diagnose an open or quarantined incident again (e.g. after its diagnosis failed).")):
         def _cmd(incident_id, by, reason, dagster_home, _action=action):
             _change(incident_id, by, reason, dagster_home, _action)
 

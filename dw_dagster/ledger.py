@@ -104,6 +104,7 @@ stages_t = sa.Table(
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("run_id", sa.String(64), nullable=True),
     sa.Column("job_name", sa.String(255), nullable=True),
+    sa.Column("expect", sa.Text, nullable=True),
     sa.Column("issued_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=True),
@@ -221,6 +222,7 @@ class StageRow:
     state: str
     run_id: str | None
     job_name: str | None
+    expect: str | None
     issued_at: float
     started_at: float | None
     finished_at: float | None
@@ -477,16 +479,18 @@ class Ledger:
 
     # -- stages ----------------------------------------------------------------------------------
 
-    def issue_ticket(self, change_set_id: str, version: str, stage: str, approval_id: str, job_name: str) -> str | None:
-        """Issue the single ticket of a stage, good for a run of ``job_name`` only; None when the
-        stage was issued before (never twice)."""
+    def issue_ticket(self, change_set_id: str, version: str, stage: str, approval_id: str, job_name: str,
+                     expect: dict | None = None) -> str | None:
+        """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
+        (its partition tags, asset selection and run config, see
+        :func:`dw_dagster.remediation.guard.run_shape`); None when the stage was issued before (never twice)."""
         ticket = secrets.token_hex(16)
         try:
             with self._tx() as conn:
                 conn.execute(stages_t.insert().values(
                     change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
-                    state=ISSUED, run_id=None, job_name=job_name, issued_at=time.time(), started_at=None,
-                    finished_at=None, result=None))
+                    state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
+                    issued_at=time.time(), started_at=None, finished_at=None, result=None))
                 conn.execute(change_sets_t.update().where(
                     change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
                     change_sets_t.c.state.in_([APPROVED, HALTED])).values(state=RUNNING, updated_at=time.time()))
@@ -504,12 +508,17 @@ class Ledger:
             r = conn.execute(sa.select(stages_t).where(stages_t.c.run_id == run_id)).first()
         return _row(StageRow, r) if r is not None else None
 
-    def bind_ticket(self, ticket: str, run_id: str, job_name: str) -> StageRow:
+    def bind_ticket(self, ticket: str, run_id: str, job_name: str, shape: dict | None = None) -> StageRow:
         """Bind an issued ticket to the run presenting it (first presenter wins); idempotent for that run.
 
+        A ticket issued with an expected shape binds only a run of that shape (``shape`` equal to
+        the ``expect`` it was issued with): a run that presents a ticket it read from a queued
+        run's tags but asks for other partitions, other assets or another run config is refused.
+
         Raises:
-            LedgerError: no such ticket (invented or copied from another deployment), or it is
-                bound to another run (a copied or re-executed run), or its stage already ended.
+            LedgerError: no such ticket (invented or copied from another deployment), it is bound
+                to another run (a copied or re-executed run), its stage already ended, or the run
+                is not the one the ticket was issued for (job, partitions, assets, config).
         """
         with self._tx() as conn:
             r = conn.execute(sa.select(stages_t).where(stages_t.c.ticket == ticket)).first()
@@ -526,6 +535,12 @@ class Ledger:
             if row.job_name and job_name != row.job_name:
                 raise LedgerError(f"the ticket of stage {row.stage} of {row.change_set_id} is for job {row.job_name}, "
                                   f"not {job_name}")
+            if row.expect is not None:
+                expected = json.loads(row.expect)
+                differs = sorted(k for k in expected if (shape or {}).get(k) != expected[k])
+                if differs:
+                    raise LedgerError(f"the ticket of stage {row.stage} of {row.change_set_id} is for another run: its "
+                                      f"{', '.join(differs)} differ from what the remediation sensor dispatched")
             res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None)).values(
                 run_id=run_id, state=STARTED, started_at=time.time()))
             if res.rowcount != 1:  # lost a race with another presenter

@@ -59,7 +59,9 @@ class LocalSensorDaemon:
         selection = list(rr.asset_selection) if rr.asset_selection else None
         keys = [asset_str(k) for k in (selection or job.asset_layer.executable_asset_keys if job.asset_layer else [])]
         try:  # what the run coordinator and the guarded executor do before a daemon-launched run
-            admit_run(self.instance, RunFacts(run_id, job_name, tags, tuple(keys)))
+            admit_run(self.instance, RunFacts(run_id, job_name, tags, tuple(keys),
+                                              tuple(sorted(asset_str(k) for k in selection)) if selection else None,
+                                              dict(rr.run_config or {})))
         except RunRefused as e:
             self.refusals.append(e.description)
             return run_id, False

@@ -51,7 +51,8 @@ def test_a_run_deleted_mid_stage_ends_the_repair_with_a_receipt_not_a_replay(wor
     cs, daemon = _approved(defs, instance, domains)
     sensor = defs.resolve_sensor_def("dw_remediation_sensor")
     (rr,) = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
-    run = instance.create_run_for_job(defs.resolve_job_def(rr.job_name), tags=rr.tags)
+    run = instance.create_run_for_job(defs.resolve_job_def(rr.job_name), tags=rr.tags,
+                                      asset_selection=frozenset(rr.asset_selection))  # the run the daemon makes
     admit_run(instance, RunFacts.of_run(run, ["orders"]))  # what the coordinator does at submission
     instance.delete_run(run.run_id)  # deleted before it recorded an end
     stages = repair(daemon)
@@ -258,3 +259,25 @@ def test_an_incident_whose_diagnosis_failed_is_diagnosed_again_and_people_can_cl
     assert reopened.returncode == 0, reopened.stderr
     third = daemon.tick("dw_check_incident_sensor")
     assert len(third.run_ids) == 1 and len(calls) == 3
+
+
+def test_an_issued_ticket_binds_only_the_run_the_sensor_dispatched(world):
+    """A colleague reads the ticket from the queued run's tags and launches first with a wider range,
+    another asset selection or a run config that points a resource elsewhere: refused. The run the
+    sensor requested, exactly, still takes the stage."""
+    defs, instance, domains, wh = world
+    cs, daemon = _approved(defs, instance, domains)
+    sensor = defs.resolve_sensor_def("dw_remediation_sensor")
+    (rr,) = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
+    wider = {**rr.tags, "dagster/asset_partition_range_start": "2026-11-01"}
+    attempts = {
+        "partitions": RunFacts("r-1", rr.job_name, wider, ("orders",), ("orders",), {}),
+        "assets": RunFacts("r-2", rr.job_name, dict(rr.tags), ("orders", "other"), ("orders", "other"), {}),
+        "config": RunFacts("r-3", rr.job_name, dict(rr.tags), ("orders",), ("orders",),
+                           {"resources": {"warehouse": {"config": {"url": "duckdb:///elsewhere.duckdb"}}}}),
+    }
+    for what, facts in attempts.items():
+        with pytest.raises(RunRefused, match=f"its {what} differ"):
+            admit_run(instance, facts)
+    assert ledger_for(instance).stage_by_ticket(rr.tags["dw/ticket"]).state == "issued"
+    assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0

@@ -46,6 +46,9 @@ class IncidentHistoryEntry(BaseModel):
     verified: bool | None = None
     fixed_at: dt.datetime | None = None
     status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified)")
+    state: str | None = Field(default=None, description="the incident's state in the ledger: open, diagnosing, diagnosed, "
+                              "diagnosis_failed, rediagnose, closed, quarantined")
+    linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
 
 
 def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None = None) -> list[IncidentHistoryEntry]:
@@ -72,9 +75,13 @@ def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None
     if any(cs_by_inc.values()):
         for a in records.approvals(instance):
             decisions.setdefault(a.change_set_id, a)
+    from dw_dagster.ledger import ledger_for
+
+    rows = {r.incident_id: r for r in ledger_for(instance).incidents()}
     out = []
     for inc in incidents:
         d = diag_by_inc.get(inc.id)
+        row = rows.get(inc.id)
         p = d.primary if d else None
         mine = [r for r in receipts if r.incident_id == inc.id and r.asset_key == inc.asset_key]
         cands = cs_by_inc.get(inc.id, [])
@@ -102,7 +109,8 @@ def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None
             change_set_summary=cs.summary if cs else None, window=list(cs.window) if cs else [],
             decision=_PAST.get(dec.decision, dec.decision) if dec else None, approver=dec.approver if dec else None,
             receipt_id=rec.id if rec else None, verified=rec.verified if rec else None,
-            fixed_at=rec.created_at if rec else None, status=status))
+            fixed_at=rec.created_at if rec else None, status=status, state=row.state if row else None,
+            linked_to=row.linked_to if row else None))
     return sorted(out, key=lambda e: e.detected_at, reverse=True)
 
 

@@ -58,19 +58,50 @@ class RunRefused(dg.Failure):
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the guard needs to know about a run, from whichever door sees it."""
+    """What the guard needs to know about a run, from whichever door sees it.
+
+    ``asset_keys`` are the assets it will materialize (for the hold); ``asset_selection`` and
+    ``run_config`` are what it asked for (for a ticket's shape, :func:`run_shape`).
+    """
 
     run_id: str
     job_name: str
     tags: dict[str, str]
     asset_keys: tuple[str, ...] = ()
-    partitions: tuple[str, ...] = field(default=())
+    asset_selection: tuple[str, ...] | None = None
+    run_config: dict | None = field(default=None)
 
     @classmethod
     def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None) -> RunFacts:
-        keys = tuple(asset_keys) if asset_keys is not None else tuple(
-            asset_str(k) for k in (run.asset_selection or ()))
-        return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys)
+        selection = tuple(sorted(asset_str(k) for k in run.asset_selection)) if run.asset_selection else None
+        keys = tuple(asset_keys) if asset_keys is not None else (selection or ())
+        return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
+                   asset_selection=selection, run_config=dict(run.run_config or {}))
+
+
+#: run tags that choose what a run touches: part of a ticket's shape
+SHAPE_TAGS = (PARTITION_TAG, RANGE_START_TAG, RANGE_END_TAG)
+
+
+def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None) -> dict:
+    """What a run will do, as a ticket binds it: the job, its partition tags, its asset selection
+    (sorted asset key strings, or None for the whole job) and the SHA-256 of its run config (the
+    ``loggers`` section, which changes no data, left out).
+
+    Args:
+        job_name: the job.
+        tags: the run's tags (only :data:`SHAPE_TAGS` count).
+        asset_selection: ``AssetKey`` s or key strings, or None.
+        run_config: the run config as a dict, or None.
+    """
+    import hashlib
+    import json
+
+    selection = None if not asset_selection else sorted(
+        k if isinstance(k, str) else asset_str(k) for k in asset_selection)
+    config = {k: v for k, v in (run_config or {}).items() if k != "loggers"}
+    return {"job": job_name, "partitions": {t: tags[t] for t in SHAPE_TAGS if t in tags}, "assets": selection,
+            "config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()}
 
 
 def _partition_bounds(tags: dict[str, str]) -> tuple[str, str] | None:
@@ -133,7 +164,8 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
     ticket = facts.tags.get(TICKET_TAG)
     if ticket:
         try:
-            led.bind_ticket(ticket, facts.run_id, facts.job_name)
+            led.bind_ticket(ticket, facts.run_id, facts.job_name,
+                            run_shape(facts.job_name, facts.tags, facts.asset_selection, facts.run_config))
         except LedgerError as e:
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: {e}") from e
         return
@@ -189,7 +221,7 @@ def hold_stage(context, *, expect: Iterable[str] | None = None, change_set_id: s
     if not ticket:
         raise RunRefused(description=f"{run.job_name} changes data only when the remediation sensor dispatches it for an "
                          "approved change set (this run has no dw/ticket)")
-    admit_run(context.instance, RunFacts(run.run_id, run.job_name, dict(run.tags)))
+    admit_run(context.instance, RunFacts.of_run(run))
     led = ledger_for(context.instance)
     row = led.stage_by_ticket(ticket)
     if expect is not None and row.stage not in set(expect):

@@ -24,7 +24,7 @@ from dagster import DagsterEventType
 from pydantic import Field
 
 from dw_dagster import constants as c
-from dw_dagster.ledger import CLOSED, OPEN_INCIDENT_STATES, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
+from dw_dagster.ledger import CLOSED, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
 from dw_dagster.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import signature_valid
@@ -174,7 +174,7 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
     """Close an incident in the ledger; incidents linked to it become incidents of their own (to be
     diagnosed). True when it was open."""
     led = ledger_for(instance)
-    closed = led.set_incident_state(incident_id, CLOSED, from_states=OPEN_INCIDENT_STATES, note=reason)
+    closed = led.set_incident_state(incident_id, CLOSED, from_states=(*OPEN_INCIDENT_STATES, QUARANTINED), note=reason)
     if closed:
         led.audit("incident_closed", incident_id, by, {"reason": reason})
         for linked in led.incidents(linked_to=incident_id):

@@ -64,7 +64,7 @@ from dw_dagster.models import Approval, ChangeSet, Incident, SliceGap, TamperedR
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import approval_status, parse_change_set
 from dw_dagster.remediation.control import active_stop, record_autonomous_approval
-from dw_dagster.remediation.guard import TICKET_TAG, stage_run_ended
+from dw_dagster.remediation.guard import TICKET_TAG, run_shape, stage_run_ended
 from dw_dagster.remediation.ranges import window_run_request
 from dw_dagster.remediation.steps import step_op_name, step_stages
 
@@ -550,21 +550,22 @@ def build_remediation_sensor(
 
         def _dispatch(self, cs: ChangeSet, approval_id: str, stage: str, job: dg.JobDefinition, *, run_config=None,
                       extra=None, ticket: str | None = None) -> None:
-            ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name)
+            extra = extra or {}
+            base = {c.CHANGE_SET_TAG: cs.id, VERSION_TAG: cs.version, c.APPROVAL_TAG: approval_id, c.STAGE_TAG: stage}
+            run_key = f"{cs.id}:{cs.version[:16]}:{stage}"
+            if "window" in extra:
+                request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
+                                             partition_keys=extra["window"], tags=base)
+            else:
+                request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
+                                        asset_selection=extra.get("asset_selection"))
+            # the ticket binds this run's shape: its partitions, asset selection and run config
+            shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config)
+            ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape)
             if ticket is None:  # issued by a concurrent tick: it dispatches
                 self.waiting.append(f"{cs.id}: stage {stage} was issued by another tick")
                 return
-            tags = {c.CHANGE_SET_TAG: cs.id, VERSION_TAG: cs.version, c.APPROVAL_TAG: approval_id, c.STAGE_TAG: stage,
-                    TICKET_TAG: ticket}
-            run_key = f"{cs.id}:{cs.version[:16]}:{stage}"
-            extra = extra or {}
-            if "window" in extra:
-                self.requests.append(window_run_request(run_key=run_key, job_name=job.name,
-                                                        assets=[dg.AssetKey(cs.target_asset)],
-                                                        partition_keys=extra["window"], tags=tags))
-            else:
-                self.requests.append(dg.RunRequest(run_key=run_key, job_name=job.name, tags=tags, run_config=run_config or {},
-                                                   asset_selection=extra.get("asset_selection")))
+            self.requests.append(request.with_replaced_attrs(tags={**request.tags, TICKET_TAG: ticket}))
 
     return _sensor
 

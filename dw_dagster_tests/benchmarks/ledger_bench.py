@@ -129,6 +129,7 @@ def bench_ledger_lookup(work: Path, repeat: int) -> dict:
 def _bulk_ledger(led, n: int, now: float) -> list[str]:
     """Insert ``n`` change sets into the ledger in one transaction (setup); returns their states."""
     from dw_dagster.ledger import APPLIED, APPROVED, EXPIRED, PROPOSED, REJECTED, change_sets_t, decisions_t
+    from dw_dagster.identity import VerifiedIdentity
     from dw_dagster.models import Approval
     from dw_dagster.remediation.approval import _signed
 
@@ -143,9 +144,11 @@ def _bulk_ledger(led, n: int, now: float) -> list[str]:
                          incident_id=cs.incident_id, domain=cs.domain, state=state, latest=True, recorded_at=now + i * 1e-3,
                          expires_at=cs.expires_at.timestamp(), updated_at=now, note="", body=cs.model_dump_json()))
         if state in (APPROVED, APPLIED, REJECTED):
+            who = VerifiedIdentity(email="owner@bench.example", method="oidc", issuer="https://login.bench.example",
+                                   subject="sub-owner", verified_at=base, credential_id=f"jti-{i}")
             a: Approval = _signed(dict(id=f"ap-bench{i:06d}", change_set_id=cs.id, change_set_version=cs.version,
-                                       decision="reject" if state == REJECTED else "approve", approver="owner@bench.example",
-                                       decided_at=base, comment=""))
+                                       decision="reject" if state == REJECTED else "approve", approver=who.email,
+                                       decided_at=base, comment="", identity=who))
             decisions.append(dict(approval_id=a.id, change_set_id=cs.id, version=cs.version, decision=a.decision,
                                   approver=a.approver, method="oidc", decided_at=now, active=True, withdrawn_reason=None,
                                   body=a.model_dump_json()))
@@ -156,7 +159,12 @@ def _bulk_ledger(led, n: int, now: float) -> list[str]:
 
 
 def bench_remediation_tick(work: Path, repeat: int) -> dict:
+    import os
+
     import dagster as dg
+    import sqlalchemy as sa
+
+    os.environ.setdefault("DW_APPROVAL_SIGNING_KEY", "benchmark-signing-key-0123456789")  # signs the seeded decisions
 
     from dw_dagster import constants as c
     from dw_dagster.ledger import ledger_for
@@ -192,7 +200,12 @@ def bench_remediation_tick(work: Path, repeat: int) -> dict:
         t = time.perf_counter()
         last = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
         times.append(time.perf_counter() - t)
-    assert not last.run_requests and "waiting for the owner to merge" in (last.skip_message or "")
+    assert not last.run_requests and "waiting for the owner to merge" in (last.skip_message or ""), last.skip_message
+    with led.engine.connect() as conn:  # the tick changed nothing: no decision withdrawn, no ticket issued
+        from dw_dagster.ledger import decisions_t, stages_t
+
+        assert conn.execute(sa.select(sa.func.count()).select_from(decisions_t).where(decisions_t.c.active.is_(False))).scalar() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(stages_t)).scalar() == 0
 
     def peer():
         n = 0
