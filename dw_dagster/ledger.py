@@ -569,6 +569,17 @@ class Ledger:
                 ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time()))
             return new if res.rowcount == 1 else None
 
+    def rotate_ticket(self, ticket: str) -> str | None:
+        """Replace an issued ticket no run took (shown by a dry run of the sensor, or its run key taken by
+        another run): the old one is dead, the stage gets a new one (and a new run key). None when a run
+        took it meanwhile."""
+        new = secrets.token_hex(16)
+        with self._tx() as conn:
+            res = conn.execute(stages_t.update().where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED).values(
+                ticket=new, issued_at=time.time()))
+            return new if res.rowcount == 1 else None
+
     def abandon_stage(self, ticket: str, reason: str) -> bool:
         """Mark an issued or started stage abandoned (its run vanished or ended without completing)."""
         with self._tx() as conn:

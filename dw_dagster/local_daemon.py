@@ -61,7 +61,9 @@ class LocalSensorDaemon:
         try:  # what the run coordinator and the guarded executor do before a daemon-launched run
             admit_run(self.instance, RunFacts(run_id, job_name, tags, tuple(keys),
                                               tuple(sorted(asset_str(k) for k in selection)) if selection else None,
-                                              dict(rr.run_config or {})))
+                                              dict(rr.run_config or {}),
+                                              tuple(sorted(k.to_user_string() for k in rr.asset_check_keys))
+                                              if rr.asset_check_keys is not None else None))
         except RunRefused as e:
             self.refusals.append(e.description)
             return run_id, False

@@ -247,7 +247,7 @@ def test_remediation_sensor_waits_for_approval_and_issues_one_ticket(instance):
     assert not sensor.evaluate_tick(dg.build_sensor_context(instance=instance)).run_requests
     assert approve_in_process(instance, cs.id, approver=OWNER)[0]
     (rr,) = sensor.evaluate_tick(dg.build_sensor_context(instance=instance)).run_requests
-    assert rr.run_key == f"{cs.id}:{cs.version[:16]}:window-1"
+    assert rr.run_key == f"{cs.id}:{cs.version[:16]}:window-1:{rr.tags['dw/ticket'][:10]}"
     assert rr.tags["dagster/asset_partition_range_start"] == "2026-11-26"
     assert rr.tags["dagster/asset_partition_range_end"] == "2026-11-27"
     assert rr.job_name == "w" and rr.asset_selection == [dg.AssetKey("store_sales_line")]

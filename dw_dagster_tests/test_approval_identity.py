@@ -139,7 +139,14 @@ def test_a_verified_person_not_listed_is_refused(world, idp):
 
 
 def test_key_rotation_at_the_provider_keeps_approvals_working(world, idp):
+    """The deployment's verifier has the provider's keys cached; the provider rotates; a token signed
+    with the new key still approves (one JWKS refetch). (An unknown key refetches at most once per
+    10 s — the earlier unpublished-key test's refetch must be older than that, hence a fresh cache.)"""
+    from dw_dagster.remediation import approval
+
     instance, cs, domains, _ = world
+    approval._verifiers.clear()
+    assert not approve_in_process(instance, cs.id, id_token=_issue(idp, cs, exp_in=-600))[0]  # caches the current keys
     httpx.post(idp.url + "/_fake/rotate")
     ok, msg = approve_in_process(instance, cs.id, id_token=_issue(idp, cs))
     assert ok, msg

@@ -598,7 +598,7 @@ def test_daemon_remediation_sensor_ran_every_stage_in_order(loop):
     for stage, run in zip(loop.stages, runs):
         tags = run["tags"]
         assert tags[SENSOR_TAG] == "dw_remediation_sensor" and tags[c.STAGE_TAG] == stage
-        assert tags["dagster/run_key"] == f"{loop.change_set_id}:{loop.change_set.version[:16]}:{stage}"
+        assert tags["dagster/run_key"] == f"{loop.change_set_id}:{loop.change_set.version[:16]}:{stage}:{tags['dw/ticket'][:10]}"
         assert run["status"] == "SUCCESS" and line.run_ids.get(stage, run["run_id"]) == run["run_id"]
     for before, after in zip(runs, runs[1:]):  # each stage was launched only after the previous one ended
         assert after["created"] >= before["end"], (before, after)

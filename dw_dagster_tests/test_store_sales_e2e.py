@@ -74,7 +74,7 @@ def test_one_window_run_over_the_range(loop):
     run = instance.get_run_by_id(result.run_ids["window-1"])
     assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == ("2026-11-26", "2026-11-27")
     cs = records.find_change_set(instance, result.change_set_id)
-    assert run.tags["dagster/run_key"] == f"{cs.id}:{cs.version[:16]}:window-1"
+    assert run.tags["dagster/run_key"] == f"{cs.id}:{cs.version[:16]}:window-1:{run.tags['dw/ticket'][:10]}"
     from dw_dagster.ledger import ledger_for
 
     stages = ledger_for(instance).stages(cs.id, cs.version)

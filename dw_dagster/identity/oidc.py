@@ -417,7 +417,11 @@ class OidcVerifier:
         jti = claims.get("jti")
         return VerifiedIdentity(
             email=canonical, method="oidc", issuer=s.issuer, subject=sub, verified_at=now,
-            credential_id=jti if isinstance(jti, str) and jti else credential_digest(token),
+            # without a jti: a digest of the claims, not of the token text (base64 has several
+            # spellings of one signature, so the same token could be presented "anew")
+            credential_id=credential_digest(f"{s.issuer}|jti|{jti}") if isinstance(jti, str) and jti else credential_digest(
+                json.dumps({k: claims.get(k) for k in ("iss", "sub", "aud", "iat", "exp", "nonce", "auth_time")},
+                           sort_keys=True, default=str)),
             detail=f"verified by OIDC issuer {s.issuer}")
 
     def close(self) -> None:

@@ -127,6 +127,8 @@ def set_stop(instance: dg.DagsterInstance, stopped: bool, by: str | VerifiedIden
         if not doms.may_operate(by.email):
             raise ValueError(f"{by.email} is not an operator (operators, else every domain's approvers)")
         current = stop_state(instance)
+        if by.credential_id is not None and not ledger_for(instance).use_credential(by.credential_id, "resume"):
+            raise ValueError("this ID token was already used; each is accepted once")
         state = StopState(stopped=False, by=by.email, reason=reason, at=utcnow(),
                           id=current.id if current else "", verified_by=by.describe())
     ledger_for(instance).set_control(STOP_CONTROL, state.model_dump(mode="json"))

@@ -70,45 +70,67 @@ class RunFacts:
     asset_keys: tuple[str, ...] = ()
     asset_selection: tuple[str, ...] | None = None
     run_config: dict | None = field(default=None)
+    check_selection: tuple[str, ...] | None = None
+    op_selection: tuple[str, ...] | None = None
 
     @classmethod
     def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None) -> RunFacts:
         selection = tuple(sorted(asset_str(k) for k in run.asset_selection)) if run.asset_selection else None
         keys = tuple(asset_keys) if asset_keys is not None else (selection or ())
+        checks = (tuple(sorted(k.to_user_string() for k in run.asset_check_selection))
+                  if run.asset_check_selection is not None else None)
+        ops = tuple(sorted(run.op_selection)) if run.op_selection else None
         return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
-                   asset_selection=selection, run_config=dict(run.run_config or {}))
+                   asset_selection=selection, run_config=dict(run.run_config or {}), check_selection=checks,
+                   op_selection=ops)
 
 
-#: run tags that choose what a run touches: part of a ticket's shape
-SHAPE_TAGS = (PARTITION_TAG, RANGE_START_TAG, RANGE_END_TAG)
-
-
-def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None) -> dict:
-    """What a run will do, as a ticket binds it: the job, its partition tags, its asset selection
-    (sorted asset key strings, or None for the whole job) and the SHA-256 of its run config (the
-    ``loggers`` section, which changes no data, left out).
+def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None, *,
+              check_selection=None, op_selection=None) -> dict:
+    """What a run will do, as a ticket binds it: the job, every partition tag (:func:`partition_tags`),
+    its asset selection and asset-check selection (sorted key strings, or None for the whole job),
+    its op selection, and the SHA-256 of its run config (the ``loggers`` section, which changes no
+    data, left out).
 
     Args:
         job_name: the job.
-        tags: the run's tags (only :data:`SHAPE_TAGS` count).
+        tags: the run's tags (only the partition tags count).
         asset_selection: ``AssetKey`` s or key strings, or None.
         run_config: the run config as a dict, or None.
+        check_selection: ``AssetCheckKey`` s or their strings, or None.
+        op_selection: op names, or None.
     """
     import hashlib
     import json
 
     selection = None if not asset_selection else sorted(
         k if isinstance(k, str) else asset_str(k) for k in asset_selection)
+    checks = None if check_selection is None else sorted(
+        k if isinstance(k, str) else k.to_user_string() for k in check_selection)
     config = {k: v for k, v in (run_config or {}).items() if k != "loggers"}
-    return {"job": job_name, "partitions": {t: tags[t] for t in SHAPE_TAGS if t in tags}, "assets": selection,
+    return {"job": job_name, "partitions": partition_tags(tags), "assets": selection, "checks": checks,
+            "ops": sorted(op_selection) if op_selection else None,
             "config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()}
 
 
+def partition_tags(tags: dict[str, str]) -> dict[str, str]:
+    """Every tag that chooses a run's partitions: ``dagster/partition``, the range tags and any
+    ``dagster/partition/<dimension>`` (which Dagster 1.13 reads *first*, for any partitioned asset);
+    ``dagster/partition_set`` names a set and chooses nothing."""
+    return {k: v for k, v in tags.items() if k.startswith(("dagster/partition", "dagster/asset_partition"))
+            and k != "dagster/partition_set"}
+
+
 def _partition_bounds(tags: dict[str, str]) -> tuple[str, str] | None:
-    if PARTITION_TAG in tags:
-        return tags[PARTITION_TAG], tags[PARTITION_TAG]
-    if RANGE_START_TAG in tags and RANGE_END_TAG in tags:
-        return tags[RANGE_START_TAG], tags[RANGE_END_TAG]
+    """The run's partitions as (first, last), or None for "the whole asset" (no partition tag, or a
+    tag this guard does not read exactly, such as a multi-dimensional one: held as if whole)."""
+    chosen = partition_tags(tags)
+    if any(k.startswith("dagster/partition/") for k in chosen):
+        return None
+    if PARTITION_TAG in chosen:
+        return chosen[PARTITION_TAG], chosen[PARTITION_TAG]
+    if RANGE_START_TAG in chosen and RANGE_END_TAG in chosen:
+        return chosen[RANGE_START_TAG], chosen[RANGE_END_TAG]
     return None
 
 
@@ -116,13 +138,14 @@ _ORDERED = re.compile(r"^\d{4}-\d{2}(-\d{2}(-\d{2}:\d{2})?)?$")  # Dagster's tim
 
 
 def _overlaps(bounds: tuple[str, str], window: Sequence[str]) -> list[str]:
-    """The window's keys the run's partition(s) reach. Time keys compare as text; other keys only by membership."""
+    """The window's keys the run's partition(s) reach. Time keys compare as text; a single other key by
+    membership; a range of other (static) keys reaches the whole window."""
     lo, hi = bounds
     if lo == hi:
         return [k for k in window if k == lo]
     if all(_ORDERED.match(k) for k in (lo, hi, *window)):
         return [k for k in window if lo <= k <= hi]
-    return [k for k in window if k in (lo, hi)]
+    return list(window)  # a range of static keys: their order is the definition's, unknown here; held whole
 
 
 def held_partitions(led: Ledger, facts: RunFacts) -> list[tuple[str, str, list[str]]]:
@@ -163,9 +186,17 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
     led = ledger_for(instance)
     ticket = facts.tags.get(TICKET_TAG)
     if ticket:
+        from dw_dagster.remediation.control import active_stop
+
+        stop = active_stop(instance)
+        known = led.stage_by_ticket(ticket)
+        if stop is not None and (known is None or known.run_id != facts.run_id):
+            raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: an org-wide stop "
+                             f"by {stop.by} is in force; no repair stage starts until a verified operator resumes")
         try:
             led.bind_ticket(ticket, facts.run_id, facts.job_name,
-                            run_shape(facts.job_name, facts.tags, facts.asset_selection, facts.run_config))
+                            run_shape(facts.job_name, facts.tags, facts.asset_selection, facts.run_config,
+                                      check_selection=facts.check_selection, op_selection=facts.op_selection))
         except LedgerError as e:
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: {e}") from e
         return
@@ -365,6 +396,12 @@ def stage_run_ended(led: Ledger, instance: dg.DagsterInstance, row) -> tuple[boo
     if not run.is_finished:
         return None
     return run.status == dg.DagsterRunStatus.SUCCESS, f"run {row.run_id[:8]} {run.status.value}"
+
+
+def run_started(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether a run ever started executing (its record has a start time)."""
+    rec = instance.get_run_record_by_id(run_id)
+    return rec is not None and rec.start_time is not None
 
 
 def utc(ts: float | None) -> dt.datetime | None:

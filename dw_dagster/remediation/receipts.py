@@ -117,6 +117,19 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     verify_run = run_ids.get("verify") if stages.get("verify") and stages["verify"].state == SUCCEEDED else None
     verify = [o for o in outcomes if o.run_id == verify_run]
     outcome = _outcome(stage, stages, halted_reason)
+    # what the window runs really materialized (from their events, not from the change set), and
+    # whether every check the change set names ran in the verify run
+    windows = [st.run_id for n, st in sorted(stages.items()) if n.startswith("window-") and st.run_id]
+    materialized = sorted({e.dagster_event.partition for rid in windows
+                           for e in instance.all_logs(rid, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+                           if e.dagster_event.asset_key == dg.AssetKey(cs.target_asset) and e.dagster_event.partition})
+    ran = {(*o.asset_key, o.check_name) for o in verify}
+    not_run = [k for k in cs.verify_checks if tuple(k) not in ran]
+    if outcome == "applied" and windows and materialized != sorted(cs.window):
+        outcome = (f"applied, but the window runs materialized {', '.join(materialized) or 'nothing'} instead of "
+                   f"{', '.join(cs.window)}")
+    if outcome == "applied" and not_run:
+        outcome = f"applied, but the verify run did not run {', '.join('/'.join(k) for k in not_run)}"
     verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
     incident = next((i for i in records.incidents(instance, [dg.AssetKey(cs.target_asset)]) if i.id == cs.incident_id), None)
     before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
@@ -139,7 +152,8 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                                   "confidence": primary.confidence,
                                   **{k: v for k, v in primary.details.items() if not isinstance(v, list)}} if primary else {},
                 diff=cs.diff, approver=approval.approver, approved_at=approval.decided_at,
-                signature_valid=signature_valid(approval), partitions=cs.window if asset == cs.target_asset else [],
+                signature_valid=signature_valid(approval),
+                partitions=(materialized if windows else cs.window) if asset == cs.target_asset else [],
                 run_ids=run_ids, rows_before=before if asset == cs.target_asset else {},
                 rows_after=after if asset == cs.target_asset else {}, checks=[o for o in outcomes if o.asset_key == asset],
                 verified=verified, undo=cs.undo, created_at=utcnow(), previous_hash=head[1] if head else None,

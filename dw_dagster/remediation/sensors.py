@@ -32,6 +32,7 @@ was done and what was not, and the version waits for a person's decision to cont
 import datetime as dt
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -64,7 +65,7 @@ from dw_dagster.models import Approval, ChangeSet, Incident, SliceGap, TamperedR
 from dw_dagster.remediation import records
 from dw_dagster.remediation.approval import approval_status, parse_change_set
 from dw_dagster.remediation.control import active_stop, record_autonomous_approval
-from dw_dagster.remediation.guard import TICKET_TAG, run_shape, stage_run_ended
+from dw_dagster.remediation.guard import TICKET_TAG, run_shape, run_started, stage_run_ended
 from dw_dagster.remediation.ranges import window_run_request
 from dw_dagster.remediation.steps import step_op_name, step_stages
 
@@ -220,55 +221,65 @@ def build_check_incident_sensor(
         whose open incident's diagnosis failed diagnoses that incident again.
     """
     keys = list(check_keys)
+    hwm_key = f"check_incident_sensor:{name}"
 
     @dg.sensor(name=name, job_name=diagnosis_job_name, minimum_interval_seconds=minimum_interval_seconds,
                default_status=default_status,
                description="Opens a dw_dagster incident for each new failing evaluation of the watched checks "
                "and launches its diagnosis.")
     def _sensor(context: dg.SensorEvaluationContext):
-        cursor = _parse_cursor(context)
+        led = ledger_for(context.instance)
+        # the high-water marks live in the ledger: a cursor set by hand (setSensorCursor) moves nothing;
+        # without them (a first tick) the cursor is read, and a mark ahead of the event log is ignored
+        cursor = led.control(hwm_key) or _parse_cursor(context)
+        from_ledger = led.control(hwm_key) is not None
         events, requests, errors = [], [], []
         opened: dict[dg.AssetKey, Incident] = {}  # incidents this tick opened
         evidence: dict[str, str] = {}
-        led = ledger_for(context.instance)
         for key in keys:
             skey = key.to_user_string()
             try:
-                rec = context.instance.get_latest_asset_check_evaluation_record(key)
-                if rec is None or rec.id <= cursor.get(skey, 0) or rec.event is None:
-                    continue
-                evaluation = rec.event.dagster_event.event_specific_data
-                if not isinstance(evaluation, dg.AssetCheckEvaluation):
-                    # planned or still running: the same record is updated with the evaluation
-                    # later, so the cursor must not move past it (it would skip the result)
-                    continue
-                if evaluation.passed:
+                mark = cursor.get(skey)
+                if mark is not None and not from_ledger and mark > _latest_record_id(context.instance, key):
+                    context.log.warning(f"{skey}: the cursor's mark {mark} is ahead of the event log; ignored")
+                    mark = None
+                for rec in _new_evaluations(context.instance, key, mark):
+                    evaluation = rec.event.dagster_event.event_specific_data if rec.event is not None else None
+                    if not isinstance(evaluation, dg.AssetCheckEvaluation):
+                        # planned or still running: the same record is updated with the evaluation
+                        # later, so the mark must not move past it (it would skip the result)
+                        break
                     cursor[skey] = rec.id
-                    continue
-                existing = opened.get(key.asset_key) or open_incident(context.instance, key.asset_key)
-                if existing is not None:
-                    context.log.info(f"{skey} failed again; incident {existing.id} is still open")
-                    evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
-                    cursor[skey] = rec.id
-                    continue
-                inc = incident_from_evaluation(key, evaluation, rec.id)
-                opened[key.asset_key] = inc
-                new = record_incident(context.instance, inc)
-                if new:
-                    events.append(incident_observation(inc))
-                cursor[skey] = rec.id
-                domain = domain_for(inc.asset_key, domains)
-                if domain is not None and not domain.diagnoses:
-                    context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): no diagnosis")
-                    continue
-                requests.append(diagnosis_request(inc, inc.id, diagnosis_job_name))
-            except Exception as e:  # one check's failure never blocks the others, nor moves its cursor
+                    if evaluation.passed:
+                        continue
+                    if not rec.run_id:  # reported without a run (GraphQL reportAssetCheckEvaluations): not evidence
+                        context.log.info(f"{skey}: a failing evaluation reported without a run (record {rec.id}) is "
+                                         "not evidence for an incident")
+                        continue
+                    existing = opened.get(key.asset_key) or open_incident(context.instance, key.asset_key)
+                    if existing is not None:
+                        context.log.info(f"{skey} failed again; incident {existing.id} is still open")
+                        evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
+                        continue
+                    inc = incident_from_evaluation(key, evaluation, rec.id)
+                    opened[key.asset_key] = inc
+                    if record_incident(context.instance, inc):
+                        events.append(incident_observation(inc))
+                    domain = domain_for(inc.asset_key, domains)
+                    if domain is not None and not domain.diagnoses:
+                        context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): "
+                                         "no diagnosis")
+                        continue
+                    requests.append(diagnosis_request(inc, inc.id, diagnosis_job_name))
+            except Exception as e:  # one check's failure never blocks the others, nor moves its mark past it
                 errors.append(f"{skey}: {type(e).__name__}: {e}")
                 context.log.exception(f"incident sensor failed on {skey}")
+        led.set_control(hwm_key, cursor)
         try:
-            again, notes = rediagnosis_requests(context.instance, sorted({asset_str(k.asset_key) for k in keys}),
-                                                diagnosis_job_name, evidence)
-            requests += again
+            assets = sorted({asset_str(k.asset_key) for k in keys})
+            again, notes = rediagnosis_requests(context.instance, assets, diagnosis_job_name, evidence)
+            requests += again + _undiagnosed(context.instance, assets, diagnosis_job_name, domains,
+                                             {r.run_key for r in requests})
             events += notes
         except Exception as e:  # noqa: BLE001 - never crash the tick
             errors.append(f"re-diagnosis: {type(e).__name__}: {e}")
@@ -278,6 +289,54 @@ def build_check_incident_sensor(
         return dg.SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
 
     return _sensor
+
+
+def _new_evaluations(instance: dg.DagsterInstance, key: dg.AssetCheckKey, after: int | None, page: int = 100,
+                     most: int = 1000) -> list:
+    """The check's execution records after storage id ``after``, oldest first (at most ``most``). With no
+    mark yet, the newest record a run wrote and those after it: a new sensor does not replay the
+    history, and a passing evaluation reported without a run does not hide the failure before it."""
+    storage = instance.event_log_storage
+    if after is None:
+        recent = list(storage.get_asset_check_execution_history(key, limit=20))
+        upto = next((i for i, rec in enumerate(recent) if rec.run_id), len(recent) - 1)
+        return recent[: upto + 1][::-1]
+    out, cursor = [], None
+    while len(out) < most:
+        records = storage.get_asset_check_execution_history(key, limit=page, cursor=cursor)
+        for rec in records:
+            if rec.id <= after:
+                return out[::-1]
+            out.append(rec)
+        if len(records) < page:
+            break
+        cursor = records[-1].id
+    return out[::-1]
+
+
+def _latest_record_id(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> int:
+    latest = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return latest[0].id if latest else 0
+
+
+def _undiagnosed(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str, domains: DomainsSource,
+                 already: set) -> list[dg.RunRequest]:
+    """Diagnosis requests again for open incidents whose diagnosis never started (a tick whose run
+    requests were lost after the ledger recorded the incident); the run key is the incident id, so
+    the daemon launches at most one."""
+    out = []
+    for asset in asset_keys:
+        for row in ledger_for(instance).incidents(asset_key=asset, states=[OPEN]):
+            if row.incident_id in already or row.linked_to is not None or row.source == "lightup":
+                continue
+            domain = domain_for(asset.split("/"), domains)
+            if domain is not None and not domain.diagnoses:
+                continue
+            try:
+                out.append(diagnosis_request(Incident.model_validate_json(row.body), row.incident_id, job_name))
+            except ValueError:
+                continue
+    return out
 
 
 def _sha256(path: Path) -> str | None:
@@ -340,6 +399,7 @@ def build_remediation_sensor(
     name: str = "dw_remediation_sensor",
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    reissue_after_seconds: float | None = None,
 ) -> dg.SensorDefinition:
     """A sensor that runs approved change sets, stage by stage (see the module docstring).
 
@@ -360,11 +420,15 @@ def build_remediation_sensor(
             a change set with a step of a kind that has no job waits, naming it.
         domains: the domains as they are now (approvers, autonomy); default ``$DW_DOMAINS_FILE``.
             A domains file that cannot be read dispatches nothing.
+        reissue_after_seconds: an issued ticket no run took after this long, carried by no live run,
+            is replaced (a dry run of the sensor showed it, or another run took its run key);
+            default four tick intervals, at least 120 s.
 
     Returns:
         A ``SensorDefinition`` (STOPPED by default). A tick reads only the ledger's active
         change sets (indexed), never the event log. Nothing runs without a valid approval.
     """
+    reissue_after_s = reissue_after_seconds if reissue_after_seconds is not None else max(120.0, 4.0 * minimum_interval_seconds)
     jobs = [j for j in (window_job, rebuild_job, verify_job, receipt_job, *(undo_jobs or ()),
                         *(step_jobs or {}).values()) if j is not None]
 
@@ -423,7 +487,7 @@ def build_remediation_sensor(
                     continue
                 ok, how = ended
                 run = self.instance.get_run_by_id(st.run_id) if st.run_id else None
-                if run is not None and run.status == dg.DagsterRunStatus.CANCELED and run.start_time is None:
+                if run is not None and run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id):
                     if self.led.reissue_ticket(st.ticket, st.run_id):  # cancelled while queued: nothing ran
                         self.waiting.append(f"{st.change_set_id}: stage {name} was cancelled before it started; issued again")
                 elif ok:
@@ -488,6 +552,11 @@ def build_remediation_sensor(
         def _advance(self, cs: ChangeSet, approval: Approval, stages: dict, plan: list[str]) -> None:
             steps = step_stages(cs)
             ranges = contiguous_ranges(self.ordered, cs.window)
+            missing = sorted(set(cs.window) - set(self.ordered))
+            if missing and not (cs.undo_plan is not None and cs.undo_plan.of_change_set):
+                self.waiting.append(f"{cs.id}: window partitions {', '.join(missing[:5])} are not partitions of this "
+                                    "sensor's partitions definition; nothing dispatched (a window is never dropped)")
+                return
             for stage in plan:
                 st = stages.get(stage)
                 if st is not None and st.state == SUCCEEDED:
@@ -498,6 +567,8 @@ def build_remediation_sensor(
                 if st is not None and st.state == STARTED:
                     self.waiting.append(f"{cs.id}: stage {stage} is running (run {st.run_id[:8]})")
                     return
+                if st is not None and st.state == ISSUED:
+                    st = self._fresh(cs, stage, st)
                 if _changes_data(stage, steps) and pipeline_root is not None and (missing := unmerged_files(cs, pipeline_root)):
                     self.waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
                     return
@@ -509,6 +580,22 @@ def build_remediation_sensor(
                                ticket=st.ticket if st is not None else None)
                 return
             self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED])
+
+        def _fresh(self, cs: ChangeSet, stage: str, st):
+            """An issued ticket no run took for a while, and that no live run carries (a dry run of
+            this sensor showed it, or another run took its run key): rotate it, so the old one is
+            dead and the new request has a new run key."""
+            if time.time() - st.issued_at < reissue_after_s:
+                return st
+            live = [r for r in self.instance.get_runs(filters=dg.RunsFilter(tags={TICKET_TAG: st.ticket}))
+                    if not r.is_finished]
+            if live:
+                return st
+            new = self.led.rotate_ticket(st.ticket)
+            if new is None:
+                return self.led.stage_by_ticket(st.ticket) or st
+            self.waiting.append(f"{cs.id}: stage {stage}'s ticket was not taken for {reissue_after_s:.0f} s; issued anew")
+            return self.led.stage_by_ticket(new)
 
         def _failed(self, cs: ChangeSet, approval: Approval, stages: dict, stage: str, st) -> None:
             """A stage failed or its run vanished: end with a receipt saying so, never a replay."""
@@ -552,7 +639,7 @@ def build_remediation_sensor(
                       extra=None, ticket: str | None = None) -> None:
             extra = extra or {}
             base = {c.CHANGE_SET_TAG: cs.id, VERSION_TAG: cs.version, c.APPROVAL_TAG: approval_id, c.STAGE_TAG: stage}
-            run_key = f"{cs.id}:{cs.version[:16]}:{stage}"
+            run_key = f"{cs.id}:{cs.version[:16]}:{stage}"  # + the ticket's first digits, below: unpredictable
             if "window" in extra:
                 request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
                                              partition_keys=extra["window"], tags=base)
@@ -565,7 +652,8 @@ def build_remediation_sensor(
             if ticket is None:  # issued by a concurrent tick: it dispatches
                 self.waiting.append(f"{cs.id}: stage {stage} was issued by another tick")
                 return
-            self.requests.append(request.with_replaced_attrs(tags={**request.tags, TICKET_TAG: ticket}))
+            self.requests.append(request.with_replaced_attrs(run_key=f"{run_key}:{ticket[:10]}",
+                                                             tags={**request.tags, TICKET_TAG: ticket}))
 
     return _sensor
 
