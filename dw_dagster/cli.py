@@ -157,9 +157,14 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
             f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
             f"then look at Assets → {asset} → Events ({events}).\n"
-            f"Deciding there needs the identity provider the domains file names: `dw-dagster fake-oidc` serves a "
-            f"stand-in on its default port, then `dw-dagster approve CS --login` (or `dw-dagster approvals serve`).\n"
-            f"Receipts from the command line: DAGSTER_HOME={dagster_home} {Path(sys.executable).parent / 'dw-dagster'} receipts",
+            f"(A demo: the signing key sits next to the instance and reaches the webserver; the README's threat "
+            f"model says where it belongs in a deployment.)\n"
+            f"The command line on the same instance (receipts, change-sets, approve ...):\n"
+            f"  export DAGSTER_HOME={dagster_home} DW_DOMAINS_FILE={home / 'domains.yaml'} "
+            f"{c.SIGNING_KEY_ENV}={key_hint}\n"
+            f"  {Path(sys.executable).parent / 'dw-dagster'} receipts verify\n"
+            f"Deciding needs the identity provider the domains file names: `dw-dagster fake-oidc &` serves a "
+            f"stand-in on its default port, then `dw-dagster approve CS --login` (or `dw-dagster approvals serve`).",
             file=out,
         )
     if as_json:

@@ -24,7 +24,8 @@ domains_option = click.option(
     "--domains", "domains_file", type=click.Path(dir_okay=False), default=None,
     help="The domains file (approvers, identity provider); default $DW_DOMAINS_FILE.")
 token_options = [
-    click.option("--id-token", default=None, help="An ID token bound to this decision (see `dw-dagster approvals token`)."),
+    click.option("--id-token", default=None, help="An ID token bound to this decision (`dw-dagster approvals token` "
+                 "prints one: for a change set, --resume, or --lift-hold ASSET)."),
     click.option("--id-token-file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="A file holding such a token."),
     click.option("--login", is_flag=True, help="Log in at the identity provider now (opens a browser; prints the URL)."),
@@ -109,6 +110,24 @@ def _check_signing_key(instance) -> None:
                                "signed with it would be ignored")
 
 
+def _decidable_or_exit(instance, cs) -> None:
+    """Exit 3 when the change set can take no decision now (decided, expired, done), naming why."""
+    from dw_dagster.ledger import HALTED, PROPOSED, ledger_for
+    from dw_dagster.models import utcnow
+
+    row = ledger_for(instance).change_set_row(cs.id, cs.version)
+    why = None
+    if row is not None and row.state not in (PROPOSED, HALTED):
+        why = f"change set {cs.id} is {row.state}; it takes no decision now"
+    elif ledger_for(instance).active_decision(cs.id, cs.version) is not None:
+        why = f"change set {cs.id} was already decided; a decision is single-use"
+    elif utcnow() >= cs.expires_at:
+        why = f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal"
+    if why:
+        click.echo(f"refused: {why}", err=True)
+        sys.exit(3)
+
+
 def register(main: click.Group) -> None:
     """Add the deciding commands to the ``dw-dagster`` group."""
 
@@ -141,6 +160,7 @@ def register(main: click.Group) -> None:
                 raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r} in this Dagster instance "
                                          "(dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
             _check_signing_key(instance)
+            _decidable_or_exit(instance, cs)  # before anyone logs in for nothing
             token = _token(domains, decision_nonce(cs.id, cs.version, decision), id_token, id_token_file, login, login_hint)
             if not token and not (approver or "").strip():
                 raise click.UsageError("prove who you are: --login, --id-token or --id-token-file "
@@ -157,26 +177,46 @@ def register(main: click.Group) -> None:
         """Tokens for the Launchpad, and the approver's endpoint (review page, Slack buttons)."""
 
     @approvals.command("token")
-    @click.argument("change_set_id")
+    @click.argument("change_set_id", required=False)
     @click.option("--reject", is_flag=True, help="A token for rejecting instead.")
+    @click.option("--resume", "for_resume", is_flag=True, help="A token for lifting the org-wide stop in force "
+                  "(for `dw-dagster resume --id-token` or the dw_resume job).")
+    @click.option("--lift-hold", "lift_asset", default=None, metavar="ASSET",
+                  help="A token for `dw-dagster holds lift CHANGE_SET_ID --asset ASSET`.")
     @click.option("--login-hint", default=None, help="Your email, passed to the provider's login page.")
     @domains_option
     @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
-    def approvals_token(change_set_id, reject, login_hint, domains_file, dagster_home):
-        """Log in and print Launchpad config for ``dw_approve_change_set`` with an ID token bound to this decision.
+    def approvals_token(change_set_id, reject, for_resume, lift_asset, login_hint, domains_file, dagster_home):
+        """Log in and print an ID token bound to one decision: Launchpad config for ``dw_approve_change_set``
+        (the default), or a token for ``resume`` (``--resume``) or ``holds lift`` (``--lift-hold ASSET``).
 
-        The token is good for this decision on this version only and is accepted once, so the copy
-        every Dagster viewer can read in the run's config approves nothing else.
+        The token is good for that one decision only and is accepted once, so the copy every Dagster
+        viewer can read in a run's config decides nothing else.
         """
         from dw_dagster.identity.base import decision_nonce
         from dw_dagster.remediation import records
+        from dw_dagster.remediation.control import active_stop, resume_nonce
 
         domains = _domains(domains_file)
-        decision = "reject" if reject else "approve"
         with _instance(dagster_home) as instance:
+            if for_resume:
+                if active_stop(instance) is None:
+                    raise click.UsageError("no org-wide stop is in force; nothing to lift")
+                token = _token(domains, resume_nonce(instance), None, None, True, login_hint)
+                click.echo(f"ops:\n  dw_lift_stop:\n    config:\n      id_token: {token}\n      reason: ''")
+                return
+            if not change_set_id:
+                raise click.UsageError("name the change set (or give --resume)")
             cs = records.find_change_set(instance, change_set_id.strip())
-        if cs is None:
-            raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r}", param_hint="CHANGE_SET_ID")
+            if cs is None:
+                raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r}", param_hint="CHANGE_SET_ID")
+            if lift_asset:
+                token = _token(domains, decision_nonce(cs.id, cs.version, f"lift-hold:{lift_asset.strip('/')}"), None,
+                               None, True, login_hint)
+                click.echo(token)
+                return
+            _decidable_or_exit(instance, cs)
+        decision = "reject" if reject else "approve"
         token = _token(domains, decision_nonce(cs.id, cs.version, decision), None, None, True, login_hint)
         click.echo(f"ops:\n  dw_record_decision:\n    config:\n      change_set_id: {cs.id}\n      decision: {decision}\n"
                    f"      id_token: {token}\n      comment: ''")
@@ -308,7 +348,7 @@ def register(main: click.Group) -> None:
             except (IdentityError, ApprovalRefused, ValueError) as e:
                 click.echo(f"refused: {e}", err=True)
                 sys.exit(3)
-        click.echo(f"resumed by {state.by} ({state.verified_by}) at {state.at.isoformat()}")
+        click.echo(f"resumed by {state.verified_by} at {state.at.isoformat()}")
 
     @main.group()
     def holds() -> None:
@@ -334,6 +374,13 @@ def register(main: click.Group) -> None:
             cs = records.find_change_set(instance, change_set_id.strip())
             if cs is None:
                 raise click.BadParameter(f"no change set {change_set_id!r}", param_hint="CHANGE_SET_ID")
+            from dw_dagster.ledger import APPROVED, HALTED, RUNNING, ledger_for as _led
+
+            state = _led(instance).change_set_row(cs.id, cs.version).state
+            if state not in (APPROVED, RUNNING, HALTED) or not cs.window or "/".join(cs.target_asset) != asset.strip("/"):
+                click.echo(f"refused: change set {cs.id} ({state}) holds nothing on {asset}: only an approved repair "
+                           "in progress holds its window", err=True)
+                sys.exit(3)
             nonce = decision_nonce(cs.id, cs.version, f"lift-hold:{asset.strip('/')}")
             token = _token(domains, nonce, id_token, id_token_file, login, login_hint)
             if not token:

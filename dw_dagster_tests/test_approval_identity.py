@@ -200,7 +200,7 @@ def test_only_a_verified_operator_lifts_the_stop(world, idp):
     assert stale.returncode == 3 and "nonce" in stale.stderr
     assert active_stop(instance) is not None
     ok = _cli(home, "resume", "--id-token", _login(idp, resume_nonce(instance)), "--domains", str(domains))
-    assert ok.returncode == 0 and f"resumed by {OWNER} ({OWNER} (verified by OIDC issuer" in ok.stdout, ok.stderr
+    assert ok.returncode == 0 and f"resumed by {OWNER} (verified by OIDC issuer" in ok.stdout, ok.stderr
     assert active_stop(instance) is None
 
 

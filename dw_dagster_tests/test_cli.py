@@ -67,7 +67,7 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     typed = subprocess.run([str(BIN / "dw-dagster"), "approve", row["id"], "--approver", "dana.ortiz@grocer.example", *domains],
                            capture_output=True, text=True, env=env, timeout=120)
     assert typed.returncode == 3 and typed.stderr.strip().splitlines()[-1].startswith("refused: ")
-    assert "needs a verified identity" in typed.stderr and "Traceback" not in typed.stderr
+    assert "is applied; it takes no decision now" in typed.stderr and "Traceback" not in typed.stderr
     verify = subprocess.run([str(BIN / "dw-dagster"), "receipts", "verify"], capture_output=True, text=True, env=env, timeout=120)
     assert verify.returncode == 0 and "4 receipt(s) verified" in verify.stdout, verify.stderr[-2000:]
 
@@ -125,9 +125,13 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
         return subprocess.run([dw, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
                               env=_env(**(env or {})))
 
-    nokey = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home))
-    assert nokey.returncode == 2 and "DW_APPROVAL_SIGNING_KEY must hold" in nokey.stderr
-    unknown = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home),
+    nodomains = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home))
+    assert nodomains.returncode == 2 and "no domains file" in nodomains.stderr
+    domains = tmp_path / "domains.yaml"
+    domains.write_text("domains:\n  - name: d\n    assets: [[x]]\n    approvers: [a@b.example]\n")
+    nokey = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home), "--domains", str(domains))
+    assert nokey.returncode == 2 and "DW_APPROVAL_SIGNING_KEY" in nokey.stderr and "must hold" in nokey.stderr
+    unknown = run("approve", "cs-nope", "--approver", "a@b.example", "--dagster-home", str(home), "--domains", str(domains),
                   env={"DW_APPROVAL_SIGNING_KEY": "k" * 32})
     assert unknown.returncode == 2 and "no change set 'cs-nope'" in unknown.stderr
     bad = tmp_path / "m.json"

@@ -240,7 +240,7 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
         raise ApprovalRefused(str(e)) from e
     if not ok:
         current = active_decision(led, cs)
-        who = f"{current.decision} by {current.approver} at {current.decided_at.isoformat()}" if current else "decided"
+        who = f"{PAST[current.decision]} by {current.approver} at {current.decided_at.isoformat()}" if current else "decided"
         raise ApprovalRefused(f"change set {cs.id} version {cs.version[:12]}… was already decided ({who}); "
                               "a decision is single-use")
     return approval, approval_observation(cs, approval)

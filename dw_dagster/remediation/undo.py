@@ -142,7 +142,8 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
 
     Raises:
         UndoError: no such change set, nothing undoable in it, it has not run (no snapshot, no
-            applied step), or an undo of it was already proposed.
+            applied step), or an undo of it is pending or done (a rejected or expired one is
+            proposed anew as ``<id>-undo-<n>``).
     """
     import datetime as dt
 
@@ -164,12 +165,16 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
     steps = _undo_steps(instance, cs) if cs.steps else []
     if cs.steps and not steps and snap is None:
         raise UndoError(f"change set {cs.id} has applied none of its steps; there is nothing to undo")
-    undo_id = f"{cs.id}-undo"
-    if records.find_change_set(instance, undo_id) is not None:
-        raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id})")
-    from dw_dagster.ledger import APPLIED, FAILED, HALTED, ledger_for
+    from dw_dagster.ledger import APPLIED, EXPIRED, FAILED, HALTED, REJECTED, ledger_for
 
-    row = ledger_for(instance).change_set_row(cs.id, cs.version)
+    led = ledger_for(instance)
+    undo_id, attempt = f"{cs.id}-undo", 1
+    while (earlier := led.change_set_row(undo_id)) is not None:
+        if earlier.state not in (REJECTED, EXPIRED):  # pending, running or done: one undo at a time
+            raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id}, {earlier.state})")
+        attempt += 1  # a rejected or expired undo ends; a new proposal is a change set of its own
+        undo_id = f"{cs.id}-undo-{attempt}"
+    row = led.change_set_row(cs.id, cs.version)
     if row is None or row.state not in (APPLIED, FAILED, HALTED):
         raise UndoError(f"change set {cs.id} is {row.state if row else 'unknown'}; only a repair that ran (applied, "
                         "failed or halted) is undone")

@@ -237,7 +237,7 @@ def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, chan
         if ok:
             raise DemoError(f"approve: {who} must be refused")
         refused.append({"approver": who, "reason": msg})
-        log("approve", f"REFUSED {who}: {clip(msg, 100)}")
+        log("approve", f"REFUSED {who}: {clip(msg, 200)}")
     if daemon.tick("dw_remediation_sensor").run_ids:
         raise DemoError("approve: a repair ran before any approval")
     token = demo_login(domains_file, change_set_id, owner, instance)

@@ -1,4 +1,4 @@
-"""ATTACK FOUND (fails today): tickets handed out by a dry run still run during an org-wide stop.
+"""An attack found in review (it worked before the fix; the test keeps it refused): tickets handed out by a dry run still run during an org-wide stop.
 
 GraphQL ``sensorDryRun`` (the UI's "Test sensor" button, open to anyone who may start sensors)
 evaluates the remediation sensor in the code server against the real instance: the sensor issues

@@ -1,4 +1,4 @@
-"""ATTACK FOUND (fails today): any UI user blocks an approved repair by squatting its run key.
+"""An attack found in review (it worked before the fix; the test keeps it refused): any UI user blocks an approved repair by squatting its run key.
 
 Run keys are ``<change set>:<version[:16]>:<stage>``: predictable as soon as the change set is
 proposed (the ledger, the ``dw/change_set`` observation). A colleague launches any run they may

@@ -1,4 +1,4 @@
-"""ATTACK FOUND (fails today): partition tags the guard does not read.
+"""An attack found in review (it worked before the fix; the test keeps it refused): partition tags the guard does not read.
 
 Dagster 1.13's execution context takes a run's partition from any ``dagster/partition/<dimension>``
 tag *before* ``dagster/partition`` and the range tags (``PlanExecutionContext.partition_key`` /

@@ -1,4 +1,4 @@
-"""ATTACK FOUND (fails today): the incident sensor can be silenced from the UI.
+"""An attack found in review (it worked before the fix; the test keeps it refused): the incident sensor can be silenced from the UI.
 
 ``build_check_incident_sensor`` promises "exactly one Incident per new failing evaluation", but it
 reads only the *latest* evaluation of each check and trusts its cursor:

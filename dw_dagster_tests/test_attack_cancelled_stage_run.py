@@ -1,9 +1,9 @@
-"""ATTACK FOUND (fails today): a cancelled stage run wedges the repair for good.
+"""An attack found in review (it worked before the fix; the test keeps it refused): a cancelled stage run wedges the repair for good.
 
 README rule 2: "a run cancelled while queued (an org-wide stop) gets a fresh ticket, since nothing
 ran"; rule 4: "A repair that changed data always ends with a receipt". Anyone in the UI can press
 Terminate on a queued or running repair run (GraphQL ``terminateRun``), and ``dw-dagster stop``
-cancels queued repair runs itself. Today:
+cancels queued repair runs itself. Before the fix:
 
 1. ``_Tick._reconcile`` reads ``run.start_time`` on the cancelled ``DagsterRun``; Dagster 1.13's
    ``DagsterRun`` has no such attribute (it is on the run *record*), so every tick raises
