@@ -12,19 +12,18 @@ Screenshots are saved under each test's ``tmp_path``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import json
 import re
-import socket
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import dagster as dg
 import httpx
 import pytest
+
+from dw_dagster_tests.asgi_server import serve
 
 from dw_dagster import constants as c
 from dw_dagster.approvals_server import SESSION_COOKIE, build_app
@@ -52,29 +51,6 @@ DIFF = """diff --git a/pipelines/store_sales_line.yaml b/pipelines/store_sales_l
 +lookback_hours: 72
 """
 STEP_SQL = "ALTER TABLE store_sales_line ADD COLUMN posted_ts TIMESTAMP"
-
-
-@contextlib.contextmanager
-def serve(make_app):
-    """Run ``make_app(base_url)`` with uvicorn in a thread on a free loopback port; yield the base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(make_app(base), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the approvals server did not start"
-        time.sleep(0.02)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ server (:mod:`dw_dagster.approvals_server`, uvicorn in a thread), which looks th
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import itertools
 import json
@@ -19,7 +18,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlencode
@@ -27,6 +25,8 @@ from urllib.parse import urlencode
 import dagster as dg
 import httpx
 import pytest
+
+from dw_dagster_tests.asgi_server import serve
 
 from dw_dagster import constants as c
 from dw_dagster.approvals_server import build_app
@@ -51,29 +51,6 @@ USERS = {
     "U0NOEMAIL1": {"name": "no.email"},
 }
 _ids = itertools.count(1)
-
-
-@contextlib.contextmanager
-def serve(make_app):
-    """Run ``make_app(base_url)`` with uvicorn in a thread on a free loopback port; yield the base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(make_app(base), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the approvals server did not start"
-        time.sleep(0.02)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

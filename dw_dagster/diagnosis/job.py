@@ -43,7 +43,7 @@ from dw_dagster.loads import IncrementalLoadSpec
 from dw_dagster.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
 from dw_dagster.remediation import records
 from dw_dagster.remediation.change_sets import change_set_observation, record_proposal
-from dw_dagster.remediation.proposals import DbtCountTest, ProposalError, change_set_markdown, propose_watermark_fix
+from dw_dagster.remediation.proposals import DbtCountTest, ProposalError, propose_watermark_fix
 
 DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
 

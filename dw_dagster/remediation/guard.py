@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from dw_dagster import constants as c
 from dw_dagster.ledger import APPROVED, HALTED, RUNNING, STARTED, Ledger, LedgerError, asset_str, ledger_for
 
 TICKET_TAG = "dw/ticket"

@@ -45,7 +45,6 @@ from dw_dagster.ledger import (
     ACTIVE_STATES,
     APPLIED,
     APPROVED,
-    CLOSED,
     DIAGNOSIS_FAILED,
     FAILED,
     HALTED,

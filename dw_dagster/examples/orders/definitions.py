@@ -35,7 +35,6 @@ import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets, get_asset_key_for_model
 from pydantic import Field
 
-from dw_dagster import constants as c
 from dw_dagster.checks import build_dead_letter_check, build_volume_check
 from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.databases import Database, DatabaseResource, DuckDBDatabase
