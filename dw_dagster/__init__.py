@@ -9,6 +9,10 @@ from dw_dagster.checks import (
     build_volume_check,
 )
 from dw_dagster.checks.rowdiff import row_diff, row_diff_across
+from dw_dagster.components import DataOpsComponent
+from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
+from dw_dagster.definitions import build_dw_definitions
+from dw_dagster.errors import DwConfigError, DwDagsterError
 from dw_dagster.databases import Database, DatabaseResource, database_from_url
 from dw_dagster.diagnosis import (
     DeadLetterTable,
@@ -30,7 +34,7 @@ from dw_dagster.domains import Domain, Domains, load_domains
 from dw_dagster.lineage import blast_radius, dbt_ls, lineage_graph, manifest_graph, select_nodes
 from dw_dagster.lightup import LightupClient, LightupResource
 from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
-from dw_dagster.loads import IncrementalLoadSpec, PipelineRepoResource, load_partition
+from dw_dagster.loads import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
 from dw_dagster.migrations import (
     AddColumn,
     DropColumn,
@@ -57,7 +61,11 @@ from dw_dagster.remediation import (
     build_receipt_job,
     build_remediation_sensor,
 )
-from dw_dagster.remediation.approval import decide
+from dw_dagster.remediation import records
+from dw_dagster.remediation.approval import approve_in_process, decide
+from dw_dagster.remediation.receipt_chain import verify_receipts
+from dw_dagster.remediation.replay_checks import build_replay_checks
+from dw_dagster.sink_table import SinkTable
 from dw_dagster.remediation.change_sets import propose
 from dw_dagster.remediation.guard import GuardedRunCoordinator, guarded_executor
 from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
@@ -69,6 +77,20 @@ from dw_dagster.version import __version__
 from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
 
 __all__ = [
+    "DataOpsComponent",
+    "DataOpsConfig",
+    "DwConfigError",
+    "DwDagsterError",
+    "LoadError",
+    "LoadResult",
+    "SinkTable",
+    "WatchedAssetConfig",
+    "approve_in_process",
+    "build_dw_definitions",
+    "build_replay_checks",
+    "load_metadata",
+    "records",
+    "verify_receipts",
     "GuardedRunCoordinator",
     "IdentityError",
     "Ledger",

@@ -10,11 +10,12 @@ snapshot, row counts) so that :mod:`dw_dagster.diagnosis.watermark` can later ex
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
-import re
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlglot import exp
 
@@ -95,27 +96,90 @@ class LoadResult(BaseModel):
     rows_updated: int
 
 
-def _ddl_from_source(spec: IncrementalLoadSpec) -> str:
-    # The example's target mirrors the source columns; types fixed by the POS contract.
-    types = {
-        "sales_line_id": "BIGINT",
-        "store_id": "INTEGER",
-        "region": "VARCHAR",
-        "sale_ts": "TIMESTAMP",
-        "posted_ts": "TIMESTAMP",
-        "net_sales": "DECIMAL(18,2)",
-    }
-    cols = ", ".join(f"{sql.identifier(c).sql('duckdb')} {types.get(c, 'VARCHAR')}" for c in spec.columns)
+class LoadError(RuntimeError):
+    """A load cannot run as configured (nothing was written)."""
+
+
+def _ddl_from_source(source: Database, spec: IncrementalLoadSpec) -> str:
+    """``CREATE TABLE`` of the target with the loaded columns' types as the source's catalog has them."""
+    from dw_dagster.migrations import MigrationError, read_table_schema
+
+    try:
+        schema = read_table_schema(source, spec.source_table)
+    except MigrationError as e:
+        raise LoadError(f"the target {spec.target_table} does not exist and the source's catalog cannot give the column "
+                        f"types to create it ({e}); create {spec.target_table} first") from e
+    types = {c.name.lower(): c.type for c in schema.columns}
+    missing = [c for c in spec.columns if c.lower() not in types]
+    if missing:
+        raise LoadError(f"the target {spec.target_table} does not exist and the source {spec.source_table} has no "
+                        f"column(s) {missing} to take the types from; create {spec.target_table} first")
+    cols = ", ".join(f"{sql.identifier(c).sql('duckdb')} "
+                     f"{exp.DataType.build(types[c.lower()], dialect=source.dialect).sql('duckdb')}" for c in spec.columns)
     return f"CREATE TABLE IF NOT EXISTS {sql.table(spec.target_table).sql('duckdb')} ({cols})"
 
 
-def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec) -> None:
-    """Create the target schema and table if they do not exist."""
+def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec, source: Database | None = None) -> None:
+    """Create the target schema and table if they do not exist, with the source catalog's column types.
+
+    Raises:
+        LoadError: the target is missing and no source (or no source catalog entry) gives its types;
+            a table of guessed types is never created.
+    """
     t = sql.table(spec.target_table)
+    exists = warehouse.fetch_all(sql.render(
+        "SELECT count(*) FROM information_schema.tables WHERE lower(table_name) = lower(:n)"
+        + (" AND lower(table_schema) = lower(:s)" if t.db else ""), "duckdb",
+        n=sql.literal(t.name), s=sql.literal(t.db)))[0][0]
+    if exists:
+        return
+    if source is None:
+        raise LoadError(f"the target {spec.target_table} does not exist; create it first")
+    ddl = _ddl_from_source(source, spec)
     if t.db:
         schema = ".".join(p.sql("duckdb") for p in (t.args.get("catalog"), t.args["db"]) if p is not None)
         warehouse.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-    warehouse.execute(_ddl_from_source(spec))
+    warehouse.execute(ddl)
+
+
+def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None) -> dict[str, Any]:
+    """The materialization metadata that records what a load read, for the late-rows diagnosis.
+
+    Any asset that loads incrementally can record its loads this way (whatever does the loading):
+    return ``dg.MaterializeResult(metadata=load_metadata([...]))`` with one :class:`LoadResult`
+    per partition the run loaded.
+
+    Args:
+        results: one per loaded partition: the partition key and its window, the watermark
+            column, the high-watermark before the load and the low bound it read above, the
+            lookback, the source's newest arrival time when the load started, and the row counts.
+        row_count: the table's rows after the load (``dagster/row_count``), if known.
+
+    Returns:
+        ``{"dw/loads": {partition_key: LoadResult as JSON}, "dw/watermark_column", "dw/lookback_hours",
+        "dw/rows_read", "dw/rows_inserted"[, "dagster/row_count"]}``.
+
+    Raises:
+        ValueError: no results, or results of different watermark columns.
+    """
+    from dw_dagster import constants as c
+
+    results = list(results)
+    if not results:
+        raise ValueError("load_metadata needs at least one LoadResult")
+    if len({r.watermark_column for r in results}) > 1:
+        raise ValueError("the loads name different watermark columns")
+    loads = {r.partition_key: r.model_dump(mode="json") for r in results}
+    md: dict[str, Any] = {
+        "dw/loads": dg.MetadataValue.json(loads),
+        c.WATERMARK_COLUMN_KEY: results[0].watermark_column,
+        c.LOOKBACK_HOURS_KEY: results[0].lookback_hours,
+        c.ROWS_READ_KEY: sum(r.rows_read for r in results),
+        c.ROWS_INSERTED_KEY: sum(r.rows_inserted for r in results),
+    }
+    if row_count is not None:
+        md["dagster/row_count"] = int(row_count)
+    return md
 
 
 def load_partition(
@@ -143,7 +207,7 @@ def load_partition(
     Raises:
         dw_dagster.databases.DatabaseError: when a query fails on either side.
     """
-    ensure_target(warehouse, spec)
+    ensure_target(warehouse, spec, source)
     target = sql.table(spec.target_table)
     hwm = warehouse.fetch_all(
         sql.render("SELECT max(:wm) FROM :t", "duckdb", wm=sql.column(spec.watermark_column), t=target)

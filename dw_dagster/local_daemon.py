@@ -12,9 +12,14 @@ coordinator would, and records the end of the stage it held, as the guarded exec
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 
 import dagster as dg
+
+#: the Definitions of the run being executed in process (a run worker has its repository instead)
+CURRENT_DEFINITIONS: contextvars.ContextVar[dg.Definitions | None] = contextvars.ContextVar("dw_current_definitions",
+                                                                                            default=None)
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -67,7 +72,16 @@ class LocalSensorDaemon:
         except RunRefused as e:
             self.refusals.append(e.description)
             return run_id, False
-        result = job.execute_in_process(
+        token = CURRENT_DEFINITIONS.set(self.defs)
+        try:
+            result = self._run(job, rr, tags, selection, run_id)
+        finally:
+            CURRENT_DEFINITIONS.reset(token)
+        finish_run_stage(self.instance, result.run_id, tags.get(TICKET_TAG), result.success)
+        return result.run_id, result.success
+
+    def _run(self, job, rr: dg.RunRequest, tags: dict, selection, run_id: str):
+        return job.execute_in_process(
             instance=self.instance,
             run_config={**(rr.run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}},
             tags=tags,
@@ -76,8 +90,6 @@ class LocalSensorDaemon:
             raise_on_error=False,
             run_id=run_id,
         )
-        finish_run_stage(self.instance, result.run_id, tags.get(TICKET_TAG), result.success)
-        return result.run_id, result.success
 
     def tick(self, sensor_name: str) -> TickResult:
         """Evaluate one tick of ``sensor_name`` and run what it requests, in order."""
@@ -101,3 +113,16 @@ class LocalSensorDaemon:
             run_id, ok = self._execute(sensor_name, rr)
             (out.run_ids if ok else out.failed_run_ids).append(run_id)
         return out
+
+
+def asset_graph_of(context, fallback=None):
+    """The asset graph of the code location a run or sensor belongs to: its repository's, else the
+    in-process run's definitions (:class:`LocalSensorDaemon`), else ``fallback()``; None if none."""
+    try:
+        return context.repository_def.asset_graph
+    except Exception:  # noqa: BLE001 - an in-process run has no repository on its context
+        pass
+    defs = CURRENT_DEFINITIONS.get()
+    if defs is not None:
+        return defs.resolve_asset_graph()
+    return fallback() if fallback is not None else None

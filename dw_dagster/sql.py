@@ -8,6 +8,7 @@ and the result is transpiled to the dialect of the database that runs it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
@@ -113,3 +114,33 @@ def values_table(alias: str, columns: Sequence[str], rows: Sequence[Sequence[obj
         columns=list(columns),
     )
 
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def check_name(name: str, what: str = "identifier") -> str:
+    """Return ``name`` if it is a plain SQL name (letters, digits, ``_``; not starting with a digit; ≤ 64).
+
+    Names from configuration (schemas, tables, columns) must pass this before they are built
+    into SQL with sqlglot; anything else is refused rather than quoted.
+
+    Raises:
+        dw_dagster.UnsafeIdentifierError: ``name`` is not a plain name.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise UnsafeIdentifierError(f"{what} {name!r} is not a plain name (letters, digits, _; max 64)")
+    return name
+
+
+def check_table_name(name: str, what: str = "table") -> str:
+    """Return ``name`` if it is ``schema.table`` (or ``catalog.schema.table``) of plain names.
+
+    Raises:
+        dw_dagster.UnsafeIdentifierError: a part is not a plain name, or not 2–3 parts.
+    """
+    parts = name.split(".") if isinstance(name, str) else []
+    if not 2 <= len(parts) <= 3:
+        raise UnsafeIdentifierError(f"{what} {name!r} must be schema.table")
+    for p in parts:
+        check_name(p, what)
+    return name

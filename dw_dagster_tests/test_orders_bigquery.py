@@ -44,8 +44,8 @@ from dw_dagster.diagnosis.dead_letter import DeadLetterTable, diagnose_required_
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import generator as g
 from dw_dagster.examples.orders import sink as sk
-from dw_dagster.examples.orders.diagnosis import column_modes
-from dw_dagster.examples.orders.replay import ReplayRefused, ReplaySpec, classify, replay_dead_letter, verify_replay
+from dw_dagster.diagnosis.dead_letter_sink import column_modes
+from dw_dagster.remediation.replay import ReplayRefused, ReplaySpec, classify, replay_dead_letter, verify_replay
 from dw_dagster.examples.orders.source import write_source
 from dw_dagster.examples.orders.verify import gift_card_gmv_compare
 from dw_dagster.migrations import MigrationRefused, SetNullability, apply_migration, check_guards, generate_migration, read_table_schema
@@ -148,7 +148,7 @@ def bq(bqemulator_server, tmp_path_factory):
         out.migrated_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         # the guarded replay; REQUIRED after the relax given (GAP_ALTER_SCHEMA)
         out.required_after = [c for c in required if c != "shipping_country"]
-        spec0 = ReplaySpec.for_sink_table(expected_rows=0, reasons=[REASON], parked_until=out.migrated_at)
+        spec0 = ReplaySpec.for_sink_table(sk.ORDERS_TABLE, expected_rows=0, reasons=[REASON], parked_until=out.migrated_at)
         out.proposal = classify(db, spec0, "cs-bq", required_columns=out.required_after)
         out.spec = spec = spec0.model_copy(update={"expected_rows": out.proposal.new})
         try:

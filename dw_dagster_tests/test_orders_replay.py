@@ -16,7 +16,7 @@ from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import generator as g
 from dw_dagster.examples.orders import sink as sk
-from dw_dagster.examples.orders.replay import (
+from dw_dagster.remediation.replay import (
     ReplayRefused,
     ReplaySpec,
     classify,
@@ -181,7 +181,7 @@ def test_selection_bounds(db):
     assert classify(db, spec(0, parked_since=earliest), "cs-a").selected == PARKED
     other = ReplaySpec.for_sink_table(sk.ORDERS_TABLE, expected_rows=0, reasons=["currency: missing required field"])
     assert classify(db, other, "cs-a").selected == 0
-    assert classify(db, ReplaySpec.for_sink_table(expected_rows=0), "cs-a").selected == PARKED  # any reason
+    assert classify(db, ReplaySpec.for_sink_table(sk.ORDERS_TABLE, expected_rows=0), "cs-a").selected == PARKED  # any reason
 
 
 def test_pushed_down_sql_for_each_warehouse(db):
@@ -220,5 +220,5 @@ def test_hostile_column_names_are_refused(bad):
 
 def test_reasons_are_literals_not_sql(db):
     db.execute(RELAX)
-    hostile = ReplaySpec.for_sink_table(expected_rows=0, reasons=["x' OR 1=1 --"])
+    hostile = ReplaySpec.for_sink_table(sk.ORDERS_TABLE, expected_rows=0, reasons=["x' OR 1=1 --"])
     assert classify(db, hostile, "cs-'a").selected == 0

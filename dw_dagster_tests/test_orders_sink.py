@@ -1,6 +1,7 @@
 """The orders sink on the replayed change stream: dead-letter parking, the 9 % day, idempotence,
 positions, the generic (VALUES + MERGE) path on PostgreSQL, payload replay helpers, hostile names."""
 
+import dataclasses
 import datetime as dt
 import itertools
 import uuid
@@ -178,7 +179,7 @@ def test_postgres_warehouse(postgres):
     """The same sink on PostgreSQL 15 (inline VALUES, MERGE), in a schema of its own."""
     scale = 0.002
     schema = f"t_{uuid.uuid4().hex[:10]}"
-    table = sk.SinkTable(table=f"{schema}.orders", dead_letter_table=f"{schema}.orders_dlq",
+    table = dataclasses.replace(sk.ORDERS_TABLE, table=f"{schema}.orders", dead_letter_table=f"{schema}.orders_dlq",
                          state_table=f"{schema}.orders_cdc_state")
     try:
         sink = sk.CdcSink(postgres, table, batch_rows=1_500)
@@ -238,11 +239,11 @@ def test_coerce_row_reasons():
                                  "analytics.orders OR 1=1"])
 def test_hostile_table_names_are_refused(bad):
     with pytest.raises(sql.UnsafeIdentifierError):
-        sk.SinkTable(table=bad)
+        dataclasses.replace(sk.ORDERS_TABLE, table=bad)
     with pytest.raises(sql.UnsafeIdentifierError):
-        sk.SinkTable(dead_letter_table=bad)
+        dataclasses.replace(sk.ORDERS_TABLE, dead_letter_table=bad)
     with pytest.raises(sql.UnsafeIdentifierError):
-        sk.SinkTable(state_table=bad)
+        dataclasses.replace(sk.ORDERS_TABLE, state_table=bad)
 
 
 @pytest.mark.parametrize("bad", ["order_id; DROP TABLE x", "ship`country", "a b", "", "x" * 65, "1col", 'c"'])
@@ -250,7 +251,7 @@ def test_hostile_column_and_source_names_are_refused(bad):
     with pytest.raises(sql.UnsafeIdentifierError):
         sk.Column(bad, "VARCHAR")
     with pytest.raises(sql.UnsafeIdentifierError):
-        sk.SinkTable(key=bad)
+        dataclasses.replace(sk.ORDERS_TABLE, key=bad)
     with pytest.raises(sql.UnsafeIdentifierError):
         cdc.ReplaySource(0.001, table=bad)
     conn = cdc.MySQLConnection(port=1)  # never reached: names are checked before connecting
@@ -264,11 +265,11 @@ def test_hostile_column_and_source_names_are_refused(bad):
 
 def test_table_spec_validation():
     with pytest.raises(ValueError, match="not a column"):
-        sk.SinkTable(key="nope")
+        dataclasses.replace(sk.ORDERS_TABLE, key="nope")
     with pytest.raises(ValueError, match="unsupported column type"):
         sk.Column("x", "STRUCT(a INT)")
     with pytest.raises(ValueError, match="used by the sink"):
-        sk.SinkTable(columns=(*sk.ORDERS_COLUMNS, sk.Column("dw_op", "VARCHAR")))
+        dataclasses.replace(sk.ORDERS_TABLE, columns=(*sk.ORDERS_COLUMNS, sk.Column("dw_op", "VARCHAR")))
     relaxed = sk.ORDERS_TABLE.with_nullable("shipping_country")
     assert "shipping_country" not in relaxed.required and "shipping_country" in sk.ORDERS_TABLE.required
     with pytest.raises(ValueError):

@@ -51,6 +51,7 @@ def build_dead_letter_check(
     lookback_hours: float = 24,
     max_rows: int = 0,
     since: Callable[[], dt.datetime] | None = None,
+    prepare: Callable[[Database], None] | None = None,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
 ) -> dg.AssetChecksDefinition:
@@ -64,6 +65,8 @@ def build_dead_letter_check(
         lookback_hours: the window when ``since`` is not given (hours before now, UTC).
         max_rows: rows allowed in the window (default 0).
         since: returns the start of the window (UTC); overrides ``lookback_hours``.
+        prepare: called with the database before counting (e.g. to create a view of the rows
+            still waiting, :func:`dw_dagster.remediation.replay.ensure_replay_tables`).
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/parked_rows`` (rows), ``dw/reasons`` (table).
@@ -82,6 +85,8 @@ def build_dead_letter_check(
                     description=f"At most {max_rows} rows parked in {table} in the last {lookback_hours} h, by {reason_column}.")
     def _dead_letter(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
+        if prepare is not None:
+            prepare(db)
         start = since() if since else dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=lookback_hours)
         start = start.astimezone(dt.timezone.utc).replace(tzinfo=None) if start.tzinfo else start
         reasons, q = parked_rows(db, table, timestamp_column, reason_column, start)

@@ -36,8 +36,9 @@ from dw_dagster.diagnosis.schema_change import required_columns as catalog_requi
 from dw_dagster.diagnosis.upstream import diagnose_upstream, upstream_keys
 from dw_dagster.diagnosis.watermark import KIND as WATERMARK_KIND
 from dw_dagster.diagnosis.watermark import PartitionLoad, diagnose_late_rows
-from dw_dagster.domains import DomainsSource, domain_for, load_domains
+from dw_dagster.domains import DomainsSource, domain_for, resolve_domains
 from dw_dagster.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, asset_str, ledger_for
+from dw_dagster.local_daemon import asset_graph_of
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.loads import IncrementalLoadSpec
 from dw_dagster.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
@@ -142,6 +143,17 @@ def build_diagnosis_job(
     return _job
 
 
+def dbt_blast_radius(manifest_path: Callable[[], Path] | None, asset: dg.AssetKey,
+                     dbt_asset_keys: Mapping[str, Sequence[str]]) -> BlastRadius:
+    """What the dbt project has downstream of ``asset`` (its source node): models, tests, exposures,
+    owners; empty when there is no manifest or the asset is no dbt source."""
+    if manifest_path is None:
+        return BlastRadius(root="(no dbt project)")
+    graph = manifest_graph(load_manifest(manifest_path()))
+    src = source_for_asset_key(graph, asset.path)
+    return blast_radius(graph, [src], {u: list(k) for u, k in dbt_asset_keys.items()}) if src else BlastRadius(root="(none)")
+
+
 def _naive(v) -> dt.datetime | None:
     if v is None:
         return None
@@ -157,9 +169,11 @@ class IncrementalLoadDiagnoser:
         target_asset: the loaded asset.
         source_resource_key, target_resource_key: ``DatabaseResource`` keys of source and warehouse.
         pipeline_root: the pipeline repository working copy; ``pipeline_file`` is relative to it.
-        manifest_path: a callable returning the dbt ``manifest.json`` path (read at diagnosis time).
-        partitions_def: the asset's daily partitions.
-        domains_file: the domains YAML (approvers, caps).
+        manifest_path: a callable returning the dbt ``manifest.json`` path (read at diagnosis time);
+            None when the project has no dbt (empty blast radius).
+        partitions_def: the asset's time-window partitions; None reads them from the code location's
+            asset graph when the incident is diagnosed.
+        domains_file: the domains (approvers, caps): any :data:`~dw_dagster.domains.DomainsSource`.
         dbt_asset_keys: dbt unique id → Dagster asset key path, for the rebuild.
         verify_checks: ``[*asset key, check name]`` of the checks that prove a repair.
         group_by: breakdown columns for the evidence (e.g. ``["store_id"]``).
@@ -187,9 +201,9 @@ class IncrementalLoadDiagnoser:
     target_resource_key: str
     pipeline_root: Callable[[], Path]
     pipeline_file: str
-    manifest_path: Callable[[], Path]
-    partitions_def: dg.TimeWindowPartitionsDefinition
-    domains_file: Callable[[], Path]
+    manifest_path: Callable[[], Path] | None
+    partitions_def: dg.TimeWindowPartitionsDefinition | None
+    domains_file: DomainsSource
     dbt_asset_keys: Mapping[str, Sequence[str]]
     verify_checks: Sequence[Sequence[str]]
     group_by: Sequence[str] = ()
@@ -207,6 +221,16 @@ class IncrementalLoadDiagnoser:
     history: bool = True
     scan_days: int = 7
 
+    def _partitions(self, context) -> dg.PartitionsDefinition:
+        if self.partitions_def is not None:
+            return self.partitions_def
+        graph = asset_graph_of(context, self.asset_graph)
+        pdef = graph.get(self.target_asset).partitions_def if graph is not None and graph.has(self.target_asset) else None
+        if pdef is None:
+            raise dg.Failure(description=f"{self.target_asset.to_user_string()} has no partitions in this code location: "
+                             "a watermark fix reruns a window of partitions")
+        return pdef
+
     def _scan_window(self, incident: Incident, loads_meta: Mapping[str, Mapping]) -> tuple[dt.datetime, dt.datetime] | None:
         """The incident's window (naive UTC), else the span of the latest ``scan_days`` loaded partitions."""
         if incident.window_start is not None and incident.window_end is not None:
@@ -222,8 +246,9 @@ class IncrementalLoadDiagnoser:
         found = []
         partition_keys = None
         if window is not None:
-            partition_keys = [k for k in self.partitions_def.get_partition_keys()
-                              if window[0] <= _naive(self.partitions_def.time_window_for_partition_key(k).start) < window[1]]
+            pdef = self._partitions(context)
+            partition_keys = [k for k in pdef.get_partition_keys()
+                              if window[0] <= _naive(pdef.time_window_for_partition_key(k).start) < window[1]]
 
         def attempt(name, fn):
             try:
@@ -256,10 +281,7 @@ class IncrementalLoadDiagnoser:
                 window=window, gap_rows=incident.gap_rows, instance=context.instance, asset_key=self.target_asset))
         graph = None
         if self.check_upstream or self.check_schema:
-            try:
-                graph = context.repository_def.asset_graph
-            except Exception:  # a job executed in process has no repository on its step context
-                graph = self.asset_graph() if self.asset_graph is not None else None
+            graph = asset_graph_of(context, self.asset_graph)
             if graph is None:
                 context.log.warning("no asset graph (the run has no repository; give IncrementalLoadDiagnoser "
                                     "asset_graph=defs.resolve_asset_graph): upstream causes not tested")
@@ -297,9 +319,7 @@ class IncrementalLoadDiagnoser:
         if self.history and causes:
             top = max(range(len(causes)), key=lambda i: causes[i].explained_rows)
             causes[top] = attach_history(causes[top], context.instance, self.target_asset, incident.id)
-        graph = manifest_graph(load_manifest(self.manifest_path()))
-        src = source_for_asset_key(graph, self.target_asset.path)
-        br = blast_radius(graph, [src], {u: list(k) for u, k in self.dbt_asset_keys.items()}) if src else BlastRadius(root="(none)")
+        br = dbt_blast_radius(self.manifest_path, self.target_asset, self.dbt_asset_keys)
         diagnosis = Diagnosis(
             id="dg-" + stable_hash([incident.id, [f.model_dump(mode="json", exclude={"evidence"}) for f in causes]], 10),
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=causes,
@@ -313,11 +333,11 @@ class IncrementalLoadDiagnoser:
             context.log.warning(f"Primary cause {primary.kind}: no automatic change set for it; "
                                 f"{primary.details.get('remediation') or 'see the diagnosis'}")
             return diagnosis, None
-        domain = load_domains(self.domains_file()).for_asset(self.target_asset.path)
+        domain = resolve_domains(self.domains_file).for_asset(self.target_asset.path)
         try:
             cs = propose_watermark_fix(
                 incident=incident, diagnosis=diagnosis, finding=primary, domain=domain,
-                pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self.partitions_def,
+                pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self._partitions(context),
                 rebuild_assets=[m.asset_key for m in br.models if m.asset_key], verify_checks=self.verify_checks,
                 dbt_test=self.dbt_test,
                 undo=UndoPlan(resource_key=self.target_resource_key, table=spec.target_table,

@@ -22,7 +22,7 @@ def _job(name: str, kind: str, selection, partitions_def=None, description: str 
 
 
 def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSelection,
-                     partitions_def: dg.PartitionsDefinition, *, description: str | None = None,
+                     partitions_def: dg.PartitionsDefinition | None, *, description: str | None = None,
                      executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The job that reruns an approved window of partitions (stage ``window-<n>``; assets need
     ``BackfillPolicy.single_run()`` so one run covers the range)."""

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from dw_dagster.local_daemon import asset_graph_of
+
 from dw_dagster import constants as c
 from dw_dagster.domains import DomainsFileError, DomainsSource, domain_for, resolve_domains
 from dw_dagster.ledger import (
@@ -387,6 +389,7 @@ def _changes_data(stage: str, steps: Mapping[str, int]) -> bool:
 def build_remediation_sensor(
     *,
     partitions_def: dg.PartitionsDefinition | None = None,
+    partitions_of: "dg.AssetKey | None" = None,
     window_job: "dg.JobDefinition | None" = None,
     rebuild_job: "dg.JobDefinition",
     verify_job: "dg.JobDefinition",
@@ -405,6 +408,8 @@ def build_remediation_sensor(
     Args:
         partitions_def: the partitions definition of the repaired assets (orders the window);
             None when the location's change sets never rerun partitions.
+        partitions_of: without ``partitions_def``, the asset whose partitions order the window,
+            read from the code location at each tick.
         window_job: a partitioned asset job holding the repaired asset; None likewise (a change
             set with a window then waits, naming the missing job).
         rebuild_job: an asset job holding the downstream assets to rebuild; each run selects the
@@ -444,7 +449,12 @@ def build_remediation_sensor(
         except DomainsFileError as e:  # a broken domains file never grants anything
             return dg.SkipReason(f"domains file unreadable, nothing dispatched: {e}"[:1000])
         led = ledger_for(instance)
-        ordered = partitions_def.get_partition_keys() if partitions_def is not None else []
+        pdef = partitions_def
+        if pdef is None and partitions_of is not None:
+            graph = asset_graph_of(context)
+            key = dg.AssetKey(partitions_of) if not isinstance(partitions_of, dg.AssetKey) else partitions_of
+            pdef = graph.get(key).partitions_def if graph is not None and graph.has(key) else None
+        ordered = pdef.get_partition_keys() if pdef is not None else []
         rows = led.change_set_rows(states=ACTIVE_STATES)
         keys = [(r.change_set_id, r.version) for r in rows]
         decisions = led.active_decisions(keys)

@@ -39,6 +39,7 @@ from typing import Literal, Protocol
 from urllib.parse import unquote, urlsplit
 
 from dw_dagster import sql
+from dw_dagster.sql import check_name, check_table_name
 from dw_dagster.examples.orders import generator as gen
 
 Op = Literal["insert", "update", "delete"]
@@ -47,37 +48,6 @@ SOURCE_SCHEMA = "shop"
 SOURCE_TABLE = "orders"
 #: server id this reader registers with (must differ from the server's and every replica's)
 DEFAULT_SERVER_ID = 4271
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-
-
-def check_name(name: str, what: str = "identifier") -> str:
-    """Return ``name`` if it is a plain SQL name (letters, digits, ``_``; not starting with a digit; ≤ 64).
-
-    Names from configuration (schemas, tables, columns) must pass this before they are built
-    into SQL with sqlglot; anything else is refused rather than quoted.
-
-    Raises:
-        dw_dagster.sql.UnsafeIdentifierError: ``name`` is not a plain name.
-    """
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise sql.UnsafeIdentifierError(f"{what} {name!r} is not a plain name (letters, digits, _; max 64)")
-    return name
-
-
-def check_table_name(name: str, what: str = "table") -> str:
-    """Return ``name`` if it is ``schema.table`` (or ``catalog.schema.table``) of plain names.
-
-    Raises:
-        dw_dagster.sql.UnsafeIdentifierError: a part is not a plain name, or not 2–3 parts.
-    """
-    parts = name.split(".") if isinstance(name, str) else []
-    if not 2 <= len(parts) <= 3:
-        raise sql.UnsafeIdentifierError(f"{what} {name!r} must be schema.table")
-    for p in parts:
-        check_name(p, what)
-    return name
-
 
 @dataclass(frozen=True, order=True)
 class SourcePosition:

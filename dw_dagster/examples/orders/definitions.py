@@ -19,7 +19,7 @@ What it holds (``shared/design/DESIGN.md`` §3, orders stream):
   and ``dead_letter`` (rows parked in the last 24 h and not replayed: the view
   ``analytics.orders_dlq_pending``) on ``orders``; the incident sensor turns a
   failure into one incident and a run of the diagnosis job
-  (:class:`~dw_dagster.examples.orders.diagnosis.DeadLetterDiagnoser`);
+  (:class:`~dw_dagster.diagnosis.dead_letter_sink.DeadLetterDiagnoser`);
 - repair: the approval job, the remediation sensor with the ``migration`` and ``replay`` step
   jobs, the rebuild of the finance_daily models, the verification checks
   (``parked_rows_replayed``, ``no_new_dead_letters``, ``daily_volume``, ``dead_letter`` on ``orders``;
@@ -42,8 +42,8 @@ from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
-from dw_dagster.examples.orders.diagnosis import DeadLetterDiagnoser
-from dw_dagster.examples.orders.replay import (
+from dw_dagster.diagnosis.dead_letter_sink import DeadLetterDiagnoser
+from dw_dagster.remediation.replay import (
     REPLAY,
     REPLAY_UNDO,
     ReplaySpec,

@@ -258,7 +258,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     d = cause.details
     res.cause, res.cause_summary = cause.kind, cause.summary
     res.column_mode = {k: v["mode"] for k, v in (d.get("column_modes") or {}).items()}
-    from dw_dagster.examples.orders.diagnosis import source_change_sentence
+    from dw_dagster.diagnosis.dead_letter_sink import source_change_sentence
 
     res.source_change = source_change_sentence(d.get("source_change") or {})
     log("cause", f"{cause.kind} (confidence {cause.confidence:.0%}): REQUIRED column now receives NULLs from the source")

@@ -63,69 +63,13 @@ from sqlglot import exp
 
 from dw_dagster import sql
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
-from dw_dagster.examples.orders.cdc import (
-    ChangeEvent,
-    ChangeSource,
-    SourcePosition,
-    check_name,
-    check_table_name,
-)
+from dw_dagster.examples.orders.cdc import ChangeEvent, ChangeSource, SourcePosition
+from dw_dagster.sink_table import _OP, MISSING_REQUIRED, Column, SinkTable, _kind
+from dw_dagster.sql import check_name, check_table_name
 
-#: reason text for a NULL or absent REQUIRED column
-MISSING_REQUIRED = "{column}: missing required field"
 #: Dagster metadata key of the sink's position
 POSITION_METADATA_KEY = "dw/cdc_position"
 _STAGE, _DLQ_STAGE = "dw_cdc_stage", "dw_cdc_dlq_stage"
-_OP = "dw_op"
-
-
-@dataclass(frozen=True)
-class Column:
-    """A target column.
-
-    Attributes:
-        name: a plain name.
-        type: its SQL type in DuckDB's dialect: ``BIGINT``, ``INTEGER``, ``DECIMAL(p,s)``,
-            ``DOUBLE``, ``BOOLEAN``, ``DATE``, ``TIMESTAMP`` (naive UTC) or ``VARCHAR``.
-        required: REQUIRED (``NOT NULL``): a row with NULL here is parked.
-    """
-
-    name: str
-    type: str
-    required: bool = True
-
-    def __post_init__(self) -> None:
-        check_name(self.name, "column")
-        _kind(self.type)
-
-
-@lru_cache(maxsize=64)
-def _kind(type_text: str) -> tuple[str, int | None, int | None]:
-    """(kind, precision, scale) of a supported type; ValueError otherwise."""
-    try:
-        parsed = exp.DataType.build(type_text, dialect="duckdb")
-    except Exception as e:
-        raise ValueError(f"unsupported column type {type_text!r}") from e
-    t = parsed.this
-    T = exp.DataType.Type
-    if t in (T.BIGINT, T.INT, T.SMALLINT, T.TINYINT):
-        return "int", None, None
-    if t == T.DECIMAL:
-        params = [int(p.name) for p in parsed.expressions]
-        if not params:
-            return "decimal", 18, 3  # DuckDB's DECIMAL
-        return "decimal", params[0], params[1] if len(params) > 1 else 0
-    if t in (T.DOUBLE, T.FLOAT):
-        return "float", None, None
-    if t == T.BOOLEAN:
-        return "bool", None, None
-    if t == T.DATE:
-        return "date", None, None
-    if t in (T.TIMESTAMP, T.TIMESTAMPNTZ, T.DATETIME):
-        return "timestamp", None, None
-    if t in (T.VARCHAR, T.TEXT, T.CHAR, T.NVARCHAR, T.NCHAR):
-        return "str", None, None
-    raise ValueError(f"unsupported column type {type_text!r}")
 
 
 ORDERS_COLUMNS = (
@@ -141,69 +85,8 @@ ORDERS_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class SinkTable:
-    """Where the sink writes, and the target's schema.
-
-    Attributes:
-        table: the target, ``schema.table`` (plain names).
-        dead_letter_table: where rejected rows are parked: ``(<key>, payload, error_reason,
-            failed_at, source_position, source_ts, op)``.
-        key: the merge key (a column of ``columns``; REQUIRED).
-        columns: the target's columns, in order.
-        state_table: ``(target_table, position, updated_at)``, one row per target: the sink's
-            cursor; None = the position is only returned.
-
-    Raises:
-        dw_dagster.sql.UnsafeIdentifierError: a name is not a plain name.
-        ValueError: the key is not a column, a type is unsupported, or names repeat.
-    """
-
-    table: str = "analytics.orders"
-    dead_letter_table: str = "analytics.orders_dlq"
-    key: str = "order_id"
-    columns: tuple[Column, ...] = ORDERS_COLUMNS
-    state_table: str | None = "analytics.orders_cdc_state"
-
-    def __post_init__(self) -> None:
-        check_table_name(self.table, "target table")
-        check_table_name(self.dead_letter_table, "dead-letter table")
-        if self.state_table is not None:
-            check_table_name(self.state_table, "state table")
-        check_name(self.key, "key column")
-        names = [c.name.lower() for c in self.columns]
-        if len(set(names)) != len(names):
-            raise ValueError("column names repeat")
-        if self.key.lower() not in names:
-            raise ValueError(f"key {self.key!r} is not a column")
-        reserved = {_OP, "payload", "error_reason", "failed_at", "source_position", "source_ts", "op"}
-        if reserved & set(names) - {self.key.lower()}:
-            raise ValueError(f"column names {sorted(reserved & set(names))} are used by the sink")
-
-    @property
-    def key_column(self) -> Column:
-        return next(c for c in self.columns if c.name == self.key)
-
-    @property
-    def required(self) -> list[str]:
-        """Names of the REQUIRED columns (the key always is)."""
-        return [c.name for c in self.columns if c.required or c.name == self.key]
-
-    def with_nullable(self, *names: str) -> SinkTable:
-        """This schema with ``names`` relaxed to NULLABLE (what the target looks like after the fix).
-
-        Raises:
-            ValueError: a name is not a column, or is the key.
-        """
-        known = {c.name for c in self.columns}
-        for n in names:
-            if n not in known or n == self.key:
-                raise ValueError(f"{n!r} is not a non-key column")
-        return dataclasses.replace(self, columns=tuple(
-            dataclasses.replace(c, required=False) if c.name in names else c for c in self.columns))
-
-
-ORDERS_TABLE = SinkTable()
+ORDERS_TABLE = SinkTable(table="analytics.orders", dead_letter_table="analytics.orders_dlq", key="order_id",
+                         columns=ORDERS_COLUMNS, state_table="analytics.orders_cdc_state")
 
 
 # -- pure row functions ---------------------------------------------------------------------------

@@ -1,22 +1,22 @@
-"""Diagnosis and proposal for the orders stream: NULLs in a REQUIRED column, parked in the dead-letter table.
+"""Diagnosis and proposal for a dead-letter sink: NULLs in a REQUIRED column, parked in the dead-letter table.
 
-:class:`DeadLetterDiagnoser` is the diagnoser of the orders location's diagnosis job
-(:func:`dw_dagster.diagnosis.job.build_diagnosis_job`). For an incident on the sink's target
-(the volume check's low day, or the dead-letter check's growth) it:
+:class:`DeadLetterDiagnoser` diagnoses incidents on the target of a sink described by a
+:class:`~dw_dagster.sink_table.SinkTable` (a stream that parks the rows the target's schema
+rejects). For an incident (the volume check's low day, or the dead-letter check's growth) it:
 
-1. takes the window from the volume check's failing days (the whole table when none failed);
+1. takes the window from the incident, else from the volume check's failing days (the whole
+   table when none failed);
 2. runs :func:`~dw_dagster.diagnosis.dead_letter.diagnose_required_nulls` (PUBLIC_CASES C19):
    source keys missing from the target, their NULLs in the target's REQUIRED columns (read from
    the target's catalog), their dead-letter records and reasons;
 3. adds the evidence a person asks next: the column's mode in the target's schema (``REQUIRED``),
-   and **the source change** — which rows started carrying the NULL and since when (grouped by
-   ``payment_method``: the gift-card orders from the release on, none before);
-4. maps the blast radius through the dbt manifest (the ``finance_daily`` models, their tests and
-   the Lightdash "Daily GMV" exposure with its owner);
+   and **the source change** — which rows started carrying the NULL and since when, grouped by a
+   source column (e.g. one payment method from a release on, none before);
+4. maps the blast radius through the dbt manifest (models, tests, exposures and their owners);
 5. proposes one change set (:func:`propose_required_null_fix`): relax the column to NULLABLE with
    its rollback (:func:`~dw_dagster.migrations.generate_migration`), replay the parked rows
-   guarded on the key with the expected row count (:mod:`.replay`), rebuild the
-   ``finance_daily`` models, verify, receipt.
+   guarded on the key with the expected row count (:mod:`dw_dagster.remediation.replay`),
+   rebuild the downstream models, verify, receipt.
 """
 
 import dataclasses
@@ -33,9 +33,10 @@ from dw_dagster.diagnosis._common import to_dialect
 from dw_dagster.diagnosis.dead_letter import KIND as REQUIRED_NULL_KIND
 from dw_dagster.diagnosis.dead_letter import DeadLetterTable, diagnose_required_nulls
 from dw_dagster.diagnosis.history import attach_history
-from dw_dagster.domains import REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, load_domains
-from dw_dagster.examples.orders.replay import ReplaySpec, classify, replay_step
-from dw_dagster.examples.orders.sink import MISSING_REQUIRED, ORDERS_TABLE, SinkTable
+from dw_dagster.diagnosis.job import dbt_blast_radius
+from dw_dagster.domains import REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, DomainsSource, resolve_domains
+from dw_dagster.remediation.replay import ReplaySpec, classify, replay_step
+from dw_dagster.sink_table import MISSING_REQUIRED, SinkTable
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.migrations import SetNullability, generate_migration, read_table_schema
 from dw_dagster.models import BlastRadius, CauseFinding, ChangeSet, Diagnosis, Evidence, Incident, stable_hash, utcnow
@@ -147,40 +148,46 @@ def source_change_sentence(details: dict) -> str:
 
 @dataclasses.dataclass
 class DeadLetterDiagnoser:
-    """The orders location's diagnoser (module docstring): ``(context, incident) -> (Diagnosis, ChangeSet | None)``.
+    """The diagnoser of a dead-letter sink's target (module docstring): ``(context, incident) -> (Diagnosis, ChangeSet | None)``.
 
     Attributes:
         target_asset: the sink's asset.
-        sink_table: the target, dead-letter table, key and columns.
-        source_table: the source table (``shop.orders``) in the source resource's database.
+        sink_table: the target, dead-letter table, key and columns; or a callable that reads
+            them from the target database when the incident is diagnosed.
+        source_table: the source table (``schema.table``) in the source resource's database.
         source_resource_key, target_resource_key: resources with ``get_database()``.
         partition_column: the day column of the volume check and the evidence (``order_ts``).
         group_column: the source column the NULLs are broken down by (``payment_method``).
         volume_check: its failing days give the window.
-        manifest_path: returns the dbt ``manifest.json`` path.
+        manifest_path: returns the dbt ``manifest.json`` path; None when the project has no dbt (empty blast radius).
         dbt_asset_keys: dbt unique id → Dagster asset key path.
-        domains_file: returns the domains YAML path.
+        domains_file: the domains (any :data:`~dw_dagster.domains.DomainsSource`: a file path, a
+            callable returning one, or the model), read when a proposal is made.
         verify_checks: ``[*asset key, check name]`` of the checks that prove the repair.
     """
 
     target_asset: dg.AssetKey
-    sink_table: SinkTable
+    sink_table: SinkTable | Callable[[Database], SinkTable]
     source_table: str
     source_resource_key: str
     target_resource_key: str
     partition_column: str
     group_column: str
     volume_check: dg.AssetCheckKey
-    manifest_path: Callable[[], Path]
+    manifest_path: Callable[[], Path] | None
     dbt_asset_keys: Mapping[str, Sequence[str]]
-    domains_file: Callable[[], Path]
+    domains_file: DomainsSource
     verify_checks: Sequence[Sequence[str]]
     history: bool = True
+
+    def table(self, target: Database) -> SinkTable:
+        """The sink's tables and columns (read from ``target`` when given as a callable)."""
+        return self.sink_table if isinstance(self.sink_table, SinkTable) else self.sink_table(target)
 
     def diagnose(self, instance: dg.DagsterInstance, source: Database, target: Database,
                  incident: Incident) -> tuple[Diagnosis, CauseFinding]:
         """The diagnosis and its finding (no proposal)."""
-        t = self.sink_table
+        t = self.table(target)
         if incident.window_start is not None and incident.window_end is not None:
             window = (_naive(incident.window_start), _naive(incident.window_end))
         else:
@@ -208,9 +215,7 @@ class DeadLetterDiagnoser:
         finding = finding.model_copy(update={"summary": summary, "details": details, "evidence": evidence})
         if self.history:
             finding = attach_history(finding, instance, self.target_asset, incident.id)
-        graph = manifest_graph(load_manifest(self.manifest_path()))
-        src = source_for_asset_key(graph, self.target_asset.path)
-        br = blast_radius(graph, [src], {u: list(k) for u, k in self.dbt_asset_keys.items()}) if src else BlastRadius(root="(none)")
+        br = dbt_blast_radius(self.manifest_path, self.target_asset, self.dbt_asset_keys)
         diagnosis = Diagnosis(
             id="dg-" + stable_hash([incident.id, finding.model_dump(mode="json", exclude={"evidence"})], 10),
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=[finding],
@@ -225,10 +230,10 @@ class DeadLetterDiagnoser:
         if finding.kind != REQUIRED_NULL_KIND or finding.explained_rows == 0 or not finding.details.get("null_rows_dead_lettered"):
             context.log.warning(f"No parked rows explain the incident ({finding.summary[:200]}); proposing nothing.")
             return diagnosis, None
-        domain = load_domains(self.domains_file()).for_asset(self.target_asset.path)
+        domain = resolve_domains(self.domains_file).for_asset(self.target_asset.path)
         cs = propose_required_null_fix(
             incident=incident, diagnosis=diagnosis, finding=finding, domain=domain, target=target,
-            sink_table=self.sink_table, resource_key=self.target_resource_key,
+            sink_table=self.table(target), resource_key=self.target_resource_key,
             rebuild_assets=[m.asset_key for m in diagnosis.blast_radius.models if m.asset_key],
             verify_checks=self.verify_checks)
         if domain.proposes:  # the steps' SQL on the asset page, beside the change set (which shows its diff)
@@ -245,7 +250,7 @@ def propose_required_null_fix(
     finding: CauseFinding,
     domain: Domain,
     target: Database,
-    sink_table: SinkTable = ORDERS_TABLE,
+    sink_table: SinkTable,
     resource_key: str = "warehouse",
     rebuild_assets: Sequence[Sequence[str]] = (),
     verify_checks: Sequence[Sequence[str]] = (),

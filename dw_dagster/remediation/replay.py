@@ -1,7 +1,7 @@
 """Guarded replay of parked rows: the dead-letter table back into the target, on the key, in SQL.
 
-Once the target accepts what it rejected (``shipping_country`` relaxed to NULLABLE), the rows
-the sink parked in ``analytics.orders_dlq`` are put into ``analytics.orders``. The replay is a
+Once the target accepts what it rejected (a REQUIRED column relaxed to NULLABLE), the rows a
+sink parked in its dead-letter table (:mod:`dw_dagster.sink_table`) are put into the target. The replay is a
 step of a change set (kind ``replay``, class ``replay_dead_letter``) and is guarded:
 
 - **Selection.** Parked rows whose ``error_reason`` is one of the change set's reasons, parked
@@ -54,8 +54,8 @@ from dw_dagster.diagnosis._common import t as _t
 from dw_dagster.diagnosis._common import to_dialect as _to
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
 from dw_dagster.domains import REPLAY_DEAD_LETTER
-from dw_dagster.examples.orders.cdc import check_name, check_table_name
-from dw_dagster.examples.orders.sink import ORDERS_TABLE, SinkTable
+from dw_dagster.sink_table import SinkTable
+from dw_dagster.sql import check_name, check_table_name
 from dw_dagster.models import ChangeSet, ChangeStep
 from dw_dagster.remediation.steps import StepRefused
 
@@ -75,7 +75,7 @@ class ReplaySpec(BaseModel):
     Attributes:
         target_table: ``schema.table`` the rows go into (plain names).
         dead_letter_table: where the sink parked them (``key, payload, error_reason, failed_at,
-            source_position, source_ts, op``; :class:`~dw_dagster.examples.orders.sink.CdcSink`).
+            source_position, source_ts, op``; the layout of :mod:`dw_dagster.sink_table`).
         ledger_table: the replay ledger (created when missing).
         key: the key column (the target's and the dead-letter table's).
         columns: ``[name, type]`` of the target's columns in order, types in DuckDB's dialect.
@@ -120,10 +120,10 @@ class ReplaySpec(BaseModel):
         return v.astimezone(dt.timezone.utc).replace(tzinfo=None) if v is not None and v.tzinfo else v
 
     @classmethod
-    def for_sink_table(cls, table: SinkTable = ORDERS_TABLE, *, expected_rows: int, reasons: Sequence[str] = (),
+    def for_sink_table(cls, table: SinkTable, *, expected_rows: int, reasons: Sequence[str] = (),
                        parked_since: dt.datetime | None = None, parked_until: dt.datetime | None = None,
                        ledger_table: str | None = None) -> "ReplaySpec":
-        """The spec for a :class:`~dw_dagster.examples.orders.sink.SinkTable`'s target and dead-letter table."""
+        """The spec for a :class:`~dw_dagster.sink_table.SinkTable`'s target and dead-letter table."""
         return cls(target_table=table.table, dead_letter_table=table.dead_letter_table,
                    ledger_table=ledger_table or table.dead_letter_table + LEDGER_SUFFIX, key=table.key,
                    columns=[(c.name, c.type) for c in table.columns], reasons=list(reasons),

@@ -1,0 +1,1 @@
+"""``DataOpsComponent`` and its scaffolder."""

@@ -1,0 +1,70 @@
+"""``DataOpsComponent``: detect → diagnose → propose → approve → repair → receipt on a project's own assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from dagster._annotations import public
+
+from dw_dagster.components.dataops.scaffolder import DataOpsScaffolder
+from dw_dagster.config import DataOpsConfig
+
+
+@public
+@dg.scaffold_with(DataOpsScaffolder)
+class DataOpsComponent(DataOpsConfig, dg.Component):
+    """The whole dw_dagster loop on the assets of a Dagster project, from one ``defs.yaml``.
+
+    The assets stay yours (defined in other ``defs`` folders or in Python); this component adds
+    the checks that watch them, the incident sensor, the diagnosis job, the approval job, the
+    repair jobs and the remediation sensor, verification, receipts, undo, stop/resume, expiry and
+    notifications, and the ``dw/control`` asset. Relative paths resolve against the folder of the
+    ``defs.yaml``. Fields: :class:`~dw_dagster.config.DataOpsConfig`.
+
+    Scaffold it with ``dg scaffold defs dw_dagster.DataOpsComponent dataops`` and fill in:
+
+    .. code-block:: yaml
+
+        type: dw_dagster.DataOpsComponent
+        attributes:
+          domains: domains.yaml
+          databases:
+            source: {url: "{{ env.SOURCE_URL }}"}
+            warehouse: {url: "duckdb:///{{ env.DW_WAREHOUSE_PATH }}"}
+          assets:
+            - key: analytics/orders
+              table: analytics.orders
+              database: warehouse
+              checks:
+                reconciliation:
+                  source: {database: source, table: shop.orders, asset: shop/orders}
+                  slice_by: [region]
+                  measures: [amount]
+              pipeline:
+                incremental_load: {source_database: source, repo: ../../.., file: pipelines/orders.yaml}
+          dbt: {project_dir: ../../../dbt_project}
+
+    Partitioned watched assets are found by key in the code location when the jobs resolve; the
+    window's partitions are read from them (:func:`~dw_dagster.definitions.build_dw_definitions`
+    explains the rules).
+    """
+
+    partitions: dict | None = None  # reserved: explicit partitions (start_date, timezone) when the assets are elsewhere
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        from dw_dagster.definitions import build_dw_definitions
+
+        return build_dw_definitions(self, base_dir=Path(context.path), partitions_def=self._partitions())
+
+    def _partitions(self) -> dg.TimeWindowPartitionsDefinition | None:
+        if not self.partitions:
+            return None
+        p = dict(self.partitions)
+        cadence = p.pop("cadence", "daily")
+        cls = {"daily": dg.DailyPartitionsDefinition, "hourly": dg.HourlyPartitionsDefinition,
+               "weekly": dg.WeeklyPartitionsDefinition, "monthly": dg.MonthlyPartitionsDefinition}[cadence]
+        return cls(**p)
+
+
+__all__ = ["DataOpsComponent"]

@@ -1,0 +1,320 @@
+"""The configuration of the whole loop on one project: what :func:`~dw_dagster.definitions.build_dw_definitions`
+and :class:`~dw_dagster.components.DataOpsComponent` take.
+
+Every model is a pydantic model that refuses unknown fields (``dg.Model``) and is
+``dg.Resolvable``, so the same classes validate a ``defs.yaml`` (with Dagster's templating,
+``{{ env.X }}``; an error names the file, line and field, as ``dg check yaml`` shows it) and
+Python code. Asset keys are written as Dagster's user strings (``analytics/orders``); tables as
+``schema.table``; databases by the name given to them under ``databases``.
+
+.. code-block:: yaml
+
+    domains: domains.yaml                  # a path (relative to this file) or the domains inline
+    databases:
+      source: {url: "{{ env.SOURCE_URL }}"}
+      warehouse: {url: "duckdb:///{{ env.HOME }}/warehouse.duckdb"}
+    assets:
+      - key: analytics/orders
+        table: analytics.orders
+        database: warehouse
+        checks:
+          reconciliation: {source: {database: source, table: raw.orders, asset: raw/orders}, slice_by: [region]}
+          volume: {timestamp_column: order_ts}
+        pipeline:
+          incremental_load: {source_database: source, repo: .., file: pipelines/orders.yaml}
+    dbt: {project_dir: ../dbt_project}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field, field_validator, model_validator
+
+from dw_dagster.domains import Domains
+
+
+class DatabaseConfig(dg.Model, dg.Resolvable):
+    """One database: a URL dw_dagster opens (``DatabaseResource``), or the key of a resource the
+    project already defines (anything with ``get_database()``).
+
+    URLs: ``duckdb:///path``, ``postgresql+psycopg://...`` and other SQLAlchemy URLs,
+    ``snowflake://user:password@account/database/schema?warehouse=WH``,
+    ``bigquery://project/dataset`` (see :func:`~dw_dagster.databases.database_from_url`).
+    """
+
+    url: str | None = Field(None, description="database URL; use {{ env.X }} for secrets")
+    resource_key: str | None = Field(None, description="key of an existing resource with get_database()")
+
+    @model_validator(mode="after")
+    def _one(self) -> DatabaseConfig:
+        if (self.url is None) == (self.resource_key is None):
+            raise ValueError("give exactly one of url or resource_key")
+        return self
+
+
+class SourceRef(dg.Model, dg.Resolvable):
+    """The other side of a comparison: a table in a named database, and its asset if it has one."""
+
+    database: str = Field(description="a name under databases")
+    table: str = Field(description="schema.table")
+    asset: str | None = Field(None, description="the source table's asset key (the check depends on it)")
+
+
+class ReconciliationConfig(dg.Model, dg.Resolvable):
+    """Slice compare of row counts and sums between the source and the asset's table."""
+
+    source: SourceRef
+    slice_by: list[str] = Field(min_length=1, description="columns the counts are grouped by")
+    measures: list[str] = Field(default_factory=list, description="columns whose exact sums are compared")
+    key_columns: list[str] = Field(default_factory=list)
+    name: str = "reconciliation"
+
+
+class RowDiffConfig(dg.Model, dg.Resolvable):
+    """Key-level diff between the source and the asset's table (missing, extra, changed rows)."""
+
+    source: SourceRef
+    key_columns: list[str] = Field(min_length=1)
+    compare_columns: list[str] | None = None
+    timestamp_precision: str | None = None
+    case_insensitive_keys: bool = False
+    trim_trailing_blanks: bool = False
+    name: str = "row_diff"
+
+
+class VolumeConfig(dg.Model, dg.Resolvable):
+    """Rows per UTC day against the same weekday's baseline."""
+
+    timestamp_column: str
+    evaluate_days: int = Field(7, ge=1)
+    training_days: int = Field(28, ge=7)
+    sensitivity: float = Field(3.0, gt=0)
+    min_band_pct: float = Field(2.0, ge=0)
+    method: Literal["zscore", "mad"] = "zscore"
+    as_of: str | None = Field(None, description="the last day evaluated, YYYY-MM-DD (default: today, UTC)")
+    name: str = "daily_volume"
+
+
+class NullRateConfig(dg.Model, dg.Resolvable):
+    """NULL rate of columns in the latest day(s) against a baseline."""
+
+    columns: list[str] = Field(min_length=1)
+    timestamp_column: str | None = None
+    tolerance_pct: float = Field(1.0, ge=0)
+    as_of: str | None = Field(None, description="the last day evaluated, YYYY-MM-DD (default: today, UTC)")
+    name: str = "null_rate"
+
+
+class FreshnessConfig(dg.Model, dg.Resolvable):
+    """Age of the newest row."""
+
+    timestamp_column: str
+    max_lag_hours: float = Field(gt=0)
+    naive_timezone: str = "UTC"
+    name: str = "freshness"
+
+
+class DeadLetterConfig(dg.Model, dg.Resolvable):
+    """Rows parked in a dead-letter table (or a view of the rows still waiting) in the last hours."""
+
+    table: str | None = Field(None, description="default: the sink's pending view (pipeline.dead_letter_sink)")
+    timestamp_column: str = "failed_at"
+    reason_column: str = "error_reason"
+    lookback_hours: float = Field(24, gt=0)
+    max_rows: int = Field(0, ge=0)
+    name: str = "dead_letter"
+
+
+class ChecksConfig(dg.Model, dg.Resolvable):
+    """The asset checks on one watched asset (each optional)."""
+
+    reconciliation: ReconciliationConfig | None = None
+    row_diff: RowDiffConfig | None = None
+    volume: VolumeConfig | None = None
+    null_rate: NullRateConfig | None = None
+    freshness: FreshnessConfig | None = None
+    dead_letter: DeadLetterConfig | None = None
+
+    def configured(self) -> list[tuple[str, dg.Model]]:
+        """``(kind, config)`` of the checks that are set, in a fixed order."""
+        return [(k, getattr(self, k)) for k in ("reconciliation", "row_diff", "volume", "null_rate", "freshness",
+                                                 "dead_letter") if getattr(self, k) is not None]
+
+
+class DbtCountTestConfig(dg.Model, dg.Resolvable):
+    """The regression test a watermark fix proposes: a model's count per group equals the landed rows'."""
+
+    dbt_model: str = Field(description="the model whose counts are tested")
+    count_column: str
+    source_name: str
+    source_table: str
+    group: dict[str, str] = Field(description="model column → expression over the source table")
+
+
+class IncrementalLoadConfig(dg.Model, dg.Resolvable):
+    """An incremental load reading rows above a high-watermark (what the late-rows diagnosis tests).
+
+    The pipeline file (YAML, :class:`~dw_dagster.loads.IncrementalLoadSpec`) names the source and
+    target tables, the merge key, partition, watermark and arrival columns and the lookback; the
+    watermark fix is a diff to it. Loads are read from the asset's ``dw/loads`` metadata
+    (:func:`~dw_dagster.loads.load_partition` or :func:`~dw_dagster.loads.record_loads`).
+    """
+
+    source_database: str = Field(description="a name under databases")
+    repo: str = Field(description="the pipeline repository's working copy (where the fix's diff applies)")
+    file: str = Field(description="the pipeline file, relative to repo")
+    group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
+    dbt_test: DbtCountTestConfig | None = None
+
+
+class DeadLetterSinkConfig(dg.Model, dg.Resolvable):
+    """A sink that parks the rows its target rejects (:mod:`dw_dagster.sink_table`)."""
+
+    source_database: str
+    source_table: str = Field(description="the source table, schema.table")
+    dead_letter_table: str
+    key: str = Field(description="the merge key")
+    partition_column: str = Field(description="the day column (volume check, evidence)")
+    group_column: str = Field(description="the source column NULLs are broken down by")
+
+
+class PipelineConfig(dg.Model, dg.Resolvable):
+    """What loads the asset, for diagnosis and repair: exactly one kind."""
+
+    incremental_load: IncrementalLoadConfig | None = None
+    dead_letter_sink: DeadLetterSinkConfig | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> PipelineConfig:
+        if (self.incremental_load is None) == (self.dead_letter_sink is None):
+            raise ValueError("give exactly one of incremental_load or dead_letter_sink")
+        return self
+
+
+class WatchedAssetConfig(dg.Model, dg.Resolvable):
+    """One asset dw_dagster watches, diagnoses and repairs."""
+
+    key: str = Field(description="the asset key, e.g. analytics/orders (the asset is defined by your project)")
+    table: str = Field(description="its table, schema.table")
+    database: str = Field(description="a name under databases")
+    checks: ChecksConfig = Field(default_factory=ChecksConfig)
+    detect: list[str] | None = Field(None, description="check names whose failure opens an incident (default: all)")
+    verify: list[str] = Field(default_factory=list, description="more checks that prove a repair, as asset/key:check")
+    pipeline: PipelineConfig | None = None
+
+
+class DbtConfig(dg.Model, dg.Resolvable):
+    """The dbt project that maps the blast radius (models, tests, exposures, owners)."""
+
+    project_dir: str | None = Field(None, description="the dbt project (parsed when its manifest is missing)")
+    profiles_dir: str | None = None
+    manifest: str | None = Field(None, description="a manifest.json instead of a project")
+
+    @model_validator(mode="after")
+    def _one(self) -> DbtConfig:
+        if (self.project_dir is None) == (self.manifest is None):
+            raise ValueError("give exactly one of project_dir or manifest")
+        return self
+
+
+class LightupConfig(dg.Model, dg.Resolvable):
+    """Lightup incidents become dw_dagster incidents. Credentials from ``LIGHTUP_CREDENTIAL_FILE``
+    (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``), as :class:`~dw_dagster.lightup.LightupResource` reads them."""
+
+    tables: dict[str, str] = Field(description="'datasource:schema.table' → asset key")
+    compare_metrics: list[str] = Field(default_factory=list, description="compare metric uuids for the on-demand check")
+    workspace: str | None = None
+
+
+class PagerDutyConfig(dg.Model, dg.Resolvable):
+    """Page on incidents (PagerDuty Events API v2)."""
+
+    routing_key_env: str = "PAGERDUTY_ROUTING_KEY"
+    api_token_env: str | None = None
+    from_email: str | None = None
+    events_url: str = "https://events.pagerduty.com"
+    api_url: str = "https://api.pagerduty.com"
+
+
+class SlackConfig(dg.Model, dg.Resolvable):
+    """Approval requests and outcomes in Slack."""
+
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    channel: str | None = None
+    api_url: str = "https://slack.com/api"
+
+
+class IntegrationsConfig(dg.Model, dg.Resolvable):
+    """Optional integrations, each switched on by being present."""
+
+    lightup: LightupConfig | None = None
+    pagerduty: PagerDutyConfig | None = None
+    slack: SlackConfig | None = None
+    dagster_url: str = Field("http://localhost:3000", description="base of links in notifications")
+
+
+class DataOpsConfig(dg.Model, dg.Resolvable):
+    """The whole loop on one code location (module docstring)."""
+
+    domains: str | dict[str, Any] = Field(
+        description="the domains file (a path; read when used, so edits apply at once) or the domains inline "
+        "({domains: [...], identity: ..., operators: [...]}, the same shape as the file)")
+    databases: dict[str, DatabaseConfig] = Field(min_length=1)
+    assets: list[WatchedAssetConfig] = Field(min_length=1)
+    dbt: DbtConfig | None = None
+    integrations: IntegrationsConfig = Field(default_factory=IntegrationsConfig)
+    location_name: str = Field("dw_dagster", description="the code location's name (links in notifications)")
+    sensors_running: bool = Field(False, description="start the sensors running (default: stopped until turned on)")
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _domains(cls, v: Any) -> Any:
+        if isinstance(v, Domains):
+            return v.model_dump(mode="json")
+        if isinstance(v, dict):
+            Domains.model_validate(v)  # a mistake names its field (e.g. domains.0.approvers)
+        return v
+
+    def domains_model(self) -> Domains | None:
+        """The inline domains as the model; None when ``domains`` is a file path."""
+        return Domains.model_validate(self.domains) if isinstance(self.domains, dict) else None
+
+    @model_validator(mode="after")
+    def _references(self) -> DataOpsConfig:
+        problems = []
+        for i, a in enumerate(self.assets):
+            refs = [("database", a.database)]
+            for kind, cfg in a.checks.configured():
+                if hasattr(cfg, "source"):
+                    refs.append((f"checks.{kind}.source.database", cfg.source.database))
+            if a.pipeline is not None:
+                p = a.pipeline.incremental_load or a.pipeline.dead_letter_sink
+                refs.append(("pipeline.source_database", p.source_database))
+                if a.pipeline.dead_letter_sink is None and a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
+                    problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
+            elif a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
+                problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
+            for field, name in refs:
+                if name not in self.databases:
+                    problems.append(f"assets.{i}.{field}: {name!r} is not under databases ({sorted(self.databases)})")
+            names = [cfg.name for _, cfg in a.checks.configured()]
+            for n in a.detect or []:
+                if n not in names:
+                    problems.append(f"assets.{i}.detect: {n!r} is not one of this asset's checks ({names})")
+        keys = [a.key for a in self.assets]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            problems.append(f"assets: {dup} listed more than once")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+__all__ = [
+    "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DeadLetterConfig",
+    "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig",
+    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RowDiffConfig", "SlackConfig",
+    "SourceRef", "VolumeConfig", "WatchedAssetConfig",
+]

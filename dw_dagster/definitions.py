@@ -1,0 +1,420 @@
+"""``build_dw_definitions``: the whole loop on a project's own assets, as one ``Definitions``.
+
+Detect → diagnose → propose → approve → repair → receipt, wired together here so that nothing a
+user writes has to match a job name, an op name or a stage prefix: the asset checks (and, with
+Lightup, its incident sensor) detect; the incident sensor launches the diagnosis job, whose
+diagnoser is chosen per asset from its pipeline kind; the approval job records a verified
+person's decision; the remediation sensor runs the approved stages through the window, step,
+rebuild, verify, undo and receipt jobs; the expiry and notification sensors and the stop/resume
+jobs close the loop. The domains, databases and integrations reach every op and sensor as
+arguments and resources, never as process-wide environment settings, so two code locations with
+different domains work side by side.
+
+The assets themselves stay the project's: pass them in (Python) or define them in other
+``defs`` folders (the Component); jobs select them by key, so they must exist in the same code
+location. Partitioned watched assets must share one time-window partitions definition (the window
+a change set reruns is ordered by it); give it as ``partitions_def`` or let it be read from the
+assets passed in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
+from dw_dagster.databases import DatabaseResource
+from dw_dagster.domains import Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.errors import DwConfigError
+
+RECEIPT_JOB = "dw_write_receipts"
+
+
+def _key(s: str) -> dg.AssetKey:
+    return dg.AssetKey.from_user_string(s)
+
+
+def _check_key(s: str) -> dg.AssetCheckKey:
+    asset, sep, name = s.rpartition(":")
+    if not sep or not asset or not name:
+        raise DwConfigError(f"{s!r} is not asset/key:check_name")
+    return dg.AssetCheckKey(_key(asset), name)
+
+
+def dbt_executable() -> str:
+    """The ``dbt`` next to this Python (a venv's ``bin/``), else ``dbt`` from PATH."""
+    local = Path(sys.executable).parent / "dbt"
+    return str(local) if local.exists() else "dbt"
+
+
+def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Path:
+    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing
+    (``DbtProject.prepare_if_dev`` refreshes it under ``dagster dev``)."""
+    from dagster_dbt import DbtCliResource, DbtProject
+
+    project = DbtProject(project_dir=project_dir, profiles_dir=profiles_dir or project_dir)
+    project.prepare_if_dev()
+    manifest = Path(project.manifest_path)
+    if not manifest.exists():
+        DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
+                       dbt_executable=dbt_executable()).cli(["parse", "--quiet"], target_path=Path("target")).wait()
+    return manifest
+
+
+def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:
+    """dbt model unique id → Dagster asset key path, as ``translator`` (default: dagster-dbt's) names them."""
+    from dagster_dbt import DagsterDbtTranslator
+
+    translator = translator or DagsterDbtTranslator()
+    return {uid: list(translator.get_asset_spec(manifest, uid, None).key.path)
+            for uid, n in manifest.get("nodes", {}).items() if n.get("resource_type") in ("model", "seed", "snapshot")}
+
+
+class _ByAsset:
+    """The diagnosis job's diagnoser: the watched asset's own (by the incident's asset key)."""
+
+    def __init__(self, diagnosers: Mapping[tuple[str, ...], Any]) -> None:
+        self.diagnosers = dict(diagnosers)
+
+    def __call__(self, context: dg.OpExecutionContext, incident):
+        d = self.diagnosers.get(tuple(incident.asset_key))
+        if d is None:
+            raise dg.Failure(description=f"no pipeline is configured for {'/'.join(incident.asset_key)}: "
+                             "dw_dagster records the incident but cannot diagnose it (add pipeline: to the asset)")
+        return d(context, incident)
+
+
+def _day(text: str | None):
+    """``as_of`` of a check: a callable returning the configured day, or None (today)."""
+    if not text:
+        return None
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError as e:
+        raise DwConfigError(f"as_of: {text!r} is not a YYYY-MM-DD date") from e
+    return lambda: day
+
+
+def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None) -> list[dg.AssetChecksDefinition]:
+    from dw_dagster.checks import (
+        build_dead_letter_check,
+        build_freshness_check,
+        build_null_rate_check,
+        build_reconciliation_checks,
+        build_row_diff_check,
+        build_volume_check,
+    )
+
+    key, c = _key(a.key), a.checks
+    out = []
+    if c.reconciliation is not None:
+        r = c.reconciliation
+        out.append(build_reconciliation_checks(
+            asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
+            target_table=a.table, slice_by=r.slice_by, measures=r.measures, key_columns=r.key_columns,
+            source_resource_key=r.source.database, target_resource_key=a.database, name=r.name))
+    if c.row_diff is not None:
+        r = c.row_diff
+        out.append(build_row_diff_check(
+            asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
+            target_table=a.table, key_columns=r.key_columns, compare_columns=r.compare_columns,
+            source_resource_key=r.source.database, target_resource_key=a.database, name=r.name,
+            timestamp_precision=r.timestamp_precision, case_insensitive_keys=r.case_insensitive_keys,
+            trim_trailing_blanks=r.trim_trailing_blanks))
+    if c.volume is not None:
+        v = c.volume
+        out.append(build_volume_check(
+            asset=key, table=a.table, timestamp_column=v.timestamp_column, resource_key=a.database, name=v.name,
+            evaluate_days=v.evaluate_days, training_days=v.training_days, sensitivity=v.sensitivity,
+            min_band_pct=v.min_band_pct, method=v.method, as_of=_day(v.as_of)))
+    if c.null_rate is not None:
+        n = c.null_rate
+        out.append(build_null_rate_check(
+            asset=key, table=a.table, columns=n.columns, timestamp_column=n.timestamp_column, resource_key=a.database,
+            name=n.name, tolerance_pct=n.tolerance_pct, as_of=_day(n.as_of)))
+    if c.freshness is not None:
+        f = c.freshness
+        out.append(build_freshness_check(
+            asset=key, table=a.table, timestamp_column=f.timestamp_column, max_lag=dt.timedelta(hours=f.max_lag_hours),
+            resource_key=a.database, name=f.name, naive_timezone=f.naive_timezone))
+    if c.dead_letter is not None:
+        d = c.dead_letter
+        out.append(build_dead_letter_check(
+            asset=key, table=d.table or sink_view, timestamp_column=d.timestamp_column, reason_column=d.reason_column,
+            resource_key=a.database, name=d.name, lookback_hours=d.lookback_hours, max_rows=d.max_rows,
+            prepare=prepare if d.table is None else None))
+    return out
+
+
+def build_dw_definitions(
+    config: DataOpsConfig | Mapping[str, Any],
+    *,
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec] = (),
+    partitions_def: dg.TimeWindowPartitionsDefinition | None = None,
+    dbt_translator=None,
+    base_dir: str | Path | None = None,
+) -> dg.Definitions:
+    """The complete dw_dagster loop for the watched assets of ``config``, as one ``Definitions``.
+
+    Merge it with the project's own (``dg.Definitions.merge(project_defs, build_dw_definitions(...))``)
+    or return it from a ``defs`` folder through :class:`~dw_dagster.components.DataOpsComponent`.
+
+    Args:
+        config: a :class:`~dw_dagster.config.DataOpsConfig` (or the same as a mapping).
+        assets: the project's assets, when they are at hand (Python): partitioned ones give the
+            window's partitions definition. Not added to the result (they stay the project's).
+        partitions_def: the watched assets' time-window partitions (else read from ``assets``);
+            needed when a change set reruns a window.
+        dbt_translator: the ``DagsterDbtTranslator`` the project's dbt assets use (their keys in
+            the blast radius); default dagster-dbt's.
+        base_dir: relative paths in ``config`` (domains file, pipeline repo, dbt project) resolve
+            against it; default the working directory.
+
+    Returns:
+        ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
+        ``dw_diagnose_incident``, ``dw_approve_change_set``, ``dw_rerun_window``, ``dw_rebuild_downstream``,
+        ``dw_verify``, ``dw_write_receipts``, ``dw_undo_snapshot``/``dw_undo_restore``, the step jobs,
+        ``dw_stop``/``dw_resume``; the sensors ``dw_check_incident_sensor``, ``dw_remediation_sensor``,
+        ``dw_expiry_sensor`` (and ``dw_lightup_incident_sensor``, ``dw_notification_sensor`` with
+        integrations); one ``DatabaseResource`` per database given by URL; the guarded executor.
+
+    Raises:
+        DwConfigError: the configuration does not fit together (the message names the field): an
+            unreadable domains file, a domain without approvers, a watched partitioned asset
+            without partitions, partitions that differ between watched assets.
+    """
+    from dw_dagster.diagnosis.dead_letter_sink import DeadLetterDiagnoser
+    from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
+    from dw_dagster.lineage import load_manifest
+    from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
+    from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+    from dw_dagster.remediation.guard import guarded_executor
+    from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
+    from dw_dagster.remediation.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
+    from dw_dagster.remediation.replay import run_replay_step, run_replay_undo_step
+    from dw_dagster.remediation.replay_checks import build_replay_checks
+    from dw_dagster.remediation.steps import build_step_jobs
+    from dw_dagster.remediation.undo import build_undo_jobs
+
+    cfg = config if isinstance(config, DataOpsConfig) else DataOpsConfig.model_validate(config)
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+
+    def path(p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (base / q).resolve()
+
+    # -- domains: read when used (edits apply at once), validated now so a mistake shows at load
+    domains: DomainsSource = cfg.domains_model() or path(cfg.domains)
+    try:
+        doms = resolve_domains(domains)
+    except DomainsFileError as e:
+        raise DwConfigError(f"domains: {e}") from e
+    for a in cfg.assets:
+        try:
+            doms.for_asset(_key(a.key).path)
+        except KeyError:
+            pass  # no domain owns it: change sets wait for approval as at L2, with nobody listed to give it
+
+    # -- databases
+    resources: dict[str, Any] = {name: DatabaseResource(url=d.url) for name, d in cfg.databases.items() if d.url}
+
+    # -- partitions of the watched assets
+    watched = [_key(a.key) for a in cfg.assets]
+    if partitions_def is None:
+        found = {}
+        for ad in assets:
+            specs = [ad] if isinstance(ad, dg.AssetSpec) else list(ad.specs)
+            for spec in specs:
+                if spec.key in watched and spec.partitions_def is not None:
+                    found[spec.key] = spec.partitions_def
+        distinct = {id(p): p for p in found.values()}
+        if len({repr(p) for p in distinct.values()}) > 1:
+            raise DwConfigError(f"assets: the watched assets {sorted(k.to_user_string() for k in found)} have different "
+                                "partitions; one dw_dagster loop reruns windows of one time-window partitions definition")
+        partitions_def = next(iter(distinct.values()), None)
+    if partitions_def is not None and not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        raise DwConfigError("assets: windows are reruns of time-window partitions (daily, hourly ...); "
+                            f"got {type(partitions_def).__name__}")
+
+    # -- dbt
+    manifest_path: Path | None = None
+    if cfg.dbt is not None:
+        if cfg.dbt.manifest:
+            manifest_path = path(cfg.dbt.manifest)
+        else:
+            manifest_path = prepare_manifest(path(cfg.dbt.project_dir),
+                                             path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else None)
+        if not manifest_path.exists():
+            raise DwConfigError(f"dbt: no manifest at {manifest_path}")
+    keys_by_uid = dbt_asset_keys(load_manifest(manifest_path), dbt_translator) if manifest_path else {}
+    manifest_fn = (lambda: manifest_path) if manifest_path else None
+
+    # -- checks, detection and verification per asset
+    checks: list[dg.AssetChecksDefinition] = []
+    detect_keys: list[dg.AssetCheckKey] = []
+    verify_keys: list[dg.AssetCheckKey] = []
+    diagnosers: dict[tuple[str, ...], Any] = {}
+    pipeline_root: Path | None = None
+    step_runners: dict[str, Any] = {}
+    built: list[dg.Definitions] = []
+    for a in cfg.assets:
+        key = _key(a.key)
+        sink = a.pipeline.dead_letter_sink if a.pipeline else None
+        sink_table = None
+        if sink is not None:
+            sink_table = _SinkRef(table=a.table, dead_letter_table=sink.dead_letter_table, key=sink.key)
+        view = pending_view_name(ReplaySpec(target_table=a.table, dead_letter_table=sink.dead_letter_table,
+                                            ledger_table=sink.dead_letter_table + LEDGER_SUFFIX, key=sink.key,
+                                            columns=[], expected_rows=0)) if sink else None
+        own = _checks_for(a, view, sink_table.prepare if sink_table is not None else None)
+        checks += own
+        names = [next(iter(c.check_keys)).name for c in own]
+        detect_keys += [dg.AssetCheckKey(key, n) for n in (a.detect if a.detect is not None else names)]
+        verify_keys += [dg.AssetCheckKey(key, n) for n in names]
+        if sink is not None:
+            replay_checks = build_replay_checks(asset=key, sink_table=sink_table, resource_key=a.database)
+            checks += replay_checks
+            verify_keys += [next(iter(c.check_keys)) for c in replay_checks]
+            step_runners.update({REPLAY: run_replay_step, REPLAY_UNDO: run_replay_undo_step})
+        try:
+            verify_keys += [_check_key(s) for s in a.verify]
+        except DwConfigError as e:
+            raise DwConfigError(f"assets[{a.key}].verify: {e}") from e
+        if a.pipeline is None:
+            continue
+        own_verify = [[*k.asset_key.path, k.name] for k in verify_keys if k.asset_key == key or k in
+                      [_check_key(s) for s in a.verify]]
+        if a.pipeline.incremental_load is not None:
+            il = a.pipeline.incremental_load
+            repo = path(il.repo)
+            if not (repo / il.file).exists():
+                raise DwConfigError(f"assets[{a.key}].pipeline.incremental_load.file: {repo / il.file} does not exist")
+            pipeline_root = repo
+            from dw_dagster.remediation.proposals import DbtCountTest
+
+            diagnosers[tuple(key.path)] = IncrementalLoadDiagnoser(
+                target_asset=key, source_resource_key=il.source_database, target_resource_key=a.database,
+                pipeline_root=lambda r=repo: r, pipeline_file=il.file,
+                manifest_path=manifest_fn, partitions_def=partitions_def, domains_file=domains,
+                dbt_asset_keys=keys_by_uid, verify_checks=own_verify, group_by=il.group_by,
+                dbt_test=DbtCountTest(model=il.dbt_test.dbt_model, count_column=il.dbt_test.count_column,
+                                      source_name=il.dbt_test.source_name, source_table=il.dbt_test.source_table,
+                                      group=il.dbt_test.group) if il.dbt_test else None,
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+        else:
+            volume = next((dg.AssetCheckKey(key, c.name) for kind, c in a.checks.configured() if kind == "volume"), None)
+            diagnosers[tuple(key.path)] = DeadLetterDiagnoser(
+                target_asset=key, sink_table=sink_table, source_table=sink.source_table,
+                source_resource_key=sink.source_database, target_resource_key=a.database,
+                partition_column=sink.partition_column, group_column=sink.group_column,
+                volume_check=volume or dg.AssetCheckKey(key, "daily_volume"), manifest_path=manifest_fn,
+                dbt_asset_keys=keys_by_uid, domains_file=domains, verify_checks=own_verify)
+
+    db_keys = sorted(cfg.databases)
+    status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
+    diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), required_resource_keys=db_keys, domains=domains)
+    windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None and a.pipeline.incremental_load is not None]
+    # without a partitions definition at hand, the job takes the assets' own when the location resolves
+    window_job = build_window_job("dw_rerun_window", windowed, partitions_def) if windowed else None
+    downstream = dg.AssetSelection.assets(*watched).downstream(include_self=False)
+    rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream)
+    verify_job = build_verify_job("dw_verify", list(dict.fromkeys(verify_keys)))
+    receipt_job = build_receipt_job()
+    undo_jobs = build_undo_jobs(db_keys)
+    step_jobs = build_step_jobs(step_runners, resource_keys=db_keys)
+    stop_job, resume_job = build_control_jobs(domains)
+    sensors = [
+        build_check_incident_sensor(check_keys=list(dict.fromkeys(detect_keys)), diagnosis_job_name=diagnosis_job.name,
+                                    domains=domains, default_status=status),
+        build_remediation_sensor(partitions_def=partitions_def, partitions_of=windowed[0] if windowed else None,
+                                 window_job=window_job, rebuild_job=rebuild_job,
+                                 verify_job=verify_job, receipt_job=receipt_job, pipeline_root=pipeline_root,
+                                 undo_jobs=undo_jobs if window_job is not None else None, step_jobs=step_jobs,
+                                 domains=domains, default_status=status),
+    ]
+    more_checks, more_sensors = _integrations(cfg, resources, diagnosis_job.name, domains, status)
+    defs = dg.Definitions(
+        assets=[control_asset_spec()],
+        asset_checks=[*checks, *more_checks],
+        jobs=[j for j in (diagnosis_job, build_approval_job(domains), window_job, rebuild_job, verify_job, receipt_job,
+                          stop_job, resume_job, *undo_jobs, *step_jobs.values()) if j is not None],
+        sensors=[*sensors, *more_sensors],
+        resources=resources,
+        executor=guarded_executor(dg.in_process_executor),
+    )
+    built.append(defs)
+    return defs
+
+
+class _SinkRef:
+    """A sink's tables and key; the columns are read from the target's catalog when it is diagnosed."""
+
+    def __init__(self, *, table: str, dead_letter_table: str, key: str) -> None:
+        from dw_dagster.sql import check_name, check_table_name
+
+        self.table, self.dead_letter_table, self.key = (check_table_name(table), check_table_name(dead_letter_table),
+                                                        check_name(key, "key column"))
+
+    def __call__(self, db):
+        """The :class:`~dw_dagster.sink_table.SinkTable` as ``db``'s catalog has the target now."""
+        from dw_dagster.sink_table import sink_table_from_catalog
+
+        return sink_table_from_catalog(db, self.table, self.dead_letter_table, self.key)
+
+    def prepare(self, db) -> None:
+        """Create the replay ledger and the view of the rows still parked, when missing."""
+        from dw_dagster.remediation.replay import ReplaySpec, ensure_replay_tables
+
+        ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))
+
+
+def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, domains, status):
+    """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run time)."""
+    from dw_dagster.remediation.control import build_expiry_sensor
+
+    integ = cfg.integrations
+    checks, sensors = [], []
+    if integ.lightup is not None:
+        from dw_dagster.lightup import LightupResource
+        from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
+
+        lu = integ.lightup
+        resources["lightup"] = LightupResource(workspace=lu.workspace)
+        sensors.append(build_lightup_incident_sensor(table_assets={t: _key(k) for t, k in lu.tables.items()},
+                                                     diagnosis_job_name=diagnosis_job_name, domains=domains,
+                                                     default_status=status))
+        if lu.compare_metrics:
+            target = _key(next(iter(lu.tables.values())))
+            checks.append(build_lightup_compare_check(asset=target, compare_metric_uuids=lu.compare_metrics))
+    if integ.pagerduty is not None:
+        from dw_dagster.paging import PagerDutyResource
+
+        pd = integ.pagerduty
+        resources["pager"] = PagerDutyResource(
+            routing_key=dg.EnvVar(pd.routing_key_env), api_token=dg.EnvVar(pd.api_token_env) if pd.api_token_env else None,
+            from_email=pd.from_email, events_base_url=pd.events_url, rest_base_url=pd.api_url)
+    if integ.slack is not None:
+        from dw_dagster.slack import SlackResource
+
+        sl = integ.slack
+        resources["slack"] = SlackResource(bot_token=dg.EnvVar(sl.bot_token_env), base_url=sl.api_url,
+                                           default_channel=sl.channel)
+    sensors.append(build_expiry_sensor(slack_resource_key="slack" if integ.slack else None, domains=domains,
+                                       default_status=status))
+    if integ.lightup or integ.pagerduty or integ.slack:
+        from dw_dagster.notify_sensor import build_notification_sensor
+
+        sensors.append(build_notification_sensor(
+            dagster_url=integ.dagster_url, location_name=cfg.location_name,
+            lightup_resource_key="lightup" if integ.lightup else None,
+            pager_resource_key="pager" if integ.pagerduty else None,
+            slack_resource_key="slack" if integ.slack else None, default_status=status))
+    return checks, sensors
+
+
+__all__ = ["build_dw_definitions", "dbt_asset_keys", "dbt_executable", "prepare_manifest"]
