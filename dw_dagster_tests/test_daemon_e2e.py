@@ -229,7 +229,7 @@ def _refresh_manifest(project_dir: Path) -> None:
     """
     from dagster_dbt import DbtCliResource
 
-    from dw_dagster.examples.store_sales.definitions import dbt_executable
+    from dw_dagster.definitions import dbt_executable
 
     aside = project_dir / "target_merge"
     shutil.rmtree(aside, ignore_errors=True)

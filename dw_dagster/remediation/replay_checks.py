@@ -7,7 +7,6 @@ start of its first step. Run by hand, they use every parked row and the latest c
 the asset (else the last 24 h).
 """
 
-from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
@@ -28,7 +27,7 @@ REPLAYED_CHECK = "parked_rows_replayed"
 NO_NEW_DLQ_CHECK = "no_new_dead_letters"
 
 
-def change_set_of_run(context) -> ChangeSet | None:
+def change_set_of_run(context) -> "ChangeSet | None":
     """The change set version whose stage this run holds (from its ticket in the ledger, not from
     its tags); None for a run launched by hand."""
     from dw_dagster.ledger import ledger_for

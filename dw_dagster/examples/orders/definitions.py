@@ -36,7 +36,6 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_as
 from pydantic import Field
 
 from dw_dagster.checks import build_dead_letter_check, build_volume_check
-from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.databases import Database, DatabaseResource, DuckDBDatabase
 from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.examples.orders import cdc
@@ -51,17 +50,16 @@ from dw_dagster.remediation.replay import (
     pending_view_name,
     run_replay_step,
     run_replay_undo_step,
-    verify_replay,
 )
 from dw_dagster.examples.orders.sink import ORDERS_TABLE, CdcSink, SinkTable
 from dw_dagster.examples.orders.source import SOURCE_TABLE
 from dw_dagster.lineage import load_manifest
 from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
-from dw_dagster.remediation import records
+from dw_dagster.remediation.replay_checks import build_replay_checks
 from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
-from dw_dagster.remediation.guard import TICKET_TAG, guarded_executor
+from dw_dagster.remediation.guard import guarded_executor
 from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job
-from dw_dagster.remediation.steps import build_step_jobs, first_step_started
+from dw_dagster.remediation.steps import build_step_jobs
 
 GROUP = "orders"
 DBT_GROUP = "finance_daily"
@@ -136,7 +134,7 @@ def sink_table_now(db: Database, table: SinkTable = SINK_TABLE) -> SinkTable:
 
 
 def _dbt_executable() -> str:
-    from dw_dagster.examples.store_sales.definitions import dbt_executable
+    from dw_dagster.definitions import dbt_executable
 
     return dbt_executable()
 
@@ -151,87 +149,9 @@ def prepare_dbt(home: Path) -> Path:
     return manifest
 
 
-def _change_set_of_run(context) -> "records.ChangeSet | None":
-    """The change set version whose verify stage this run holds (from its ticket in the ledger, not
-    from its tags); None for a run launched by hand."""
-    from dw_dagster.ledger import ledger_for
-    from dw_dagster.remediation.change_sets import load_change_set
-
-    ticket = context.run.tags.get(TICKET_TAG) if context.run else None
-    stage = ledger_for(context.instance).stage_by_ticket(ticket) if ticket else None
-    if stage is None or stage.run_id != context.run.run_id:
-        return None
-    return load_change_set(context.instance, stage.change_set_id, stage.version)
-
-
-def _replay_spec(cs) -> ReplaySpec | None:
-    step = next((s for s in (cs.steps if cs else []) if s.kind == REPLAY), None)
-    return ReplaySpec.model_validate(step.spec) if step else None
-
-
-def _latest_step_time(instance: dg.DagsterInstance) -> dt.datetime | None:
-    from dw_dagster.remediation.steps import STEP_RESULT_KEY
-
-    for rec in records.iter_observations(instance, TARGET_ASSET):
-        data = records.metadata_json(rec.asset_observation.metadata, STEP_RESULT_KEY)
-        if data and data.get("started_at"):
-            cs = records.find_change_set(instance, data["change_set_id"])
-            first = first_step_started(instance, cs) if cs else None
-            return first or dt.datetime.fromisoformat(data["started_at"])
-    return None
-
-
 def build_verification_checks() -> list[dg.AssetChecksDefinition]:
-    """The checks that prove a replay (their numbers land in the receipt; see the module docstring).
-
-    Under a remediation run (tag ``dw/change_set_id``) they use that change set's replay selection
-    and the start of its first step; run by hand they use every parked row and the latest change
-    applied to ``orders`` (else the last 24 h).
-    """
-
-    @dg.asset_check(asset=TARGET_ASSET, name=REPLAYED_CHECK, required_resource_keys={"warehouse"},
-                    metadata={"dw/check_kind": "replay", "dw/table": SINK_TABLE.table},
-                    description="Every parked order_id (the change set's replay selection) is in analytics.orders exactly once.")
-    def parked_rows_replayed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        db = context.resources.warehouse.get_database()
-        cs = _change_set_of_run(context)
-        spec = _replay_spec(cs) or ReplaySpec.for_sink_table(SINK_TABLE, expected_rows=0)
-        v = verify_replay(db, spec)
-        replayed = None
-        if cs is not None:
-            from dw_dagster.remediation.steps import step_results
-
-            done = [r for r in step_results(context.instance, cs) if r.get("kind") == REPLAY and not r.get("refused")]
-            replayed = sum(r.get("inserted_rows", 0) for r in done)
-        md = {"dw/parked_keys": v.parked_keys, "dw/present_once": v.present_once, "dw/missing": v.missing,
-              "dw/duplicated": v.duplicated, "dw/query": dg.MetadataValue.md(f"```sql\n{v.sql}\n```")}
-        if replayed is not None:
-            md["dw/replayed_rows"] = replayed
-            md["dw/expected_rows"] = spec.expected_rows
-        return dg.AssetCheckResult(
-            passed=v.passed, metadata=md,
-            description=(f"{v.present_once:,} of {v.parked_keys:,} parked order_id(s) present exactly once in {spec.target_table}"
-                         + (f"; {v.missing:,} missing (e.g. {v.missing_sample[:5]})" if v.missing else "")
-                         + (f"; {v.duplicated:,} more than once" if v.duplicated else "")))
-
-    @dg.asset_check(asset=TARGET_ASSET, name=NO_NEW_DLQ_CHECK, required_resource_keys={"warehouse"},
-                    metadata={"dw/check_kind": "dead_letter", "dw/table": SINK_TABLE.dead_letter_table},
-                    description="No row parked in analytics.orders_dlq since the change was applied.")
-    def no_new_dead_letters(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        db = context.resources.warehouse.get_database()
-        cs = _change_set_of_run(context)
-        since = (first_step_started(context.instance, cs) if cs else None) or _latest_step_time(context.instance)
-        how = "the change set's first step" if cs else "the latest change applied to orders"
-        if since is None:
-            since, how = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=24), "24 h ago (no change applied yet)"
-        since = since.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        reasons, q = parked_rows(db, SINK_TABLE.dead_letter_table, "failed_at", "error_reason", since)
-        total = sum(r.rows for r in reasons)
-        return dg.AssetCheckResult(
-            passed=total == 0,
-            description=f"{total} row(s) parked since {since.isoformat(sep=' ', timespec='seconds')} UTC ({how})" + (
-                ": " + "; ".join(f"{r.rows} × {r.reason!r}" for r in reasons[:3]) if reasons else ""),
-            metadata={"dw/parked_rows": total, "dw/since_utc": since.isoformat(), "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```")})
+    """The checks that prove a replay (:func:`dw_dagster.build_replay_checks`) and the example's own
+    gift-card GMV compare on ``fct_daily_gmv`` (their numbers land in the receipt)."""
 
     @dg.asset_check(asset=GMV_ASSET, name=GIFT_CARD_CHECK, required_resource_keys={"warehouse", "shop"},
                     metadata={"dw/check_kind": "reconcile"},
@@ -243,7 +163,8 @@ def build_verification_checks() -> list[dg.AssetChecksDefinition]:
         cmp = gift_card_gmv_compare(context.resources.warehouse.get_database(), context.resources.shop.get_database())
         return dg.AssetCheckResult(passed=cmp.passed, description=cmp.description, metadata=cmp.metadata())
 
-    return [parked_rows_replayed, no_new_dead_letters, gift_card_gmv]
+    return [*build_replay_checks(asset=TARGET_ASSET, sink_table=SINK_TABLE, resource_key="warehouse",
+                                 replayed_name=REPLAYED_CHECK, no_new_name=NO_NEW_DLQ_CHECK), gift_card_gmv]
 
 
 def build_definitions(home: Path | None = None) -> dg.Definitions:

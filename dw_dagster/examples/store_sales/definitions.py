@@ -8,7 +8,6 @@ demo's own instance and files.
 
 import datetime as dt
 import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_as
 
 from dw_dagster.checks import build_null_rate_check, build_reconciliation_checks, build_volume_check
 from dw_dagster.databases import DatabaseResource
+from dw_dagster.definitions import dbt_executable
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.lineage import load_manifest
@@ -48,12 +48,6 @@ DBT_TEST = DbtCountTest(
     source_table="sales_line",
     group={"store_id": "store_id", "sale_date": "cast(sale_ts as date)"},
 )
-
-
-def dbt_executable() -> str:
-    """The dbt next to this Python (a venv's bin/), else ``dbt`` from PATH."""
-    local = Path(sys.executable).parent / "dbt"
-    return str(local) if local.exists() else "dbt"
 
 
 def prepare_dbt(project_dir: Path) -> Path:
