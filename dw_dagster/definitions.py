@@ -29,11 +29,8 @@ import dagster as dg
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.databases import DatabaseResource
-from dw_dagster.domains import Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.domains import DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.errors import DwConfigError
-
-RECEIPT_JOB = "dw_write_receipts"
-
 
 def _key(s: str) -> dg.AssetKey:
     return dg.AssetKey.from_user_string(s)
@@ -53,13 +50,10 @@ def dbt_executable() -> str:
 
 
 def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Path:
-    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing
-    (``DbtProject.prepare_if_dev`` refreshes it under ``dagster dev``)."""
-    from dagster_dbt import DbtCliResource, DbtProject
+    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing."""
+    from dagster_dbt import DbtCliResource
 
-    project = DbtProject(project_dir=project_dir, profiles_dir=profiles_dir or project_dir)
-    project.prepare_if_dev()
-    manifest = Path(project.manifest_path)
+    manifest = Path(project_dir) / "target" / "manifest.json"
     if not manifest.exists():
         DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
                        dbt_executable=dbt_executable()).cli(["parse", "--quiet"], target_path=Path("target")).wait()
@@ -192,7 +186,7 @@ def build_dw_definitions(
     from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
     from dw_dagster.lineage import load_manifest
     from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
-    from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+    from dw_dagster.remediation.control import build_control_jobs, control_asset_spec
     from dw_dagster.remediation.guard import guarded_executor
     from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
     from dw_dagster.remediation.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
@@ -211,14 +205,9 @@ def build_dw_definitions(
     # -- domains: read when used (edits apply at once), validated now so a mistake shows at load
     domains: DomainsSource = cfg.domains_model() or path(cfg.domains)
     try:
-        doms = resolve_domains(domains)
+        resolve_domains(domains)
     except DomainsFileError as e:
         raise DwConfigError(f"domains: {e}") from e
-    for a in cfg.assets:
-        try:
-            doms.for_asset(_key(a.key).path)
-        except KeyError:
-            pass  # no domain owns it: change sets wait for approval as at L2, with nobody listed to give it
 
     # -- databases
     resources: dict[str, Any] = {name: DatabaseResource(url=d.url) for name, d in cfg.databases.items() if d.url}
@@ -232,8 +221,8 @@ def build_dw_definitions(
             for spec in specs:
                 if spec.key in watched and spec.partitions_def is not None:
                     found[spec.key] = spec.partitions_def
-        distinct = {id(p): p for p in found.values()}
-        if len({repr(p) for p in distinct.values()}) > 1:
+        distinct = {repr(p): p for p in found.values()}
+        if len(distinct) > 1:
             raise DwConfigError(f"assets: the watched assets {sorted(k.to_user_string() for k in found)} have different "
                                 "partitions; one dw_dagster loop reruns windows of one time-window partitions definition")
         partitions_def = next(iter(distinct.values()), None)
@@ -247,8 +236,12 @@ def build_dw_definitions(
         if cfg.dbt.manifest:
             manifest_path = path(cfg.dbt.manifest)
         else:
-            manifest_path = prepare_manifest(path(cfg.dbt.project_dir),
-                                             path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else None)
+            from dagster_dbt import DbtProject
+
+            project_dir = path(cfg.dbt.project_dir)
+            profiles_dir = path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else project_dir
+            DbtProject(project_dir=project_dir, profiles_dir=profiles_dir).prepare_if_dev()  # re-parsed under `dagster dev`
+            manifest_path = prepare_manifest(project_dir, profiles_dir)
         if not manifest_path.exists():
             raise DwConfigError(f"dbt: no manifest at {manifest_path}")
     keys_by_uid = dbt_asset_keys(load_manifest(manifest_path), dbt_translator) if manifest_path else {}
@@ -275,20 +268,20 @@ def build_dw_definitions(
         checks += own
         names = [next(iter(c.check_keys)).name for c in own]
         detect_keys += [dg.AssetCheckKey(key, n) for n in (a.detect if a.detect is not None else names)]
-        verify_keys += [dg.AssetCheckKey(key, n) for n in names]
+        asset_verify = [dg.AssetCheckKey(key, n) for n in names]
         if sink is not None:
             replay_checks = build_replay_checks(asset=key, sink_table=sink_table, resource_key=a.database)
             checks += replay_checks
-            verify_keys += [next(iter(c.check_keys)) for c in replay_checks]
+            asset_verify += [next(iter(c.check_keys)) for c in replay_checks]
             step_runners.update({REPLAY: run_replay_step, REPLAY_UNDO: run_replay_undo_step})
         try:
-            verify_keys += [_check_key(s) for s in a.verify]
+            asset_verify += [_check_key(s) for s in a.verify]
         except DwConfigError as e:
             raise DwConfigError(f"assets[{a.key}].verify: {e}") from e
+        verify_keys += asset_verify
         if a.pipeline is None:
             continue
-        own_verify = [[*k.asset_key.path, k.name] for k in verify_keys if k.asset_key == key or k in
-                      [_check_key(s) for s in a.verify]]
+        own_verify = [[*k.asset_key.path, k.name] for k in dict.fromkeys(asset_verify)]
         if a.pipeline.incremental_load is not None:
             il = a.pipeline.incremental_load
             repo = path(il.repo)

@@ -95,6 +95,15 @@ def defs_yaml(issuer: str) -> str:
         """)
 
 
+def inline_domains(issuer: str):
+    """The domains written inline in the component's defs.yaml (what its approval job holds)."""
+    import yaml
+
+    from dw_dagster.domains import Domains
+
+    return Domains.model_validate(yaml.safe_load(defs_yaml(issuer))["attributes"]["domains"])
+
+
 def _rows(day: dt.datetime, first_id: int, n: int, region: str, posted_delay=dt.timedelta(minutes=5)):
     return [(first_id + i, region, day + dt.timedelta(minutes=30 * i), day + dt.timedelta(minutes=30 * i) + posted_delay,
              10 + i) for i in range(n)]
@@ -198,7 +207,7 @@ def test_the_loop_on_a_fresh_project_ends_in_a_verified_receipt(project, idp, tm
         nonce = decision_nonce(cs.id, cs.version, "approve")
         settings = OidcSettings(issuer=idp.url, audience="dw-dagster")
         token = login(settings, nonce=nonce, login_hint=OWNER, open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
-        ok, msg = approve_in_process(instance, cs.id, id_token=token, domains=defs_domains(defs))
+        ok, msg = approve_in_process(instance, cs.id, id_token=token, domains=inline_domains(idp.url))
         assert ok, msg
         assert not daemon.tick("dw_remediation_sensor").run_ids  # the diff is not merged yet
         from dw_dagster.remediation.proposals import apply_change_set
@@ -221,46 +230,32 @@ def test_the_loop_on_a_fresh_project_ends_in_a_verified_receipt(project, idp, tm
         wh.close()
 
 
-def defs_domains(defs: dg.Definitions):
-    """The domains the component was built with (inline here), as the approval job holds them."""
-    from dw_dagster.domains import Domains
-
-    text = (Path(os.environ["SALES_WAREHOUSE"]).parent / "shop" / "src" / "shop_data" / "defs" / "dataops" / "defs.yaml")
-    import yaml
-
-    return Domains.model_validate(yaml.safe_load(text.read_text())["attributes"]["domains"])
-
-
 def _dg(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "NO_COLOR": "1"}
     return subprocess.run([str(BIN / "dg"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.skipif(shutil.which("dg", path=str(BIN)) is None, reason="dagster-dg-cli is not installed")
-def test_dg_lists_scaffolds_checks_and_lists_defs(project):
-    env_path = f"{project / 'src'}"
-    os.environ["PYTHONPATH"] = env_path + os.pathsep + os.environ.get("PYTHONPATH", "")
-    try:
-        out = _dg(project, "list", "components", "--json")
-        assert out.returncode == 0, out.stderr
-        assert "dw_dagster.DataOpsComponent" in [i["key"] for i in json.loads(out.stdout)["items"]], out.stdout[:500]
-        out = _dg(project, "scaffold", "defs", "dw_dagster.DataOpsComponent", "dataops")
-        assert out.returncode == 0, out.stderr
-        folder = project / "src" / "shop_data" / "defs" / "dataops"
-        assert "type: dw_dagster.DataOpsComponent" in (folder / "defs.yaml").read_text()
-        assert "approvers:" in (folder / "domains.yaml").read_text()
-        (folder / "defs.yaml").write_text(defs_yaml("http://127.0.0.1:1"))
-        out = _dg(project, "check", "yaml")
-        assert out.returncode == 0, out.stdout + out.stderr
-        out = _dg(project, "list", "defs", "--json")
-        assert out.returncode == 0, out.stderr
-        listed = out.stdout
-        for name in ("dw_remediation_sensor", "dw_check_incident_sensor", "dw_approve_change_set", "reconciliation"):
-            assert name in listed, name
-        # a mistake in the YAML names the file and the field
-        (folder / "defs.yaml").write_text(defs_yaml("http://127.0.0.1:1").replace("slice_by: [region]", "slice_by: region\n          colour: red"))
-        out = _dg(project, "check", "yaml")
-        assert out.returncode != 0
-        assert "defs.yaml" in out.stdout + out.stderr and "colour" in out.stdout + out.stderr
-    finally:
-        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].replace(env_path + os.pathsep, "", 1)
+def test_dg_lists_scaffolds_checks_and_lists_defs(project, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(project / "src"), os.environ.get("PYTHONPATH")])))
+    out = _dg(project, "list", "components", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "dw_dagster.DataOpsComponent" in [i["key"] for i in json.loads(out.stdout)["items"]], out.stdout[:500]
+    out = _dg(project, "scaffold", "defs", "dw_dagster.DataOpsComponent", "dataops")
+    assert out.returncode == 0, out.stderr
+    folder = project / "src" / "shop_data" / "defs" / "dataops"
+    assert "type: dw_dagster.DataOpsComponent" in (folder / "defs.yaml").read_text()
+    assert "approvers:" in (folder / "domains.yaml").read_text()
+    (folder / "defs.yaml").write_text(defs_yaml("http://127.0.0.1:1"))
+    out = _dg(project, "check", "yaml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = _dg(project, "list", "defs", "--json")
+    assert out.returncode == 0, out.stderr
+    listed = out.stdout
+    for name in ("dw_remediation_sensor", "dw_check_incident_sensor", "dw_approve_change_set", "reconciliation"):
+        assert name in listed, name
+    # a mistake in the YAML names the file and the field
+    (folder / "defs.yaml").write_text(defs_yaml("http://127.0.0.1:1").replace("slice_by: [region]", "slice_by: region\n          colour: red"))
+    out = _dg(project, "check", "yaml")
+    assert out.returncode != 0
+    assert "defs.yaml" in out.stdout + out.stderr and "colour" in out.stdout + out.stderr

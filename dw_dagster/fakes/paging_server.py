@@ -949,14 +949,22 @@ def _slack_ts(value: Any, default: float) -> float | None:
         return None
 
 
-def slack_history(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
-                  raw_bytes: bytes) -> Reply:
-    """``conversations.history`` (query string, or a form-encoded POST), newest first."""
+def _slack_read_args(method: str, headers: dict[str, str], query: dict[str, list[str]],
+                     raw_bytes: bytes) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A Slack read method's arguments: the query string, overlaid by a form-encoded POST body
+    (returned too, as ``form``, since it may carry the token)."""
     args: dict[str, Any] = {k: v[0] for k, v in query.items()}
     form: dict[str, Any] | None = None
     if method == "POST" and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         form = {k: v[0] for k, v in parse_qs(raw_bytes.decode("utf-8", "replace")).items()}
         args.update(form)
+    return args, form
+
+
+def slack_history(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
+                  raw_bytes: bytes) -> Reply:
+    """``conversations.history`` (query string, or a form-encoded POST), newest first."""
+    args, form = _slack_read_args(method, headers, query, raw_bytes)
     token = _slack_token(headers, form)
     if not token:
         return _slack_error("not_authed")
@@ -1019,11 +1027,7 @@ def slack_history(state: PagingState, method: str, headers: dict[str, str], quer
 def slack_users_info(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
                      raw_bytes: bytes) -> Reply:
     """``users.info`` (query string, or a form-encoded POST): the user object, email only with users:read.email."""
-    args: dict[str, Any] = {k: v[0] for k, v in query.items()}
-    form: dict[str, Any] | None = None
-    if method == "POST" and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        form = {k: v[0] for k, v in parse_qs(raw_bytes.decode("utf-8", "replace")).items()}
-        args.update(form)
+    args, form = _slack_read_args(method, headers, query, raw_bytes)
     token = _slack_token(headers, form)
     cr = state.credentials
     if not token:

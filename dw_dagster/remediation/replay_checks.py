@@ -10,7 +10,6 @@ the asset (else the last 24 h).
 
 import datetime as dt
 from collections.abc import Callable
-from typing import NamedTuple
 
 import dagster as dg
 
@@ -55,20 +54,6 @@ def _latest_step_time(instance: dg.DagsterInstance, asset: dg.AssetKey) -> dt.da
     return None
 
 
-class _Names(NamedTuple):
-    table: str
-    dead_letter_table: str
-    key: str
-
-
-def _names(fn) -> tuple[str, str, str]:
-    """The table names of a sink given as a callable that carries them (``table``, ``dead_letter_table``, ``key``)."""
-    try:
-        return fn.table, fn.dead_letter_table, fn.key
-    except AttributeError as e:
-        raise TypeError("sink_table: a SinkTable, or a callable with .table, .dead_letter_table and .key") from e
-
-
 def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Callable[[Database], SinkTable],
                         resource_key: str = "warehouse",
                         replayed_name: str = REPLAYED_CHECK, no_new_name: str = NO_NEW_DLQ_CHECK,
@@ -78,7 +63,8 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
     Args:
         asset: the sink's target asset.
         sink_table: the target, its dead-letter table, key and columns; or a callable giving them
-            from the warehouse (e.g. read from its catalog when the check runs).
+            from the warehouse (e.g. read from its catalog when the check runs) that carries
+            ``table``, ``dead_letter_table`` and ``key`` as attributes.
         resource_key: the :class:`~dw_dagster.databases.DatabaseResource` holding both tables.
 
     Returns:
@@ -88,7 +74,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
         ``dw/since_utc``. Both put their SQL in ``dw/query``.
     """
     key = asset if isinstance(asset, dg.AssetKey) else dg.AssetKey.from_user_string(asset)
-    t = sink_table if isinstance(sink_table, SinkTable) else _Names(*_names(sink_table))
+    t = sink_table  # a SinkTable, or a callable that carries .table, .dead_letter_table and .key
 
     def table_of(db: Database) -> SinkTable:
         return sink_table if isinstance(sink_table, SinkTable) else sink_table(db)

@@ -50,7 +50,9 @@ class DataOpsComponent(DataOpsConfig, dg.Component):
     explains the rules).
     """
 
-    partitions: dict | None = None  # reserved: explicit partitions (start_date, timezone) when the assets are elsewhere
+    #: the watched assets' partitions, when the repair windows should not take them from the assets:
+    #: ``{cadence: daily|hourly|weekly|monthly, start_date: ..., end_date: ..., timezone: ...}``
+    partitions: dict | None = None
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         from dw_dagster.definitions import build_dw_definitions

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from dw_dagster.checks import build_dead_letter_check, build_volume_check
 from dw_dagster.databases import Database, DatabaseResource, DuckDBDatabase
+from dw_dagster.definitions import dbt_executable, prepare_manifest
 from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import home as h
@@ -133,20 +134,9 @@ def sink_table_now(db: Database, table: SinkTable = SINK_TABLE) -> SinkTable:
     return table.with_nullable(*relaxed) if relaxed else table
 
 
-def _dbt_executable() -> str:
-    from dw_dagster.definitions import dbt_executable
-
-    return dbt_executable()
-
-
 def prepare_dbt(home: Path) -> Path:
     """Parse the home's dbt project if its manifest is missing; return the manifest path."""
-    project_dir = p.dbt_dir(home)
-    manifest = project_dir / "target" / "manifest.json"
-    if not manifest.exists():
-        DbtCliResource(project_dir=str(project_dir), profiles_dir=str(p.profiles_dir(home)),
-                       dbt_executable=_dbt_executable()).cli(["parse", "--quiet"], target_path=Path("target")).wait()
-    return manifest
+    return prepare_manifest(p.dbt_dir(home), p.profiles_dir(home))
 
 
 def build_verification_checks() -> list[dg.AssetChecksDefinition]:
@@ -265,7 +255,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         "shop": OrdersSourceResource(scale=p.read_scale(home), duckdb_path=str(p.source_path(home)),
                                      mysql_url=dg.EnvVar(h.SOURCE_URL_ENV) if mysql else None),
         "warehouse": DatabaseResource(url=f"duckdb:///{h.warehouse_path(home)}"),
-        "dbt": DbtCliResource(project_dir=project, profiles_dir=str(p.profiles_dir(home)), dbt_executable=_dbt_executable()),
+        "dbt": DbtCliResource(project_dir=project, profiles_dir=str(p.profiles_dir(home)), dbt_executable=dbt_executable()),
     }
     return dg.Definitions(
         assets=[shop_orders, orders, finance_daily_dbt, control_asset_spec()],

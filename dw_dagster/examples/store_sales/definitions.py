@@ -16,7 +16,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_as
 
 from dw_dagster.checks import build_null_rate_check, build_reconciliation_checks, build_volume_check
 from dw_dagster.databases import DatabaseResource
-from dw_dagster.definitions import dbt_executable
+from dw_dagster.definitions import dbt_executable, prepare_manifest
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.lineage import load_manifest
@@ -52,11 +52,7 @@ DBT_TEST = DbtCountTest(
 
 def prepare_dbt(project_dir: Path) -> Path:
     """Parse the dbt project if its manifest is missing; return the manifest path."""
-    manifest = project_dir / "target" / "manifest.json"
-    if not manifest.exists():
-        DbtCliResource(project_dir=str(project_dir), profiles_dir=str(project_dir), dbt_executable=dbt_executable()).cli(
-            ["parse", "--quiet"], target_path=Path("target")).wait()
-    return manifest
+    return prepare_manifest(project_dir)
 
 
 def build_definitions(home: Path | None = None) -> dg.Definitions:
