@@ -114,9 +114,23 @@ def _ddl_from_source(source: Database, spec: IncrementalLoadSpec) -> str:
     if missing:
         raise LoadError(f"the target {spec.target_table} does not exist and the source {spec.source_table} has no "
                         f"column(s) {missing} to take the types from; create {spec.target_table} first")
-    cols = ", ".join(f"{sql.identifier(c).sql('duckdb')} "
-                     f"{exp.DataType.build(types[c.lower()], dialect=source.dialect).sql('duckdb')}" for c in spec.columns)
+    cols = ", ".join(f"{sql.identifier(c).sql('duckdb')} {_warehouse_type(types[c.lower()], c, source, spec)}"
+                     for c in spec.columns)
     return f"CREATE TABLE IF NOT EXISTS {sql.table(spec.target_table).sql('duckdb')} ({cols})"
+
+
+def _warehouse_type(type_text: str, column: str, source: Database, spec: IncrementalLoadSpec) -> str:
+    """The DuckDB type for a source column's catalog type, or a :class:`LoadError` when it would be a guess."""
+    try:
+        dtype = exp.DataType.build(type_text, dialect=source.dialect)
+    except Exception:
+        dtype = None
+    unbounded_decimal = dtype is not None and dtype.this == exp.DataType.Type.DECIMAL and not dtype.expressions
+    if dtype is None or dtype.this in (exp.DataType.Type.USERDEFINED, exp.DataType.Type.UNKNOWN) or (
+            unbounded_decimal and source.dialect != "duckdb"):
+        raise LoadError(f"the target {spec.target_table} does not exist and the source's type {type_text!r} of column "
+                        f"{column} has no exact DuckDB equivalent; create {spec.target_table} first")
+    return dtype.sql("duckdb")
 
 
 def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec, source: Database | None = None) -> None:

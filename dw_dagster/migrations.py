@@ -726,15 +726,18 @@ def _does_not_fit(column: str, target: exp.DataType, info: TypeInfo, dialect: st
 def _info_schema_columns(table: str, dialect: str, column: str | None = None) -> exp.Select:
     """``information_schema`` query for the columns of ``table`` (or just ``column``), in order.
 
-    Rows: ``column_name, data_type, is_nullable`` and, on Snowflake, ``numeric_precision,
-    numeric_scale, character_maximum_length`` (Snowflake's ``data_type`` has no parameters).
+    Rows: ``column_name, data_type, is_nullable`` and, except on DuckDB and BigQuery,
+    ``numeric_precision, numeric_scale, character_maximum_length`` (the standard catalog's
+    ``data_type`` has no parameters). PostgreSQL, MySQL/MariaDB and other engines with the SQL
+    standard's ``information_schema`` are read there: an unqualified name means the current schema
+    (``current_schema()``; ``DATABASE()`` on MySQL).
     """
     parts = _parts(table)
     name = parts[-1]
     schema = parts[-2] if len(parts) >= 2 else None
     catalog = parts[-3] if len(parts) == 3 else None
     cols = ["column_name", "data_type", "is_nullable"]
-    if dialect == "snowflake":
+    if dialect not in ("duckdb", "bigquery"):
         cols += ["numeric_precision", "numeric_scale", "character_maximum_length"]
     lower = lambda e: exp.Lower(this=e)  # noqa: E731
     ident = exp.to_identifier
@@ -769,7 +772,16 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
         if column:
             conds.append(exp.EQ(this=lower(exp.column("column_name")), expression=sql.literal(column.lower())))
     else:
-        raise MigrationError(f"unsupported dialect {dialect!r}; supported: {', '.join(DIALECTS)}")
+        src = exp.Table(this=ident("columns"), db=ident("information_schema"))
+        current = exp.func("DATABASE") if dialect == "mysql" else exp.func("current_schema")
+        conds = [
+            exp.EQ(this=exp.column("table_name"), expression=sql.literal(name)),
+            exp.EQ(this=exp.column("table_schema"), expression=sql.literal(schema) if schema else current),
+        ]
+        if catalog:
+            conds.append(exp.EQ(this=exp.column("table_catalog"), expression=sql.literal(catalog)))
+        if column:
+            conds.append(exp.EQ(this=lower(exp.column("column_name")), expression=sql.literal(column.lower())))
     q = exp.select(*cols).from_(src).where(exp.and_(*conds))
     return q.order_by("ordinal_position")
 
@@ -777,12 +789,17 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
 def _catalog_type(row: Sequence[Any], dialect: str) -> str:
     """A type string in ``dialect`` from one ``information_schema.columns`` row."""
     data_type = str(row[1])
-    if dialect == "snowflake":
-        precision, scale, length = row[3], row[4], row[5]
-        if data_type.upper() in ("NUMBER", "DECIMAL", "NUMERIC") and precision is not None:
-            return f"NUMBER({int(precision)},{int(scale or 0)})"
-        if data_type.upper() in ("TEXT", "VARCHAR", "STRING") and length is not None:
+    if dialect in ("duckdb", "bigquery"):
+        return data_type
+    precision, scale, length = row[3], row[4], row[5]
+    upper = data_type.upper()
+    if upper in ("NUMBER", "DECIMAL", "NUMERIC") and precision is not None:
+        return f"{'NUMBER' if dialect == 'snowflake' else 'DECIMAL'}({int(precision)},{int(scale or 0)})"
+    if upper in ("TEXT", "VARCHAR", "STRING", "CHARACTER VARYING", "CHAR", "CHARACTER") and length is not None:
+        if dialect == "snowflake" or upper in ("VARCHAR", "CHARACTER VARYING"):
             return f"VARCHAR({int(length)})"
+        if upper in ("CHAR", "CHARACTER"):
+            return f"CHAR({int(length)})"
     return data_type
 
 
@@ -840,20 +857,20 @@ def _read_bigquery_schema(db: Any, table: str) -> TableSchema:
 def read_table_schema(db: Database, table: str) -> TableSchema:
     """Read ``table``'s columns in order, with their types and nullability.
 
-    DuckDB and Snowflake: from ``information_schema.columns``. BigQuery: from the tables API
+    DuckDB, Snowflake, PostgreSQL, MySQL/MariaDB and other engines with a standard catalog: from
+    ``information_schema.columns``. BigQuery: from the tables API
     (``tables.get``), which shows schema changes at once where ``INFORMATION_SCHEMA`` may lag
     (`managing table schemas`_), with partitioning, clustering and what a rebuild cannot keep.
 
     Args:
-        db: a :class:`~dw_dagster.databases.Database` whose ``dialect`` is ``duckdb``,
-            ``snowflake`` or ``bigquery``.
+        db: any :class:`~dw_dagster.databases.Database`.
         table: ``schema.table`` (``dataset.table``), or a one-part name in the current schema.
 
     Returns:
         A :class:`TableSchema`; type strings are in the database's dialect.
 
     Raises:
-        MigrationError: the table does not exist (no columns) or the dialect is unsupported.
+        MigrationError: the table does not exist (no columns).
         dw_dagster.sql.UnsafeIdentifierError: a part of ``table`` is hostile.
         dw_dagster.databases.DatabaseError: the query or the API call failed.
     """

@@ -70,3 +70,29 @@ def test_load_diagnose_and_repair_from_postgres(pg_source, tmp_path):
     assert after.passed and after.gap_rows == 0
     assert wh.fetch_all("SELECT count(*) - count(DISTINCT sales_line_id) FROM pos.sales_line")[0][0] == 0
 
+
+
+def test_postgres_catalog_types_and_no_guessed_target(pg_source, tmp_path):
+    """The target is created with the source's own types, and refused when a type would be a guess."""
+    from dw_dagster.loads import LoadError
+    from dw_dagster.migrations import read_table_schema
+
+    pg_source.execute("CREATE SCHEMA pos")
+    pg_source.execute("CREATE TABLE pos.t (id BIGINT NOT NULL, name VARCHAR(20), code CHAR(3), amount NUMERIC(12,2), "
+                      "ts TIMESTAMP, loose NUMERIC)")
+    schema = read_table_schema(pg_source, "pos.t")
+    assert [(c.name, c.type, c.nullable) for c in schema.columns] == [
+        ("id", "bigint", False), ("name", "VARCHAR(20)", True), ("code", "CHAR(3)", True),
+        ("amount", "DECIMAL(12,2)", True), ("ts", "timestamp without time zone", True), ("loose", "numeric", True)]
+    wh = DuckDBDatabase(tmp_path / "warehouse.duckdb")
+    base = dict(source_table="pos.t", target_table="pos.t", merge_key="id", partition_column="ts",
+                watermark_column="ts", lookback_hours=0)
+    start = dt.datetime(2026, 11, 1)
+    with pytest.raises(LoadError, match="'numeric' of column loose has no exact DuckDB equivalent"):
+        load_partition(pg_source, wh, IncrementalLoadSpec(**base, columns=["id", "ts", "loose"]),
+                       "2026-11-01", start, start + dt.timedelta(days=1))
+    assert not wh.fetch_all("SELECT * FROM information_schema.tables WHERE table_name = 't'")
+    load_partition(pg_source, wh, IncrementalLoadSpec(**base, columns=["id", "name", "code", "amount", "ts"]),
+                   "2026-11-01", start, start + dt.timedelta(days=1))
+    types = dict(wh.fetch_all("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 't'"))
+    assert types == {"id": "BIGINT", "name": "VARCHAR", "code": "VARCHAR", "amount": "DECIMAL(12,2)", "ts": "TIMESTAMP"}
