@@ -8,7 +8,8 @@ from dw_dagster.checks import (
     build_row_diff_check,
     build_volume_check,
 )
-from dw_dagster.checks.rowdiff import row_diff, row_diff_across
+from dw_dagster.checks.rowdiff import row_diff
+from dw_dagster.checks.rowdiff import row_diff_across
 from dw_dagster.components import DataOpsComponent
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.definitions import build_dw_definitions
@@ -30,51 +31,40 @@ from dw_dagster.diagnosis import (
     take_schema_snapshot,
 )
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
-from dw_dagster.domains import Domain, Domains, load_domains
+from dw_dagster.core.domains import Domain, Domains, load_domains
 from dw_dagster.lineage import blast_radius, dbt_ls, lineage_graph, manifest_graph, select_nodes
-from dw_dagster.lightup import LightupClient, LightupResource
-from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
-from dw_dagster.loads import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
-from dw_dagster.migrations import (
-    AddColumn,
-    DropColumn,
-    LossyRetypeError,
-    Migration,
-    MigrationError,
-    MigrationRefused,
-    RenameColumn,
-    RetypeColumn,
-    SetNullability,
-    TableSchema,
-    apply_migration,
-    classify_retype,
-    generate_migration,
-    read_table_schema,
-    verify_migration,
-)
-from dw_dagster.models import ChangeStep, Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
-from dw_dagster.notify_sensor import build_notification_sensor
-from dw_dagster.paging import OpsgenieResource, Pager, PagerDutyResource, dedup_key_for, page_incident
-from dw_dagster.remediation import (
-    build_approval_job,
-    build_check_incident_sensor,
-    build_receipt_job,
-    build_remediation_sensor,
-)
-from dw_dagster.remediation import records
-from dw_dagster.remediation.approval import approve_in_process, decide
-from dw_dagster.remediation.receipt_chain import verify_receipts
-from dw_dagster.remediation.replay_checks import build_replay_checks
-from dw_dagster.sink_table import SinkTable
-from dw_dagster.remediation.change_sets import propose
-from dw_dagster.remediation.guard import GuardedRunCoordinator, guarded_executor
-from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
-from dw_dagster.remediation.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results
-from dw_dagster.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
-from dw_dagster.ledger import Ledger, LedgerError, ledger_for
-from dw_dagster.slack import SlackResource, approval_request_message
+from dw_dagster.integrations.lightup import LightupClient, LightupResource
+from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
+from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
+from dw_dagster.repair.migrations import generate_migration
+from dw_dagster.repair.migrations import apply_migration, verify_migration
+from dw_dagster.repair.migrations import AddColumn, DropColumn, LossyRetypeError, Migration, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
+from dw_dagster.repair.migrations import classify_retype
+from dw_dagster.databases.catalog import TableSchema, read_table_schema
+from dw_dagster.core.models import ChangeStep, Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.integrations.notifications import build_notification_sensor
+from dw_dagster.integrations.paging import Pager, dedup_key_for, page_incident
+from dw_dagster.integrations.opsgenie import OpsgenieResource
+from dw_dagster.integrations.pagerduty import PagerDutyResource
+from dw_dagster.approval.job import build_approval_job
+from dw_dagster.repair.sensor import build_remediation_sensor
+from dw_dagster.detection.incidents import build_check_incident_sensor
+from dw_dagster.receipts.job import build_receipt_job
+from dw_dagster.core import records
+from dw_dagster.approval.job import approve_in_process, decide
+from dw_dagster.receipts.chain import verify_receipts
+from dw_dagster.repair.replay_checks import build_replay_checks
+from dw_dagster.pipelines.sink import SinkTable
+from dw_dagster.proposals.change_sets import propose
+from dw_dagster.repair.guard import GuardedRunCoordinator, guarded_executor
+from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
+from dw_dagster.repair.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results
+from dw_dagster.approval.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
+from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
+from dw_dagster.integrations.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
-from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, days_ago
+from dw_dagster.detection.volume import build_volume_sensor
+from dw_dagster.detection.volume import VolumeTable, days_ago
 
 __all__ = [
     "DataOpsComponent",

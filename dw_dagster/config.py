@@ -32,7 +32,7 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
-from dw_dagster.domains import Domains
+from dw_dagster.core.domains import Domains
 
 
 class DatabaseConfig(dg.Model, dg.Resolvable):
@@ -156,10 +156,10 @@ class DbtCountTestConfig(dg.Model, dg.Resolvable):
 class IncrementalLoadConfig(dg.Model, dg.Resolvable):
     """An incremental load reading rows above a high-watermark (what the late-rows diagnosis tests).
 
-    The pipeline file (YAML, :class:`~dw_dagster.loads.IncrementalLoadSpec`) names the source and
+    The pipeline file (YAML, :class:`~dw_dagster.pipelines.incremental.IncrementalLoadSpec`) names the source and
     target tables, the merge key, partition, watermark and arrival columns and the lookback; the
     watermark fix is a diff to it. Loads are read from the asset's ``dw/loads`` metadata
-    (:func:`~dw_dagster.loads.load_partition` or :func:`~dw_dagster.loads.record_loads`).
+    (:func:`~dw_dagster.pipelines.incremental.load_partition` or :func:`~dw_dagster.pipelines.incremental.record_loads`).
     """
 
     source_database: str = Field(description="a name under databases")
@@ -170,7 +170,7 @@ class IncrementalLoadConfig(dg.Model, dg.Resolvable):
 
 
 class DeadLetterSinkConfig(dg.Model, dg.Resolvable):
-    """A sink that parks the rows its target rejects (:mod:`dw_dagster.sink_table`)."""
+    """A sink that parks the rows its target rejects (:mod:`dw_dagster.pipelines.sink`)."""
 
     source_database: str
     source_table: str = Field(description="the source table, schema.table")
@@ -221,7 +221,7 @@ class DbtConfig(dg.Model, dg.Resolvable):
 
 class LightupConfig(dg.Model, dg.Resolvable):
     """Lightup incidents become dw_dagster incidents. Credentials from ``LIGHTUP_CREDENTIAL_FILE``
-    (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``), as :class:`~dw_dagster.lightup.LightupResource` reads them."""
+    (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``), as :class:`~dw_dagster.integrations.lightup.LightupResource` reads them."""
 
     tables: dict[str, str] = Field(description="'datasource:schema.table' → asset key")
     compare_metrics: list[str] = Field(default_factory=list, description="compare metric uuids for the on-demand check")

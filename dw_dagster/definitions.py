@@ -29,7 +29,7 @@ import dagster as dg
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.databases import DatabaseResource
-from dw_dagster.domains import DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.errors import DwConfigError
 
 def _key(s: str) -> dg.AssetKey:
@@ -182,18 +182,21 @@ def build_dw_definitions(
             unreadable domains file, a domain without approvers, a watched partitioned asset
             without partitions, partitions that differ between watched assets.
     """
-    from dw_dagster.diagnosis.dead_letter_sink import DeadLetterDiagnoser
+    from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
     from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
     from dw_dagster.lineage import load_manifest
-    from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
-    from dw_dagster.remediation.control import build_control_jobs, control_asset_spec
-    from dw_dagster.remediation.guard import guarded_executor
-    from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
-    from dw_dagster.remediation.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
-    from dw_dagster.remediation.replay import run_replay_step, run_replay_undo_step
-    from dw_dagster.remediation.replay_checks import build_replay_checks
-    from dw_dagster.remediation.steps import build_step_jobs
-    from dw_dagster.remediation.undo import build_undo_jobs
+    from dw_dagster.approval.job import build_approval_job
+    from dw_dagster.repair.sensor import build_remediation_sensor
+    from dw_dagster.detection.incidents import build_check_incident_sensor
+    from dw_dagster.receipts.job import build_receipt_job
+    from dw_dagster.repair.control import build_control_jobs, control_asset_spec
+    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
+    from dw_dagster.repair.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
+    from dw_dagster.repair.replay import run_replay_step, run_replay_undo_step
+    from dw_dagster.repair.replay_checks import build_replay_checks
+    from dw_dagster.repair.steps import build_step_jobs
+    from dw_dagster.repair.undo import build_undo_jobs
 
     cfg = config if isinstance(config, DataOpsConfig) else DataOpsConfig.model_validate(config)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
@@ -288,7 +291,7 @@ def build_dw_definitions(
             if not (repo / il.file).exists():
                 raise DwConfigError(f"assets[{a.key}].pipeline.incremental_load.file: {repo / il.file} does not exist")
             pipeline_root = repo
-            from dw_dagster.remediation.proposals import DbtCountTest
+            from dw_dagster.proposals.watermark import DbtCountTest
 
             diagnosers[tuple(key.path)] = IncrementalLoadDiagnoser(
                 target_asset=key, source_resource_key=il.source_database, target_resource_key=a.database,
@@ -348,33 +351,33 @@ class _SinkRef:
     """A sink's tables and key; the columns are read from the target's catalog when it is diagnosed."""
 
     def __init__(self, *, table: str, dead_letter_table: str, key: str) -> None:
-        from dw_dagster.sql import check_name, check_table_name
+        from dw_dagster.databases.sql import check_name, check_table_name
 
         self.table, self.dead_letter_table, self.key = (check_table_name(table), check_table_name(dead_letter_table),
                                                         check_name(key, "key column"))
 
     def __call__(self, db):
-        """The :class:`~dw_dagster.sink_table.SinkTable` as ``db``'s catalog has the target now."""
-        from dw_dagster.sink_table import sink_table_from_catalog
+        """The :class:`~dw_dagster.pipelines.sink.SinkTable` as ``db``'s catalog has the target now."""
+        from dw_dagster.pipelines.sink import sink_table_from_catalog
 
         return sink_table_from_catalog(db, self.table, self.dead_letter_table, self.key)
 
     def prepare(self, db) -> None:
         """Create the replay ledger and the view of the rows still parked, when missing."""
-        from dw_dagster.remediation.replay import ReplaySpec, ensure_replay_tables
+        from dw_dagster.repair.replay import ReplaySpec, ensure_replay_tables
 
         ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))
 
 
 def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, domains, status):
     """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run time)."""
-    from dw_dagster.remediation.control import build_expiry_sensor
+    from dw_dagster.repair.control import build_expiry_sensor
 
     integ = cfg.integrations
     checks, sensors = [], []
     if integ.lightup is not None:
-        from dw_dagster.lightup import LightupResource
-        from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
+        from dw_dagster.integrations.lightup import LightupResource
+        from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
 
         lu = integ.lightup
         resources["lightup"] = LightupResource(workspace=lu.workspace)
@@ -385,14 +388,14 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
             target = _key(next(iter(lu.tables.values())))
             checks.append(build_lightup_compare_check(asset=target, compare_metric_uuids=lu.compare_metrics))
     if integ.pagerduty is not None:
-        from dw_dagster.paging import PagerDutyResource
+        from dw_dagster.integrations.pagerduty import PagerDutyResource
 
         pd = integ.pagerduty
         resources["pager"] = PagerDutyResource(
             routing_key=dg.EnvVar(pd.routing_key_env), api_token=dg.EnvVar(pd.api_token_env) if pd.api_token_env else None,
             from_email=pd.from_email, events_base_url=pd.events_url, rest_base_url=pd.api_url)
     if integ.slack is not None:
-        from dw_dagster.slack import SlackResource
+        from dw_dagster.integrations.slack import SlackResource
 
         sl = integ.slack
         resources["slack"] = SlackResource(bot_token=dg.EnvVar(sl.bot_token_env), base_url=sl.api_url,
@@ -400,7 +403,7 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
     sensors.append(build_expiry_sensor(slack_resource_key="slack" if integ.slack else None, domains=domains,
                                        default_status=status))
     if integ.lightup or integ.pagerduty or integ.slack:
-        from dw_dagster.notify_sensor import build_notification_sensor
+        from dw_dagster.integrations.notifications import build_notification_sensor
 
         sensors.append(build_notification_sensor(
             dagster_url=integ.dagster_url, location_name=cfg.location_name,

@@ -35,7 +35,7 @@ def postgres():
 @pytest.fixture(scope="session")
 def fakesnow_server(tmp_path_factory):
     """fakesnow (Snowflake on DuckDB) on 127.0.0.1 for the session; yields connector kwargs."""
-    from dw_dagster_tests.emulators import fakesnow_server as start
+    from dw_dagster_tests.harness.emulators import fakesnow_server as start
 
     with start(tmp_path_factory.mktemp("fakesnow")) as kwargs:
         yield kwargs
@@ -47,8 +47,8 @@ def bqemulator_server(tmp_path_factory):
 
     Its venv (``.cache/bqemulator-venv``) is built on first use, about a minute, then reused.
     """
-    from dw_dagster_tests.emulators import bqemulator_server as start
-    from dw_dagster_tests.emulators import ensure_bqemulator_venv
+    from dw_dagster_tests.harness.emulators import bqemulator_server as start
+    from dw_dagster_tests.harness.emulators import ensure_bqemulator_venv
 
     build = ensure_bqemulator_venv()
     if build.built_seconds is not None:
@@ -59,13 +59,13 @@ def bqemulator_server(tmp_path_factory):
 
 @pytest.fixture(params=["duckdb", "snowflake", "bigquery"], ids=["duckdb", "snowflake", "bigquery"])
 def warehouse(request, tmp_path):
-    """A :class:`~dw_dagster_tests.emulators.Warehouse`: a ``Database`` and a fresh schema (dataset).
+    """A :class:`~dw_dagster_tests.harness.emulators.Warehouse`: a ``Database`` and a fresh schema (dataset).
 
     The schema is dropped after the test; DuckDB's lives in a file under ``tmp_path``.
     """
     import uuid
 
-    from dw_dagster_tests.emulators import FAKESNOW_DATABASE, Warehouse, bigquery_client
+    from dw_dagster_tests.harness.emulators import FAKESNOW_DATABASE, Warehouse, bigquery_client
 
     schema = f"t_{uuid.uuid4().hex[:10]}"
     if request.param == "duckdb":
@@ -77,7 +77,7 @@ def warehouse(request, tmp_path):
     elif request.param == "snowflake":
         from dagster_snowflake import SnowflakeResource
 
-        from dw_dagster.warehouses import SnowflakeDatabase
+        from dw_dagster.databases.snowflake import SnowflakeDatabase
 
         kwargs = dict(request.getfixturevalue("fakesnow_server"))
         admin = SnowflakeDatabase(**kwargs, database=FAKESNOW_DATABASE)
@@ -97,7 +97,7 @@ def warehouse(request, tmp_path):
         finally:
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     else:
-        from dw_dagster.warehouses import BigQueryDatabase
+        from dw_dagster.databases.bigquery import BigQueryDatabase
 
         client = bigquery_client(request.getfixturevalue("bqemulator_server"))
         client.create_dataset(schema)

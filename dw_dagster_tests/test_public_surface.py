@@ -42,7 +42,7 @@ def _imports(path: Path) -> set[str]:
 
 #: product modules still waiting to drop an examples import (issue 12): the CLI's demo commands
 #: run the example code locations' demos in process
-KNOWN = {"cli.py"}
+KNOWN = {"cli/main.py"}
 
 
 def test_no_product_module_imports_the_examples():
@@ -64,3 +64,47 @@ def test_examples_do_not_import_each_other():
         for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
             bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
             assert not bad, (path.name, bad)
+
+
+#: The packages from the bottom up: a package may import only those before it (and itself). The
+#: loop's stages build on one another: a proposal is made of core records and windows; an approval
+#: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
+#: proposes a repair with its steps; a detection starts a diagnosis and reads the stop switch.
+LAYERS = ["errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
+          "integrations", "repair", "receipts", "diagnosis", "detection", "config", "definitions", "components",
+          "testing", "cli"]
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_imports_run_one_way_between_the_packages():
+    """Every import (lazy ones included) goes down the layers; none goes up, so there is no cycle."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        own = rel.parts[0].removesuffix(".py")
+        if own in ("__init__", "examples"):
+            continue
+        assert own in rank, f"{rel}: a package the layer list does not place"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for m in mods:
+                if not m.startswith("dw_dagster.") or _package_of(m) == own:
+                    continue
+                if rel.as_posix() in KNOWN and _package_of(m) == "examples":
+                    continue  # counted by test_no_product_module_imports_the_examples
+                if rank.get(_package_of(m), len(LAYERS)) > rank[own]:
+                    upward.append(f"{rel.as_posix()}:{node.lineno} imports {m}")
+    assert upward == []
+
+
+def test_no_module_is_a_grab_bag():
+    """No product module over 750 lines (the fake vendor servers, one protocol each, aside)."""
+    big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
+           for path in PACKAGE.rglob("*.py") if "testing/fakes" not in path.as_posix()}
+    assert {k: n for k, n in big.items() if n > 750} == {}

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import dagster as dg
 from pydantic import BaseModel
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.databases import Database
 
@@ -66,7 +66,7 @@ def build_dead_letter_check(
         max_rows: rows allowed in the window (default 0).
         since: returns the start of the window (UTC); overrides ``lookback_hours``.
         prepare: called with the database before counting (e.g. to create a view of the rows
-            still waiting, :func:`dw_dagster.remediation.replay.ensure_replay_tables`).
+            still waiting, :func:`dw_dagster.repair.replay.ensure_replay_tables`).
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/parked_rows`` (rows), ``dw/reasons`` (table).

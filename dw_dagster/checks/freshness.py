@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 from pydantic import BaseModel
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.databases import Database
 
 FRESHNESS_KIND = "freshness"

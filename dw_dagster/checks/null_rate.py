@@ -19,7 +19,7 @@ import dagster as dg
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database

@@ -23,10 +23,10 @@ import dagster as dg
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import column_list
 from dw_dagster.databases import Database, DatabaseError
-from dw_dagster.models import SliceGap
+from dw_dagster.core.models import SliceGap
 
 RECONCILIATION_KIND = "reconciliation"
 FLOAT_REL_TOLERANCE = 1e-9
@@ -153,7 +153,7 @@ def compare_slice_aggregates(
     other never cancel out.
 
     Returns:
-        One :class:`~dw_dagster.models.SliceGap` per slice, sorted by slice value (NULL first).
+        One :class:`~dw_dagster.core.models.SliceGap` per slice, sorted by slice value (NULL first).
     """
     def norm(v):
         return (v[0], None, None, v[1]) if len(v) == 2 else v
@@ -210,7 +210,7 @@ def reconcile(
 
     Raises:
         dw_dagster.databases.DatabaseError: a query failed (unknown table or column, no connection).
-        dw_dagster.sql.UnsafeIdentifierError: a table or column name cannot be used.
+        dw_dagster.databases.sql.UnsafeIdentifierError: a table or column name cannot be used.
     """
     s_sql = slice_aggregate_sql(source_table, slice_by, measures, source_db.dialect, key_columns)
     t_sql = slice_aggregate_sql(target_table, slice_by, measures, target_db.dialect, key_columns)

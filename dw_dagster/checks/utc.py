@@ -9,7 +9,7 @@ it is (UTC by contract). BigQuery's ``TIMESTAMP`` already buckets and compares i
 
 from sqlglot import exp
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError
 
 AWARE_TYPES = ("TIMESTAMPTZ", "TIMESTAMP_TZ", "TIMESTAMP_LTZ")
@@ -27,7 +27,7 @@ def utc_timestamp(db: Database, table: str, column: str) -> exp.Expression:
     Raises:
         DatabaseError: the table does not exist or has no such column.
     """
-    from dw_dagster.checks.rowdiff import column_types
+    from dw_dagster.databases.catalog import column_types
 
     types = column_types(db, table)
     if column.lower() not in types:

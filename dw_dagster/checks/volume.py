@@ -15,7 +15,7 @@ Method (z-score band, as Elementary's volume anomaly test; defaults from its
 - Fewer than ``min_history`` baseline days gives an explicit "insufficient history" result.
 
 Scoring one value against its baseline is the pure function :func:`score_against_baseline`, shared
-with the volume sensor (:mod:`dw_dagster.volume_sensor`), which scores catalog row counts against
+with the volume sensor (:mod:`dw_dagster.detection.volume`), which scores catalog row counts against
 earlier observations instead of days.
 """
 
@@ -30,7 +30,7 @@ import dagster as dg
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
@@ -132,7 +132,7 @@ def score_against_baseline(
     anomaly test); ``method="mad"``: centre = median, spread = 1.4826 × median absolute deviation
     (robust to an earlier anomaly inside the baseline). The lower bound never goes below 0 rows.
     Used per day by :func:`score_days` and per observation by
-    :func:`dw_dagster.volume_sensor.build_volume_sensor`.
+    :func:`dw_dagster.detection.volume.build_volume_sensor`.
 
     Args:
         rows: the count being tested (rows); never part of ``baseline``.

@@ -10,10 +10,10 @@
 """
 
 from dw_dagster.diagnosis.combine import CombinedFindings, combine_findings, unexplained_finding
-from dw_dagster.diagnosis.dead_letter import DeadLetterTable, diagnose_required_nulls
-from dw_dagster.diagnosis.duplicates import diagnose_duplicates, partition_load_history
+from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_required_nulls
+from dw_dagster.diagnosis.causes.duplicates import diagnose_duplicates, partition_load_history
 from dw_dagster.diagnosis.history import IncidentHistoryEntry, attach_history, history_note, incident_history, repeats
-from dw_dagster.diagnosis.schema_change import (
+from dw_dagster.diagnosis.causes.schema_change import (
     ColumnInfo,
     SchemaChange,
     SchemaSnapshot,
@@ -27,8 +27,8 @@ from dw_dagster.diagnosis.schema_change import (
     schema_snapshot,
     take_schema_snapshot,
 )
-from dw_dagster.diagnosis.upstream import diagnose_upstream, upstream_keys
-from dw_dagster.diagnosis.watermark import PartitionLoad, diagnose_late_rows
+from dw_dagster.diagnosis.causes.upstream import diagnose_upstream, upstream_keys
+from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
 
 __all__ = [
     "ColumnInfo",

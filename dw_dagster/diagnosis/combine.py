@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.models import CauseFinding
+from dw_dagster.core.models import CauseFinding
 
 UNEXPLAINED_KIND = "unexplained"
 

@@ -1,6 +1,6 @@
 """Incident history: past incidents, their diagnoses, change sets, decisions and receipts.
 
-Everything comes back from the Dagster event log through :mod:`dw_dagster.remediation.records`
+Everything comes back from the Dagster event log through :mod:`dw_dagster.core.records`
 (the ``dw/incident``, ``dw/diagnosis``, ``dw/change_set``, ``dw/approval`` and ``dw/receipt``
 observations), joined on incident id and change set id. A diagnosis uses it to say "the same
 cause on this asset on DATE, fixed by change set X" when a cause repeats
@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dw_dagster.models import CauseFinding
-from dw_dagster.remediation import records
+from dw_dagster.core.models import CauseFinding
+from dw_dagster.core import records
 
 _PAST = {"approve": "approved", "reject": "rejected"}
 
@@ -75,7 +75,7 @@ def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None
     if any(cs_by_inc.values()):
         for a in records.approvals(instance):
             decisions.setdefault(a.change_set_id, a)
-    from dw_dagster.ledger import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     rows = {r.incident_id: r for r in ledger_for(instance).incidents()}
     out = []

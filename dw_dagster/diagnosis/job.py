@@ -6,7 +6,7 @@ The op takes the incident as typed config (the incident sensor fills it in), cal
 fix can be proposed, ``dw/change_set``.
 
 :class:`IncrementalLoadDiagnoser` is the diagnoser for assets loaded by
-:func:`dw_dagster.loads.load_partition`: it tests the late-rows-behind-the-watermark cause,
+:func:`dw_dagster.pipelines.incremental.load_partition`: it tests the late-rows-behind-the-watermark cause,
 maps the blast radius through the dbt manifest, and proposes the watermark fix. It also tests
 the other causes (REQUIRED-column NULLs and the dead-letter table, duplicate loads, upstream
 assets not refreshed or failed, schema changes from ``dw/schema`` snapshots), combines them
@@ -25,26 +25,26 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from dw_dagster import constants as c
-from dw_dagster.diagnosis._common import DAGSTER_EVENT_LOG
+from dw_dagster.core import keys as c
+from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG
 from dw_dagster.diagnosis.combine import combine_findings
-from dw_dagster.diagnosis.dead_letter import DeadLetterTable, diagnose_required_nulls
-from dw_dagster.diagnosis.duplicates import diagnose_duplicates
+from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_required_nulls
+from dw_dagster.diagnosis.causes.duplicates import diagnose_duplicates
 from dw_dagster.diagnosis.history import attach_history
-from dw_dagster.diagnosis.schema_change import diagnose_schema_change
-from dw_dagster.diagnosis.schema_change import required_columns as catalog_required_columns
-from dw_dagster.diagnosis.upstream import diagnose_upstream, upstream_keys
-from dw_dagster.diagnosis.watermark import KIND as WATERMARK_KIND
-from dw_dagster.diagnosis.watermark import PartitionLoad, diagnose_late_rows
-from dw_dagster.domains import DomainsSource, domain_for, resolve_domains
-from dw_dagster.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, asset_str, ledger_for
-from dw_dagster.local_daemon import asset_graph_of
+from dw_dagster.diagnosis.causes.schema_change import diagnose_schema_change
+from dw_dagster.diagnosis.causes.schema_change import required_columns as catalog_required_columns
+from dw_dagster.diagnosis.causes.upstream import diagnose_upstream, upstream_keys
+from dw_dagster.diagnosis.causes.watermark import KIND as WATERMARK_KIND
+from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
+from dw_dagster.core.domains import DomainsSource, domain_for, resolve_domains
+from dw_dagster.core.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, asset_str, ledger_for
+from dw_dagster.core.asset_graph import asset_graph_of
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
-from dw_dagster.loads import IncrementalLoadSpec
-from dw_dagster.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
-from dw_dagster.remediation import records
-from dw_dagster.remediation.change_sets import change_set_observation, record_proposal
-from dw_dagster.remediation.proposals import DbtCountTest, ProposalError, propose_watermark_fix
+from dw_dagster.pipelines.incremental import IncrementalLoadSpec
+from dw_dagster.core.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, Incident, stable_hash, utcnow
+from dw_dagster.core import records
+from dw_dagster.proposals.change_sets import change_set_observation, record_proposal
+from dw_dagster.proposals.watermark import DbtCountTest, ProposalError, propose_watermark_fix
 
 DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
 
@@ -163,7 +163,7 @@ def _naive(v) -> dt.datetime | None:
 
 @dataclass
 class IncrementalLoadDiagnoser:
-    """Diagnoses incidents on an asset loaded by :func:`dw_dagster.loads.load_partition`.
+    """Diagnoses incidents on an asset loaded by :func:`dw_dagster.pipelines.incremental.load_partition`.
 
     Attributes:
         target_asset: the loaded asset.
@@ -173,7 +173,7 @@ class IncrementalLoadDiagnoser:
             None when the project has no dbt (empty blast radius).
         partitions_def: the asset's time-window partitions; None reads them from the code location's
             asset graph when the incident is diagnosed.
-        domains_file: the domains (approvers, caps): any :data:`~dw_dagster.domains.DomainsSource`.
+        domains_file: the domains (approvers, caps): any :data:`~dw_dagster.core.domains.DomainsSource`.
         dbt_asset_keys: dbt unique id → Dagster asset key path, for the rebuild.
         verify_checks: ``[*asset key, check name]`` of the checks that prove a repair.
         group_by: breakdown columns for the evidence (e.g. ``["store_id"]``).

@@ -38,7 +38,7 @@ from typing import Any
 
 import networkx as nx
 
-from dw_dagster.models import BlastRadius, ExposureRef, ImpactedNode
+from dw_dagster.core.models import BlastRadius, ExposureRef, ImpactedNode
 
 SECTIONS = ("nodes", "sources", "exposures", "metrics", "semantic_models", "saved_queries", "unit_tests", "functions")
 """Manifest sections whose entries are vertices of dbt's graph."""

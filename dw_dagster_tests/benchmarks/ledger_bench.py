@@ -46,8 +46,8 @@ def _instance(folder: Path):
 
 
 def _change_set(i: int, asset: str, now: dt.datetime):
-    from dw_dagster import constants as c
-    from dw_dagster.models import ChangeSet, FileChange
+    from dw_dagster.core import keys as c
+    from dw_dagster.core.models import ChangeSet, FileChange
 
     return ChangeSet.seal(
         id=f"cs-bench{i:06d}", incident_id=f"inc-bench{i:06d}", diagnosis_id=f"dg-{i}", domain="bench", proposer=c.PROPOSER,
@@ -79,10 +79,10 @@ def _old_find(instance, change_set_id: str):
 def bench_ledger_lookup(work: Path, repeat: int) -> dict:
     import dagster as dg
 
-    from dw_dagster.ledger import asset_str, ledger_for
-    from dw_dagster.remediation import records
-    from dw_dagster.remediation.change_sets import change_set_observation, record_proposal
-    from dw_dagster.remediation.sensors import open_incident
+    from dw_dagster.core.ledger import asset_str, ledger_for
+    from dw_dagster.core import records
+    from dw_dagster.proposals.change_sets import change_set_observation, record_proposal
+    from dw_dagster.detection.incidents import open_incident
 
     instance = _instance(work / "lookup_home")
     now = dt.datetime.now(dt.timezone.utc)
@@ -128,10 +128,10 @@ def bench_ledger_lookup(work: Path, repeat: int) -> dict:
 
 def _bulk_ledger(led, n: int, now: float) -> list[str]:
     """Insert ``n`` change sets into the ledger in one transaction (setup); returns their states."""
-    from dw_dagster.ledger import APPLIED, APPROVED, EXPIRED, PROPOSED, REJECTED, change_sets_t, decisions_t
-    from dw_dagster.identity import VerifiedIdentity
-    from dw_dagster.models import Approval
-    from dw_dagster.remediation.approval import _signed
+    from dw_dagster.core.ledger import APPLIED, APPROVED, EXPIRED, PROPOSED, REJECTED, change_sets_t, decisions_t
+    from dw_dagster.approval.identity import VerifiedIdentity
+    from dw_dagster.core.models import Approval
+    from dw_dagster.approval.job import _signed
 
     rows, decisions, states = [], [], []
     base = dt.datetime.fromtimestamp(now, dt.timezone.utc)
@@ -166,9 +166,9 @@ def bench_remediation_tick(work: Path, repeat: int) -> dict:
 
     os.environ.setdefault("DW_APPROVAL_SIGNING_KEY", "benchmark-signing-key-0123456789")  # signs the seeded decisions
 
-    from dw_dagster import constants as c
-    from dw_dagster.ledger import ledger_for
-    from dw_dagster.remediation.sensors import build_remediation_sensor
+    from dw_dagster.core import keys as c
+    from dw_dagster.core.ledger import ledger_for
+    from dw_dagster.repair.sensor import build_remediation_sensor
 
     instance = _instance(work / "tick_home")
     led = ledger_for(instance)
@@ -176,7 +176,7 @@ def bench_remediation_tick(work: Path, repeat: int) -> dict:
     t = time.perf_counter()
     states = _bulk_ledger(led, TICK_CHANGE_SETS, now)
     with led.engine.connect() as conn:  # the same change sets as events, for the peer (what the old sensor read)
-        from dw_dagster.ledger import change_sets_t
+        from dw_dagster.core.ledger import change_sets_t
 
         bodies = [r[0] for r in conn.execute(change_sets_t.select().with_only_columns(change_sets_t.c.body))]
     for body in bodies:
@@ -202,7 +202,7 @@ def bench_remediation_tick(work: Path, repeat: int) -> dict:
         times.append(time.perf_counter() - t)
     assert not last.run_requests and "waiting for the owner to merge" in (last.skip_message or ""), last.skip_message
     with led.engine.connect() as conn:  # the tick changed nothing: no decision withdrawn, no ticket issued
-        from dw_dagster.ledger import decisions_t, stages_t
+        from dw_dagster.core.ledger import decisions_t, stages_t
 
         assert conn.execute(sa.select(sa.func.count()).select_from(decisions_t).where(decisions_t.c.active.is_(False))).scalar() == 0
         assert conn.execute(sa.select(sa.func.count()).select_from(stages_t)).scalar() == 0

@@ -13,7 +13,7 @@ Timed (``ours_s``, median of ``repeat``): ``SensorDefinition.evaluate_tick`` fro
 tick's cursor: catalog query + ``COUNT(*)`` batches, scoring, building the observations,
 incidents and the cursor. Not timed: storing the tick's events, which the daemon does after the
 tick (``store_first_tick_s`` reports it for the first tick's 5,000 observations). ``counts_only_s``
-is the warehouse part of the tick alone (:func:`~dw_dagster.volume_sensor.fetch_row_counts`).
+is the warehouse part of the tick alone (:func:`~dw_dagster.detection.volume.fetch_row_counts`).
 
 Peer (``peer_s``, same run, same file): ``SELECT COUNT(*) FROM <table>`` per table, 5,000
 statements on one open connection. Goal: ``ours_s`` ≤ 2 s (``goal_unit`` "s").
@@ -88,7 +88,8 @@ def _seed(instance, specs, yesterday: dt.date) -> None:
     """Three earlier volume observations per table, as the sensor writes them."""
     import dagster as dg
 
-    from dw_dagster.volume_sensor import ROW_COUNT_KEY, VOLUME_PARTITION_KEY, VOLUME_TABLE_KEY
+    from dw_dagster.detection.volume.history import VOLUME_PARTITION_KEY, VOLUME_TABLE_KEY
+    from dw_dagster.detection.volume.counts import ROW_COUNT_KEY
 
     for i, s in enumerate(specs):
         for k, delta in enumerate((0, 1, -1)):
@@ -104,7 +105,8 @@ def bench_volume_tick_5000(work: Path, repeat: int) -> dict:
     import duckdb
 
     from dw_dagster.databases import DuckDBDatabase
-    from dw_dagster.volume_sensor import VolumeTable, build_volume_sensor, fetch_row_counts
+    from dw_dagster.detection.volume import build_volume_sensor
+    from dw_dagster.detection.volume import VolumeTable, fetch_row_counts
 
     yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date()
     path = work / "volume_5000.duckdb"

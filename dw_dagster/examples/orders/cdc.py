@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import unquote, urlsplit
 
-from dw_dagster import sql
-from dw_dagster.sql import check_name, check_table_name
+from dw_dagster.databases import sql
+from dw_dagster.databases.sql import check_name, check_table_name
 from dw_dagster.examples.orders import generator as gen
 
 Op = Literal["insert", "update", "delete"]
@@ -290,7 +290,7 @@ def apply_changes(conn: MySQLConnection, changes: Iterable[gen.OrderChange], *, 
         Counts of what was written.
 
     Raises:
-        dw_dagster.sql.UnsafeIdentifierError: a name is not a plain name.
+        dw_dagster.databases.sql.UnsafeIdentifierError: a name is not a plain name.
         pymysql.MySQLError: the server refused a statement (the transaction is rolled back).
     """
     t = _mysql_table(schema, table)

@@ -19,7 +19,7 @@ What it holds (``shared/design/DESIGN.md`` §3, orders stream):
   and ``dead_letter`` (rows parked in the last 24 h and not replayed: the view
   ``analytics.orders_dlq_pending``) on ``orders``; the incident sensor turns a
   failure into one incident and a run of the diagnosis job
-  (:class:`~dw_dagster.diagnosis.dead_letter_sink.DeadLetterDiagnoser`);
+  (:class:`~dw_dagster.diagnosis.sink_diagnoser.DeadLetterDiagnoser`);
 - repair: the approval job, the remediation sensor with the ``migration`` and ``replay`` step
   jobs, the rebuild of the finance_daily models, the verification checks
   (``parked_rows_replayed``, ``no_new_dead_letters``, ``daily_volume``, ``dead_letter`` on ``orders``;
@@ -42,8 +42,8 @@ from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
-from dw_dagster.diagnosis.dead_letter_sink import DeadLetterDiagnoser
-from dw_dagster.remediation.replay import (
+from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
+from dw_dagster.repair.replay import (
     REPLAY,
     REPLAY_UNDO,
     ReplaySpec,
@@ -55,12 +55,15 @@ from dw_dagster.remediation.replay import (
 from dw_dagster.examples.orders.sink import ORDERS_TABLE, CdcSink, SinkTable
 from dw_dagster.examples.orders.source import SOURCE_TABLE
 from dw_dagster.lineage import load_manifest
-from dw_dagster.remediation import build_approval_job, build_check_incident_sensor, build_receipt_job, build_remediation_sensor
-from dw_dagster.remediation.replay_checks import build_replay_checks
-from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
-from dw_dagster.remediation.guard import guarded_executor
-from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job
-from dw_dagster.remediation.steps import build_step_jobs
+from dw_dagster.approval.job import build_approval_job
+from dw_dagster.repair.sensor import build_remediation_sensor
+from dw_dagster.detection.incidents import build_check_incident_sensor
+from dw_dagster.receipts.job import build_receipt_job
+from dw_dagster.repair.replay_checks import build_replay_checks
+from dw_dagster.repair.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+from dw_dagster.repair.guard import guarded_executor
+from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job
+from dw_dagster.repair.steps import build_step_jobs
 
 GROUP = "orders"
 DBT_GROUP = "finance_daily"
@@ -123,11 +126,11 @@ class OrdersStreamConfig(dg.Config):
 def sink_table_now(db: Database, table: SinkTable = SINK_TABLE) -> SinkTable:
     """``table`` with the REQUIRED flags the warehouse's catalog shows now (a relaxed column is
     nullable for the sink too); ``table`` itself when the target does not exist yet."""
-    from dw_dagster.migrations import MigrationError, read_table_schema
+    from dw_dagster.databases.catalog import CatalogError, read_table_schema
 
     try:
         schema = read_table_schema(db, table.table)
-    except MigrationError:
+    except CatalogError:
         return table
     nullable = {col.name.lower() for col in schema.columns if col.nullable}
     relaxed = [col.name for col in table.columns if col.required and col.name.lower() in nullable and col.name != table.key]

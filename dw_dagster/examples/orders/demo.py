@@ -13,7 +13,7 @@ rollback; replay the parked rows, guarded); the proposer and an unlisted person 
 finance data owner approves; the remediation sensor migrates, replays, rebuilds the models,
 verifies and writes the receipts.
 
-Sensors are ticked by :class:`dw_dagster.local_daemon.LocalSensorDaemon`; every run goes through
+Sensors are ticked by :class:`dw_dagster.testing.local_daemon.LocalSensorDaemon`; every run goes through
 Dagster and is stored in the instance, so ``dagster dev`` opened on the same ``DAGSTER_HOME``
 shows all of it.
 """
@@ -35,8 +35,8 @@ from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.source import write_source
 from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals, run_repair_stages
 from dw_dagster.examples.store_sales.services import OidcProvider
-from dw_dagster.local_daemon import LocalSensorDaemon
-from dw_dagster.remediation import records
+from dw_dagster.testing.local_daemon import LocalSensorDaemon
+from dw_dagster.core import records
 
 OWNER = "maya.chen@shop.example"
 NOT_LISTED = "leo.park@shop.example"
@@ -258,7 +258,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     d = cause.details
     res.cause, res.cause_summary = cause.kind, cause.summary
     res.column_mode = {k: v["mode"] for k, v in (d.get("column_modes") or {}).items()}
-    from dw_dagster.diagnosis.dead_letter_sink import source_change_sentence
+    from dw_dagster.diagnosis.sink_diagnoser import source_change_sentence
 
     res.source_change = source_change_sentence(d.get("source_change") or {})
     log("cause", f"{cause.kind} (confidence {cause.confidence:.0%}): REQUIRED column now receives NULLs from the source")
@@ -279,7 +279,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     cs = records.change_sets(instance)[0]
     res.change_set_id = cs.id
     log("propose", f"change set {cs.id} v{cs.version[:16]}: {cs.summary}")
-    from dw_dagster.remediation.steps import step_stage
+    from dw_dagster.repair.steps import step_stage
 
     for i, step in enumerate(cs.steps):
         log.detail(f"{step_stage(i, step)}: {step.summary}")
@@ -304,7 +304,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     res.approver = res.approval_identity["email"]
 
     # repair, verify, receipt: one stage per tick
-    from dw_dagster.remediation.steps import step_results
+    from dw_dagster.repair.steps import step_results
 
     def describe(stage: str, run: dg.DagsterRun) -> str:
         result = next((r for r in step_results(instance, cs) if r.get("run_id") == run.run_id), None)

@@ -61,11 +61,11 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
 from dw_dagster.examples.orders.cdc import ChangeEvent, ChangeSource, SourcePosition
-from dw_dagster.sink_table import _OP, MISSING_REQUIRED, Column, SinkTable, _kind
-from dw_dagster.sql import check_name, check_table_name
+from dw_dagster.pipelines.sink import _OP, MISSING_REQUIRED, Column, SinkTable, _kind
+from dw_dagster.databases.sql import check_name, check_table_name
 
 #: Dagster metadata key of the sink's position
 POSITION_METADATA_KEY = "dw/cdc_position"

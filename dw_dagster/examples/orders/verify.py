@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import dagster as dg
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster.databases import Database
 
 MODEL_TABLE = "analytics.fct_daily_gmv"

@@ -20,19 +20,17 @@ from dw_dagster.definitions import dbt_executable, prepare_manifest
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.lineage import load_manifest
-from dw_dagster.loads import PipelineRepoResource, load_partition
-from dw_dagster.remediation import (
-    DbtCountTest,
-    build_approval_job,
-    build_check_incident_sensor,
-    build_receipt_job,
-    build_remediation_sensor,
-)
-from dw_dagster import constants as c
-from dw_dagster.remediation.control import build_control_jobs, build_expiry_sensor, control_asset_spec
-from dw_dagster.remediation.guard import guarded_executor
-from dw_dagster.remediation.jobs import build_rebuild_job, build_verify_job, build_window_job
-from dw_dagster.remediation.undo import build_undo_jobs
+from dw_dagster.pipelines.incremental import PipelineRepoResource, load_partition
+from dw_dagster.proposals.watermark import DbtCountTest
+from dw_dagster.approval.job import build_approval_job
+from dw_dagster.repair.sensor import build_remediation_sensor
+from dw_dagster.detection.incidents import build_check_incident_sensor
+from dw_dagster.receipts.job import build_receipt_job
+from dw_dagster.core import keys as c
+from dw_dagster.repair.control import build_control_jobs, build_expiry_sensor, control_asset_spec
+from dw_dagster.repair.guard import guarded_executor
+from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
+from dw_dagster.repair.undo import build_undo_jobs
 
 GROUP = "store_sales"
 SOURCE_ASSET = dg.AssetKey(["pos_source", "sales_line"])
@@ -198,11 +196,11 @@ def _integrations(checks: list, sensors: list, resources: dict, diagnosis_job_na
     ``PAGERDUTY_EVENTS_URL``, ``PAGERDUTY_API_URL``). Slack: ``SLACK_BOT_TOKEN`` (+ ``SLACK_CHANNEL``,
     ``SLACK_API_URL``). ``DAGSTER_UI_URL`` is the base of links (default http://localhost:3000).
     """
-    from dw_dagster.lightup import LightupResource
-    from dw_dagster.lightup_sensor import build_lightup_compare_check, build_lightup_incident_sensor
-    from dw_dagster.notify_sensor import build_notification_sensor
-    from dw_dagster.paging import PagerDutyResource
-    from dw_dagster.slack import SlackResource
+    from dw_dagster.integrations.lightup import LightupResource
+    from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
+    from dw_dagster.integrations.notifications import build_notification_sensor
+    from dw_dagster.integrations.pagerduty import PagerDutyResource
+    from dw_dagster.integrations.slack import SlackResource
 
     env = os.environ
     lightup = bool(env.get("LIGHTUP_CREDENTIAL_FILE") or (env.get("LIGHTUP_SERVER") and env.get("LIGHTUP_REFRESH_TOKEN")))

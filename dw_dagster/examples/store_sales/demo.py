@@ -8,7 +8,7 @@ approvals are refused and the listed owner approves; the owner merges the diff; 
 remediation sensor reruns the two-day window, rebuilds the dbt models, runs the checks and
 writes the receipts.
 
-Sensors are ticked by :class:`dw_dagster.local_daemon.LocalSensorDaemon` (the daemon's job in
+Sensors are ticked by :class:`dw_dagster.testing.local_daemon.LocalSensorDaemon` (the daemon's job in
 ``dagster dev``); every run goes through Dagster and is stored in the instance, so ``dagster dev``
 opened on the same ``DAGSTER_HOME`` shows all of it.
 """
@@ -26,18 +26,18 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import constants as c
+from dw_dagster.core import keys as c
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.store_sales import generator as gen
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.examples.store_sales.services import FakeServices
-from dw_dagster.local_daemon import LocalSensorDaemon
-from dw_dagster.notify_sensor import notifications
-from dw_dagster.paging import dedup_key_for
-from dw_dagster.remediation import records
-from dw_dagster.remediation.approval import approve_in_process
-from dw_dagster.remediation.proposals import apply_change_set
-from dw_dagster.remediation.ranges import RANGE_END_TAG, RANGE_START_TAG
+from dw_dagster.testing.local_daemon import LocalSensorDaemon
+from dw_dagster.integrations.notifications import notifications
+from dw_dagster.integrations.paging import dedup_key_for
+from dw_dagster.core import records
+from dw_dagster.approval.job import approve_in_process
+from dw_dagster.proposals.watermark import apply_change_set
+from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
 
 OWNER = "dana.ortiz@grocer.example"
 NOT_LISTED = "sam.lee@grocer.example"
@@ -209,9 +209,9 @@ def demo_login(domains_file: Path, change_set_id: str, email: str, instance: dg.
     stand-in provider logs its people in without a password: here the demo acts as them."""
     import httpx
 
-    from dw_dagster.domains import load_domains
-    from dw_dagster.identity import decision_nonce
-    from dw_dagster.identity.oidc import login
+    from dw_dagster.core.domains import load_domains
+    from dw_dagster.approval.identity import decision_nonce
+    from dw_dagster.approval.identity.oidc import login
 
     cs = records.find_change_set(instance, change_set_id)
     settings = load_domains(domains_file).identity.oidc

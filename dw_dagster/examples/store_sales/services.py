@@ -1,7 +1,7 @@
 """The demo's outside world on loopback: the fake Lightup, PagerDuty/Opsgenie/Slack and identity provider.
 
-Each runs as its own process (``dw_dagster.fakes.lightup_server``, ``dw_dagster.fakes.paging_server``,
-``dw_dagster.fakes.oidc_server``) and exits with the demo. :class:`FakeServices` sets the environment
+Each runs as its own process (``dw_dagster.testing.fakes.lightup_server``, ``dw_dagster.testing.fakes.paging_server``,
+``dw_dagster.testing.fakes.oidc_server``) and exits with the demo. :class:`FakeServices` sets the environment
 variables the code locations read (``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``,
 ``DW_OIDC_ISSUER``), so the same definitions talk to the real services when those variables point
 at them. :func:`OidcProvider` alone is what the orders demo needs.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from dw_dagster.fakes.paging_server import DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY, DEFAULT_SLACK_TOKEN
+from dw_dagster.testing.fakes.paging_server import DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY, DEFAULT_SLACK_TOKEN
 
 APPROVALS_CHANNEL = "C0DWAPPROV"
 OIDC_ISSUER_ENV = "DW_OIDC_ISSUER"
@@ -31,7 +31,7 @@ class ServiceError(RuntimeError):
 
 
 def _start(args: list[str], log: Path, timeout_s: float = 30.0) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.fakes.child", str(os.getpid()), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.testing.fakes.child", str(os.getpid()), *args],
                             stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
@@ -52,7 +52,7 @@ class OidcProvider:
 
     def __enter__(self) -> "OidcProvider":
         self.folder.mkdir(parents=True, exist_ok=True)
-        args = ["dw_dagster.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
+        args = ["dw_dagster.testing.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
         for u in self.users:
             args += ["--user", u]
         self.proc, self.url = _start(args, self.folder / "fake_oidc.log")
@@ -93,15 +93,15 @@ class FakeServices:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.credential_file = self.folder / "lightup-api-credential.json"
         try:
-            proc, line = _start(["dw_dagster.fakes.lightup_server", "--port", "0", "--credential-file",
+            proc, line = _start(["dw_dagster.testing.fakes.lightup_server", "--port", "0", "--credential-file",
                                  str(self.credential_file), "--source-url", self.source_url,
                                  "--warehouse-url", self.warehouse_url], self.folder / "fake_lightup.log")
             self.procs.append(proc)
             info = json.loads(line)
             self.lightup_url, self.workspace_uuid = info["url"], info["workspace_uuid"]
-            proc, self.paging_url = _start(["dw_dagster.fakes.paging_server", "--port", "0"], self.folder / "fake_paging.log")
+            proc, self.paging_url = _start(["dw_dagster.testing.fakes.paging_server", "--port", "0"], self.folder / "fake_paging.log")
             self.procs.append(proc)
-            args = ["dw_dagster.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
+            args = ["dw_dagster.testing.fakes.oidc_server", "--port", "0", "--client", OIDC_CLIENT]
             for u in self.oidc_users:
                 args += ["--user", u]
             proc, self.oidc_url = _start(args, self.folder / "fake_oidc.log")

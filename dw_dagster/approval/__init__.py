@@ -1,0 +1,1 @@
+"""Approve: a verified person's single decision on a change set's exact content."""

@@ -1,0 +1,156 @@
+"""``build_row_diff_check``: the row-level key diff as an asset check (one database or two, chosen from the resources), with a key sample in the UI."""
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from dw_dagster.checks.metadata import at_least, column_list, metadata_table
+from dw_dagster.checks.rowdiff.hashdiff import row_diff_across
+from dw_dagster.checks.rowdiff.joindiff import row_diff
+from dw_dagster.checks.rowdiff.rules import RowDiffResult, _options
+from dw_dagster.databases import sql
+
+ROW_DIFF_KIND = "row_diff"
+
+
+def _same_database(resources: Any, source_key: str, target_key: str) -> bool:
+    if source_key == target_key:
+        return True
+    s, t = getattr(resources, source_key), getattr(resources, target_key)
+    return getattr(s, "url", None) is not None and getattr(s, "url", None) == getattr(t, "url", None)
+
+
+def row_diff_summary(result: RowDiffResult) -> str:
+    """One line: ``identical``, or the counts and the most changed columns (``2 changed (amount ×2)``)."""
+    if result.identical:
+        return "identical"
+    parts = [f"{n} {what}" for n, what in ((result.missing, "missing"), (result.extra, "extra"), (result.changed, "changed"))
+             if n]
+    if result.changed:  # "changed" is the last part
+        top = sorted(result.changed_columns.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        parts[-1] += " (" + ", ".join(f"{c} ×{n}" for c, n in top) + ")"
+    dups = [f"{n} key(s) duplicated in the {side}" for n, side in
+            ((result.duplicated_source, "source"), (result.duplicated_target, "target")) if n]
+    return ", ".join(parts + dups)
+
+
+def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
+    """The check result's metadata: counts (keys), per-column change counts, a key sample table the
+    Dagster UI renders, warnings and the SQL run."""
+    sample = [{"key": str(e.key[0]) if len(e.key) == 1 and e.key[0] is not None else json.dumps(e.key, default=str),
+               "status": e.status,
+               "columns": ", ".join(e.columns), "source_rows": e.source_rows, "target_rows": e.target_rows}
+              for e in result.sample]
+    meta: dict[str, Any] = {
+        "dw/missing": result.missing,
+        "dw/extra": result.extra,
+        "dw/changed": result.changed,
+        "dw/duplicated_source": result.duplicated_source,
+        "dw/duplicated_target": result.duplicated_target,
+        "dw/changed_columns": dg.MetadataValue.json(result.changed_columns),
+        "dw/key_sample": metadata_table(sample, [("key", "string"), ("status", "string"), ("columns", "string"),
+                                                 ("source_rows", "int"), ("target_rows", "int")]),
+        "dw/warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
+        "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
+    }
+    if result.buckets_compared is not None:
+        meta.update({"dw/buckets_compared": result.buckets_compared, "dw/buckets_downloaded": result.buckets_downloaded,
+                     "dw/rows_downloaded": result.rows_downloaded})
+    return meta
+
+
+def build_row_diff_check(
+    *,
+    asset: dg.AssetKey | str | Sequence[str],
+    source_asset: dg.AssetKey | str | Sequence[str],
+    source_table: str,
+    target_table: str,
+    key_columns: Sequence[str],
+    compare_columns: Sequence[str] | None = None,
+    source_resource_key: str = "source_db",
+    target_resource_key: str = "warehouse",
+    name: str = "row_diff",
+    rel_tolerance: float = 1e-9,
+    abs_tolerance: float = 1e-12,
+    timestamp_precision: str | None = None,
+    case_insensitive_keys: bool = False,
+    trim_trailing_blanks: bool = False,
+    sample_limit: int = 50,
+    max_download_rows: int = 20_000_000,
+    blocking: bool = False,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    description: str | None = None,
+) -> dg.AssetChecksDefinition:
+    """A row-level key diff asset check on the target asset: which keys are missing, extra,
+    duplicated or changed, and in which columns.
+
+    When both sides are one database (the same resource key, or two resources with the same
+    ``url``) the diff is :func:`row_diff`, one join pushed down; otherwise :func:`row_diff_across`,
+    bucketed checksums that download only the differing buckets.
+
+    Args:
+        asset: the target asset the check is attached to.
+        source_asset: the upstream asset the target copies (an additional dependency of the check).
+        source_table, target_table: ``schema.table`` names (quoted by sqlglot; a name that cannot be
+            an identifier is refused when the check is built).
+        key_columns: the key (compound keys allowed; NULL-safe).
+        compare_columns: columns to compare; default every non-key column both tables have.
+        source_resource_key, target_resource_key: keys of the two
+            :class:`~dw_dagster.databases.DatabaseResource` resources.
+        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, trim_trailing_blanks:
+            the typed comparison, as in :func:`row_diff`.
+        sample_limit: differing keys shown in ``dw/key_sample`` (the counts cover all of them).
+        max_download_rows: across databases, refuse to download more rows than this.
+        blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
+        severity: severity of a failed result (default ERROR).
+
+    Returns:
+        An ``AssetChecksDefinition`` that passes when the tables hold the same keys with the same
+        values. Metadata: ``dw/missing``, ``dw/extra``, ``dw/changed``, ``dw/duplicated_source``,
+        ``dw/duplicated_target`` (keys), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
+        (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
+        ``dw/buckets_downloaded``, ``dw/rows_downloaded``.
+
+    Raises:
+        UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
+        ValueError: no key columns, a key column named twice, a bare string where a list of columns
+            is expected, a negative or non-finite tolerance, or an unknown ``timestamp_precision``.
+        (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
+    """
+    key_columns = column_list("key_columns", key_columns, allow_empty=False)
+    if len({k.lower() for k in key_columns}) != len(key_columns):
+        raise ValueError(f"key_columns names a column twice: {key_columns}")
+    compare_columns = None if compare_columns is None else column_list("compare_columns", compare_columns)
+    at_least("sample_limit", sample_limit, 0)
+    at_least("max_download_rows", max_download_rows, 1)
+    _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
+    sql.table(source_table), sql.table(target_table)
+    for c in [*key_columns, *(compare_columns or ())]:
+        sql.identifier(c)
+
+    @dg.asset_check(
+        asset=asset,
+        name=name,
+        additional_deps=[dg.AssetKey.from_coercible(source_asset)],
+        blocking=blocking,
+        required_resource_keys={source_resource_key, target_resource_key},
+        metadata={"dw/check_kind": ROW_DIFF_KIND, "dw/source_table": source_table, "dw/target_table": target_table,
+                  "dw/key_columns": ",".join(key_columns)},
+        description=description or f"Row-level diff by {', '.join(key_columns)}: {source_table} (source) vs {target_table} (target).",
+    )
+    def _row_diff(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        src = getattr(context.resources, source_resource_key).get_database()
+        opts = dict(compare_columns=compare_columns, rel_tolerance=rel_tolerance, abs_tolerance=abs_tolerance,
+                    timestamp_precision=timestamp_precision, case_insensitive_keys=case_insensitive_keys,
+                    trim_trailing_blanks=trim_trailing_blanks, sample_limit=sample_limit)
+        if _same_database(context.resources, source_resource_key, target_resource_key):
+            result = row_diff(src, source_table, target_table, key_columns, **opts)
+        else:
+            tgt = getattr(context.resources, target_resource_key).get_database()
+            result = row_diff_across(src, tgt, source_table, target_table, key_columns, max_download_rows=max_download_rows, **opts)
+        return dg.AssetCheckResult(passed=result.identical, severity=severity, description=row_diff_summary(result),
+                                   metadata=row_diff_metadata(result))
+
+    return _row_diff

@@ -1,0 +1,475 @@
+"""``dw-dagster``: the command line for people and scripts.
+
+Commands: ``demo store-sales``, ``demo orders``, ``approve``, ``approvals``, ``change-sets``, ``receipts``,
+``incidents``, ``stop``/``resume``, ``holds``, ``undo``, ``blast-radius`` (the deciding ones in
+:mod:`dw_dagster.cli.decisions`).
+Commands that read Dagster's records use the instance in ``$DAGSTER_HOME`` (or ``--dagster-home``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dw_dagster.core import keys as c
+
+
+def _instance(dagster_home: str | None):
+    import dagster as dg
+
+    if dagster_home:
+        os.environ["DAGSTER_HOME"] = str(Path(dagster_home).resolve())
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        raise click.UsageError("set DAGSTER_HOME or pass --dagster-home (the instance holding dw_dagster's records)")
+    if not Path(home).is_dir():
+        raise click.UsageError(f"DAGSTER_HOME {home} is not a directory holding a Dagster instance")
+    os.environ["DAGSTER_HOME"] = str(Path(home).resolve())  # Dagster wants it absolute
+    try:
+        return dg.DagsterInstance.get()
+    except Exception as e:  # a broken dagster.yaml or storage: one line, not a traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: "
+                               f"{type(e).__name__}: {first}") from e
+
+
+def _workspace_file() -> Path:
+    from dw_dagster.examples.store_sales.home import PACKAGE_DIR
+
+    return PACKAGE_DIR.parents[2] / "workspace.yaml"
+
+
+def _scale(ctx, param, value: float) -> float:
+    from dw_dagster.examples.store_sales.generator import MIN_SCALE, MAX_SCALE
+
+    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
+        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
+    return value
+
+
+home_option = click.option("--dagster-home", type=click.Path(file_okay=False), default=None,
+                           help="Dagster instance directory (default: $DAGSTER_HOME).")
+
+
+@click.group()
+@click.version_option(package_name="dw-dagster")
+def main() -> None:
+    """dw_dagster: find why a table is wrong, propose one change set, repair it through Dagster."""
+
+
+@main.group()
+def demo() -> None:
+    """Run an example incident end to end."""
+
+
+@demo.command("store-sales")
+@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale,
+              help="Data scale; 1.0 is the incident's full size (212,400 back-dated lines, 64M rows in all).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
+    """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
+    from dw_dagster.examples.store_sales.demo import DemoResult, run_store_sales_demo
+
+    _run_demo(name="store-sales", workdir=workdir, home_folder="store_sales", instance_folder="dagster_home",
+              log_name="demo.log", home_env="DW_STORE_SALES_HOME", asset="store_sales_line",
+              events="dw/change_set, dw/approval, dw/receipt", as_json=as_json,
+              empty_result=lambda: DemoResult(scale=scale),
+              run=lambda home, instance, log, result: run_store_sales_demo(home=home, instance=instance, scale=scale, log=log,
+                                                                           result=result),
+              set_home=lambda result, home: setattr(result, "store_sales_home", str(home)), scale=scale)
+
+
+def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str, log_name: str, home_env: str,
+              asset: str, events: str, as_json: bool, empty_result, run, set_home, scale: float) -> None:
+    """What both demo commands do around their loop: claim the folders, make the signing key, keep
+    the run logs in a file, print the timeline (stderr with --json), the outcome and how to open
+    the same instance in the UI; exit 1 naming the stage that failed."""
+    import dagster as dg
+
+    from dw_dagster.examples.store_sales.demo import MARKER, DemoDirError, DemoError, Timeline, claim_demo_dir
+
+    if not workdir.strip():
+        raise click.BadParameter("must name a folder", param_hint="--workdir")
+    work = Path(workdir).resolve()
+    own_home = not os.environ.get("DAGSTER_HOME")
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or work / instance_folder).resolve()
+    # The key that signs approvals and receipts lives with the instance they are recorded in, so
+    # runs that share a $DAGSTER_HOME share it (a new key would make the earlier receipts unverifiable).
+    key_file = dagster_home / "approval_signing.key"
+    if os.environ.get(c.SIGNING_KEY_ENV) is not None and len(os.environ[c.SIGNING_KEY_ENV]) < 16:
+        raise click.UsageError(f"${c.SIGNING_KEY_ENV} is set but shorter than 16 characters; set a longer key or unset it "
+                               f"(the demo then makes one in {key_file})")
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        if (work / log_name).exists() and not any((d / MARKER).exists() for d in work.iterdir() if d.is_dir()):
+            raise DemoDirError(f"{work / log_name} exists and {work} holds no folder an earlier demo made; "
+                               "choose another --workdir")
+        home = claim_demo_dir(work / home_folder)
+        if own_home:
+            # the demo's own instance starts empty each run, like its data; a $DAGSTER_HOME you set is kept
+            claim_demo_dir(dagster_home)
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        if not (dagster_home / "dagster.yaml").exists():  # the deployment the README's threat model asks for
+            (dagster_home / "dagster.yaml").write_text(
+                "telemetry:\n  enabled: false\nrun_coordinator:\n  module: dw_dagster\n  class: GuardedRunCoordinator\n")
+        if not os.environ.get(c.SIGNING_KEY_ENV):
+            if not key_file.exists():
+                key_file.write_text(secrets.token_hex(32))
+                key_file.chmod(0o600)
+            os.environ[c.SIGNING_KEY_ENV] = key_file.read_text().strip()
+    except (OSError, DemoDirError) as e:
+        raise click.UsageError(f"cannot use --workdir {work}: {e}") from e
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    out = sys.stderr if as_json else sys.stdout
+    log = Timeline(out)
+    log_file = work / log_name
+    t0 = time.monotonic()
+    result, error = empty_result(), None
+    log("start", f"dw_dagster {name} demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
+    with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
+        try:
+            with dg.DagsterInstance.get() as instance:
+                run(home, instance, log, result)  # fills result stage by stage: a failure keeps what came before
+        except DemoError as e:
+            error = str(e)
+        except Exception as e:  # report any stage's crash, with the log for details
+            error = f"{type(e).__name__}: {e}"
+    result.seconds = round(time.monotonic() - t0, 1)
+    result.dagster_home = str(dagster_home)
+    set_home(result, home)
+    if error:
+        log("FAILED", f"{error} (details in {log_file})")
+    else:
+        log("done", f"the whole loop took {result.seconds} s")
+        key_hint = f"$(cat {key_file})" if key_file.exists() else f"${c.SIGNING_KEY_ENV}"
+        print(
+            "\nOpen the same instance in the Dagster UI:\n"
+            f"  DAGSTER_HOME={dagster_home} {home_env}={home} \\\n"
+            f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
+            f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
+            f"then look at Assets → {asset} → Events ({events}).\n"
+            f"(A demo: the signing key sits next to the instance and reaches the webserver; the README's threat "
+            f"model says where it belongs in a deployment.)\n"
+            f"The command line on the same instance (receipts, change-sets, approve ...):\n"
+            f"  export DAGSTER_HOME={dagster_home} DW_DOMAINS_FILE={home / 'domains.yaml'} "
+            f"{c.SIGNING_KEY_ENV}={key_hint}\n"
+            f"  {Path(sys.executable).parent / 'dw-dagster'} receipts verify\n"
+            f"Deciding needs the identity provider the domains file names: `dw-dagster fake-oidc &` serves a "
+            f"stand-in on its default port, then `dw-dagster approve CS --login` (or `dw-dagster approvals serve`).",
+            file=out,
+        )
+    if as_json:
+        data = json.loads(result.to_json())
+        if error:
+            data["error"] = error
+        click.echo(json.dumps(data, indent=2))
+    if error:
+        sys.exit(1)
+
+
+def _orders_scale(ctx, param, value: float) -> float:
+    from dw_dagster.examples.orders.generator import MAX_SCALE, MIN_SCALE
+
+    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
+        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
+    return value
+
+
+@demo.command("orders")
+@click.option("--scale", type=float, default=0.1, show_default=True, callback=_orders_scale,
+              help="Data scale; 1.0 is the incident's full size (3,912 parked gift-card orders, about 1.5M orders).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, dbt project and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
+    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
+    from dw_dagster.examples.orders.demo import OrdersDemoResult, run_orders_demo
+    from dw_dagster.examples.orders.home import SOURCE_URL_ENV
+
+    os.environ.pop(SOURCE_URL_ENV, None)  # the demo replays the generator's stream; no server
+    _run_demo(name="orders", workdir=workdir, home_folder="orders", instance_folder="orders_dagster_home",
+              log_name="orders_demo.log", home_env="DW_ORDERS_HOME", asset="orders",
+              events="dw/change_set, dw/approval, dw/step_result, dw/receipt", as_json=as_json,
+              empty_result=lambda: OrdersDemoResult(scale=scale),
+              run=lambda home, instance, log, result: run_orders_demo(home=home, instance=instance, scale=scale, log=log,
+                                                                      result=result),
+              set_home=lambda result, home: setattr(result, "orders_home", str(home)), scale=scale)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line).")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+@click.pass_context
+def receipts(ctx: click.Context, asset: str | None, as_json: bool, dagster_home: str | None) -> None:
+    """Print receipts (dw/receipt) from the Dagster instance: per asset, newest first.
+
+    ``dw-dagster receipts verify`` checks every receipt chain for tampering.
+    """
+    import dagster as dg
+
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = {"dagster_home": dagster_home}
+        return
+
+    from dw_dagster.core import records
+    from dw_dagster.receipts.job import receipt_markdown
+
+    if asset is not None and not asset.strip("/ "):
+        raise click.BadParameter("must name an asset key, e.g. store_sales_line", param_hint="--asset")
+    with _instance(dagster_home) as instance:
+        key = dg.AssetKey(asset.strip("/").split("/")) if asset else None
+        if key is not None and key not in set(instance.get_asset_keys()):
+            raise click.BadParameter(f"no asset {asset!r} in this instance", param_hint="--asset")
+        found = records.receipts(instance, key)
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json") for r in found], indent=2))
+        return
+    if not found:
+        click.echo("no receipts")
+        return
+    for r in found:
+        click.echo(f"== {'/'.join(r.asset_key)} ==\n{receipt_markdown(r)}\n")
+    click.echo("(verified / signature valid: as recorded when each receipt was written; "
+               "`dw-dagster receipts verify` rechecks the chains and signatures now)")
+
+
+@receipts.command("verify")
+@home_option
+@click.pass_context
+def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
+    """Check every receipt chain against the ledger; exit 1 naming each altered, removed or unrecorded receipt."""
+    from dw_dagster.approval.job import ApprovalRefused
+    from dw_dagster.receipts.chain import verify_receipts
+
+    home = dagster_home or (ctx.obj or {}).get("dagster_home")
+    with _instance(home) as instance:
+        try:
+            count, problems = verify_receipts(instance)
+        except ApprovalRefused as e:
+            raise click.UsageError(f"cannot verify receipts: {e}") from e
+    for p in problems:
+        click.echo(str(p), err=True)
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in {count} receipt(s)", err=True)
+        unsigned = [p for p in problems if "signature does not verify" in p.detail]
+        if count and len(unsigned) >= count:
+            click.echo(f"hint: no signature verifies; if nothing was tampered with, ${c.SIGNING_KEY_ENV} is not this "
+                       "deployment's key", err=True)
+        sys.exit(1)
+    if count == 0:
+        click.echo(f"no receipts in the instance at {os.environ['DAGSTER_HOME']}: nothing to verify")
+        return
+    click.echo(f"{count} receipt(s) verified: every chain intact, every hash signed, every receipt the ledger "
+               "recorded present in the event log")
+
+
+@main.command("blast-radius")
+@click.option("--manifest", type=click.Path(exists=True, dir_okay=False), required=True, help="dbt manifest.json")
+@click.option("--select", "selector", required=True,
+              help="A dbt unique id; a model (or any node) name, matched by dbt's fqn rules; source:, exposure:, metric:, "
+                   "semantic_model:, saved_query:, unit_test: selectors; or a Dagster asset key (store_sales_line, "
+                   "pos_source/sales_line) a source or model carries. A trailing + is implied.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the grouped listing.")
+def blast_radius_cmd(manifest: str, selector: str, as_json: bool) -> None:
+    """Everything downstream of a dbt node, grouped by resource type, with depth.
+
+    The set is exactly what ``dbt ls --select NODE+`` lists for the same manifest (default resource
+    types: analyses are left out). With --json: "nodes" (the selected nodes, then downstream models,
+    seeds, snapshots, sources, metrics, semantic models, saved queries, functions; by depth),
+    "tests" (data tests and unit tests) and "exposures" are disjoint and together equal dbt ls's
+    output, also given whole and sorted as "dbt_ls"; "owners" (of all those, sorted), "depth" (unique id → edges
+    from the selected node), "selected" (the unique ids NODE resolved to) and "dbt_selector" (the
+    same selection in dbt's syntax).
+    """
+    from dw_dagster.lineage import blast_radius, dbt_ls, dbt_selector, downstream, load_manifest, manifest_graph, select_nodes
+    from dw_dagster.lineage.dbt_manifest import node_owners
+    from dw_dagster.lineage.dbt_manifest import UnknownNodeError
+
+    try:
+        data = load_manifest(manifest)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--manifest") from e
+    if not isinstance(data, dict) or not any(data.get(k) for k in ("nodes", "sources")):
+        raise click.BadParameter(f"{manifest} is not a dbt manifest (no nodes or sources)", param_hint="--manifest")
+    try:
+        g = manifest_graph(data)
+    except (AttributeError, TypeError, KeyError) as e:
+        raise click.BadParameter(f"{manifest} is not a dbt manifest dw_dagster can read: {type(e).__name__}: {e}",
+                                 param_hint="--manifest") from e
+    try:
+        roots = select_nodes(g, selector)
+    except UnknownNodeError as e:
+        raise click.BadParameter(str(e.args[0]), param_hint="--select") from e
+    br = blast_radius(g, roots)
+    depth = downstream(g, roots)
+    listed = sorted(dbt_ls(g, roots), key=lambda u: (depth[u], u))
+    kind = {u: g.nodes[u]["resource_type"] for u in listed}
+    dbt_sel = " ".join(f"{dbt_selector(g, r)}+" for r in roots)
+    all_owners = sorted({o for u in listed for o in node_owners(g, u)})
+    if as_json:
+        click.echo(json.dumps({
+            "nodes": [u for u in listed if kind[u] not in ("test", "unit_test", "exposure")],
+            "exposures": [u for u in listed if kind[u] == "exposure"],
+            "tests": [u for u in listed if kind[u] in ("test", "unit_test")],
+            "owners": all_owners,
+            "depth": {u: depth[u] for u in listed},
+            "selected": roots,
+            "dbt_selector": dbt_sel,
+            "dbt_ls": sorted(listed),
+        }, indent=2))
+        return
+    exposures = {e.unique_id: e for e in br.exposures}
+    click.echo(f"downstream of {', '.join(roots)} ({len(listed)} nodes, as dbt ls --select {dbt_sel}):")
+    order = ("source", "seed", "snapshot", "model", "function", "semantic_model", "metric", "saved_query", "exposure",
+             "test", "unit_test")
+    for rt in sorted(set(kind.values()), key=lambda t: (order.index(t) if t in order else len(order), t)):
+        items = [u for u in listed if kind[u] == rt]
+        click.echo(f"  {rt} ({len(items)}):")
+        for u in items:
+            line = f"    [{depth[u]}] {u}"
+            if u in exposures:
+                e = exposures[u]
+                line += f"  {e.label or e.name} ({e.type}) owner {e.owner_name} <{e.owner_email}> {e.url or ''}"
+            elif node_owners(g, u):
+                line += f"  owner {', '.join(node_owners(g, u))}"
+            click.echo(line.rstrip())
+    if all_owners:
+        click.echo(f"  owners: {', '.join(all_owners)}")
+
+
+@main.command("undo")
+@click.argument("change_set_id")
+@home_option
+def undo_cmd(change_set_id: str, dagster_home: str | None) -> None:
+    """Propose the undo of a repair that ran, as its own change set waiting for approval."""
+    from dw_dagster.repair.undo import UndoError, propose, propose_undo
+
+    with _instance(dagster_home) as instance:
+        try:
+            cs, _ = propose(instance, propose_undo(instance, change_set_id.strip()))
+        except UndoError as e:
+            click.echo(f"refused: {e}", err=True)
+            sys.exit(3)
+    click.echo(f"proposed {cs.id}: {cs.summary}\napprove it like any change set: dw-dagster approve {cs.id} --login "
+               f"(approvers: {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()})")
+
+
+@main.group("incidents", invoke_without_command=True)
+@click.option("--asset", "asset", default=None, help="Asset key, slash-separated (e.g. store_sales_line); default: every asset.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of the table.")
+@home_option
+@click.pass_context
+def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_home: str | None) -> None:
+    """List incidents, newest first: date, source, state, gap, cause, change set, decision and receipt.
+
+    ``close``, ``reopen`` and ``rediagnose`` change one (a person, with a reason, recorded).
+    """
+    import dagster as dg
+
+    if ctx.invoked_subcommand is not None:
+        return
+
+    from dw_dagster.diagnosis.history import incident_history
+
+    if asset is not None and not asset.strip("/ "):
+        raise click.BadParameter("must name an asset key, e.g. store_sales_line", param_hint="--asset")
+    with _instance(dagster_home) as instance:
+        key = dg.AssetKey(asset.strip("/").split("/")) if asset else None
+        if key is not None and key not in set(instance.get_asset_keys()):
+            raise click.BadParameter(f"no asset {asset!r} in this instance", param_hint="--asset")
+        entries = incident_history(instance, key)
+    if as_json:
+        click.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo("no incidents")
+        return
+    for e in entries:
+        receipt = (f"receipt {e.receipt_id} {'verified' if e.verified else 'NOT verified'}" if e.receipt_id else "no receipt")
+        click.echo(f"{e.detected_at.isoformat()[:16]}Z  {e.incident_id}  {'/'.join(e.asset_key)}  {e.source}  "
+                   f"{abs(e.gap_rows):,} rows {'short' if e.gap_rows >= 0 else 'over'} ({abs(e.gap_pct):.2f} %)  {e.status}"
+                   + (f" [{e.state}]" if e.state else "") + (f" (linked to {e.linked_to})" if e.linked_to else "") + "\n"
+                   f"    cause: {e.cause_kind or '(not diagnosed)'}"
+                   + (f" ({e.confidence:.0%}, explains {e.explained_rows:,}, unexplained {e.unexplained_rows:,})"
+                      if e.confidence is not None else "")
+                   + f"\n    change set: {e.change_set_id or 'none'}"
+                   + (f" ({e.decision}{' by ' + e.approver if e.approver else ''})" if e.decision else "")
+                   + (f" window {e.window[0]}..{e.window[-1]}" if e.window else "") + f"; {receipt}")
+
+
+@main.command("fake-lightup")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Loopback port (0 = any free one).")
+@click.option("--credential-file", type=click.Path(dir_okay=False), default="lightup-api-credential.json", show_default=True,
+              help="Where to write the credential file clients use (apiCredential v1 format).")
+@click.option("--source-url", default=None, help="Database URL the POS source metrics collect from (duckdb:///path...).")
+@click.option("--warehouse-url", default=None, help="Database URL the warehouse metrics collect from.")
+@click.option("--access-ttl", type=float, default=300.0, show_default=True, help="Access-token lifetime, seconds.")
+def fake_lightup_cmd(port: int, credential_file: str, source_url: str | None, warehouse_url: str | None, access_ttl: float) -> None:
+    """Serve a fake Lightup REST API on 127.0.0.1, seeded with the store-sales workspace.
+
+    Prints one JSON line (url, workspace_uuid, credential_file) and serves until interrupted.
+    Faults are switched with POST /_fake/faults (see dw_dagster.testing.fakes.lightup_server).
+    """
+    from dw_dagster.testing.fakes.lightup_server import serve
+
+    if credential_file and not Path(credential_file).resolve().parent.is_dir():
+        raise click.BadParameter(f"folder {Path(credential_file).resolve().parent} does not exist", param_hint="--credential-file")
+    try:
+        serve(port, credential_file, source_url, warehouse_url, access_ttl_s=access_ttl)
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
+
+
+@main.command("fake-paging")
+@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True, help="Loopback port (0 = any free one).")
+def fake_paging_cmd(port: int) -> None:
+    """Serve fake PagerDuty (Events v2 + REST), Opsgenie and Slack Web APIs on 127.0.0.1."""
+    from dw_dagster.testing.fakes.paging_server import main as serve
+
+    try:
+        code = serve(["--port", str(port)])
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
+    raise SystemExit(code)
+
+
+@main.command("fake-oidc")
+@click.option("--port", type=click.IntRange(0, 65535), default=8767, show_default=True, help="Loopback port (0 = any free one).")
+@click.option("--user", "users", multiple=True, help="A person who may log in (email; repeatable). Default: the examples' people.")
+@click.option("--client", "clients", multiple=True, help="A client id (repeatable; default dw-dagster).")
+def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -> None:
+    """Serve a stand-in OpenID Connect provider on 127.0.0.1: discovery, JWKS, login (PKCE), tokens.
+
+    Its people log in without a password (a stand-in, for trying the examples under ``dagster dev``);
+    the examples' domains files expect it at the default port (``$DW_OIDC_ISSUER`` otherwise).
+    """
+    from dw_dagster.testing.fakes.oidc_server import main as serve
+
+    people = list(users) or ["dana.ortiz@grocer.example", "sam.lee@grocer.example", "maya.chen@shop.example",
+                             "leo.park@shop.example"]
+    args = ["--port", str(port)] + [a for u in people for a in ("--user", u)] + [
+        a for cl in (clients or ("dw-dagster",)) for a in ("--client", cl)]
+    try:
+        code = serve(args)
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e}") from e
+    raise SystemExit(code)
+
+
+from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
+
+register(main)
+register_incident_commands(incidents_cmd)
+
+if __name__ == "__main__":
+    main()

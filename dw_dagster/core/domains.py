@@ -1,0 +1,341 @@
+"""Domains: who owns which assets, who may approve their changes, and how far dw_dagster may act.
+
+A domains file (YAML) is validated by pydantic; a bad file is refused with one line per problem
+naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
+
+.. code-block:: yaml
+
+    domains:
+      - name: store_sales
+        assets: [[store_sales_line], [fct_store_sales_daily]]   # explicit asset keys, and/or
+        select: ["group:store_sales"]                           # Dagster asset selection strings
+        approvers: [dana.ortiz@grocer.example]
+        escalation: [data-oncall@grocer.example]                # next contacts, in order
+        autonomy: L2
+        allowed_change_classes: [rerun_window, rebuild_models]  # what L3/L4 may run unasked
+        max_window_partitions: 7
+        approval_expiry_hours: 24
+        identity: verified          # the default; "unverified" only for a scratch sandbox
+
+    identity:                       # how approvers prove who they are (dw_dagster.approval.identity)
+      oidc:
+        issuer: https://login.grocer.example          # or {env: DW_OIDC_ISSUER}
+        audience: dw-dagster
+      slack:
+        signing_secret_env: SLACK_SIGNING_SECRET
+        bot_token_env: SLACK_BOT_TOKEN
+    operators: [data-oncall@grocer.example]           # who may lift an org-wide stop (default: every approver)
+
+Any value may be written ``{env: NAME}`` (or ``{env: NAME, default: VALUE}``): it is read from the
+environment when the file is read, and a missing variable without a default is an error naming it.
+
+**Identity.** A decision counts only when its approver's identity was verified by the
+organisation's identity provider (an OIDC ID token checked against its JWKS) or by a signed Slack
+interaction. A domain may opt into ``identity: unverified`` (typed emails accepted, labelled
+UNVERIFIED on every record); never by default.
+
+**Autonomy levels** (``shared/design/DESIGN.md`` §4), in plain words for an owner:
+
+- **L0 manual** — dw_dagster runs the checks and records incidents. It diagnoses nothing and
+  changes nothing.
+- **L1 observe** — it also diagnoses and annotates (Lightup comment, page note). It proposes no
+  change and nothing changes.
+- **L2 propose** — it proposes one change set; every change waits for an approver's decision.
+- **L3 act reversibly** — change sets made only of the domain's listed *reversible* classes
+  (:data:`REVERSIBLE_CLASSES`, e.g. a bounded rerun of a merged asset) run without waiting for a
+  person, with a receipt and an undo. Anything else waits as at L2.
+- **L4 autonomous** — also the listed *repeatable* classes (:data:`REPEATABLE_CLASSES`, e.g. a
+  schema migration with rollback, a new dbt test) run end to end. Pipeline code changes are
+  never autonomous: they go to their owner as a diff at every level.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dw_dagster.core.config_files import read_yaml_model
+from dw_dagster.core.identity import IdentityError, canonical_email
+
+DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
+
+#: Change classes a change set can hold.
+PIPELINE_CODE = "pipeline_code"
+RERUN_WINDOW = "rerun_window"
+REBUILD_MODELS = "rebuild_models"
+REPLAY_DEAD_LETTER = "replay_dead_letter"
+SCHEMA_MIGRATION = "schema_migration"
+ADD_TEST = "add_test"
+#: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
+UNDO = "undo"
+#: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
+REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
+#: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
+REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
+
+Level = Literal["L0", "L1", "L2", "L3", "L4"]
+
+
+class DomainsFileError(ValueError):
+    """The domains file is missing or invalid; the message names the file, line and problem."""
+
+
+class Domain(BaseModel):
+    """One domain of ownership (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    assets: list[list[str]] = Field(default_factory=list, description="asset key paths the domain owns")
+    select: list[str] = Field(default_factory=list, description="Dagster asset selection strings (group:..., key:..., tag:...)")
+    approvers: list[str] = Field(min_length=1, description="people who may approve change sets (emails)")
+    escalation: list[str] = Field(default_factory=list, description="who is told, in order, when a request goes unanswered")
+    autonomy: Level = "L2"
+    allowed_change_classes: list[str] = Field(default_factory=list, description="classes L3/L4 may run without approval")
+    max_window_partitions: int = Field(7, ge=1, le=366)
+    approval_expiry_hours: float = Field(24, gt=0, le=24 * 14)
+    identity: Literal["verified", "unverified"] = Field(
+        "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")
+
+    @field_validator("approvers", "escalation")
+    @classmethod
+    def _emails(cls, v: list[str]) -> list[str]:
+        return _canonical_emails(v)
+
+    @field_validator("assets")
+    @classmethod
+    def _keys(cls, v: list[list[str]]) -> list[list[str]]:
+        for key in v:
+            if not key or any(not isinstance(p, str) or not p.strip() for p in key):
+                raise ValueError(f"an asset key is a non-empty list of non-empty names, got {key!r}")
+        return v
+
+    @field_validator("allowed_change_classes")
+    @classmethod
+    def _classes(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - CHANGE_CLASSES)
+        if unknown:
+            raise ValueError(f"unknown change classes {unknown}; known: {sorted(CHANGE_CLASSES)}")
+        if PIPELINE_CODE in v:
+            raise ValueError("pipeline_code can never run without its owner: it always goes to them as a diff")
+        if UNDO in v:
+            raise ValueError("undo always waits for a person's approval")
+        return v
+
+    @model_validator(mode="after")
+    def _level_fits_classes(self) -> Domain:
+        if not self.assets and not self.select:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets or select")
+        if self.autonomy == "L3":
+            extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
+            if extra:
+                raise ValueError(f"L3 runs only reversible classes {sorted(REVERSIBLE_CLASSES)} unasked; "
+                                 f"{extra} need L4 or an approval")
+        if self.autonomy in ("L3", "L4") and not self.allowed_change_classes:
+            raise ValueError(f"autonomy {self.autonomy} needs allowed_change_classes (which changes may run unasked)")
+        return self
+
+    def owns(self, asset_key: Sequence[str], selected: Iterable[Sequence[str]] = ()) -> bool:
+        key = list(asset_key)
+        return key in self.assets or key in [list(k) for k in selected]
+
+    def may_approve(self, who: str) -> bool:
+        """Whether ``who`` (any spelling; compared canonically) is a listed approver now."""
+        try:
+            return canonical_email(who) in self.approvers
+        except IdentityError:
+            return False
+
+    def autonomous(self, change_classes: Iterable[str]) -> bool:
+        """Whether a change set of ``change_classes`` may run without a person's approval.
+
+        Pipeline code changes are left out: they reach the target only through the owner's
+        merge, which is their approval.
+        """
+        classes = set(change_classes) - {PIPELINE_CODE}
+        if self.autonomy not in ("L3", "L4") or not classes:
+            return False
+        return classes <= set(self.allowed_change_classes) and classes <= (
+            REVERSIBLE_CLASSES if self.autonomy == "L3" else REPEATABLE_CLASSES)
+
+    @property
+    def diagnoses(self) -> bool:
+        """L1 and up diagnose; L0 only checks."""
+        return self.autonomy != "L0"
+
+    @property
+    def proposes(self) -> bool:
+        """L2 and up propose change sets; L0/L1 change nothing."""
+        return self.autonomy in ("L2", "L3", "L4")
+
+
+class SlackIdentity(BaseModel):
+    """Slack as a source of verified identities (interactive buttons, ``dw-dagster approvals serve``).
+
+    Attributes:
+        signing_secret_env: the environment variable holding the Slack app's signing secret
+            (Slack API docs, "Verifying requests from Slack").
+        bot_token_env: the environment variable holding the bot token used for ``users.info``.
+        team_id: when set, interactions from another workspace are refused.
+        api_url: the Web API base (the fake's URL in tests).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    team_id: str | None = None
+    api_url: str = "https://slack.com/api"
+
+
+class IdentityProviders(BaseModel):
+    """How approvers prove who they are: an OIDC provider and/or Slack (see :mod:`dw_dagster.approval.identity`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    oidc: Any = Field(default=None, description="dw_dagster.approval.identity.oidc.OidcSettings (issuer, audience, ...)")
+    slack: SlackIdentity | None = None
+
+    @field_validator("oidc")
+    @classmethod
+    def _oidc(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        from dw_dagster.core.identity import OidcSettings
+
+        return v if isinstance(v, OidcSettings) else OidcSettings.model_validate(v)
+
+
+class Domains(BaseModel):
+    """A domains file: the domains, the identity providers decisions are verified with, the operators."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    domains: list[Domain]
+    identity: IdentityProviders = Field(default_factory=IdentityProviders)
+    operators: list[str] = Field(default_factory=list, description="who may lift an org-wide stop "
+                                 "(default: every domain's approvers)")
+
+    @field_validator("operators")
+    @classmethod
+    def _operators(cls, v: list[str]) -> list[str]:
+        return _canonical_emails(v)
+
+    def may_operate(self, who: str) -> bool:
+        """Whether ``who`` may lift an org-wide stop: a listed operator, else any domain's approver."""
+        try:
+            email = canonical_email(who)
+        except IdentityError:
+            return False
+        allowed = self.operators or sorted({a for d in self.domains for a in d.approvers})
+        return email in allowed
+
+    @property
+    def verified_identity_available(self) -> bool:
+        return self.identity.oidc is not None or self.identity.slack is not None
+
+    @model_validator(mode="after")
+    def _unique(self) -> Domains:
+        names = [d.name for d in self.domains]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"domain names must be unique; repeated: {dup}")
+        seen: dict[tuple[str, ...], str] = {}
+        for d in self.domains:
+            for k in d.assets:
+                other = seen.setdefault(tuple(k), d.name)
+                if other != d.name:
+                    raise ValueError(f"asset {'/'.join(k)} is in two domains: {other} and {d.name}")
+        return self
+
+    def for_asset(self, asset_key: Sequence[str], asset_graph=None) -> Domain:
+        """The domain owning ``asset_key`` (explicit ``assets`` first, then ``select`` resolved on
+        ``asset_graph``, a Dagster ``BaseAssetGraph``, when given).
+
+        Raises:
+            KeyError: no domain owns the asset.
+        """
+        for d in self.domains:
+            if d.owns(asset_key):
+                return d
+        if asset_graph is not None:
+            import dagster as dg
+
+            for d in self.domains:
+                for s in d.select:
+                    if dg.AssetKey(list(asset_key)) in dg.AssetSelection.from_string(s).resolve(asset_graph):
+                        return d
+        raise KeyError(f"no domain owns asset {'/'.join(asset_key)}")
+
+    def get(self, name: str) -> Domain:
+        for d in self.domains:
+            if d.name == name:
+                return d
+        raise KeyError(f"no domain named {name!r}")
+
+
+def _canonical_emails(v: list[str]) -> list[str]:
+    out, bad = [], []
+    for x in v:
+        try:
+            out.append(canonical_email(x))
+        except IdentityError:
+            bad.append(x)
+    if bad:
+        raise ValueError(f"not email addresses: {bad}")
+    return out
+
+
+def load_domains(path: str | Path | None = None) -> Domains:
+    """Read a domains file (``path``, else ``$DW_DOMAINS_FILE``), resolving ``{env: NAME}`` values.
+
+    Raises:
+        DomainsFileError: no path given, file missing, not YAML, an ``{env: NAME}`` that is not
+            set, or invalid (``file:line: field: problem``).
+    """
+    path = path or os.environ.get(DOMAINS_FILE_ENV)
+    if not path:
+        raise DomainsFileError(f"no domains file: pass one or set {DOMAINS_FILE_ENV}")
+    return read_yaml_model(path, Domains, DomainsFileError, "domains file", resolve_env=True)
+
+
+#: what factories accept as their domains: the model, a file path, a callable returning either,
+#: or None for ``$DW_DOMAINS_FILE`` (read when used, so edits to the file apply at once)
+DomainsSource = Union["Domains", str, Path, Callable[[], Union["Domains", str, Path]], None]
+
+
+def resolve_domains(source: DomainsSource) -> Domains | None:
+    """The domains as they are now, from a :data:`DomainsSource`; None when nothing is configured.
+
+    Raises:
+        DomainsFileError: a file is configured but missing or invalid (never silently ignored).
+    """
+    if callable(source) and not isinstance(source, Domains):
+        source = source()
+    if isinstance(source, Domains):
+        return source
+    if source is None and not os.environ.get(DOMAINS_FILE_ENV):
+        return None
+    return load_domains(source)
+
+
+def domain_for(asset_key: Sequence[str], path: DomainsSource = None) -> Domain | None:
+    """The domain of ``asset_key`` from ``path`` (any :data:`DomainsSource`) or ``$DW_DOMAINS_FILE``;
+    None when nothing is configured or no domain owns the asset (callers then behave as L2:
+    propose, wait for approval).
+
+    Raises:
+        DomainsFileError: a file is configured but invalid (never silently ignored).
+    """
+    domains = resolve_domains(path)
+    if domains is None:
+        return None
+    try:
+        return domains.for_asset(asset_key)
+    except KeyError:
+        return None

@@ -1,0 +1,38 @@
+"""Metadata keys and run tags that dw_dagster writes, all under the ``dw/`` namespace.
+
+Dagster reserves ``dagster/`` for its own keys (``dagster/row_count`` and the like); every fact
+dw_dagster records on an asset lives under ``dw/`` so it can be read back from the event log by
+:mod:`dw_dagster.core.records`.
+"""
+
+# AssetObservation / check-result metadata keys
+INCIDENT_KEY = "dw/incident"
+INCIDENT_ID_KEY = "dw/incident_id"
+DIAGNOSIS_KEY = "dw/diagnosis"
+DIAGNOSIS_MD_KEY = "dw/diagnosis_md"
+CHANGE_SET_KEY = "dw/change_set"
+CHANGE_SET_MD_KEY = "dw/change_set_md"
+CHANGE_SET_ID_KEY = "dw/change_set_id"
+APPROVAL_KEY = "dw/approval"
+APPROVAL_REFUSED_KEY = "dw/approval_refused"
+RECEIPT_KEY = "dw/receipt"
+RECEIPT_MD_KEY = "dw/receipt_md"
+RECEIPT_HASH_KEY = "dw/receipt_hash"
+
+# Loader materialization metadata (incremental loads by high-watermark)
+WATERMARK_COLUMN_KEY = "dw/watermark_column"
+LOOKBACK_HOURS_KEY = "dw/lookback_hours"
+ROWS_READ_KEY = "dw/rows_read"
+ROWS_INSERTED_KEY = "dw/rows_inserted"
+
+# Run tags
+CHANGE_SET_TAG = "dw/change_set_id"
+APPROVAL_TAG = "dw/approval_id"
+STAGE_TAG = "dw/stage"
+INCIDENT_TAG = "dw/incident_id"
+
+# The proposer name dw_dagster signs its change sets with. An approver may never be the proposer.
+PROPOSER = "dw-dagster"
+
+# Environment variable holding the HMAC key that signs approvals.
+SIGNING_KEY_ENV = "DW_APPROVAL_SIGNING_KEY"

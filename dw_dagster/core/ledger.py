@@ -1,0 +1,730 @@
+"""The ledger: dw_dagster's state machine per change set, incident and receipt chain, with atomic transitions.
+
+The event log shows what happened (every ``dw/`` observation stays there for the asset page);
+the ledger decides what *may* happen next. It lives in the Dagster instance's own storage:
+
+- SQLite (Dagster's default): ``<instance>/history/dw_ledger.db``, next to ``runs.db``;
+- PostgreSQL (``dagster-postgres``): tables ``dw_ledger_*`` in the same database as the run
+  storage (its ``postgres_url``); MySQL storage is not supported (no partial unique indexes);
+- an ephemeral in-memory instance: an in-memory SQLite database that lives as long as the instance.
+
+Every transition is one transaction whose guard is a unique key or a compare-and-set ``UPDATE``:
+
+- a change set version is recorded once; re-proposing the same content returns the first record
+  (same version, same expiry: proposing again never renews it);
+- a version has at most one *active* decision (partial unique index on ``(change_set_id,
+  version) WHERE active``), so concurrent approvals record exactly one; a withdrawn decision
+  (an autonomous approval after autonomy was lowered, an approver removed from the domain) frees
+  the slot for a person;
+- a credential (ID token, Slack request signature) is accepted once (primary key);
+- a stage of a version has one row (primary key ``(change_set_id, version, stage)``): the remediation
+  sensor *issues* a ticket, the run that presents the ticket first *binds* it to its run id, the
+  stage's own code *completes* it. Deleting runs deletes nothing here, so nothing replays;
+- a receipt chain's head per asset is advanced by compare-and-set, so two receipt writers never
+  fork a chain, and a receipt removed from the event log is named by ``receipts verify``.
+
+Lookups are by primary key or indexed column; none reads the event log, so their cost does not
+grow with the number of assets or events (benchmarks ``ledger_lookup_5000_assets`` and
+``remediation_tick_10k_change_sets``).
+
+Trust: whoever can write the Dagster storage can write the ledger too (see the README's threat
+model); decisions and receipts are additionally signed with the deployment's key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dw_dagster.core.ledger_tables import (
+    SCHEMA_VERSION,
+    _meta,
+    audit_t,
+    change_sets_t,
+    control_t,
+    credentials_t,
+    decisions_t,
+    incidents_t,
+    meta_t,
+    quarantine_t,
+    receipt_heads_t,
+    receipts_t,
+    stages_t,
+)
+
+#: change set states (latest version's lifecycle)
+PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
+RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
+#: states the remediation sensor looks at
+ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: stage states
+ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
+#: incident states
+OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED = (
+    "open", "diagnosing", "diagnosed", "diagnosis_failed", "rediagnose", "closed", "quarantined")
+OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE)
+
+
+class LedgerError(RuntimeError):
+    """The ledger refused a transition or cannot be opened; the message says which and why."""
+
+
+def asset_str(asset_key: Sequence[str] | Any) -> str:
+    """The ledger's text form of an asset key: the path joined by ``/`` (``AssetKey`` or list)."""
+    path = getattr(asset_key, "path", asset_key)
+    return "/".join(path)
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One stage of one change set version, as the ledger holds it.
+
+    ``state``: issued (ticket given to a run request), started (a run presented the ticket and
+    holds it), succeeded / failed (completed by the stage's own code or reconciled from the
+    bound run's end), abandoned (its bound run disappeared or ended without completing).
+    """
+
+    change_set_id: str
+    version: str
+    stage: str
+    approval_id: str
+    ticket: str
+    state: str
+    run_id: str | None
+    job_name: str | None
+    expect: str | None
+    issued_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: dict | None
+
+
+@dataclass(frozen=True)
+class ChangeSetRow:
+    """A recorded change set version: its state and its body (JSON of the ChangeSet)."""
+
+    change_set_id: str
+    version: str
+    content_key: str
+    target_asset: str
+    incident_id: str
+    domain: str
+    state: str
+    latest: bool
+    recorded_at: float
+    expires_at: float
+    updated_at: float
+    note: str
+    body: str
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    incident_id: str
+    asset_key: str
+    source: str
+    external_id: str | None
+    state: str
+    linked_to: str | None
+    opened_at: float
+    updated_at: float
+    attempts: int
+    note: str
+    body: str
+
+
+@dataclass(frozen=True)
+class ReceiptLink:
+    asset_key: str
+    seq: int
+    receipt_id: str
+    hash: str
+    previous_hash: str | None
+    change_set_id: str
+    run_id: str | None
+    created_at: float
+
+
+def _row(cls, r) -> Any:
+    d = dict(r._mapping)
+    d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+    if cls is StageRow:
+        d["result"] = json.loads(d["result"]) if d.get("result") else None
+    return cls(**d)
+
+
+class Ledger:
+    """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
+
+    def __init__(self, engine: Engine, *, url: str) -> None:
+        self.engine = engine
+        self.url = url
+        self._create()
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        for attempt in range(5):
+            try:
+                _meta.create_all(self.engine, checkfirst=True)
+                with self.engine.begin() as conn:
+                    row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
+                    if row is None:
+                        conn.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+                    elif int(row[0]) > SCHEMA_VERSION:
+                        raise LedgerError(f"the ledger at {self.url} has schema {row[0]}; this dw_dagster knows "
+                                          f"{SCHEMA_VERSION}: upgrade dw_dagster")
+                return
+            except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                if attempt == 4:  # another process creating the same tables at the same moment
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    def _tx(self):
+        return self.engine.begin()
+
+    # -- change sets -----------------------------------------------------------------------------
+
+    def record_change_set(self, *, change_set_id: str, version: str, content_key: str, target_asset: str,
+                          incident_id: str, domain: str, expires_at: float, body: str) -> tuple[ChangeSetRow, bool]:
+        """Record a change set version; returns (the record, whether it is new).
+
+        When a version of ``change_set_id`` with the same ``content_key`` (the content without
+        its times) is already recorded, that record is returned unchanged: re-proposing the same
+        content never renews its expiry. A new version becomes the latest; earlier versions that
+        were still waiting for a decision are marked superseded.
+        """
+        now = time.time()
+        with self._tx() as conn:
+            same = conn.execute(sa.select(change_sets_t).where(
+                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.content_key == content_key)).first()
+            if same is not None:
+                return _row(ChangeSetRow, same), False
+            exists = conn.execute(sa.select(change_sets_t.c.version).where(
+                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).first()
+            if exists is not None:
+                raise LedgerError(f"change set {change_set_id} version {version} is already recorded with other content")
+            conn.execute(change_sets_t.update().where(
+                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.latest.is_(True)).values(
+                latest=False, updated_at=now,
+                state=sa.case((change_sets_t.c.state == PROPOSED, SUPERSEDED), else_=change_sets_t.c.state)))
+            conn.execute(change_sets_t.insert().values(
+                change_set_id=change_set_id, version=version, content_key=content_key, target_asset=target_asset,
+                incident_id=incident_id, domain=domain, state=PROPOSED, latest=True, recorded_at=now,
+                expires_at=expires_at, updated_at=now, note="", body=body))
+            row = conn.execute(sa.select(change_sets_t).where(
+                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).one()
+        return _row(ChangeSetRow, row), True
+
+    def change_set_row(self, change_set_id: str, version: str | None = None) -> ChangeSetRow | None:
+        """A version of a change set (the latest when ``version`` is None), or None."""
+        q = sa.select(change_sets_t).where(change_sets_t.c.change_set_id == change_set_id)
+        q = q.where(change_sets_t.c.version == version) if version else q.where(change_sets_t.c.latest.is_(True))
+        with self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        return _row(ChangeSetRow, r) if r is not None else None
+
+    def change_set_rows(self, *, states: Iterable[str] | None = None, target_asset: str | None = None,
+                        incident_id: str | None = None, latest_only: bool = True, limit: int | None = None) -> list[ChangeSetRow]:
+        """Recorded change sets, newest first, filtered on indexed columns."""
+        q = sa.select(change_sets_t)
+        if latest_only:
+            q = q.where(change_sets_t.c.latest.is_(True))
+        if states is not None:
+            q = q.where(change_sets_t.c.state.in_(list(states)))
+        if target_asset is not None:
+            q = q.where(change_sets_t.c.target_asset == target_asset)
+        if incident_id is not None:
+            q = q.where(change_sets_t.c.incident_id == incident_id)
+        q = q.order_by(change_sets_t.c.recorded_at.desc())
+        if limit:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return [_row(ChangeSetRow, r) for r in conn.execute(q)]
+
+    def set_change_set_state(self, change_set_id: str, version: str, state: str, *,
+                             from_states: Iterable[str] | None = None, note: str | None = None) -> bool:
+        """Move a version to ``state`` (only from ``from_states`` when given); True when it moved."""
+        q = change_sets_t.update().where(change_sets_t.c.change_set_id == change_set_id,
+                                         change_sets_t.c.version == version)
+        if from_states is not None:
+            q = q.where(change_sets_t.c.state.in_(list(from_states)))
+        values: dict[str, Any] = {"state": state, "updated_at": time.time()}
+        if note is not None:
+            values["note"] = note
+        with self._tx() as conn:
+            return conn.execute(q.values(**values)).rowcount == 1
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def record_decision(self, *, approval_id: str, change_set_id: str, version: str, decision: str, approver: str,
+                        method: str, decided_at: float, body: str, credential_id: str | None = None,
+                        credential_purpose: str = "") -> bool:
+        """Record the single active decision of a version, atomically; False when one exists already.
+
+        A ``credential_id`` (ID token or Slack request digest) is consumed in the same
+        transaction: a credential used before raises :class:`LedgerError` and nothing is recorded.
+        """
+        with self._tx() as conn:
+            if credential_id is not None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(credentials_t.insert().values(credential_id=credential_id,
+                                                                   purpose=credential_purpose[:512], used_at=time.time()))
+                except sa.exc.IntegrityError:
+                    raise LedgerError("this credential was already used for a decision; each is accepted once") from None
+            try:
+                with conn.begin_nested():
+                    conn.execute(decisions_t.insert().values(
+                        approval_id=approval_id, change_set_id=change_set_id, version=version, decision=decision,
+                        approver=approver, method=method, decided_at=decided_at, active=True, withdrawn_reason=None,
+                        body=body))
+            except sa.exc.IntegrityError:
+                return False
+            conn.execute(change_sets_t.update().where(
+                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
+                change_sets_t.c.state.in_([PROPOSED, HALTED])).values(
+                state=APPROVED if decision == "approve" else REJECTED, updated_at=time.time()))
+        return True
+
+    def use_credential(self, credential_id: str, purpose: str) -> bool:
+        """Consume a credential outside a decision (resume, hold lift); False when it was used before."""
+        try:
+            with self._tx() as conn:
+                conn.execute(credentials_t.insert().values(credential_id=credential_id, purpose=purpose[:512],
+                                                           used_at=time.time()))
+            return True
+        except sa.exc.IntegrityError:
+            return False
+
+    def active_decision(self, change_set_id: str, version: str) -> tuple[str, str] | None:
+        """``(approval_id, body)`` of the version's active decision, or None."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(decisions_t.c.approval_id, decisions_t.c.body).where(
+                decisions_t.c.change_set_id == change_set_id, decisions_t.c.version == version,
+                decisions_t.c.active.is_(True))).first()
+        return (r[0], r[1]) if r is not None else None
+
+    def active_decisions(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """``{(change set id, version): decision body}`` for the active decisions of ``keys`` (one query per 500)."""
+        out: dict[tuple[str, str], str] = {}
+        ids = sorted({k[0] for k in keys})
+        wanted = set(keys)
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                for r in conn.execute(sa.select(decisions_t.c.change_set_id, decisions_t.c.version, decisions_t.c.body).where(
+                        decisions_t.c.change_set_id.in_(ids[i:i + 500]), decisions_t.c.active.is_(True))):
+                    if (r[0], r[1]) in wanted:
+                        out[(r[0], r[1])] = r[2]
+        return out
+
+    def decisions(self, change_set_id: str | None = None) -> list[dict]:
+        """Every decision ever recorded (on one change set, or on all), newest first: ``{approval_id,
+        change_set_id, version, decision, approver, method, decided_at, active, withdrawn_reason, body}``."""
+        q = sa.select(decisions_t).order_by(decisions_t.c.decided_at.desc())
+        if change_set_id is not None:
+            q = q.where(decisions_t.c.change_set_id == change_set_id)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def decision(self, approval_id: str) -> dict | None:
+        """One decision by id (active or withdrawn), or None."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(decisions_t).where(decisions_t.c.approval_id == approval_id)).first()
+        return dict(r._mapping) if r is not None else None
+
+    def withdraw_decision(self, approval_id: str, reason: str) -> bool:
+        """Deactivate a decision (its slot is free again for a person); True when it was active."""
+        with self._tx() as conn:
+            row = conn.execute(sa.select(decisions_t.c.change_set_id, decisions_t.c.version).where(
+                decisions_t.c.approval_id == approval_id, decisions_t.c.active.is_(True))).first()
+            if row is None:
+                return False
+            conn.execute(decisions_t.update().where(decisions_t.c.approval_id == approval_id).values(
+                active=False, withdrawn_reason=reason[:2000]))
+            conn.execute(change_sets_t.update().where(
+                change_sets_t.c.change_set_id == row[0], change_sets_t.c.version == row[1],
+                change_sets_t.c.state == APPROVED).values(state=PROPOSED, updated_at=time.time()))
+        return True
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    def issue_ticket(self, change_set_id: str, version: str, stage: str, approval_id: str, job_name: str,
+                     expect: dict | None = None) -> str | None:
+        """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
+        (its partition tags, asset selection and run config, see
+        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice)."""
+        ticket = secrets.token_hex(16)
+        try:
+            with self._tx() as conn:
+                conn.execute(stages_t.insert().values(
+                    change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
+                    state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
+                    issued_at=time.time(), started_at=None, finished_at=None, result=None))
+                conn.execute(change_sets_t.update().where(
+                    change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
+                    change_sets_t.c.state.in_([APPROVED, HALTED])).values(state=RUNNING, updated_at=time.time()))
+        except sa.exc.IntegrityError:
+            return None
+        return ticket
+
+    def stage_by_ticket(self, ticket: str) -> StageRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(stages_t).where(stages_t.c.ticket == ticket)).first()
+        return _row(StageRow, r) if r is not None else None
+
+    def stage_by_run(self, run_id: str) -> StageRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(stages_t).where(stages_t.c.run_id == run_id)).first()
+        return _row(StageRow, r) if r is not None else None
+
+    def bind_ticket(self, ticket: str, run_id: str, job_name: str, shape: dict | None = None) -> StageRow:
+        """Bind an issued ticket to the run presenting it (first presenter wins); idempotent for that run.
+
+        A ticket issued with an expected shape binds only a run of that shape (``shape`` equal to
+        the ``expect`` it was issued with): a run that presents a ticket it read from a queued
+        run's tags but asks for other partitions, other assets or another run config is refused.
+
+        Raises:
+            LedgerError: no such ticket (invented or copied from another deployment), it is bound
+                to another run (a copied or re-executed run), its stage already ended, or the run
+                is not the one the ticket was issued for (job, partitions, assets, config).
+        """
+        with self._tx() as conn:
+            r = conn.execute(sa.select(stages_t).where(stages_t.c.ticket == ticket)).first()
+            if r is None:
+                raise LedgerError("the run's dw/ticket was not issued by the remediation sensor")
+            row = _row(StageRow, r)
+            if row.run_id == run_id:
+                return row
+            if row.run_id is not None:
+                raise LedgerError(f"stage {row.stage} of {row.change_set_id} belongs to run {row.run_id}; a copied or "
+                                  "re-executed run cannot take it (a stage runs once)")
+            if row.state != ISSUED:
+                raise LedgerError(f"stage {row.stage} of {row.change_set_id} is {row.state}")
+            if row.job_name and job_name != row.job_name:
+                raise LedgerError(f"the ticket of stage {row.stage} of {row.change_set_id} is for job {row.job_name}, "
+                                  f"not {job_name}")
+            if row.expect is not None:
+                expected = json.loads(row.expect)
+                differs = sorted(k for k in expected if (shape or {}).get(k) != expected[k])
+                if differs:
+                    raise LedgerError(f"the ticket of stage {row.stage} of {row.change_set_id} is for another run: its "
+                                      f"{', '.join(differs)} differ from what the remediation sensor dispatched")
+            res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None)).values(
+                run_id=run_id, state=STARTED, started_at=time.time()))
+            if res.rowcount != 1:  # lost a race with another presenter
+                raise LedgerError(f"stage {row.stage} of {row.change_set_id} was taken by another run")
+            r = conn.execute(sa.select(stages_t).where(stages_t.c.ticket == ticket)).one()
+        return _row(StageRow, r)
+
+    def complete_stage(self, ticket: str, run_id: str, *, success: bool, result: dict | None = None,
+                       state: str | None = None) -> bool:
+        """Record the end of a stage by the run bound to it; True when it moved (only once)."""
+        final = state or (SUCCEEDED if success else STAGE_FAILED)
+        with self._tx() as conn:
+            res = conn.execute(stages_t.update().where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
+                state=final, finished_at=time.time(), result=json.dumps(result or {}, default=str)))
+            return res.rowcount == 1
+
+    def reissue_ticket(self, ticket: str, run_id: str) -> str | None:
+        """Give a stage a fresh ticket when the run bound to it never started (cancelled while queued,
+        e.g. by an org-wide stop): nothing ran, so running it later replays nothing. Returns the new
+        ticket, or None when the stage is not bound to ``run_id`` any more."""
+        new = secrets.token_hex(16)
+        with self._tx() as conn:
+            res = conn.execute(stages_t.update().where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
+                ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time()))
+            return new if res.rowcount == 1 else None
+
+    def rotate_ticket(self, ticket: str) -> str | None:
+        """Replace an issued ticket no run took (shown by a dry run of the sensor, or its run key taken by
+        another run): the old one is dead, the stage gets a new one (and a new run key). None when a run
+        took it meanwhile."""
+        new = secrets.token_hex(16)
+        with self._tx() as conn:
+            res = conn.execute(stages_t.update().where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED).values(
+                ticket=new, issued_at=time.time()))
+            return new if res.rowcount == 1 else None
+
+    def abandon_stage(self, ticket: str, reason: str) -> bool:
+        """Mark an issued or started stage abandoned (its run vanished or ended without completing)."""
+        with self._tx() as conn:
+            res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket,
+                                                       stages_t.c.state.in_([ISSUED, STARTED])).values(
+                state=ABANDONED, finished_at=time.time(), result=json.dumps({"reason": reason})))
+            return res.rowcount == 1
+
+    def stages(self, change_set_id: str, version: str) -> dict[str, StageRow]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(stages_t).where(stages_t.c.change_set_id == change_set_id,
+                                                          stages_t.c.version == version))
+            return {r.stage: _row(StageRow, r) for r in rows}
+
+    def stages_of_many(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, StageRow]]:
+        """Stages of several versions at once (one query per 500 change sets)."""
+        out: dict[tuple[str, str], dict[str, StageRow]] = {k: {} for k in keys}
+        ids = sorted({k[0] for k in keys})
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                for r in conn.execute(sa.select(stages_t).where(stages_t.c.change_set_id.in_(ids[i:i + 500]))):
+                    if (r.change_set_id, r.version) in out:
+                        out[(r.change_set_id, r.version)][r.stage] = _row(StageRow, r)
+        return out
+
+    def open_windows(self, asset_key: str) -> list[ChangeSetRow]:
+        """Approved or running change sets on ``asset_key`` (their windows are held)."""
+        return self.change_set_rows(states=[APPROVED, RUNNING, HALTED], target_asset=asset_key)
+
+    # -- receipts --------------------------------------------------------------------------------
+
+    def receipt_head(self, asset_key: str) -> tuple[int, str] | None:
+        """``(seq, hash)`` of the newest receipt of ``asset_key``, or None."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(receipt_heads_t.c.seq, receipt_heads_t.c.hash).where(
+                receipt_heads_t.c.asset_key == asset_key)).first()
+        return (r[0], r[1]) if r is not None else None
+
+    def append_receipt(self, *, asset_key: str, expected_head: tuple[int, str] | None, receipt_id: str, hash: str,
+                       previous_hash: str | None, change_set_id: str, run_id: str | None) -> bool:
+        """Append a receipt to its asset's chain if the head is still ``expected_head`` (compare-and-set).
+
+        Returns False when another writer moved the head first (rebuild the receipt on the new head).
+        """
+        seq = (expected_head[0] + 1) if expected_head else 1
+        try:
+            with self._tx() as conn:
+                if expected_head is None:
+                    conn.execute(receipt_heads_t.insert().values(asset_key=asset_key, seq=seq, hash=hash))
+                else:
+                    res = conn.execute(receipt_heads_t.update().where(
+                        receipt_heads_t.c.asset_key == asset_key, receipt_heads_t.c.seq == expected_head[0],
+                        receipt_heads_t.c.hash == expected_head[1]).values(seq=seq, hash=hash))
+                    if res.rowcount != 1:
+                        raise _Lost()
+                conn.execute(receipts_t.insert().values(
+                    asset_key=asset_key, seq=seq, receipt_id=receipt_id, hash=hash, previous_hash=previous_hash,
+                    change_set_id=change_set_id, run_id=run_id, created_at=time.time()))
+        except (_Lost, sa.exc.IntegrityError):
+            return False
+        return True
+
+    def receipt_links(self, asset_key: str | None = None) -> list[ReceiptLink]:
+        """The chain(s) as recorded, oldest first per asset."""
+        q = sa.select(receipts_t).order_by(receipts_t.c.asset_key, receipts_t.c.seq)
+        if asset_key is not None:
+            q = q.where(receipts_t.c.asset_key == asset_key)
+        with self.engine.connect() as conn:
+            return [_row(ReceiptLink, r) for r in conn.execute(q)]
+
+    def receipt_heads(self) -> dict[str, tuple[int, str]]:
+        with self.engine.connect() as conn:
+            return {r[0]: (r[1], r[2]) for r in conn.execute(sa.select(receipt_heads_t))}
+
+    def receipted_change_sets(self, asset_key: str) -> set[str]:
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(receipts_t.c.change_set_id).where(
+                receipts_t.c.asset_key == asset_key))}
+
+    # -- incidents -------------------------------------------------------------------------------
+
+    def record_incident(self, *, incident_id: str, asset_key: str, source: str, external_id: str | None, body: str,
+                        state: str = OPEN, linked_to: str | None = None) -> bool:
+        """Record an incident once; False when the id (or the source's external id) is known already."""
+        now = time.time()
+        try:
+            with self._tx() as conn:
+                if external_id is not None and conn.execute(sa.select(incidents_t.c.incident_id).where(
+                        incidents_t.c.source == source, incidents_t.c.external_id == external_id)).first() is not None:
+                    return False
+                conn.execute(incidents_t.insert().values(
+                    incident_id=incident_id, asset_key=asset_key, source=source, external_id=external_id, state=state,
+                    linked_to=linked_to, opened_at=now, updated_at=now, attempts=0, note="", body=body))
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def incident(self, incident_id: str) -> IncidentRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.incident_id == incident_id)).first()
+        return _row(IncidentRow, r) if r is not None else None
+
+    def incident_by_external(self, source: str, external_id: str) -> IncidentRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.source == source,
+                                                          incidents_t.c.external_id == external_id)).first()
+        return _row(IncidentRow, r) if r is not None else None
+
+    def incidents(self, *, asset_key: str | None = None, states: Iterable[str] | None = None,
+                  linked_to: str | None = None, limit: int | None = None) -> list[IncidentRow]:
+        """Incidents, newest first, filtered on indexed columns."""
+        q = sa.select(incidents_t)
+        if asset_key is not None:
+            q = q.where(incidents_t.c.asset_key == asset_key)
+        if states is not None:
+            q = q.where(incidents_t.c.state.in_(list(states)))
+        if linked_to is not None:
+            q = q.where(incidents_t.c.linked_to == linked_to)
+        q = q.order_by(incidents_t.c.opened_at.desc())
+        if limit:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return [_row(IncidentRow, r) for r in conn.execute(q)]
+
+    def open_incident(self, asset_key: str) -> IncidentRow | None:
+        """The newest incident on ``asset_key`` that is not closed and not linked to another."""
+        rows = [r for r in self.incidents(asset_key=asset_key, states=OPEN_INCIDENT_STATES) if r.linked_to is None]
+        return rows[0] if rows else None
+
+    def set_incident_state(self, incident_id: str, state: str, *, from_states: Iterable[str] | None = None,
+                           note: str | None = None, attempts_delta: int = 0, linked_to: str | None | type = ...) -> bool:
+        q = incidents_t.update().where(incidents_t.c.incident_id == incident_id)
+        if from_states is not None:
+            q = q.where(incidents_t.c.state.in_(list(from_states)))
+        values: dict[str, Any] = {"state": state, "updated_at": time.time()}
+        if note is not None:
+            values["note"] = note[:4000]
+        if attempts_delta:
+            values["attempts"] = incidents_t.c.attempts + attempts_delta
+        if linked_to is not ...:
+            values["linked_to"] = linked_to
+        with self._tx() as conn:
+            return conn.execute(q.values(**values)).rowcount == 1
+
+    # -- control, audit, quarantine --------------------------------------------------------------
+
+    def control(self, key: str) -> dict | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(control_t.c.body).where(control_t.c.key == key)).first()
+        return json.loads(r[0]) if r is not None else None
+
+    def set_control(self, key: str, body: dict) -> None:
+        text = json.dumps(body, default=str)
+        with self._tx() as conn:
+            if conn.execute(control_t.update().where(control_t.c.key == key).values(
+                    body=text, updated_at=time.time())).rowcount == 0:
+                conn.execute(control_t.insert().values(key=key, body=text, updated_at=time.time()))
+
+    def audit(self, kind: str, subject: str, by: str, body: dict) -> None:
+        """Append one audit entry (incident closed, hold lifted, stop resumed ...)."""
+        with self._tx() as conn:
+            conn.execute(audit_t.insert().values(kind=kind, subject=subject, by=by, at=time.time(),
+                                                 body=json.dumps(body, default=str)))
+
+    def audit_entries(self, kind: str | None = None, subject: str | None = None) -> list[dict]:
+        q = sa.select(audit_t).order_by(audit_t.c.id.desc())
+        if kind is not None:
+            q = q.where(audit_t.c.kind == kind)
+        if subject is not None:
+            q = q.where(audit_t.c.subject == subject)
+        with self.engine.connect() as conn:
+            return [{**dict(r._mapping), "body": json.loads(r.body)} for r in conn.execute(q)]
+
+    def quarantine(self, ref: str, kind: str, asset_key: str, reason: str) -> bool:
+        """Note a malformed or tampered record (once per ref; ``last_seen`` updated); True the first time."""
+        now = time.time()
+        with self._tx() as conn:
+            if conn.execute(quarantine_t.update().where(quarantine_t.c.ref == ref).values(
+                    last_seen=now, reason=reason[:4000])).rowcount == 0:
+                conn.execute(quarantine_t.insert().values(ref=ref, kind=kind, asset_key=asset_key, reason=reason[:4000],
+                                                          first_seen=now, last_seen=now))
+                return True
+        return False
+
+    def quarantined(self) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(sa.select(quarantine_t).order_by(quarantine_t.c.first_seen))]
+
+
+class _Lost(Exception):
+    pass
+
+
+# -- opening the ledger of an instance ---------------------------------------------------------------
+
+_engines: dict[str, Ledger] = {}
+_ephemeral: "weakref.WeakKeyDictionary[Any, Ledger]" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False}, poolclass=sa.pool.NullPool)
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record):  # pragma: no cover - exercised by every test
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 60000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn):  # pragma: no cover
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlocks
+
+    return engine
+
+
+def ledger_url(instance: Any) -> str | None:
+    """The SQLAlchemy URL of ``instance``'s ledger, or None for an in-memory instance."""
+    rs = instance.run_storage
+    url = getattr(rs, "postgres_url", None)
+    if url:
+        return url
+    conn_string = getattr(rs, "_conn_string", None)
+    if conn_string and conn_string.startswith("sqlite:///"):
+        path = conn_string[len("sqlite:///"):]
+        folder = os.path.dirname(path)
+        return f"sqlite:///{os.path.join(folder, 'dw_ledger.db')}"
+    return None
+
+
+def ledger_for(instance: Any) -> Ledger:
+    """The ledger of a Dagster instance (see the module docstring), opened once per process.
+
+    Raises:
+        LedgerError: the instance's storage is of a kind the ledger cannot share (e.g. a custom
+            run storage without a SQL URL), or the database refuses the tables.
+    """
+    url = ledger_url(instance)
+    with _lock:
+        if url is None:
+            from dagster._core.storage.runs.in_memory import InMemoryRunStorage
+
+            if not isinstance(instance.run_storage, InMemoryRunStorage):
+                raise LedgerError(f"cannot place dw_dagster's ledger next to run storage {type(instance.run_storage).__name__}: "
+                                  "use Dagster's SQLite or PostgreSQL storage")
+            led = _ephemeral.get(instance)
+            if led is None:
+                engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool,
+                                          connect_args={"check_same_thread": False})
+                led = _ephemeral[instance] = Ledger(engine, url="sqlite:// (in memory)")
+            return led
+        led = _engines.get(url)
+        if led is None:
+            if url.startswith("sqlite"):
+                engine = _sqlite_engine(url)
+            else:
+                engine = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
+            led = _engines[url] = Ledger(engine, url=url)
+        return led
+
+
+__all__ = [
+    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "EXPIRED", "FAILED", "HALTED", "IncidentRow", "Ledger",
+    "LedgerError", "PROPOSED", "REJECTED", "ReceiptLink", "RUNNING", "StageRow", "SUPERSEDED", "asset_str", "ledger_for",
+    "ledger_url",
+]

@@ -1,0 +1,145 @@
+"""The ledger's tables, in the Dagster instance's own database (SQLite, or PostgreSQL with dagster-postgres).
+
+Unique keys carry the ledger's promises: one decision per change set version
+(``dw_ledger_decisions``), one ticket per stage (``dw_ledger_stages``), one receipt chain head per
+asset (``dw_ledger_receipt_heads``), one incident per external id (``dw_ledger_incidents``). The
+state machine that writes them is :class:`dw_dagster.core.ledger.Ledger`.
+"""
+
+import sqlalchemy as sa
+
+SCHEMA_VERSION = 1
+_meta = sa.MetaData()
+
+change_sets_t = sa.Table(
+    "dw_ledger_change_sets", _meta,
+    sa.Column("change_set_id", sa.String(255), primary_key=True),
+    sa.Column("version", sa.String(64), primary_key=True),
+    sa.Column("content_key", sa.String(64), nullable=False),
+    sa.Column("target_asset", sa.String(1024), nullable=False),
+    sa.Column("incident_id", sa.String(255), nullable=False),
+    sa.Column("domain", sa.String(255), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("latest", sa.Boolean, nullable=False),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("note", sa.Text, nullable=False, default=""),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_cs_target", "target_asset"),
+    sa.Index("dw_ledger_cs_incident", "incident_id"),
+    sa.Index("dw_ledger_cs_state", "state", "latest"),
+    sa.Index("dw_ledger_cs_content", "change_set_id", "content_key"),
+)
+
+decisions_t = sa.Table(
+    "dw_ledger_decisions", _meta,
+    sa.Column("approval_id", sa.String(64), primary_key=True),
+    sa.Column("change_set_id", sa.String(255), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("decision", sa.String(16), nullable=False),
+    sa.Column("approver", sa.String(320), nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("decided_at", sa.Float, nullable=False),
+    sa.Column("active", sa.Boolean, nullable=False),
+    sa.Column("withdrawn_reason", sa.Text, nullable=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_decision_once", "change_set_id", "version", unique=True,
+             sqlite_where=sa.text("active = 1"), postgresql_where=sa.text("active")),
+    sa.Index("dw_ledger_decision_cs", "change_set_id"),
+)
+
+credentials_t = sa.Table(
+    "dw_ledger_credentials", _meta,
+    sa.Column("credential_id", sa.String(128), primary_key=True),
+    sa.Column("purpose", sa.String(512), nullable=False),
+    sa.Column("used_at", sa.Float, nullable=False),
+)
+
+stages_t = sa.Table(
+    "dw_ledger_stages", _meta,
+    sa.Column("change_set_id", sa.String(255), primary_key=True),
+    sa.Column("version", sa.String(64), primary_key=True),
+    sa.Column("stage", sa.String(64), primary_key=True),
+    sa.Column("approval_id", sa.String(64), nullable=False),
+    sa.Column("ticket", sa.String(64), nullable=False, unique=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("job_name", sa.String(255), nullable=True),
+    sa.Column("expect", sa.Text, nullable=True),
+    sa.Column("issued_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Index("dw_ledger_stage_run", "run_id"),
+)
+
+receipts_t = sa.Table(
+    "dw_ledger_receipts", _meta,
+    sa.Column("asset_key", sa.String(1024), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("receipt_id", sa.String(64), nullable=False, unique=True),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("previous_hash", sa.String(64), nullable=True),
+    sa.Column("change_set_id", sa.String(255), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+receipt_heads_t = sa.Table(
+    "dw_ledger_receipt_heads", _meta,
+    sa.Column("asset_key", sa.String(1024), primary_key=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+)
+
+incidents_t = sa.Table(
+    "dw_ledger_incidents", _meta,
+    sa.Column("incident_id", sa.String(255), primary_key=True),
+    sa.Column("asset_key", sa.String(1024), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
+    sa.Column("external_id", sa.String(255), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("linked_to", sa.String(255), nullable=True),
+    sa.Column("opened_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("note", sa.Text, nullable=False, default=""),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_incident_asset", "asset_key", "state"),
+    sa.Index("dw_ledger_incident_external", "source", "external_id"),
+)
+
+control_t = sa.Table(
+    "dw_ledger_control", _meta,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+audit_t = sa.Table(
+    "dw_ledger_audit", _meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("subject", sa.String(1024), nullable=False),
+    sa.Column("by", sa.String(320), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_audit_subject", "kind", "subject"),
+)
+
+quarantine_t = sa.Table(
+    "dw_ledger_quarantine", _meta,
+    sa.Column("ref", sa.String(512), primary_key=True),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("asset_key", sa.String(1024), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("first_seen", sa.Float, nullable=False),
+    sa.Column("last_seen", sa.Float, nullable=False),
+)
+
+meta_t = sa.Table(
+    "dw_ledger_meta", _meta,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(255), nullable=False),
+)

@@ -1,0 +1,158 @@
+"""DuckDB: the embedded warehouse (a file, with lock retries) and an in-memory DuckDB for streamed joins."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from dw_dagster.databases import sql
+from dw_dagster.databases.base import DatabaseError, _short
+
+# SQLAlchemy dialect name -> sqlglot dialect name
+
+
+def _is_lock_conflict(e: BaseException) -> bool:
+    """True for DuckDB's "Could not set lock on file" (another process holds the file)."""
+    text = str(e).lower()
+    return "could not set lock" in text or "conflicting lock" in text
+
+
+class LocalDuckDB:
+    """An in-memory DuckDB where rows or keys streamed from two databases are joined (the causes'
+    key matching, the cross-database row diff's final comparison).
+
+    Implements the :class:`Database` protocol, so the same SQL that runs pushed down in one
+    database runs here over the streamed copies. Its session is in UTC, so aware and naive
+    timestamps compare the same whatever the machine's time zone.
+    """
+
+    dialect = "duckdb"
+    name = "duckdb:(local join of streamed keys)"
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(config={"threads": 2})
+        self.con.execute("SET TimeZone = 'UTC'")
+
+    def fetch_all(self, query: str) -> list[tuple]:
+        return self.con.execute(query).fetchall()
+
+    def fetch_batches(self, query: str, batch_rows: int = 100_000):
+        yield from self.con.sql(query).to_arrow_reader(batch_rows)
+
+    def execute(self, query: str) -> None:
+        self.con.execute(query)
+
+    def load(self, name: str, columns: Sequence[tuple[str, str | None]], batches: Iterable) -> int:
+        """Create table ``name`` and insert the Arrow batches into it by column name.
+
+        Args:
+            name: the local table.
+            columns: (column, DuckDB type); a type of None keeps the type the first batch brings
+                (VARCHAR when no batch has rows or the first batch holds only NULLs there).
+            batches: Arrow record batches (``Database.fetch_batches``).
+
+        Returns:
+            Rows loaded.
+        """
+        created, rows = False, 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            self.con.register("dw_batch", batch)
+            if not created:
+                import pyarrow as pa
+
+                sel = []
+                for c, ty in columns:
+                    null = pa.types.is_null(batch.schema.field(c).type)
+                    sel.append(f"CAST({_q(c)} AS {ty or 'VARCHAR'}) AS {_q(c)}" if ty or null else _q(c))
+                self.con.execute(f"CREATE TABLE {_q(name)} AS SELECT {', '.join(sel)} FROM dw_batch")
+                created = True
+            else:
+                self.con.execute(f"INSERT INTO {_q(name)} BY NAME SELECT * FROM dw_batch")
+            self.con.unregister("dw_batch")
+            rows += batch.num_rows
+        if not created:
+            cols = ", ".join(f"{_q(c)} {ty or 'VARCHAR'}" for c, ty in columns)
+            self.con.execute(f"CREATE TABLE {_q(name)} ({cols})")
+        return rows
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _q(name: str) -> str:
+    return sql.identifier(name).sql("duckdb")
+
+
+class DuckDBDatabase:
+    """A DuckDB file (or ``:memory:``), opened per call so other processes (dbt) can use it between.
+
+    Args:
+        path: path of the ``.duckdb`` file; created on first write.
+        memory_limit: DuckDB ``memory_limit`` setting, e.g. ``"1GB"``; None keeps DuckDB's default.
+    """
+
+    dialect = "duckdb"
+    #: seconds to keep retrying when another process holds the file's lock
+    lock_wait_s: float = 120.0
+
+    def __init__(self, path: str | Path, memory_limit: str | None = None) -> None:
+        self.path = str(path)
+        self.name = f"duckdb:{Path(self.path).name}"
+        self.memory_limit = memory_limit
+
+    @contextlib.contextmanager
+    def connect(self):
+        """A DuckDB connection, closed on exit.
+
+        DuckDB lets one process at a time hold a file open for writing; when another process
+        (a parallel Dagster step, dbt) holds the lock, opening is retried with jittered
+        exponential back-off for up to :attr:`lock_wait_s` seconds before the lock error is raised.
+        """
+        con = self._open()
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            yield con
+        finally:
+            con.close()
+
+    def _open(self):
+        import duckdb
+        import tenacity
+
+        config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_is_lock_conflict),
+            wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
+            stop=tenacity.stop_after_delay(self.lock_wait_s),
+            reraise=True,
+        )
+        return retrying(duckdb.connect, self.path, config=config)
+
+    def fetch_all(self, sql: str) -> list[tuple]:
+        with self.connect() as con:
+            try:
+                return con.execute(sql).fetchall()
+            except Exception as e:  # duckdb raises many error classes
+                raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql)}") from e
+
+    def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
+        with self.connect() as con:
+            try:
+                reader = con.sql(sql).to_arrow_reader(batch_rows)
+            except Exception as e:
+                raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql)}") from e
+            yield from reader
+
+    def execute(self, sql: str) -> None:
+        with self.connect() as con:
+            try:
+                con.execute(sql)
+            except Exception as e:
+                raise DatabaseError(f"{self.name}: statement failed: {e}\n  SQL: {_short(sql)}") from e

@@ -1,0 +1,66 @@
+"""Any database SQLAlchemy can reach (PostgreSQL, MySQL/MariaDB, Informix through ``ibm_db_sa``, SQL Server...)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from dw_dagster.databases.base import DatabaseError, _short
+
+# SQLAlchemy dialect name -> sqlglot dialect name
+_SQLALCHEMY_TO_SQLGLOT = {
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlite": "sqlite",
+    "mssql": "tsql",
+    "oracle": "oracle",
+    "snowflake": "snowflake",
+    "bigquery": "bigquery",
+    "duckdb": "duckdb",
+}
+
+
+class SqlAlchemyDatabase:
+    """Any database SQLAlchemy reaches, addressed by URL (``postgresql+psycopg://...``).
+
+    The URL's password never appears in errors or in :attr:`name`.
+    """
+
+    def __init__(self, url: str) -> None:
+        import sqlalchemy as sa
+
+        self._engine = sa.create_engine(url, pool_pre_ping=True)
+        backend = self._engine.dialect.name
+        self.dialect = _SQLALCHEMY_TO_SQLGLOT.get(backend, backend)
+        u = self._engine.url
+        self.name = f"{backend}:{u.host or ''}{':' + str(u.port) if u.port else ''}/{u.database or ''}"
+
+    def fetch_all(self, sql: str) -> list[tuple]:
+        try:
+            with self._engine.connect() as con:
+                return [tuple(r) for r in con.exec_driver_sql(sql).fetchall()]
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
+        try:
+            with self._engine.connect() as con:
+                result = con.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(sql)
+                names = list(result.keys())
+                for part in result.partitions(batch_rows):
+                    cols = list(zip(*part)) if part else [[] for _ in names]
+                    yield pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def execute(self, sql: str) -> None:
+        try:
+            with self._engine.begin() as con:
+                con.exec_driver_sql(sql)
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: statement failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    def dispose(self) -> None:
+        self._engine.dispose()

@@ -1,0 +1,293 @@
+"""Detect: each new failing evaluation of a watched asset check becomes exactly one incident and one diagnosis run.
+
+``build_check_incident_sensor`` turns each new failing evaluation of a watched asset check into
+exactly one :class:`~dw_dagster.core.models.Incident` (recorded in the ledger and shown as an
+``AssetObservation`` with ``dw/incident``) and one run of the diagnosis job. While an asset has an
+open incident, later failures on it do not open another; when that incident's diagnosis *failed*,
+a new failure is new evidence and the incident is diagnosed again (as is an incident a person
+asked to re-diagnose with ``dw-dagster incidents rediagnose``).
+"""
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+
+from dw_dagster.core import keys as c
+from dw_dagster.core import records
+from dw_dagster.core.domains import DomainsSource, domain_for
+from dw_dagster.core.ledger import (
+    DIAGNOSIS_FAILED,
+    OPEN,
+    REDIAGNOSE,
+    asset_str,
+    ledger_for,
+)
+from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
+
+DIAGNOSE_OP = "dw_diagnose"
+
+
+def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
+    if not context.cursor:
+        return {}
+    try:
+        data = json.loads(context.cursor)
+        if isinstance(data, dict) and all(isinstance(v, int) for v in data.values()):
+            return data
+    except ValueError:
+        pass
+    context.log.warning(f"Failed to interpret cursor {context.cursor[:80]!r}. Starting from scratch.")
+    return {}
+
+
+def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incident | None:
+    """The newest incident on ``asset_key`` that is still open (one indexed ledger lookup)."""
+    row = ledger_for(instance).open_incident(asset_str(asset_key))
+    if row is None:
+        return None
+    try:
+        return Incident.model_validate_json(row.body)
+    except ValueError as e:
+        records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+        return None
+
+
+def incident_observation(inc: Incident, description: str | None = None) -> dg.AssetObservation:
+    """The ``dw/incident`` observation that shows an incident on its asset."""
+    return dg.AssetObservation(
+        asset_key=dg.AssetKey(inc.asset_key), description=(description or f"incident {inc.id}: {inc.summary}")[:1000],
+        metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id})
+
+
+def record_incident(instance: dg.DagsterInstance, inc: Incident, *, linked_to: str | None = None) -> bool:
+    """Record ``inc`` in the ledger once (by id, and by its source's external id); True when new."""
+    return ledger_for(instance).record_incident(
+        incident_id=inc.id, asset_key=asset_str(inc.asset_key), source=inc.source, external_id=inc.external_id,
+        body=inc.model_dump_json(), linked_to=linked_to)
+
+
+def diagnosis_request(inc: Incident, run_key: str, job_name: str) -> dg.RunRequest:
+    """The diagnosis run of ``inc`` (config ``incident_json``)."""
+    return dg.RunRequest(run_key=run_key, job_name=job_name, tags={c.INCIDENT_TAG: inc.id},
+                         run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}})
+
+
+def rediagnosis_requests(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str,
+                         evidence: Mapping[str, str] | None = None) -> tuple[list[dg.RunRequest], list[dg.AssetObservation]]:
+    """Diagnosis runs for the incidents of ``asset_keys`` that a person asked to re-diagnose
+    (state ``rediagnose``) or whose diagnosis failed and that have new evidence (``evidence``:
+    asset → what is new)."""
+    led = ledger_for(instance)
+    requests, events = [], []
+    for asset in asset_keys:
+        for row in led.incidents(asset_key=asset, states=[REDIAGNOSE, DIAGNOSIS_FAILED]):
+            if row.state == DIAGNOSIS_FAILED and asset not in (evidence or {}):
+                continue
+            why = (evidence or {}).get(asset) or row.note or "asked by a person"
+            if not led.set_incident_state(row.incident_id, OPEN, from_states=[row.state], attempts_delta=1):
+                continue
+            try:
+                inc = Incident.model_validate_json(row.body)
+            except ValueError as e:
+                records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+                continue
+            requests.append(diagnosis_request(inc, f"{inc.id}:diagnose:{row.attempts + 1}", job_name))
+            events.append(incident_observation(inc, f"incident {inc.id} diagnosed again: {why}"))
+    return requests, events
+
+
+def _volume_days(md: dict) -> tuple[int, float, dt.datetime | None, dt.datetime | None]:
+    """From a volume check's ``dw/days_json``: rows under (or over) the baseline mean on the days out
+    of band (rounded), the worst deviation in %, and the half-open UTC window of those days."""
+
+    days = [d for d in (records.metadata_json(md, "dw/days_json") or [])
+            if d.get("status") in ("low", "high", "no_rows") and d.get("mean") is not None]
+    if not days:
+        return 0, 0.0, None, None
+    gap = round(sum(d["mean"] - d["rows"] for d in days))
+    worst = max(days, key=lambda d: abs(d.get("deviation_pct") or 0.0))
+    dates = sorted(dt.date.fromisoformat(d["day"]) for d in days)
+    start = dt.datetime.combine(dates[0], dt.time(), tzinfo=dt.timezone.utc)
+    end = dt.datetime.combine(dates[-1] + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+    return gap, float(worst.get("deviation_pct") or 0.0), start, end
+
+
+def incident_from_evaluation(check_key: dg.AssetCheckKey, evaluation: dg.AssetCheckEvaluation, record_id: int) -> Incident:
+    """An incident from a failed check evaluation (slices taken from ``dw/slices_json`` when present).
+
+    A volume check's failure (``dw/days_json``, no slices) gives the incident its days out of band
+    as ``window_start``/``window_end``, the rows between those days' counts and their baseline
+    means as ``gap_rows`` (positive when short) and the worst day's deviation as ``gap_pct``.
+    """
+    md = evaluation.metadata or {}
+    slices = [SliceGap.model_validate(s) for s in (records.metadata_json(md, "dw/slices_json") or [])]
+    failing = [s for s in slices if not s.passed]
+    gap = sum(s.gap_rows for s in slices)
+    worst = max(failing, key=lambda s: abs(s.gap_pct), default=None)
+    summary = evaluation.description or f"check {check_key.name} failed"
+    if not slices and "dw/days_json" in md:
+        vgap, vpct, start, end = _volume_days(md)
+        return Incident(
+            id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12), asset_key=list(check_key.asset_key.path),
+            source="dw_check", check_name=check_key.name, detected_at=utcnow(), summary=summary, gap_rows=vgap,
+            gap_pct=vpct, evaluation_id=record_id, window_start=start, window_end=end)
+    return Incident(
+        id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12),
+        asset_key=list(check_key.asset_key.path),
+        source="dw_check",
+        check_name=check_key.name,
+        detected_at=utcnow(),
+        summary=summary,
+        slices=slices,
+        gap_rows=gap,
+        gap_pct=worst.gap_pct if worst else 0.0,
+        evaluation_id=record_id,
+    )
+
+
+def build_check_incident_sensor(
+    *,
+    check_keys: Sequence[dg.AssetCheckKey],
+    diagnosis_job_name: str,
+    domains: DomainsSource = None,
+    name: str = "dw_check_incident_sensor",
+    minimum_interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor that opens one incident per new failing evaluation of ``check_keys`` and diagnoses it.
+
+    Args:
+        check_keys: the asset checks to watch (reconciliation, volume...).
+        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`.
+        domains: the domains (autonomy L0 records incidents without diagnosing); default ``$DW_DOMAINS_FILE``.
+        name: sensor name.
+        minimum_interval_seconds: seconds between ticks.
+        default_status: STOPPED unless told otherwise (remediation is opt-in).
+
+    Returns:
+        A ``SensorDefinition``. Its cursor is JSON ``{check key: last evaluation storage id}``;
+        an unreadable cursor is logged and the sensor starts from scratch (incidents are still
+        recorded once: their ids come from the evaluation, and the ledger refuses a second
+        record). Two watched checks of one asset failing in the same tick (volume and dead
+        letter) open one incident, from the first check in ``check_keys``. A failure on an asset
+        whose open incident's diagnosis failed diagnoses that incident again.
+    """
+    keys = list(check_keys)
+    hwm_key = f"check_incident_sensor:{name}"
+
+    @dg.sensor(name=name, job_name=diagnosis_job_name, minimum_interval_seconds=minimum_interval_seconds,
+               default_status=default_status,
+               description="Opens a dw_dagster incident for each new failing evaluation of the watched checks "
+               "and launches its diagnosis.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        led = ledger_for(context.instance)
+        # the high-water marks live in the ledger: a cursor set by hand (setSensorCursor) moves nothing;
+        # without them (a first tick) the cursor is read, and a mark ahead of the event log is ignored
+        cursor = led.control(hwm_key) or _parse_cursor(context)
+        from_ledger = led.control(hwm_key) is not None
+        events, requests, errors = [], [], []
+        opened: dict[dg.AssetKey, Incident] = {}  # incidents this tick opened
+        evidence: dict[str, str] = {}
+        for key in keys:
+            skey = key.to_user_string()
+            try:
+                mark = cursor.get(skey)
+                if mark is not None and not from_ledger and mark > _latest_record_id(context.instance, key):
+                    context.log.warning(f"{skey}: the cursor's mark {mark} is ahead of the event log; ignored")
+                    mark = None
+                for rec in _new_evaluations(context.instance, key, mark):
+                    evaluation = rec.event.dagster_event.event_specific_data if rec.event is not None else None
+                    if not isinstance(evaluation, dg.AssetCheckEvaluation):
+                        # planned or still running: the same record is updated with the evaluation
+                        # later, so the mark must not move past it (it would skip the result)
+                        break
+                    cursor[skey] = rec.id
+                    if evaluation.passed:
+                        continue
+                    if not rec.run_id:  # reported without a run (GraphQL reportAssetCheckEvaluations): not evidence
+                        context.log.info(f"{skey}: a failing evaluation reported without a run (record {rec.id}) is "
+                                         "not evidence for an incident")
+                        continue
+                    existing = opened.get(key.asset_key) or open_incident(context.instance, key.asset_key)
+                    if existing is not None:
+                        context.log.info(f"{skey} failed again; incident {existing.id} is still open")
+                        evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
+                        continue
+                    inc = incident_from_evaluation(key, evaluation, rec.id)
+                    opened[key.asset_key] = inc
+                    if record_incident(context.instance, inc):
+                        events.append(incident_observation(inc))
+                    domain = domain_for(inc.asset_key, domains)
+                    if domain is not None and not domain.diagnoses:
+                        context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): "
+                                         "no diagnosis")
+                        continue
+                    requests.append(diagnosis_request(inc, inc.id, diagnosis_job_name))
+            except Exception as e:  # one check's failure never blocks the others, nor moves its mark past it
+                errors.append(f"{skey}: {type(e).__name__}: {e}")
+                context.log.exception(f"incident sensor failed on {skey}")
+        led.set_control(hwm_key, cursor)
+        try:
+            assets = sorted({asset_str(k.asset_key) for k in keys})
+            again, notes = rediagnosis_requests(context.instance, assets, diagnosis_job_name, evidence)
+            requests += again + _undiagnosed(context.instance, assets, diagnosis_job_name, domains,
+                                             {r.run_key for r in requests})
+            events += notes
+        except Exception as e:  # noqa: BLE001 - never crash the tick
+            errors.append(f"re-diagnosis: {type(e).__name__}: {e}")
+        if errors and not requests:
+            return dg.SensorResult(skip_reason="; ".join(errors)[:1000], cursor=json.dumps(cursor, sort_keys=True),
+                                   asset_events=events)
+        return dg.SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor, sort_keys=True))
+
+    return _sensor
+
+
+def _new_evaluations(instance: dg.DagsterInstance, key: dg.AssetCheckKey, after: int | None, page: int = 100,
+                     most: int = 1000) -> list:
+    """The check's execution records after storage id ``after``, oldest first (at most ``most``). With no
+    mark yet, the newest record a run wrote and those after it: a new sensor does not replay the
+    history, and a passing evaluation reported without a run does not hide the failure before it."""
+    storage = instance.event_log_storage
+    if after is None:
+        recent = list(storage.get_asset_check_execution_history(key, limit=20))
+        upto = next((i for i, rec in enumerate(recent) if rec.run_id), len(recent) - 1)
+        return recent[: upto + 1][::-1]
+    out, cursor = [], None
+    while len(out) < most:
+        records = storage.get_asset_check_execution_history(key, limit=page, cursor=cursor)
+        for rec in records:
+            if rec.id <= after:
+                return out[::-1]
+            out.append(rec)
+        if len(records) < page:
+            break
+        cursor = records[-1].id
+    return out[::-1]
+
+
+def _latest_record_id(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> int:
+    latest = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return latest[0].id if latest else 0
+
+
+def _undiagnosed(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str, domains: DomainsSource,
+                 already: set) -> list[dg.RunRequest]:
+    """Diagnosis requests again for open incidents whose diagnosis never started (a tick whose run
+    requests were lost after the ledger recorded the incident); the run key is the incident id, so
+    the daemon launches at most one."""
+    out = []
+    for asset in asset_keys:
+        for row in ledger_for(instance).incidents(asset_key=asset, states=[OPEN]):
+            if row.incident_id in already or row.linked_to is not None or row.source == "lightup":
+                continue
+            domain = domain_for(asset.split("/"), domains)
+            if domain is not None and not domain.diagnoses:
+                continue
+            try:
+                out.append(diagnosis_request(Incident.model_validate_json(row.body), row.incident_id, job_name))
+            except ValueError:
+                continue
+    return out

@@ -1,0 +1,449 @@
+"""A sensor that watches the row counts of many tables cheaply and opens an incident on an anomaly.
+
+:func:`build_volume_sensor` reads, on every tick, the row count of each watched table
+(:class:`VolumeTable`) from its warehouse's catalog, scores each changed count against that
+table's own baseline with the volume check's method
+(:func:`dw_dagster.checks.volume.score_against_baseline`: z-score or MAD band, sensitivity,
+``min_history``, a floor on the band width, never below 0 rows), records counts as
+``AssetObservation``\\ s, and opens one :class:`~dw_dagster.core.models.Incident`
+(``source="volume_sensor"``) per anomaly.
+
+How the counts are read: :mod:`.counts`; how their history is kept between ticks: :mod:`.history`.
+
+Failures never fail the tick: a missing table is listed in the skip reason and the log; a warehouse
+that cannot be reached, or whose catalog query fails, has its tables skipped for this tick with a
+logged error while the others are scored (a DuckDB file whose write lock another process holds
+for more than :data:`DUCKDB_LOCK_WAIT_S` seconds too); an unexpected error is logged and the tick
+is skipped with the cursor unchanged.
+
+Incidents
+---------
+
+A count scored ``low``, ``high`` or ``no_rows`` (0 rows under a baseline band above 0) or, for a
+dead-letter spec, any growth against the previous recorded count (``grew``, with the increase in
+rows) opens one incident: an ``AssetObservation`` with ``dw/incident`` / ``dw/incident_id`` on the
+table's asset, and a ``RunRequest`` of ``diagnosis_job_name`` when given (run key
+``dw_volume:<table>:<partition>:<window start>..<window end>``, the window being the time between
+the previous recorded count and this one, so it never repeats). While the asset has an open
+incident (no receipt closed it, :func:`dw_dagster.detection.incidents.open_incident`), no other
+is opened; the observation names the open one instead. ``insufficient_history`` is an explicit
+status of its own: neither a pass nor an incident.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import dagster as dg
+
+from dw_dagster.checks.volume import BaselineScore, score_against_baseline
+from dw_dagster.core import keys as c
+from dw_dagster.core.models import Incident, stable_hash, utcnow
+from dw_dagster.databases import Database
+from dw_dagster.detection.incidents import DIAGNOSE_OP, open_incident, record_incident
+from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, TableCount, VolumeTable, _first_line, fetch_row_counts
+from dw_dagster.detection.volume.history import (
+    VOLUME_BASELINE_N_KEY,
+    VOLUME_CHANGE_KEY,
+    VOLUME_DEAD_LETTER_KEY,
+    VOLUME_DEVIATION_KEY,
+    VOLUME_LOWER_KEY,
+    VOLUME_MEAN_KEY,
+    VOLUME_OPEN_INCIDENT_KEY,
+    VOLUME_PARTITION_KEY,
+    VOLUME_SOURCE_KEY,
+    VOLUME_STATUS_KEY,
+    VOLUME_TABLE_KEY,
+    VOLUME_TABLE_TAG,
+    VOLUME_UPPER_KEY,
+    TableHistory,
+    _append,
+    _cursor_text,
+    _HistoryCache,
+    _parse_cursor,
+    history_from_observations,
+)
+
+#: statuses that open an incident
+ANOMALY_STATUSES = frozenset({"low", "high", "no_rows", "grew"})
+
+
+# -- counting ---------------------------------------------------------------------------------
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+# -- databases --------------------------------------------------------------------------------
+
+
+def _is_database(v: object) -> bool:
+    return hasattr(v, "fetch_all") and isinstance(getattr(v, "dialect", None), str)
+
+
+def _as_database(key: str, res: object) -> Database:
+    if hasattr(res, "get_database"):
+        return res.get_database()
+    if _is_database(res):
+        return res  # type: ignore[return-value]
+    kind = type(res).__name__
+    if kind == "SnowflakeResource":
+        from dw_dagster.databases.snowflake import SnowflakeDatabase
+
+        return SnowflakeDatabase(res)
+    if kind == "BigQueryResource":
+        from dw_dagster.databases.bigquery import BigQueryDatabase
+
+        return BigQueryDatabase(res)
+    raise TypeError(f"resource {key!r} is a {kind}: not a DatabaseResource, Database, SnowflakeResource or BigQueryResource")
+
+
+def _resource(context: dg.SensorEvaluationContext, key: str, stack: contextlib.ExitStack) -> object:
+    """A resource by key: from the context (the daemon builds the sensor's required resources),
+    else built from the code location's top-level resources (``build_sensor_context(definitions=...)``
+    does not build them)."""
+    with contextlib.suppress(Exception):
+        return getattr(context.resources, key)
+    repo = context.repository_def
+    defs = repo.get_top_level_resources() if repo is not None else {}
+    if key not in defs:
+        raise KeyError(f"no warehouse {key!r}: not in databases= and not a resource of this code location")
+    built = stack.enter_context(dg.build_resources({key: defs[key]}, instance=context.instance))
+    return getattr(built, key)
+
+
+# -- the sensor -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Outcome:
+    spec: VolumeTable
+    status: str
+    rows: int | None = None
+    detail: str = ""
+
+
+def _fmt(v: float | None) -> str:
+    return "?" if v is None else f"{v:,.0f}"
+
+
+def _shorten(items: list[str], n: int = 8) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def build_volume_sensor(
+    *,
+    tables: Sequence[VolumeTable],
+    databases: Mapping[str, Database | Callable[[], Database]] | None = None,
+    name: str = "dw_volume_sensor",
+    method: str = "zscore",
+    sensitivity: float = 3.0,
+    min_history: int = 7,
+    history_length: int = 28,
+    min_band_pct: float = 2.0,
+    record_unchanged_every_seconds: float = 86_400,
+    row_counts: Literal["metadata", "count"] = "metadata",
+    minimum_interval_seconds: int = 300,
+    diagnosis_job_name: str | None = None,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    clock: Callable[[], dt.datetime] | None = None,
+) -> dg.SensorDefinition:
+    """A sensor that watches the row counts of many tables and opens an incident per anomaly.
+
+    Each tick: one catalog query per warehouse (plus ``COUNT(*)`` batches where the module
+    docstring says so), each changed count scored against its table's baseline and recorded
+    as an ``AssetObservation``, one incident per anomalous table (see the module docstring for
+    where counts come from, when they are recorded and how the history is kept).
+
+    Args:
+        tables: the watched tables (:class:`VolumeTable`); ids must be unique.
+        databases: warehouse key → :class:`~dw_dagster.databases.Database` or a zero-argument
+            callable returning one (called every tick). A spec's ``database`` not in this mapping
+            is a Dagster resource key (declared as a required resource of the sensor).
+        name: sensor name.
+        method: ``"zscore"`` (mean and sample stddev, Elementary's) or ``"mad"`` (median and
+            1.4826 × median absolute deviation), as in :func:`~dw_dagster.checks.build_volume_check`.
+        sensitivity: band half-width in standard deviations (or scaled MADs); default 3.
+        min_history: fewest earlier recorded counts (partitions, for a partitioned spec) needed
+            to score; fewer gives the status ``insufficient_history``, never a pass or an incident.
+        history_length: earlier recorded counts (partitions) in a baseline; default 28.
+        min_band_pct: floor on the band half-width in % of the baseline mean (default 2 %), so a
+            near-constant count does not alert on noise.
+        record_unchanged_every_seconds: an unchanged count is recorded again after this many
+            seconds (default 86,400 s: once a day); changed counts are recorded every tick.
+        row_counts: ``"metadata"`` (default; catalog row counts where exact) or ``"count"``
+            (``COUNT(*)`` batches on every warehouse; counts views too).
+        minimum_interval_seconds: seconds between ticks (default 300).
+        diagnosis_job_name: a job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`;
+            each new incident requests one run of it. None: incidents only.
+        default_status: STOPPED unless told otherwise.
+        clock: returns the tick time (aware UTC); for tests.
+
+    Returns:
+        A ``SensorDefinition``. Its cursor is ``{"v": 1, "epoch", "tick", "tables"}``, a token
+        for the in-process history cache; a missing or unreadable cursor rebuilds the history
+        from the observations. The skip reason summarises the tick (recorded counts by status,
+        unchanged tables, missing tables, warehouse errors).
+
+    Raises:
+        ValueError: no tables, duplicate spec ids, an unknown ``method`` or ``row_counts``, or
+            ``min_history`` < 1 or > ``history_length``.
+
+    Examples:
+        .. code-block:: python
+
+            sensor = build_volume_sensor(
+                tables=[VolumeTable("pos.sales_line", "store_sales_line"),
+                        VolumeTable("pos.sales_line_dlq", "store_sales_line", dead_letter=True),
+                        VolumeTable("pos.sales_line", "store_sales_line", partition_column="sale_ts")],
+                diagnosis_job_name="dw_diagnose_incident",
+            )
+            defs = dg.Definitions(sensors=[sensor], resources={"warehouse": DatabaseResource(url=...)})
+    """
+    specs = list(tables)
+    if not specs:
+        raise ValueError("build_volume_sensor needs at least one table")
+    if not all(isinstance(s, VolumeTable) for s in specs):
+        raise TypeError("tables must be VolumeTable specs")
+    ids = [s.id for s in specs]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"duplicate volume table specs: {', '.join(dup)}")
+    if method not in ("zscore", "mad"):
+        raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
+    if row_counts not in ("metadata", "count"):
+        raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
+    if not 1 <= min_history <= history_length:
+        raise ValueError(f"need 1 <= min_history <= history_length, got {min_history} and {history_length}")
+    dbs = dict(databases or {})
+    resource_keys = {s.database for s in specs if s.database not in dbs}
+    by_db: dict[str, list[VolumeTable]] = {}
+    for s in specs:
+        by_db.setdefault(s.database, []).append(s)
+    cache = _HistoryCache()
+
+    def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory) -> tuple[str, BaselineScore | None, int | None]:
+        """(status, score, change vs the previous recorded count of the same partition)."""
+        last = h.last
+        if s.partition_column is None:
+            previous = last[1] if last else None
+        else:
+            previous = next((r for p, r in reversed(h.entries) if p == part), None)
+        change = None if previous is None else rows - previous
+        if s.dead_letter:
+            if not h.entries:
+                return "insufficient_history", None, None
+            change = rows - (previous or 0)
+            return ("grew" if change > 0 else "ok"), None, change
+        baseline = [r for p, r in h.entries if s.partition_column is None or p != part][-history_length:]
+        sc = score_against_baseline(rows, baseline, sensitivity=sensitivity, min_history=min_history,
+                                    min_band_pct=min_band_pct, method=method)
+        status = sc.status
+        if status == "no_rows" and not (sc.lower or 0) > 0:
+            status = "ok"  # empty, as its baseline allows
+        return status, sc, change
+
+    def _incident(s: VolumeTable, rows: int, part: str | None, status: str, sc: BaselineScore | None,
+                  change: int | None, h: TableHistory, now: dt.datetime) -> Incident:
+        start = dt.datetime.fromtimestamp(h.recorded_at, dt.timezone.utc) if h.recorded_at else None
+        where = f"{s.table} on {s.database}" + (f", partition {s.partition_column} = {part}" if part else "")
+        if status == "grew":
+            before = rows - (change or 0)
+            summary = f"dead-letter table {where} grew by {change:,} rows ({before:,} → {rows:,})"
+            gap_rows, gap_pct = int(change or 0), round((change or 0) / before * 100, 3) if before else 0.0
+        else:
+            mean = sc.mean if sc else None
+            centre = "median" if method == "mad" else "mean"
+            summary = (f"{where}: {rows:,} rows, {status} against its baseline {_fmt(sc.lower if sc else None)}–"
+                       f"{_fmt(sc.upper if sc else None)} rows ({centre} {_fmt(mean)}"
+                       + (f", {sc.deviation_pct:+.1f} %" if sc and sc.deviation_pct is not None else "")
+                       + f", {sc.baseline_n if sc else 0} observations, {method})")
+            gap_rows = int(round(mean - rows)) if mean is not None else 0
+            gap_pct = round((mean - rows) / mean * 100, 3) if mean else 0.0
+        if start:
+            summary += f" since {start.isoformat(timespec='seconds')}"
+        window = [start.isoformat() if start else None, now.isoformat()]
+        return Incident(
+            id="inc-" + stable_hash(["volume_sensor", s.id, part, window, rows], 12),
+            asset_key=list(s.asset_key.path), source="volume_sensor", check_name=None, detected_at=now,
+            summary=summary, gap_rows=gap_rows, gap_pct=gap_pct, window_start=start, window_end=now)
+
+    def _evaluate(context: dg.SensorEvaluationContext):
+        started = time.perf_counter()
+        now = (clock or utcnow)()
+        now_ts = now.timestamp()
+        key, why = _parse_cursor(context.cursor)
+        history = cache.get(key)
+        notes: list[str] = []
+        if why:
+            context.log.warning(why)
+            notes.append(why)
+        if history is None:
+            reason = "no cursor" if context.cursor is None or context.cursor == "" else (
+                "unreadable cursor" if key is None else "history cache not in this process")
+            t0 = time.perf_counter()
+            history = history_from_observations(context.instance, specs, history_length, on_error=context.log.warning)
+            known = sum(1 for h in history.values() if h.entries)
+            msg = (f"{reason}: rebuilt the history of {len(specs)} tables from observations "
+                   f"({known} with earlier counts) in {time.perf_counter() - t0:.2f} s")
+            context.log.info(f"{name}: {msg}")
+            notes.append(msg)
+            key, previous_key = (uuid.uuid4().hex[:16], 0), None
+        else:
+            previous_key = key
+
+        outcomes: list[_Outcome] = []
+        wh_errors: list[str] = []
+        counts: dict[str, TableCount] = {}
+        queries = 0
+        with contextlib.ExitStack() as stack:
+            for db_key, members in by_db.items():
+                try:
+                    if db_key in dbs:
+                        v = dbs[db_key]
+                        db = v if _is_database(v) else v()  # type: ignore[operator]
+                    else:
+                        db = _as_database(db_key, _resource(context, db_key, stack))
+                    found = fetch_row_counts(db, members, now=now, row_counts=row_counts)
+                except Exception as e:
+                    msg = f"warehouse {db_key!r} skipped this tick: {type(e).__name__}: {_first_line(e)}"
+                    context.log.error(msg)
+                    wh_errors.append(msg)
+                    outcomes.extend(_Outcome(s, "error", detail=msg) for s in members)
+                    continue
+                queries += len(found.queries)
+                if found.error:
+                    msg = f"warehouse {db_key!r}: catalog query failed: {found.error}"
+                    context.log.error(msg)
+                    wh_errors.append(msg)
+                counts.update(found.counts)
+
+        events: list[dg.AssetObservation] = []
+        requests: list[dg.RunRequest] = []
+        new_history = dict(history)
+        opened_assets: set[dg.AssetKey] = set()
+        for s in specs:
+            if s.id not in counts:
+                continue
+            cnt = counts[s.id]
+            if cnt.rows is None:
+                outcomes.append(_Outcome(s, "missing" if cnt.missing else "error", detail=cnt.error or ""))
+                continue
+            h = history.get(s.id) or TableHistory()
+            rows, part = cnt.rows, cnt.partition
+            last = h.last
+            changed = last is None or last != (part, rows)
+            due = h.recorded_at is None or now_ts - h.recorded_at >= record_unchanged_every_seconds
+            if not (changed or due):
+                outcomes.append(_Outcome(s, "unchanged", rows))
+                continue
+            status, sc, change = _score(s, rows, part, h)
+            md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: status,
+                                  VOLUME_SOURCE_KEY: cnt.source}
+            if part is not None:
+                md[VOLUME_PARTITION_KEY] = part
+            if change is not None:
+                md[VOLUME_CHANGE_KEY] = change
+            if s.dead_letter:
+                md[VOLUME_DEAD_LETTER_KEY] = True
+            if sc is not None:
+                md[VOLUME_BASELINE_N_KEY] = sc.baseline_n
+                if sc.mean is not None:
+                    md[VOLUME_MEAN_KEY], md[VOLUME_LOWER_KEY], md[VOLUME_UPPER_KEY] = sc.mean, sc.lower, sc.upper
+                    if sc.deviation_pct is not None:
+                        md[VOLUME_DEVIATION_KEY] = sc.deviation_pct
+            detail = ""
+            if status in ANOMALY_STATUSES:
+                if s.asset_key in opened_assets:
+                    detail = "incident opened this tick for the same asset"
+                else:
+                    existing = open_incident(context.instance, s.asset_key)
+                    if existing is not None:
+                        md[VOLUME_OPEN_INCIDENT_KEY] = existing.id
+                        detail = f"incident {existing.id} still open"
+                        context.log.info(f"{s.id}: {status}; {detail}")
+                    else:
+                        inc = _incident(s, rows, part, status, sc, change, h, now)
+                        record_incident(context.instance, inc)  # the ledger: one open incident per asset
+                        opened_assets.add(s.asset_key)
+                        detail = f"incident {inc.id}"
+                        events.append(dg.AssetObservation(
+                            asset_key=s.asset_key, description=f"incident {inc.id}: {inc.summary}"[:1000],
+                            metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")),
+                                      c.INCIDENT_ID_KEY: inc.id}))
+                        context.log.warning(f"{s.id}: {inc.summary} -> incident {inc.id}")
+                        if diagnosis_job_name:
+                            since = (dt.datetime.fromtimestamp(h.recorded_at, dt.timezone.utc).isoformat()
+                                     if h.recorded_at else "first")
+                            window = f"{since}..{now.isoformat()}"
+                            requests.append(dg.RunRequest(
+                                run_key=f"dw_volume:{s.id}:{part or ''}:{window}", job_name=diagnosis_job_name,
+                                run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}},
+                                tags={c.INCIDENT_TAG: inc.id, VOLUME_TABLE_TAG: s.id}))
+            band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
+            events.append(dg.AssetObservation(
+                asset_key=s.asset_key, metadata=md,
+                description=f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "") + f", {status}{band}"))
+            new_history[s.id] = _append(h, part, rows, now_ts, history_length, s.partition_column is not None)
+            outcomes.append(_Outcome(s, status, rows, detail))
+
+        recorded = sum(1 for o in outcomes if o.status not in ("unchanged", "missing", "error"))
+        new_key = (key[0], key[1] + 1) if recorded or previous_key is None else key
+        cache.put(previous_key, new_key, new_history)
+
+        by_status: dict[str, int] = {}
+        for o in outcomes:
+            by_status[o.status] = by_status.get(o.status, 0) + 1
+        recorded_txt = ", ".join(f"{n} {st}" for st, n in sorted(by_status.items()) if st not in ("unchanged", "missing", "error"))
+        parts = [f"{len(specs)} tables: {recorded} recorded" + (f" ({recorded_txt})" if recorded_txt else "")
+                 + f", {by_status.get('unchanged', 0)} unchanged"]
+        anomalies = [f"{o.spec.id} {o.status} ({o.rows:,} rows; {o.detail})" for o in outcomes if o.status in ANOMALY_STATUSES]
+        if anomalies:
+            parts.append("anomalies: " + _shorten(anomalies))
+        missing = [o.spec.id for o in outcomes if o.status == "missing"]
+        if missing:
+            parts.append("missing tables: " + _shorten(missing))
+            context.log.warning(f"{name}: missing tables: {', '.join(missing)}")
+        failed = [f"{o.spec.id}: {o.detail}" for o in outcomes
+                  if o.status == "error" and not o.detail.startswith(("warehouse ", "catalog query failed"))]
+        if failed:
+            parts.append("not counted: " + _shorten(failed, 4))
+            context.log.error(f"{name}: tables not counted: {'; '.join(failed)}")
+        parts.extend(wh_errors)
+        parts.extend(notes)
+        summary = "; ".join(parts)
+        context.log.info(f"{name}: {summary} ({queries} queries, {time.perf_counter() - started:.2f} s)")
+        cursor = _cursor_text(new_key, len(specs))
+        if requests:
+            return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor)
+        return dg.SensorResult(skip_reason=summary[:4000], asset_events=events, cursor=cursor)
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        job_name=diagnosis_job_name,
+        required_resource_keys=resource_keys or None,
+        description=f"Row counts of {len(specs)} tables from warehouse metadata, scored against each table's "
+        f"baseline ({method}, {sensitivity} σ, {history_length} observations); opens dw_dagster incidents.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext):
+        try:
+            return _evaluate(context)
+        except Exception as e:  # the tick never raises: log, skip, keep the cursor
+            context.log.exception(f"{name}: tick failed")
+            return dg.SensorResult(skip_reason=f"tick failed: {type(e).__name__}: {_first_line(e)}"[:1000],
+                                   cursor=context.cursor)
+
+    return _sensor
+
+
+def watched_asset_keys(tables: Iterable[VolumeTable]) -> list[dg.AssetKey]:
+    """The distinct asset keys of ``tables``, in order (e.g. to declare them as ``AssetSpec``\\ s)."""
+    return list(dict.fromkeys(s.asset_key for s in tables))  # type: ignore[misc]

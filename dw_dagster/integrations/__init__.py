@@ -1,0 +1,1 @@
+"""Vendors: Lightup, PagerDuty, Opsgenie, Slack, and the notification sensor."""

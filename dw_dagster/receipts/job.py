@@ -1,0 +1,244 @@
+"""Receipts: what changed on each touched asset, by whose approval, how it was proven, what happened.
+
+The receipt job runs last in a repair, and also when a repair ends otherwise: after a failed or
+vanished stage (``receipt``) and when the decision stopped counting mid-way (``receipt-halt``), so
+a repair that changed data always ends with a receipt saying what happened (``outcome``). For
+every asset the change set touched (the repaired asset and every rebuilt one) it writes an
+``AssetObservation`` with ``dw/receipt`` (JSON), ``dw/receipt_md`` (markdown for the UI),
+``dw/receipt_hash`` (SHA-256 of both) and ``dw/receipt_sig`` (HMAC of the hash). Each receipt
+carries the hash of the previous receipt on the same asset; the chain's head and every link are
+appended to the ledger by compare-and-set, so a removed receipt (or a deleted receipt run) is
+named by :func:`~dw_dagster.receipts.chain.verify_receipts`.
+
+Everything a receipt says about the stages comes from the ledger (which run held each stage and
+how it ended), never from run tags.
+"""
+
+
+import json
+import uuid
+from collections.abc import Iterable
+
+import dagster as dg
+from dagster import DagsterEventType
+from pydantic import Field
+
+from dw_dagster.core import keys as c
+from dw_dagster.core.ledger import CLOSED, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
+from dw_dagster.core.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
+from dw_dagster.core import records
+from dw_dagster.approval.job import signature_valid
+from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
+
+RECEIPT_JOB_NAME = "dw_receipts"
+
+
+def check_outcomes(instance: dg.DagsterInstance, run_id: str) -> list[CheckOutcome]:
+    """Every asset check evaluation recorded by one run."""
+    out = []
+    for entry in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
+        ev = entry.dagster_event.event_specific_data
+        md = {}
+        for k, v in (ev.metadata or {}).items():
+            val = getattr(v, "value", v)
+            if isinstance(val, (int, float, str, bool)) or (k.endswith("_json") and isinstance(val, (list, dict))):
+                md[k] = val  # numbers, text and the JSON tables; rendered tables stay on the check
+        out.append(CheckOutcome(asset_key=list(ev.asset_key.path), check_name=ev.check_name, passed=ev.passed,
+                                severity=ev.severity.value, run_id=run_id, metadata=md))
+    return out
+
+
+def _slice_rows(slices: Iterable[dict]) -> dict[str, dict]:
+    return {json.dumps(s["slice"], sort_keys=True): {"source_rows": s["source_rows"], "target_rows": s["target_rows"],
+                                                      "gap_rows": s["gap_rows"], "gap_pct": s["gap_pct"]} for s in slices}
+
+
+def receipt_markdown(r: Receipt) -> str:
+    """A receipt as markdown, for the asset's page in the Dagster UI and for the CLI."""
+    title = "verified" if r.verified else "NOT verified"
+    lines = [
+        f"### Receipt {r.id} - change set {r.change_set_id} ({title})",
+        f"- **Outcome**: {r.outcome}",
+        f"- **Cause** ({r.cause_kind}): {r.cause_summary}",
+        f"- **Approved by** {r.approver_identity or r.approver} at {r.approved_at.isoformat()} "
+        f"(signature {'valid' if r.signature_valid else 'INVALID'})",
+        f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
+        "- **Runs**: " + (", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()) or "none"),
+    ]
+    if r.change_set_stages:
+        lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
+    if r.rows_before or r.rows_after:
+        lines += ["", "| slice | before (gap rows / %) | after (gap rows / %) |", "|---|---|---|"]
+        for s in sorted(set(r.rows_before) | set(r.rows_after)):
+            b, a = r.rows_before.get(s, {}), r.rows_after.get(s, {})
+            lines.append(f"| {s} | {b.get('gap_rows', '-')} / {b.get('gap_pct', '-')} | {a.get('gap_rows', '-')} / {a.get('gap_pct', '-')} |")
+    lines += ["", "| check | asset | passed |", "|---|---|---|"]
+    lines += [f"| {o.check_name} | {'/'.join(o.asset_key)} | {o.passed} |" for o in r.checks]
+    lines += ["", f"**Undo**: {r.undo}", "", "<details><summary>diff</summary>", "", "```diff", r.diff.rstrip(), "```", "</details>",
+              "", f"previous receipt hash: `{r.previous_hash}`" if r.previous_hash else "previous receipt hash: none (first receipt on this asset)"]
+    return "\n".join(lines)
+
+
+def receipt_hash(r: Receipt) -> str:
+    """The hash stored as ``dw/receipt_hash``: the receipt's JSON and its markdown together."""
+    return r.content_hash(receipt_markdown(r))
+
+
+class ReceiptConfig(dg.Config):
+    change_set_id: str = Field(description="the change set whose repair ended")
+
+
+def _outcome(stage: str, stages: dict, halted_reason: str) -> str:
+    ended = {n: s.state for n, s in stages.items() if not n.startswith("receipt")}
+    bad = [n for n, s in ended.items() if s not in (SUCCEEDED,)]
+    done = [n for n, s in ended.items() if s == SUCCEEDED]
+    if stage == "receipt-halt":
+        return (f"halted after {', '.join(done) or 'no stage'}: {halted_reason or 'the decision no longer counts'}; "
+                "the remaining stages did not run (a listed approver may approve to continue, or undo)")
+    if bad:
+        st = stages[bad[0]]
+        why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or ""
+        return f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
+    return "applied"
+
+
+def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approval, *, stage: str = "receipt",
+                   halted_reason: str = "", run_id: str | None = None) -> tuple[list[Receipt], list[dg.AssetObservation]]:
+    """Build one receipt per touched asset from the ledger's stages and the runs that held them,
+    chain each on its asset's ledger head, and return them with their observations (to log)."""
+    led = ledger_for(instance)
+    stages = {n: s for n, s in led.stages(cs.id, cs.version).items() if not n.startswith("receipt")}
+    run_ids = {n: s.run_id for n, s in stages.items() if s.run_id}
+    outcomes: list[CheckOutcome] = []
+    for name in ("rebuild", "verify"):
+        st = stages.get(name)
+        if st is not None and st.state == SUCCEEDED and st.run_id:
+            outcomes += check_outcomes(instance, st.run_id)
+    verify_run = run_ids.get("verify") if stages.get("verify") and stages["verify"].state == SUCCEEDED else None
+    verify = [o for o in outcomes if o.run_id == verify_run]
+    outcome = _outcome(stage, stages, halted_reason)
+    # what the window runs really materialized (from their events, not from the change set), and
+    # whether every check the change set names ran in the verify run
+    windows = [st.run_id for n, st in sorted(stages.items()) if n.startswith("window-") and st.run_id]
+    materialized = sorted({e.dagster_event.partition for rid in windows
+                           for e in instance.all_logs(rid, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+                           if e.dagster_event.asset_key == dg.AssetKey(cs.target_asset) and e.dagster_event.partition})
+    ran = {(*o.asset_key, o.check_name) for o in verify}
+    not_run = [k for k in cs.verify_checks if tuple(k) not in ran]
+    if outcome == "applied" and windows and materialized != sorted(cs.window):
+        outcome = (f"applied, but the window runs materialized {', '.join(materialized) or 'nothing'} instead of "
+                   f"{', '.join(cs.window)}")
+    if outcome == "applied" and not_run:
+        outcome = f"applied, but the verify run did not run {', '.join('/'.join(k) for k in not_run)}"
+    verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
+    incident = next((i for i in records.incidents(instance, [dg.AssetKey(cs.target_asset)]) if i.id == cs.incident_id), None)
+    before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
+    after: dict[str, dict] = {}
+    for o in verify:
+        if "dw/slices_json" in o.metadata:
+            after.update(_slice_rows(o.metadata["dw/slices_json"]))
+    diag = next((d for d in records.diagnoses(instance, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id), None)
+    primary = diag.primary if diag else None
+    touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
+    out_receipts, events = [], []
+    for asset in touched:
+        for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
+            head = led.receipt_head(asset_str(asset))
+            r = Receipt(
+                id=f"rc-{uuid.uuid4().hex[:12]}", asset_key=asset, change_set_id=cs.id, change_set_version=cs.version,
+                incident_id=cs.incident_id, cause_kind=cs.cause_kind,
+                cause_summary=primary.summary if primary else cs.summary,
+                evidence_summary={"explained_rows": primary.explained_rows, "unexplained_rows": primary.unexplained_rows,
+                                  "confidence": primary.confidence,
+                                  **{k: v for k, v in primary.details.items() if not isinstance(v, list)}} if primary else {},
+                diff=cs.diff, approver=approval.approver, approved_at=approval.decided_at,
+                signature_valid=signature_valid(approval),
+                partitions=(materialized if windows else cs.window) if asset == cs.target_asset else [],
+                run_ids=run_ids, rows_before=before if asset == cs.target_asset else {},
+                rows_after=after if asset == cs.target_asset else {}, checks=[o for o in outcomes if o.asset_key == asset],
+                verified=verified, undo=cs.undo, created_at=utcnow(), previous_hash=head[1] if head else None,
+                outcome=outcome, approver_identity=approval.identity.describe() if approval.identity else approval.approver,
+                change_set_stages={n: s.state for n, s in stages.items()})
+            h = receipt_hash(r)
+            if led.append_receipt(asset_key=asset_str(asset), expected_head=head, receipt_id=r.id, hash=h,
+                                  previous_hash=r.previous_hash, change_set_id=cs.id, run_id=run_id):
+                break
+        else:
+            raise dg.Failure(description=f"the receipt chain of {'/'.join(asset)} kept moving; try again")
+        out_receipts.append(r)
+        events.append(receipt_observation(r, f"receipt {r.id} for change set {cs.id}: {outcome} "
+                                             f"({'verified' if verified else 'NOT verified'})"))
+    return out_receipts, events
+
+
+def receipt_observation(r: Receipt, description: str) -> dg.AssetObservation:
+    """The observation that stores one receipt: JSON, markdown, hash and the hash's signature."""
+    md = receipt_markdown(r)
+    h = r.content_hash(md)
+    return dg.AssetObservation(
+        asset_key=dg.AssetKey(r.asset_key), description=description[:1000],
+        metadata={c.RECEIPT_KEY: dg.MetadataValue.json(r.model_dump(mode="json")),
+                  c.RECEIPT_MD_KEY: dg.MetadataValue.md(md),
+                  c.RECEIPT_HASH_KEY: h,
+                  RECEIPT_SIG_KEY: sign_hash(h),
+                  c.CHANGE_SET_ID_KEY: r.change_set_id})
+
+
+def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reason: str) -> bool:
+    """Close an incident in the ledger; incidents linked to it become incidents of their own (to be
+    diagnosed). True when it was open."""
+    led = ledger_for(instance)
+    closed = led.set_incident_state(incident_id, CLOSED, from_states=(*OPEN_INCIDENT_STATES, QUARANTINED), note=reason)
+    if closed:
+        led.audit("incident_closed", incident_id, by, {"reason": reason})
+        for linked in led.incidents(linked_to=incident_id):
+            led.set_incident_state(linked.incident_id, REDIAGNOSE, linked_to=None,
+                                   note=f"its own incident now: {incident_id} closed")
+    return closed
+
+
+_receipt_jobs: dict[str, dg.JobDefinition] = {}
+
+
+def build_receipt_job(name: str = RECEIPT_JOB_NAME) -> dg.JobDefinition:
+    """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
+    The same object for the same name, so it can be passed to the sensor and to ``Definitions``."""
+    if name not in _receipt_jobs:
+        _receipt_jobs[name] = _build_receipt_job(name)
+    return _receipt_jobs[name]
+
+
+def _build_receipt_job(name: str) -> dg.JobDefinition:
+    from dw_dagster.repair.guard import guarded_executor, hold_stage
+
+    @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
+    def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> None:
+        """Write the receipts of a repair that ended (fails without the ticket the sensor issued)."""
+        held = hold_stage(context, expect=["receipt", "receipt-halt"], change_set_id=config.change_set_id)
+        cs = held.change_set
+        row = ledger_for(context.instance).change_set_row(cs.id, cs.version)
+        halted = ""
+        if held.stage == "receipt-halt":
+            d = ledger_for(context.instance).decision(held.approval.id)
+            halted = (d or {}).get("withdrawn_reason") or row.note
+        receipts, events = write_receipts(context.instance, cs, held.approval, stage=held.stage, halted_reason=halted,
+                                          run_id=context.run_id)
+        for e in events:
+            context.log_event(e)
+        held.complete(context.instance, context.run_id, success=True,
+                      result={"receipts": [r.id for r in receipts], "outcome": receipts[0].outcome,
+                              "verified": receipts[0].verified})
+        if receipts[0].verified:
+            close_incident(context.instance, cs.incident_id, "dw-dagster", f"verified receipt {receipts[0].id}")
+        context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
+                         f"verified={receipts[0].verified}")
+
+    @dg.job(name=name, tags={"dw/kind": "receipt"}, executor_def=guarded_executor(dg.in_process_executor),
+            description="Write dw_dagster receipts on every asset a repair touched.")
+    def receipt_job():
+        write_receipts_op()
+
+    return receipt_job
+
+
+receipt_job = build_receipt_job()

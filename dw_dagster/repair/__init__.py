@@ -1,0 +1,1 @@
+"""Repair: the approved stages, claimed in the ledger, run through Dagster jobs."""

@@ -1,0 +1,110 @@
+"""Run a migration in one direction on a :class:`~dw_dagster.databases.Database` (guards first, then the statements), and verify it took effect against the catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from dw_dagster.databases import Database
+from dw_dagster.databases.catalog import TableSchema, read_table_schema
+from dw_dagster.repair.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
+from dw_dagster.repair.migrations.types import same_type
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+# -- the changes -------------------------------------------------------------------------------
+
+
+# -- schemas, guards, checks, the migration ----------------------------------------------------
+
+
+# -- types -------------------------------------------------------------------------------------
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def check_guards(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward") -> None:
+    """Run the guards of one direction.
+
+    Raises:
+        MigrationRefused: a guard counted rows (the message says how many and what to do).
+        ValueError: ``direction`` is neither ``forward`` nor ``rollback``.
+    """
+    guards = _direction(migration, direction)[1]
+    for g in guards:
+        ((n,),) = db.fetch_all(g.sql)
+        if int(n or 0):
+            raise MigrationRefused(g, int(n))
+
+
+def _direction(m: Migration, direction: str) -> tuple[list[str], list[Guard], list[MigrationCheck]]:
+    if direction == "forward":
+        return m.forward, m.forward_guards, m.checks
+    if direction == "rollback":
+        return m.rollback, m.rollback_guards, m.rollback_checks
+    raise ValueError(f"direction is 'forward' or 'rollback', got {direction!r}")
+
+
+def apply_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward") -> None:
+    """Run one direction of ``migration`` on ``db``: its guards, then its statements in order.
+
+    The statements run one by one (each :meth:`~dw_dagster.databases.Database.execute` is its
+    own transaction on these databases), so a failure part-way leaves the earlier ones applied;
+    the error names the statement. DDL commits implicitly on Snowflake and BigQuery anyway.
+
+    Raises:
+        MigrationRefused: a guard found rows that make this direction unsafe; nothing ran.
+        MigrationError: ``db.dialect`` is not the migration's dialect.
+        dw_dagster.databases.DatabaseError: a statement failed.
+    """
+    if db.dialect != migration.dialect:
+        raise MigrationError(f"the migration is for {migration.dialect}, the database is {db.dialect}")
+    statements = _direction(migration, direction)[0]
+    check_guards(db, migration, direction)
+    for s in statements:
+        db.execute(s)
+
+
+def verify_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward",
+                     *, read_schema: Callable[[Database, str], TableSchema] = read_table_schema) -> list[str]:
+    """Compare the catalog with the checks of one direction.
+
+    Args:
+        db: the database the migration ran on.
+        migration: the migration.
+        direction: ``"forward"`` (its :attr:`Migration.checks`) or ``"rollback"``.
+        read_schema: how to read a table's schema; :func:`read_table_schema` by default
+            (a test can substitute another source for an emulator).
+
+    Returns:
+        One line per check that does not hold; empty when the direction took effect.
+
+    Raises:
+        dw_dagster.databases.DatabaseError: reading the catalog failed.
+    """
+    failures: list[str] = []
+    schemas: dict[str, TableSchema | None] = {}
+    d = migration.dialect
+    for chk in _direction(migration, direction)[2]:
+        if chk.table not in schemas:
+            try:
+                schemas[chk.table] = read_schema(db, chk.table)
+            except MigrationError:
+                schemas[chk.table] = None
+        schema = schemas[chk.table]
+        col = schema.column(chk.column, d) if schema else None
+        if not chk.present:
+            if col is not None:
+                failures.append(f"{chk.description}: {chk.table}.{chk.column} still exists")
+            continue
+        if col is None:
+            failures.append(f"{chk.description}: {chk.table}.{chk.column} does not exist")
+            continue
+        if chk.type is not None and not same_type(col.type, chk.type, d):
+            failures.append(f"{chk.description}: {chk.table}.{chk.column} is {col.type}, expected {chk.type}")
+        if chk.nullable is not None and col.nullable != chk.nullable:
+            failures.append(f"{chk.description}: {chk.table}.{chk.column} is "
+                            f"{'nullable' if col.nullable else 'NOT NULL'}, expected {'nullable' if chk.nullable else 'NOT NULL'}")
+    return failures

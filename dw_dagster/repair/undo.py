@@ -1,0 +1,265 @@
+"""Undo: every rerun window can be put back exactly as it was before the change.
+
+A change set that reruns partitions carries an :class:`~dw_dagster.core.models.UndoPlan` naming the
+target table, its partition column and the warehouse resource. The remediation sensor then runs a
+``snapshot`` stage before the window: :func:`snapshot_partitions` copies the window's current rows
+into ``dw_undo.<table>__<change set>`` in the same database (``CREATE TABLE ... AS SELECT``, pushed
+down; nothing passes through Python) and records their count and checksum.
+
+``dw-dagster undo CHANGE_SET`` proposes the undo as a change set of its own (class ``undo``, never
+autonomous: it always waits for a person's approval). Once approved, its ``restore`` stage deletes
+the window's rows from the target and re-inserts the snapshot in one transaction, then the
+verification checks and the receipt run as for any repair. Tests compare row counts and checksums
+(:func:`partition_checksum`) with the state before the change.
+"""
+
+import re
+from collections.abc import Sequence
+
+import dagster as dg
+from pydantic import Field
+
+from dw_dagster.core import keys as c
+from dw_dagster.databases import sql
+from dw_dagster.databases import Database
+from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
+from dw_dagster.core import records
+
+UNDO_SCHEMA = "dw_undo"
+SNAPSHOT_KEY = "dw/undo_snapshot"
+SNAPSHOT_OP = "dw_snapshot_window"
+RESTORE_OP = "dw_restore_window"
+
+
+class UndoError(RuntimeError):
+    """The undo cannot be proposed or run; the message says why."""
+
+
+def snapshot_table_name(plan: UndoPlan, change_set_id: str, version: str = "") -> str:
+    """``dw_undo.<schema>__<table>__<change set id>[_<version prefix>]`` with only letters, digits and underscores."""
+    suffix = f"_{version[:12]}" if version else ""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", f"{plan.table.replace('.', '__')}__{change_set_id}{suffix}")
+    return f"{UNDO_SCHEMA}.{base[:120]}"
+
+
+def _window_predicate(partition_column: str, window: Sequence[str], dialect: str) -> str:
+    import datetime as dt
+
+    from sqlglot import exp
+
+    days = [sql.literal(dt.date.fromisoformat(k)) for k in window]
+    cast = exp.Cast(this=sql.column(partition_column), to=exp.DataType.build("DATE"))
+    return exp.In(this=cast, expressions=days).sql(dialect=dialect)
+
+
+def partition_checksum(db: Database, table: str, partition_column: str, window: Sequence[str]) -> tuple[int, int]:
+    """(rows, checksum) of the window's rows: count and the sum of a hash of each row's text (DuckDB ``hash``).
+
+    Raises:
+        DatabaseError: the query failed.
+    """
+    where = _window_predicate(partition_column, window, db.dialect)
+    t = sql.table(table).sql(db.dialect)
+    (n, h), = db.fetch_all(f"SELECT count(*), coalesce(sum(hash(CAST(x AS VARCHAR)) % 1000000007), 0) "
+                           f"FROM {t} AS x WHERE {where}")
+    return int(n), int(h)
+
+
+def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str, version: str = "") -> dict:
+    """Copy the window's current rows aside; returns ``{snapshot_table, rows, checksum}``."""
+    snap = snapshot_table_name(plan, change_set_id, version)
+    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
+    t = sql.table(plan.table).sql(db.dialect)
+    db.execute(f"CREATE SCHEMA IF NOT EXISTS {UNDO_SCHEMA}; "
+               f"CREATE OR REPLACE TABLE {sql.table(snap).sql(db.dialect)} AS SELECT * FROM {t} WHERE {where}")
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    return {"snapshot_table": snap, "rows": rows, "checksum": checksum, "window": list(plan.window), "table": plan.table}
+
+
+def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict) -> dict:
+    """Put the snapshot back: delete the window's rows, insert the kept ones, in one transaction.
+
+    Raises:
+        UndoError: the restored rows do not match the snapshot's count and checksum.
+    """
+    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
+    t = sql.table(plan.table).sql(db.dialect)
+    snap = sql.table(snapshot["snapshot_table"]).sql(db.dialect)
+    db.execute(f"BEGIN TRANSACTION; DELETE FROM {t} WHERE {where}; INSERT INTO {t} SELECT * FROM {snap}; COMMIT")
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    if (rows, checksum) != (snapshot["rows"], snapshot["checksum"]):
+        raise UndoError(f"restored {rows} rows (checksum {checksum}) but the snapshot held {snapshot['rows']} "
+                        f"(checksum {snapshot['checksum']})")
+    return {"rows": rows, "checksum": checksum}
+
+
+def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_key: Sequence[str] | None = None) -> dict | None:
+    """The snapshot the ``snapshot`` stage of ``change_set_id``'s latest applied version recorded in
+    the ledger (its op's own result), or None. ``asset_key`` is accepted for compatibility."""
+    from dw_dagster.core.ledger import SUCCEEDED, ledger_for
+
+    led = ledger_for(instance)
+    for row in led.change_set_rows(latest_only=False):
+        if row.change_set_id != change_set_id:
+            continue
+        st = led.stages(row.change_set_id, row.version).get("snapshot")
+        if st is not None and st.state == SUCCEEDED and st.result and "snapshot_table" in st.result:
+            return st.result
+    return None
+
+
+def _undo_steps(instance: dg.DagsterInstance, cs: ChangeSet) -> list:
+    """The undo of each applied step, in reverse order: a migration's rollback, a replay's deletion."""
+    from dw_dagster.core.domains import UNDO
+    from dw_dagster.core.models import ChangeStep
+    from dw_dagster.repair.steps import MIGRATION, MIGRATION_ROLLBACK, step_results
+
+    done = {r.get("step_index") for r in step_results(instance, cs) if not r.get("refused")}
+    out = []
+    for i, step in reversed(list(enumerate(cs.steps))):
+        if i not in done:
+            continue  # never applied: nothing to undo
+        if step.kind == MIGRATION:
+            out.append(ChangeStep(kind=MIGRATION_ROLLBACK, change_class=UNDO, resource_key=step.resource_key,
+                                  summary=f"Roll back: {step.summary}", spec=step.spec, sql=list(step.rollback_sql),
+                                  rollback_sql=list(step.sql)))
+        elif step.kind == "replay":
+            out.append(ChangeStep(kind="replay_undo", change_class=UNDO, resource_key=step.resource_key,
+                                  summary=f"Delete the rows {cs.id} replayed (they stay parked in the dead-letter table)",
+                                  spec={"replay": step.spec, "of_change_set": cs.id}, sql=list(step.rollback_sql),
+                                  expected_rows=None))
+        else:
+            raise UndoError(f"step {i + 1} of {cs.id} is a {step.kind!r} step, which has no automatic undo: {cs.undo}")
+    return out
+
+
+def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str = c.PROPOSER) -> ChangeSet:
+    """The undo of an applied change set, as its own change set (class ``undo``; needs its own approval).
+
+    A window rerun is undone by restoring the rows kept before it (``restore`` stage); steps are
+    undone in reverse order: a replay by deleting the keys it inserted, a migration by its
+    rollback (whose guard refuses, e.g., to re-impose REQUIRED while NULLs exist).
+
+    Raises:
+        UndoError: no such change set, nothing undoable in it, it has not run (no snapshot, no
+            applied step), or an undo of it is pending or done (a rejected or expired one is
+            proposed anew as ``<id>-undo-<n>``).
+    """
+    import datetime as dt
+
+    from dw_dagster.core.domains import UNDO
+
+    cs = records.find_change_set(instance, change_set_id)
+    if cs is None:
+        raise UndoError(f"no change set {change_set_id!r} in this Dagster instance")
+    if cs.cause_kind == "undo" or (cs.undo_plan is not None and cs.undo_plan.of_change_set):
+        raise UndoError(f"{cs.id} is itself an undo; propose the original change again instead")
+    if cs.undo_plan is None and not cs.steps:
+        raise UndoError(f"change set {cs.id} has no undo plan; its undo is manual: {cs.undo}")
+    undo_plan, snap = None, None
+    if cs.undo_plan is not None:
+        snap = recorded_snapshot(instance, cs.id, cs.target_asset)
+        if snap is None:
+            raise UndoError(f"change set {cs.id} has not run its window (no snapshot was kept); there is nothing to undo")
+        undo_plan = cs.undo_plan.model_copy(update={"of_change_set": cs.id})
+    steps = _undo_steps(instance, cs) if cs.steps else []
+    if cs.steps and not steps and snap is None:
+        raise UndoError(f"change set {cs.id} has applied none of its steps; there is nothing to undo")
+    from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, HALTED, REJECTED, ledger_for
+
+    led = ledger_for(instance)
+    undo_id, attempt = f"{cs.id}-undo", 1
+    while (earlier := led.change_set_row(undo_id)) is not None:
+        if earlier.state not in (REJECTED, EXPIRED):  # pending, running or done: one undo at a time
+            raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id}, {earlier.state})")
+        attempt += 1  # a rejected or expired undo ends; a new proposal is a change set of its own
+        undo_id = f"{cs.id}-undo-{attempt}"
+    row = led.change_set_row(cs.id, cs.version)
+    if row is None or row.state not in (APPLIED, FAILED, HALTED):
+        raise UndoError(f"change set {cs.id} is {row.state if row else 'unknown'}; only a repair that ran (applied, "
+                        "failed or halted) is undone")
+    parts = []
+    if snap is not None:
+        parts.append(f"restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} to the "
+                     f"{snap['rows']} rows kept before it ran")
+    parts += [s.summary[0].lower() + s.summary[1:] for s in steps]
+    now = utcnow()
+    content = dict(
+        id=undo_id, incident_id=cs.incident_id, diagnosis_id=cs.diagnosis_id, domain=cs.domain, proposer=proposer,
+        created_at=now, expires_at=now + (cs.expires_at - cs.created_at if cs.expires_at > cs.created_at else dt.timedelta(hours=24)),
+        approvers=list(cs.approvers), cause_kind="undo",
+        summary=f"Undo change set {cs.id}: " + "; then ".join(parts),
+        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window) if snap is not None else [], diff="", files=[],
+        rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
+        change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
+    )
+    return ChangeSet.seal(**content)
+
+
+from dw_dagster.proposals.change_sets import change_set_observation, propose  # noqa: E402,F401 - re-exported
+
+
+class UndoStageConfig(dg.Config):
+    change_set_id: str = Field(description="the change set whose window is snapshotted or restored")
+
+
+def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
+    from dw_dagster.repair.guard import hold_stage
+
+    held = hold_stage(context, expect=["snapshot"], change_set_id=config.change_set_id)
+    cs = held.change_set
+    if cs.undo_plan is None:
+        raise dg.Failure(description=f"change set {cs.id} has no undo plan")
+    db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
+    snap = {**snapshot_partitions(db, cs.undo_plan, cs.id, cs.version), "change_set_id": cs.id, "version": cs.version,
+            "at": utcnow().isoformat()}
+    held.complete(context.instance, context.run_id, success=True, result=snap)
+    context.log_event(dg.AssetObservation(
+        asset_key=dg.AssetKey(cs.target_asset), description=f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}",
+        metadata={SNAPSHOT_KEY: dg.MetadataValue.json(snap), c.CHANGE_SET_ID_KEY: cs.id}))
+
+
+def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
+    from dw_dagster.repair.guard import hold_stage
+
+    held = hold_stage(context, expect=["restore"], change_set_id=config.change_set_id)
+    cs = held.change_set
+    if cs.undo_plan is None or not cs.undo_plan.of_change_set:
+        raise dg.Failure(description=f"change set {cs.id} is not an undo")
+    snap = recorded_snapshot(context.instance, cs.undo_plan.of_change_set)
+    if snap is None:
+        raise dg.Failure(description=f"no snapshot of {cs.undo_plan.of_change_set} to restore")
+    db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
+    try:
+        out = restore_partitions(db, cs.undo_plan, snap)
+    except UndoError as e:
+        held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
+        raise dg.Failure(description=str(e)) from e
+    held.complete(context.instance, context.run_id, success=True, result=out)
+    context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}.")
+
+
+def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    """The ``dw_undo_snapshot`` and ``dw_undo_restore`` jobs (ops ``dw_snapshot_window`` /
+    ``dw_restore_window``; Dagster wants op and job names distinct), needing ``resource_keys`` (the
+    warehouse resources undo plans name); pass them to :func:`build_remediation_sensor`'s ``undo_jobs``."""
+    keys = set(resource_keys)
+
+    snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
+    restore_op = dg.op(name=RESTORE_OP, required_resource_keys=keys, tags={"kind": "dw"})(_restore)
+
+    from dw_dagster.repair.guard import guarded_executor
+
+    executor = guarded_executor(dg.in_process_executor)
+
+    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, executor_def=executor,
+            description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")
+    def snapshot_job():
+        snapshot_op()
+
+    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, executor_def=executor,
+            description="Put a window back as it was before a change (an approved undo, dispatched by the sensor only).")
+    def restore_job():
+        restore_op()
+
+    return snapshot_job, restore_job

@@ -1,0 +1,1 @@
+"""Protocol-accurate fake vendor servers and the in-process sensor runner, for demos and tests."""
