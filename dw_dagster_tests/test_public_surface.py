@@ -108,3 +108,23 @@ def test_no_module_is_a_grab_bag():
     big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
            for path in PACKAGE.rglob("*.py") if "testing/fakes" not in path.as_posix()}
     assert {k: n for k, n in big.items() if n > 750} == {}
+
+
+def test_every_error_has_one_root():
+    """Catching :class:`dw_dagster.DwDagsterError` catches every error dw_dagster raises on purpose."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from dw_dagster.errors import DwDagsterError
+
+    outside = []
+    for info in pkgutil.walk_packages(dw_dagster.__path__, "dw_dagster."):
+        if ".examples" in info.name or ".testing" in info.name:
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+                    and not name.startswith("_") and not issubclass(obj, DwDagsterError)):
+                outside.append(f"{info.name}.{name}")
+    assert outside == []

@@ -45,6 +45,7 @@ from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, Ledger, L
 from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.core.records import load_change_set, parse_change_set
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
+from dw_dagster.errors import DwDagsterError
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"
 PAST = {"approve": "approved", "reject": "rejected"}
@@ -52,7 +53,7 @@ SIGNING_KEY_FILE_ENV = "DW_APPROVAL_SIGNING_KEY_FILE"
 AUTONOMY_PREFIX = "dw-dagster/autonomy:"
 
 
-class ApprovalRefused(Exception):
+class ApprovalRefused(DwDagsterError):
     """The decision breaks a rule; the message names the rule. Nothing was recorded."""
 
 

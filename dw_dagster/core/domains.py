@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
+from dw_dagster.errors import DwDagsterError
 
 DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
 
@@ -81,7 +82,7 @@ CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 
 
-class DomainsFileError(ValueError):
+class DomainsFileError(DwDagsterError, ValueError):
     """The domains file is missing or invalid; the message names the file, line and problem."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import httpx
 import tenacity
+from dw_dagster.errors import DwDagsterError
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Transport errors raised before the request left this machine: the server never saw it.
@@ -41,7 +42,7 @@ MARKER_PREFIX = "dw:"
 T = TypeVar("T")
 
 
-class HttpApiError(RuntimeError):
+class HttpApiError(DwDagsterError, RuntimeError):
     """A vendor API call failed for good.
 
     Attributes:

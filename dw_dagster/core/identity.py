@@ -24,6 +24,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from dw_dagster.errors import DwDagsterError
 
 Method = Literal["oidc", "slack", "unverified", "autonomy"]
 
@@ -31,7 +32,7 @@ Method = Literal["oidc", "slack", "unverified", "autonomy"]
 NONCE_PREFIX = "dw1."
 
 
-class IdentityError(Exception):
+class IdentityError(DwDagsterError):
     """A credential does not prove who made a decision; the message says why (one line)."""
 
 

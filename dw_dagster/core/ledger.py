@@ -61,6 +61,7 @@ from dw_dagster.core.ledger_tables import (
     receipts_t,
     stages_t,
 )
+from dw_dagster.errors import DwDagsterError
 
 #: change set states (latest version's lifecycle)
 PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
@@ -75,7 +76,7 @@ OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED =
 OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE)
 
 
-class LedgerError(RuntimeError):
+class LedgerError(DwDagsterError, RuntimeError):
     """The ledger refused a transition or cannot be opened; the message says which and why."""
 
 

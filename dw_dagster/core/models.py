@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dw_dagster.core.identity import VerifiedIdentity
+from dw_dagster.errors import DwDagsterError
 
 
 def utcnow() -> dt.datetime:
@@ -311,7 +312,7 @@ class ChangeSet(_Record):
         return stable_hash(to_jsonable_python(body), 32)
 
 
-class TamperedRecord(ValueError):
+class TamperedRecord(DwDagsterError, ValueError):
     """A stored record's content does not match its hash or signature; the message names it."""
 
 

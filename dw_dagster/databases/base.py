@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+from dw_dagster.errors import DwDagsterError
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(DwDagsterError, RuntimeError):
     """A query failed; the message names the database and the statement, never credentials."""
 
 

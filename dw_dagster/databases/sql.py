@@ -15,9 +15,10 @@ from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
+from dw_dagster.errors import DwDagsterError
 
 
-class UnsafeIdentifierError(ValueError):
+class UnsafeIdentifierError(DwDagsterError, ValueError):
     """An identifier from config or an incident payload cannot be used.
 
     Refused: empty names, names over 255 characters, control characters, backslashes and

@@ -50,6 +50,7 @@ from dw_dagster.core.http import (
     unwrap_list,
     with_marker,
 )
+from dw_dagster.errors import DwDagsterError
 
 SERVICE = "lightup"
 CREDENTIAL_FILE_ENV = "LIGHTUP_CREDENTIAL_FILE"
@@ -62,7 +63,7 @@ COMPARE_CONFIG = "aggregationCompareMetricConfig"
 STATUS = {1: "UNVIEWED", 2: "VIEWED", 3: "REJECTED", 4: "SUBMITTED", 5: "CLOSED"}
 
 
-class LightupError(RuntimeError):
+class LightupError(DwDagsterError, RuntimeError):
     """A Lightup answer dw_dagster cannot use (malformed incident, unmapped table, missing metric)."""
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import networkx as nx
 
 from dw_dagster.core.models import BlastRadius, ExposureRef, ImpactedNode
+from dw_dagster.errors import DwDagsterError
 
 SECTIONS = ("nodes", "sources", "exposures", "metrics", "semantic_models", "saved_queries", "unit_tests", "functions")
 """Manifest sections whose entries are vertices of dbt's graph."""
@@ -58,7 +59,7 @@ _METHOD_SECTION = {"exposure": "exposure", "metric": "metric", "semantic_model":
                    "saved_query": "saved_query", "unit_test": "unit_test"}
 
 
-class UnknownNodeError(KeyError):
+class UnknownNodeError(DwDagsterError, KeyError):
     """The selected node is not in the manifest (the message lists close matches)."""
 
 

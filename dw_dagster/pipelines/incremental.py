@@ -22,13 +22,14 @@ from sqlglot import exp
 from dw_dagster.databases import sql
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
+from dw_dagster.errors import DwDagsterError
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")
 _PLAIN_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*){0,2}$")
 
 
-class LoadSpecError(ValueError):
+class LoadSpecError(DwDagsterError, ValueError):
     """The pipeline file is missing or invalid; the message names the file and the field."""
 
 
@@ -96,7 +97,7 @@ class LoadResult(BaseModel):
     rows_updated: int
 
 
-class LoadError(RuntimeError):
+class LoadError(DwDagsterError, RuntimeError):
     """A load cannot run as configured (nothing was written)."""
 
 

@@ -24,9 +24,10 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.domains import PIPELINE_CODE, REBUILD_MODELS, RERUN_WINDOW, Domain
 from dw_dagster.core.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, UndoPlan, stable_hash, utcnow
 from dw_dagster.core.windows import split_window
+from dw_dagster.errors import DwDagsterError
 
 
-class ProposalError(ValueError):
+class ProposalError(DwDagsterError, ValueError):
     """The change cannot be proposed as asked (file missing, key not found, empty window)."""
 
 

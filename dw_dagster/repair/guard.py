@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from dw_dagster.core.ledger import APPROVED, HALTED, RUNNING, STARTED, Ledger, LedgerError, asset_str, ledger_for
+from dw_dagster.errors import DwDagsterError
 
 TICKET_TAG = "dw/ticket"
 KIND_TAG = "dw/kind"
@@ -51,7 +52,7 @@ PARTITION_TAG = "dagster/partition"
 HOLD_LIFT = "hold_lifted"
 
 
-class RunRefused(dg.Failure):
+class RunRefused(DwDagsterError, dg.Failure):
     """The run may not proceed; the message says which rule refused it."""
 
 

@@ -33,6 +33,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.databases import Database
 from dw_dagster.core.domains import SCHEMA_MIGRATION
 from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
+from dw_dagster.errors import DwDagsterError
 
 STEP_OP_PREFIX = "dw_apply_"
 STEP_RESULT_KEY = "dw/step_result"
@@ -43,7 +44,7 @@ MIGRATION = "migration"
 StepRunner = Callable[[dg.OpExecutionContext, ChangeSet, ChangeStep, Database], dict]
 
 
-class StepRefused(RuntimeError):
+class StepRefused(DwDagsterError, RuntimeError):
     """A step's guard found the data not as the change set expected; nothing (more) was changed.
 
     Attributes:

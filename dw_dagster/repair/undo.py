@@ -24,6 +24,7 @@ from dw_dagster.databases import sql
 from dw_dagster.databases import Database
 from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
 from dw_dagster.core import records
+from dw_dagster.errors import DwDagsterError
 
 UNDO_SCHEMA = "dw_undo"
 SNAPSHOT_KEY = "dw/undo_snapshot"
@@ -31,7 +32,7 @@ SNAPSHOT_OP = "dw_snapshot_window"
 RESTORE_OP = "dw_restore_window"
 
 
-class UndoError(RuntimeError):
+class UndoError(DwDagsterError, RuntimeError):
     """The undo cannot be proposed or run; the message says why."""
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dw_dagster.databases import sql
 from dw_dagster.databases.catalog import CatalogError
+from dw_dagster.errors import DwDagsterError
 
 Dialect = Literal["duckdb", "snowflake", "bigquery"]
 
@@ -48,7 +49,7 @@ class LossyRetypeError(MigrationError):
         self.reasons = list(reasons)
 
 
-class MigrationRefused(RuntimeError):
+class MigrationRefused(DwDagsterError, RuntimeError):
     """A guard query found rows that make a direction unsafe; nothing was run.
 
     Attributes:
