@@ -259,8 +259,7 @@ def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.Meta
 
 
 def _describe(s: SliceGap) -> str:
-    parts = [f"{json.dumps(s.slice, default=str)}: {s.gap_rows} rows short ({s.gap_pct} %)" if s.gap_rows >= 0
-             else f"{json.dumps(s.slice, default=str)}: {-s.gap_rows} rows over ({s.gap_pct} %)"]
+    parts = [f"{json.dumps(s.slice, default=str)}: {s.gap_words()}"]
     if s.source_keys is not None and (s.source_keys != s.target_keys or s.source_duplicate_keys != s.target_duplicate_keys):
         parts.append(f"keys {s.source_keys}/{s.target_keys}, duplicated keys {s.source_duplicate_keys}/{s.target_duplicate_keys}")
     bad_sums = [m for m, g in s.sum_gaps.items() if g not in ("0", "0.00", "0.0") and not g.startswith("0E")]

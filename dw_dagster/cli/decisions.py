@@ -257,11 +257,18 @@ def register(main: click.Group) -> None:
                        f"Slack Request URL {base}/slack/interactions", err=True)
             uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
 
-    @main.command("change-sets")
+    @main.group("change-sets", invoke_without_command=True)
     @click.option("--json", "as_json", is_flag=True)
     @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
-    def change_sets_cmd(as_json: bool, dagster_home: str | None) -> None:
-        """List change sets (newest first) with their state and decision, and any quarantined record."""
+    @click.pass_context
+    def change_sets_cmd(ctx: click.Context, as_json: bool, dagster_home: str | None) -> None:
+        """List change sets (newest first) with their state and decision, and any quarantined record.
+
+        ``dw-dagster change-sets show CS`` shows one; ``--patch`` writes the diff the owner merges.
+        """
+        if ctx.invoked_subcommand is not None:
+            ctx.obj = {"dagster_home": dagster_home}
+            return
         from dw_dagster.core.ledger import ledger_for
         from dw_dagster.core.models import Approval
         from dw_dagster.core import records
@@ -301,6 +308,67 @@ def register(main: click.Group) -> None:
             click.echo(f"{r['id']}  {r['status']}  {r['asset']}  {r['cause']}  window {','.join(r['window'])}\n    {r['summary']}")
         for q in bad:
             click.echo(f"QUARANTINED {q['kind']} {q['ref']} on {q['asset_key']}: {q['reason']}")
+
+    @change_sets_cmd.command("show")
+    @click.argument("change_set_id")
+    @click.option("--patch", is_flag=True, help="write only the change set's diff (for `git apply -p1`) to stdout")
+    @click.option("--version", "version", default=None, help="a version other than the latest")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
+    @click.pass_context
+    def change_sets_show(ctx: click.Context, change_set_id: str, patch: bool, version: str | None, as_json: bool,
+                         dagster_home: str | None) -> None:
+        """One change set: what it changes (diff, window, steps with their SQL, rebuild, tests), its
+        decisions and the stages run so far. With ``--patch``: only the diff, byte for byte as
+        approved, so ``dw-dagster change-sets show CS --patch | git apply -p1`` merges it (exit 0
+        with nothing written when the change set edits no file). Exit 2 for an unknown change set
+        or a record that fails its hash check."""
+        from dw_dagster.core.ledger import ledger_for
+        from dw_dagster.core.models import TamperedRecord
+        from dw_dagster.core.records import load_change_set
+        from dw_dagster.proposals.watermark import change_set_markdown
+        from dw_dagster.repair.steps import steps_markdown
+
+        dagster_home = dagster_home or (ctx.obj or {}).get("dagster_home")
+        with _instance(dagster_home) as instance:
+            led = ledger_for(instance)
+            try:
+                cs = load_change_set(led, change_set_id, version)
+            except TamperedRecord as e:
+                err = click.ClickException(str(e))
+                err.exit_code = 2
+                raise err from None
+            if cs is None:
+                raise click.BadParameter(f"no change set {change_set_id!r}{f' version {version}' if version else ''} in "
+                                         "this instance (dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
+            row = led.change_set_row(cs.id, cs.version)
+            decisions = [d for d in led.decisions(cs.id) if d["version"] == cs.version]
+            stages = led.stages(cs.id, cs.version)
+        if patch:
+            if cs.diff:
+                click.echo(cs.diff, nl=not cs.diff.endswith("\n"))
+            else:
+                click.echo(f"change set {cs.id} edits no file", err=True)
+            return
+        history = [{"decision": d["decision"], "by": d["approver"], "method": d["method"], "at": str(d["decided_at"]),
+                    "counts": bool(d["active"]), "withdrawn": d["withdrawn_reason"]} for d in decisions]
+        runs = [{"stage": name, "state": st.state, "run_id": st.run_id} for name, st in
+                sorted(stages.items(), key=lambda kv: kv[1].issued_at)]
+        if as_json:
+            click.echo(json.dumps({"change_set": cs.model_dump(mode="json"), "state": row.state if row else None,
+                                   "decisions": history, "stages": runs}, indent=2, default=str))
+            return
+        click.echo(f"state: {row.state if row else 'unknown'}" + (f"; {row.note}" if row and row.note else ""))
+        for h in history:
+            click.echo(f"decision: {h['decision']} by {h['by']} ({h['method']}) at {h['at']}"
+                       + ("" if h["counts"] else f" - does not count: {h['withdrawn'] or 'withdrawn'}"))
+        for r in runs:
+            click.echo(f"stage {r['stage']}: {r['state']}" + (f" (run {r['run_id']})" if r["run_id"] else ""))
+        click.echo("")
+        click.echo(change_set_markdown(cs))
+        steps = steps_markdown(cs)
+        if steps:
+            click.echo("\n" + steps)
 
     @main.command("stop")
     @click.option("--by", required=True, help="Who stops (email); recorded with the stop. Anyone may stop.")

@@ -37,6 +37,22 @@ class _Record(BaseModel):
         return self.model_dump_json()
 
 
+def gap_words(gap_rows: int, gap_pct: float | None = None) -> str:
+    """A target's row gap against its source in words, from the target's side.
+
+    Args:
+        gap_rows: source rows minus target rows (positive: the target is short).
+        gap_pct: the same as a percentage of the source rows, or None.
+
+    Returns:
+        ``"2,124 rows short (1.80 %)"``, ``"12 rows over (0.01 %)"`` or ``"no row gap"``.
+    """
+    if not gap_rows:
+        return "no row gap"
+    pct = f" ({abs(gap_pct):.2f} %)" if gap_pct is not None else ""
+    return f"{abs(gap_rows):,} row{'s' if abs(gap_rows) != 1 else ''} {'short' if gap_rows > 0 else 'over'}{pct}"
+
+
 class SliceGap(_Record):
     """One slice (e.g. one region) of a source/target reconciliation.
 
@@ -57,6 +73,10 @@ class SliceGap(_Record):
     target_sums: dict[str, str] = Field(default_factory=dict)
     sum_gaps: dict[str, str] = Field(default_factory=dict)
     passed: bool
+
+    def gap_words(self) -> str:
+        """The row gap in words: ``2,124 rows short (1.80 %)``, ``12 rows over (0.01 %)`` or ``no row gap``."""
+        return gap_words(self.gap_rows, self.gap_pct)
 
 
 class Incident(_Record):

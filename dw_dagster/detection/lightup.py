@@ -179,8 +179,7 @@ def evaluate_incident(
     url = lightup.incident_url(inc["uuid"])
     where = ", ".join(f"{k}={v}" for k, v in slice_.items()) or "whole table"
     window = f"{_utc(inc['start_ts']):%Y-%m-%d %H:%M}..{_utc(inc['end_ts']):%Y-%m-%d %H:%M} UTC"
-    summary = (f"Lightup incident on {ctx.metric_name} ({where}, {window}): target {sg.gap_rows:+,} rows vs "
-               f"source ({sg.gap_pct:+.2f} %)" + ("" if ongoing else "; closed by Lightup"))
+    summary = (f"Lightup incident on {ctx.metric_name} ({where}, {window}): target {sg.gap_words()}" + ("" if ongoing else "; closed by Lightup"))
     incident = Incident(
         id=lightup_incident_id(inc["uuid"]), asset_key=list(target.path), source="lightup", check_name=check_name,
         detected_at=utcnow(), summary=summary, slices=[sg], gap_rows=sg.gap_rows, gap_pct=sg.gap_pct,

@@ -195,9 +195,9 @@ def propose_watermark_fix(
 
 
 def change_set_markdown(cs: ChangeSet) -> str:
-    """The change set as markdown for the asset page."""
+    """The change set as markdown for the asset page, as proposed (its decision is an event of its own)."""
     return "\n".join([
-        f"### Change set {cs.id} (version {cs.version}) - waiting for approval",
+        f"### Change set {cs.id}, proposed {cs.created_at:%Y-%m-%d %H:%M} UTC (version {cs.version})",
         f"{cs.summary}.",
         f"- **Cause**: {cs.cause_kind}; incident {cs.incident_id}",
         f"- **Window**: {', '.join(cs.window)}" + (f" (deferred, not existing yet: {', '.join(cs.deferred_partitions)})"
@@ -205,8 +205,10 @@ def change_set_markdown(cs: ChangeSet) -> str:
         f"- **Rebuild**: {', '.join('/'.join(k) for k in cs.rebuild_assets)}",
         f"- **New tests**: {', '.join(cs.new_tests) or 'none'}",
         f"- **Approvers** ({cs.domain}): {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()}",
-        f"- **Approve**: Launchpad → job `dw_approve_change_set` with change_set_id `{cs.id}`, or "
-        f"`dw-dagster approve {cs.id} --approver YOU`",
+        f"- **Decide**: `dw-dagster approve {cs.id} --login` (or `--reject`), the review page of "
+        f"`dw-dagster approvals serve`, or the Launchpad job `dw_approve_change_set` with the config "
+        f"`dw-dagster approvals token {cs.id}` prints; its state now: `dw-dagster change-sets show {cs.id}`",
+        f"- **Merge**: `dw-dagster change-sets show {cs.id} --patch | git apply -p1` in the pipeline repository",
         "", "```diff", cs.diff.rstrip(), "```",
     ])
 

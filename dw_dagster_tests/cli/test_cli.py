@@ -72,6 +72,35 @@ def test_receipts_and_change_sets_read_back_from_the_instance(demo_run):
     assert verify.returncode == 0 and "4 receipt(s) verified" in verify.stdout, verify.stderr[-2000:]
 
 
+def test_change_sets_show_and_the_patch_the_owner_merges(demo_run):
+    _, work = demo_run
+    env = _env(DAGSTER_HOME=str(work / "dagster_home"))
+    (row,) = json.loads(subprocess.run([str(BIN / "dw-dagster"), "change-sets", "--json"], capture_output=True, text=True,
+                                       env=env, timeout=120).stdout)["change_sets"]
+    shown = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "show", row["id"], "--json"], capture_output=True,
+                           text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    full = json.loads(shown.stdout)
+    assert full["state"] == "applied" and full["change_set"]["window"] == ["2026-11-26", "2026-11-27"]
+    assert [d["decision"] for d in full["decisions"] if d["counts"]] == ["approve"]
+    assert {"window-1", "rebuild", "verify", "receipt"} <= {s["stage"] for s in full["stages"]}
+    assert all(s["state"] == "succeeded" for s in full["stages"])
+    patch = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "show", row["id"], "--patch"], capture_output=True,
+                           text=True, env=env, timeout=120)
+    assert patch.returncode == 0 and patch.stdout == full["change_set"]["diff"] and patch.stdout.startswith("diff --git")
+    # the demo's owner merged exactly this diff: it reverses cleanly on the pipeline repository
+    (repo,) = [p.parent for p in (work / "store_sales").rglob(".git")]
+    assert subprocess.run(["git", "apply", "-R", "--check", "-p1", "-"], cwd=repo, input=patch.stdout, text=True,
+                          capture_output=True).returncode == 0
+    text = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "show", row["id"]], capture_output=True, text=True,
+                          env=env, timeout=120).stdout
+    assert text.startswith("state: applied") and "decision: approve by dana.ortiz@grocer.example (oidc)" in text
+    assert f"### Change set {row['id']}, proposed " in text and "waiting for approval" not in text
+    unknown = subprocess.run([str(BIN / "dw-dagster"), "change-sets", "show", "cs-nope", "--patch"], capture_output=True,
+                             text=True, env=env, timeout=120)
+    assert unknown.returncode == 2 and "no change set 'cs-nope'" in unknown.stderr and unknown.stdout == ""
+
+
 def test_demo_refuses_bad_input_before_touching_the_disk(tmp_path):
     mine = tmp_path / "store_sales" / "mine.txt"
     mine.parent.mkdir()

@@ -76,6 +76,7 @@ def test_compare_incident_becomes_failed_check_and_one_diagnosis(env):
     (inc,) = SEEN
     assert (inc.source, inc.external_id, inc.gap_rows, inc.slices[0].slice) == ("lightup", inc_uuid, SOUTHWEST_MISSING, {"region": "Southwest"})
     assert inc.id == lightup_incident_id(inc_uuid)
+    assert f"target {SOUTHWEST_MISSING:,} rows short (" in inc.summary and "vs source" not in inc.summary
     assert [i.id for i in records.incidents(instance, [TARGET])] == [inc.id]
     assert instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(TARGET, "lightup_compare")) is not None
     again = daemon.tick("dw_lightup_incident_sensor")
