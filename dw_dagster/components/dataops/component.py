@@ -57,7 +57,37 @@ class DataOpsComponent(DataOpsConfig, dg.Component):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         from dw_dagster.definitions import build_dw_definitions
 
+        self._check_assets_exist(context)
         return build_dw_definitions(self, base_dir=Path(context.path), partitions_def=self._partitions())
+
+    def _check_assets_exist(self, context: dg.ComponentLoadContext) -> None:
+        """Refuse a watched asset that no other ``defs`` folder defines.
+
+        The other folders' definitions are built through the component tree (Dagster caches them
+        and records the dependency), so a misspelt key is an error on this ``defs.yaml`` naming the
+        field, not a job that fails to resolve later. Assets defined outside the ``defs`` folder
+        (merged in ``definitions.py``) are not seen here: watch those with
+        :func:`~dw_dagster.definitions.build_dw_definitions` in Python instead.
+
+        Raises:
+            DwConfigError: ``assets[i].key`` names no asset.
+        """
+        from dw_dagster.errors import DwConfigError
+
+        root, own = Path(context.defs_module_path), Path(context.path).resolve()
+        known: set[dg.AssetKey] = set()
+        for child in sorted(root.iterdir()):
+            if child.name.startswith(("_", ".")) or (child.is_file() and child.suffix not in (".py", ".yaml")):
+                continue
+            if own == child.resolve() or child.resolve() in own.parents:
+                continue
+            for a in context.build_defs(child).assets or []:
+                known |= set(getattr(a, "keys", None) or [a.key])
+        for i, a in enumerate(self.assets):
+            if dg.AssetKey.from_user_string(a.key) not in known:
+                near = sorted(k.to_user_string() for k in known)[:12]
+                raise DwConfigError(f"assets[{i}].key: no asset {a.key!r} in this project's defs folder "
+                                    f"(assets there: {', '.join(near) or 'none'})")
 
     def _partitions(self) -> dg.TimeWindowPartitionsDefinition | None:
         if not self.partitions:
