@@ -159,7 +159,7 @@ class IncrementalLoadConfig(dg.Model, dg.Resolvable):
     The pipeline file (YAML, :class:`~dw_dagster.pipelines.incremental.IncrementalLoadSpec`) names the source and
     target tables, the merge key, partition, watermark and arrival columns and the lookback; the
     watermark fix is a diff to it. Loads are read from the asset's ``dw/loads`` metadata
-    (:func:`~dw_dagster.pipelines.incremental.load_partition` or :func:`~dw_dagster.pipelines.incremental.record_loads`).
+    (:func:`~dw_dagster.pipelines.incremental.load_partition` or :func:`~dw_dagster.pipelines.incremental.load_metadata`).
     """
 
     source_database: str = Field(description="a name under databases")

@@ -15,7 +15,7 @@ def database_from_url(url: str) -> Database:
 
     ``duckdb:///path/to/file.duckdb`` (or a bare path ending in ``.duckdb``) opens DuckDB natively;
     ``snowflake://user:password@account/database/schema?warehouse=WH&role=R`` opens
-    :class:`~dw_dagster.databases.bigquery.SnowflakeDatabase` (``?host=127.0.0.1&port=8085&protocol=http``
+    :class:`~dw_dagster.databases.snowflake.SnowflakeDatabase` (``?host=127.0.0.1&port=8085&protocol=http``
     reaches an emulator); ``bigquery://project/dataset?location=EU`` opens
     :class:`~dw_dagster.databases.bigquery.BigQueryDatabase` with Application Default Credentials, and
     ``bigquery://project/dataset?endpoint=http://127.0.0.1:9050`` an emulator with anonymous

@@ -160,7 +160,7 @@ def build_check_incident_sensor(
 
     Args:
         check_keys: the asset checks to watch (reconciliation, volume...).
-        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`.
+        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.job.build_diagnosis_job`.
         domains: the domains (autonomy L0 records incidents without diagnosing); default ``$DW_DOMAINS_FILE``.
         name: sensor name.
         minimum_interval_seconds: seconds between ticks.

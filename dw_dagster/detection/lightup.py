@@ -35,7 +35,7 @@ For each new version it
    one is recorded *linked* to it (observation "linked to incident X") and not diagnosed; when
    that incident closes (:func:`~dw_dagster.receipts.job.close_incident`) it becomes an
    incident of its own and this sensor launches its diagnosis
-   (:func:`~dw_dagster.repair.sensor.rediagnosis_requests` over the mapped assets, which
+   (:func:`~dw_dagster.detection.incidents.rediagnosis_requests` over the mapped assets, which
    also re-diagnoses an incident whose diagnosis failed when a new Lightup incident arrives on its
    asset). Otherwise it requests a run of the diagnosis job (none in an L0 domain). Run keys are
    ``lightup:<incident uuid>:<updated_ts>``.
@@ -366,7 +366,7 @@ def build_lightup_incident_sensor(
     Args:
         table_assets: Lightup table → Dagster asset key (``AssetKey``, ``"a/b"`` or a list of
             parts). Keys are ``"<datasource uuid or name>:<schema>.<table>"`` or ``"<schema>.<table>"``.
-        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`;
+        diagnosis_job_name: the job built by :func:`dw_dagster.diagnosis.job.build_diagnosis_job`;
             None reports check evaluations only (no incident is recorded, except a quarantined one).
         check_name: the asset check the incidents are reported as (declare it with
             :func:`build_lightup_compare_check`).

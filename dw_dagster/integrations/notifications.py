@@ -216,8 +216,8 @@ def build_notification_sensor(
         dagster_url: base URL of the Dagster UI, for receipt and Launchpad links.
         location_name: the code location holding the approval job (for the Launchpad link).
         lightup_resource_key: key of a :class:`~dw_dagster.integrations.lightup.LightupResource`, or None.
-        pager_resource_key: key of a :class:`~dw_dagster.integrations.paging.PagerDutyResource` or
-            :class:`~dw_dagster.integrations.paging.OpsgenieResource`, or None.
+        pager_resource_key: key of a :class:`~dw_dagster.integrations.pagerduty.PagerDutyResource` or
+            :class:`~dw_dagster.integrations.opsgenie.OpsgenieResource`, or None.
         slack_resource_key: key of a :class:`~dw_dagster.integrations.slack.SlackResource`, or None.
         slack_channel: channel for approval requests (default: the resource's channel). Give a
             channel ID (``C...``): looking for an earlier attempt's message needs it.

@@ -180,7 +180,7 @@ def build_volume_sensor(
         row_counts: ``"metadata"`` (default; catalog row counts where exact) or ``"count"``
             (``COUNT(*)`` batches on every warehouse; counts views too).
         minimum_interval_seconds: seconds between ticks (default 300).
-        diagnosis_job_name: a job built by :func:`dw_dagster.diagnosis.build_diagnosis_job`;
+        diagnosis_job_name: a job built by :func:`dw_dagster.diagnosis.job.build_diagnosis_job`;
             each new incident requests one run of it. None: incidents only.
         default_status: STOPPED unless told otherwise.
         clock: returns the tick time (aware UTC); for tests.
