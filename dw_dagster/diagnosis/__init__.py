@@ -1,12 +1,14 @@
-"""Causes: each module tests one cause and reports evidence, confidence and the unexplained rest.
+"""Diagnose: why an incident happened, with evidence, and what the diagnosis proposes.
 
-- :mod:`.watermark` — late rows behind a high-watermark (and rows tied with it)
-- :mod:`.dead_letter` — NULLs in a REQUIRED column, dead-lettered or dropped
-- :mod:`.schema_change` — columns added, dropped, renamed, retyped, nullability changed
-- :mod:`.upstream` — an upstream asset not refreshed, or its runs failed
-- :mod:`.duplicates` — duplicated merge keys, a partition loaded twice
+- :mod:`.causes` — one module per cause, each with evidence (queries run, values seen), confidence
+  and the unexplained rest: :mod:`.causes.watermark` (late rows behind a high-watermark, and rows
+  tied with it), :mod:`.causes.dead_letter` (NULLs in a REQUIRED column, dead-lettered or dropped),
+  :mod:`.causes.schema_change`, :mod:`.causes.upstream` (not refreshed, or its runs failed),
+  :mod:`.causes.duplicates` (duplicated merge keys, a partition loaded twice)
 - :mod:`.combine` — explained total without double counting; the unexplained remainder
 - :mod:`.history` — past incidents, diagnoses, change sets and receipts of an asset
+- :mod:`.job` — the diagnosis job and the incremental-load diagnoser; :mod:`.sink_diagnoser` the
+  dead-letter sink's
 """
 
 from dw_dagster.diagnosis.combine import CombinedFindings, combine_findings, unexplained_finding

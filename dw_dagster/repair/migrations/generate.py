@@ -1,4 +1,4 @@
-"""Column migrations with rollback SQL for DuckDB, Snowflake and BigQuery.
+"""Generate a column migration for one dialect: forward and rollback statements, guards, checks, notes.
 
 A schema change (add, drop, rename, retype a column, or change its nullability) is described by
 a pydantic model; :func:`generate_migration` turns it into a :class:`Migration` for one dialect:
