@@ -183,7 +183,7 @@ def build_dw_definitions(
             without partitions, partitions that differ between watched assets.
     """
     from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
-    from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
+    from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, RecordedLoadDiagnoser, build_diagnosis_job
     from dw_dagster.lineage import load_manifest
     from dw_dagster.approval.job import build_approval_job
     from dw_dagster.repair.sensor import build_remediation_sensor
@@ -302,6 +302,21 @@ def build_dw_definitions(
                                       source_name=il.dbt_test.source_name, source_table=il.dbt_test.source_table,
                                       group=il.dbt_test.group) if il.dbt_test else None,
                 asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+        elif a.pipeline.recorded_load is not None:
+            rl = a.pipeline.recorded_load
+            field = f"assets[{a.key}].pipeline.recorded_load"
+            repo = path(rl.repo)
+            pipeline_root = _one_repo(pipeline_root, repo, f"{field}.repo")
+            _check_settings_file(repo / rl.settings_file, (rl.watermark_key, rl.lookback_key), f"{field}.settings_file")
+            diagnosers[tuple(key.path)] = RecordedLoadDiagnoser(
+                target_asset=key, source_resource_key=rl.source_database, target_resource_key=a.database,
+                pipeline_root=lambda r=repo: r, pipeline_file=rl.settings_file,
+                manifest_path=manifest_fn, partitions_def=partitions_def, domains_file=domains,
+                dbt_asset_keys=keys_by_uid, verify_checks=own_verify, group_by=rl.group_by, dbt_test=_dbt_test(rl.dbt_test),
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None,
+                source_table=rl.source_table, target_table=a.table, key_column=rl.key,
+                partition_column=rl.partition_column, arrival_column=rl.arrival_column,
+                watermark_key=rl.watermark_key, lookback_key=rl.lookback_key)
         else:
             volume = next((dg.AssetCheckKey(key, c.name) for kind, c in a.checks.configured() if kind == "volume"), None)
             diagnosers[tuple(key.path)] = DeadLetterDiagnoser(
@@ -314,7 +329,8 @@ def build_dw_definitions(
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
     diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), required_resource_keys=db_keys, domains=domains)
-    windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None and a.pipeline.incremental_load is not None]
+    windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
+                and (a.pipeline.incremental_load is not None or a.pipeline.recorded_load is not None)]
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
     window_job = build_window_job("dw_rerun_window", windowed, partitions_def) if windowed else None
     downstream = dg.AssetSelection.assets(*watched).downstream(include_self=False)
@@ -345,6 +361,36 @@ def build_dw_definitions(
     )
     built.append(defs)
     return defs
+
+
+def _one_repo(current: Path | None, repo: Path, field: str) -> Path:
+    """The pipeline repository of the location: the remediation sensor waits for merges in one working copy."""
+    if current is not None and current != repo:
+        raise DwConfigError(f"{field}: {repo} is not {current}, the pipeline repository another watched asset names; "
+                            "one code location's change sets are merged in one working copy")
+    return repo
+
+
+def _check_settings_file(file: Path, keys: Sequence[str], field: str) -> None:
+    """An asset's own settings file exists and holds each key as a top-level ``key: value`` line."""
+    import re
+
+    if not file.exists():
+        raise DwConfigError(f"{field}: {file} does not exist")
+    text = file.read_text()
+    missing = [k for k in keys if not re.search(rf"^{re.escape(k)}:", text, re.M)]
+    if missing:
+        raise DwConfigError(f"{field}: {file} has no top-level line for {', '.join(missing)} (the fix changes them)")
+
+
+def _dbt_test(cfg):
+    """The proposal's regression test from its configuration (None when not configured)."""
+    if cfg is None:
+        return None
+    from dw_dagster.proposals.watermark import DbtCountTest
+
+    return DbtCountTest(model=cfg.dbt_model, count_column=cfg.count_column, source_name=cfg.source_name,
+                        source_table=cfg.source_table, group=cfg.group)
 
 
 class _SinkRef:
