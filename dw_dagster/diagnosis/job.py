@@ -272,7 +272,7 @@ class IncrementalLoadDiagnoser:
         columns; here the pipeline file, as it is now."""
         return IncrementalLoadSpec.from_file(self.pipeline_root() / self.pipeline_file)
 
-    def _recorded_loads(self, context: dg.OpExecutionContext) -> tuple[dict[str, dict], list[PartitionLoad], dt.datetime | None]:
+    def _recorded_loads(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[dict[str, dict], list[PartitionLoad], dt.datetime | None]:
         """(the latest ``dw/loads`` entry per partition, those loads for the cause, the high-watermark
         the latest load read above).
 
@@ -371,7 +371,7 @@ class IncrementalLoadDiagnoser:
     def __call__(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[Diagnosis, ChangeSet | None]:
         source = getattr(context.resources, self.source_resource_key).get_database()
         target = getattr(context.resources, self.target_resource_key).get_database()
-        loads_meta, loads, hwm = self._recorded_loads(context)
+        loads_meta, loads, hwm = self._recorded_loads(context, incident)
         spec = self._shape(context, loads_meta)
         causes = []
         if hwm is not None and spec.arrival_column:
