@@ -194,6 +194,29 @@ class RecordedLoadConfig(dg.Model, dg.Resolvable):
     dbt_test: DbtCountTestConfig | None = None
 
 
+class DbtIncrementalConfig(dg.Model, dg.Resolvable):
+    """A dbt model materialized ``incremental`` whose ``is_incremental()`` filter reads rows above the
+    largest value already in the model (``where updated_at > (select max(updated_at) from {{ this }})``).
+
+    The model's ``@dbt_assets`` function builds it through :func:`dw_dagster.dbt_incremental_build`,
+    which records the high-watermark and the source's newest arrival before each run. The fix is a
+    diff of the model's SQL (a lookback, by the arrival column when the model has it, a
+    bounded-rebuild clause, ``unique_key`` when missing) and the repair a ``dbt build --select
+    <model> --vars`` over the days holding late rows. Needs ``dbt.project_dir``.
+    """
+
+    dbt_model: str = Field(description="the dbt model's name")
+    arrival_column: str = Field(description="the column of the model's source telling when a row arrived")
+    key: str | None = Field(None, description="the key late rows are matched by; default the model's unique_key "
+                            "(added to the model by the fix when it has none)")
+    repo: str = Field(description="the git working copy holding the dbt project (where the fix's diff applies)")
+    source_table: str | None = Field(None, description="the table the watermark follows; default the model's one "
+                                     "upstream source or model")
+    source_database: str | None = Field(None, description="where source_table is read; default the asset's database")
+    dbt_target: str | None = Field(None, description="the dbt target of the bounded rebuild (default: the profile's)")
+    group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
+
+
 class DeadLetterSinkConfig(dg.Model, dg.Resolvable):
     """A sink that parks the rows its target rejects (:mod:`dw_dagster.pipelines.sink`)."""
 
@@ -211,9 +234,10 @@ class PipelineConfig(dg.Model, dg.Resolvable):
     incremental_load: IncrementalLoadConfig | None = None
     dead_letter_sink: DeadLetterSinkConfig | None = None
     recorded_load: RecordedLoadConfig | None = None
+    dbt_incremental: DbtIncrementalConfig | None = None
 
     #: the pipeline kinds, in the order an error message lists them
-    KINDS: ClassVar[tuple[str, ...]] = ("incremental_load", "dead_letter_sink", "recorded_load")
+    KINDS: ClassVar[tuple[str, ...]] = ("incremental_load", "dead_letter_sink", "recorded_load", "dbt_incremental")
 
     def configured(self) -> tuple[str, dg.Model]:
         """``(kind, its config)`` of the one kind that is set."""
@@ -328,6 +352,9 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
                     refs.append((f"pipeline.{kind}.source_database", p.source_database))
                 if a.pipeline.dead_letter_sink is None and a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
                     problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
+                if a.pipeline.dbt_incremental is not None and (self.dbt is None or self.dbt.project_dir is None):
+                    problems.append(f"assets.{i}.pipeline.dbt_incremental: needs dbt.project_dir (the model is rebuilt "
+                                    "with dbt)")
             elif a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
                 problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
             for field, name in refs:
@@ -347,7 +374,7 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
 
 
 __all__ = [
-    "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DeadLetterConfig",
+    "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DbtIncrementalConfig", "DeadLetterConfig",
     "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig",
     "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig", "SlackConfig",
     "SourceRef", "VolumeConfig", "WatchedAssetConfig",

@@ -257,6 +257,8 @@ def build_dw_definitions(
     diagnosers: dict[tuple[str, ...], Any] = {}
     pipeline_root: Path | None = None
     step_runners: dict[str, Any] = {}
+    dbt_window_target: str | None = None
+    dbt_windowed = False  # a dbt_incremental asset: its rebuild keeps a snapshot first, as windows do
     built: list[dg.Definitions] = []
     for a in cfg.assets:
         key = _key(a.key)
@@ -317,6 +319,21 @@ def build_dw_definitions(
                 source_table=rl.source_table, target_table=a.table, key_column=rl.key,
                 partition_column=rl.partition_column, arrival_column=rl.arrival_column,
                 watermark_key=rl.watermark_key, lookback_key=rl.lookback_key)
+        elif a.pipeline.dbt_incremental is not None:
+            di = a.pipeline.dbt_incremental
+            field = f"assets[{a.key}].pipeline.dbt_incremental"
+            repo = path(di.repo)
+            pipeline_root = _one_repo(pipeline_root, repo, f"{field}.repo")
+            diagnosers[tuple(key.path)], runner = _dbt_incremental(
+                di, field, key=key, table=a.table, database=a.database, repo=repo, project_dir=path(cfg.dbt.project_dir),
+                profiles_dir=path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else None, manifest_path=manifest_path,
+                domains=domains, dbt_asset_keys=keys_by_uid, verify_checks=own_verify, translator=dbt_translator,
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+            if dbt_window_target not in (None, di.dbt_target):
+                raise DwConfigError(f"{field}.dbt_target: {di.dbt_target!r} is not {dbt_window_target!r}, the target of "
+                                    "another dbt_incremental asset; one code location rebuilds with one dbt target")
+            dbt_window_target, dbt_windowed = di.dbt_target, True
+            step_runners[runner[0]] = runner[1]
         else:
             volume = next((dg.AssetCheckKey(key, c.name) for kind, c in a.checks.configured() if kind == "volume"), None)
             diagnosers[tuple(key.path)] = DeadLetterDiagnoser(
@@ -346,7 +363,8 @@ def build_dw_definitions(
         build_remediation_sensor(partitions_def=partitions_def, partitions_of=windowed[0] if windowed else None,
                                  window_job=window_job, rebuild_job=rebuild_job,
                                  verify_job=verify_job, receipt_job=receipt_job, pipeline_root=pipeline_root,
-                                 undo_jobs=undo_jobs if window_job is not None else None, step_jobs=step_jobs,
+                                 undo_jobs=undo_jobs if window_job is not None or dbt_windowed else None,
+                                 step_jobs=step_jobs,
                                  domains=domains, default_status=status),
     ]
     more_checks, more_sensors = _integrations(cfg, resources, diagnosis_job.name, domains, status)
@@ -361,6 +379,39 @@ def build_dw_definitions(
     )
     built.append(defs)
     return defs
+
+
+def _dbt_incremental(di, field: str, *, key: dg.AssetKey, table: str, database: str, repo: Path, project_dir: Path,
+                     profiles_dir: Path | None, manifest_path: Path, domains, dbt_asset_keys, verify_checks, translator,
+                     asset_graph):
+    """The diagnoser of a dbt incremental model and the runner of its ``dbt_window`` steps.
+
+    Raises:
+        DwConfigError: the model is not an incremental model of the manifest, or its file is not in ``repo``.
+    """
+    from dw_dagster.diagnosis.dbt_incremental import DbtIncrementalDiagnoser
+    from dw_dagster.lineage import load_manifest
+    from dw_dagster.pipelines.dbt_incremental import DbtIncrementalError, incremental_model
+    from dw_dagster.proposals.dbt_incremental import DBT_WINDOW
+    from dw_dagster.repair.dbt_window import dbt_window_runner
+
+    try:
+        model = incremental_model(load_manifest(manifest_path), di.dbt_model)
+    except DbtIncrementalError as e:
+        raise DwConfigError(f"{field}.dbt_model: {e}") from e
+    try:
+        model_file = (project_dir / model.file).resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError as e:
+        raise DwConfigError(f"{field}.repo: the model's file {project_dir / model.file} is not inside {repo}") from e
+    diagnoser = DbtIncrementalDiagnoser(
+        target_asset=key, source_resource_key=di.source_database or database, target_resource_key=database,
+        pipeline_root=lambda: repo, pipeline_file=model_file, manifest_path=lambda: manifest_path, partitions_def=None,
+        domains_file=domains, dbt_asset_keys=dbt_asset_keys, verify_checks=verify_checks, group_by=di.group_by,
+        asset_graph=asset_graph, model=di.dbt_model, project_dir=lambda: project_dir, target_table=table,
+        arrival_column=di.arrival_column, key_column=di.key, source_table=di.source_table)
+    runner = dbt_window_runner(project_dir=project_dir, profiles_dir=profiles_dir, manifest_path=lambda: manifest_path,
+                               dbt_executable=dbt_executable(), target=di.dbt_target, translator=translator)
+    return diagnoser, (DBT_WINDOW, runner)
 
 
 def _one_repo(current: Path | None, repo: Path, field: str) -> Path:
