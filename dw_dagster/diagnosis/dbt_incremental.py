@@ -127,6 +127,13 @@ class DbtIncrementalDiagnoser(IncrementalLoadDiagnoser):
         return list(reversed(found))
 
     def _recorded_loads(self, context: dg.OpExecutionContext, incident: Incident):
+        from dw_dagster.core.asset_graph import asset_graph_of
+
+        graph = asset_graph_of(context, self.asset_graph)
+        if graph is not None and graph.has(self.target_asset) and graph.get(self.target_asset).partitions_def is not None:
+            raise dg.Failure(description=f"{self.target_asset.to_user_string()} is a partitioned dbt model: dw_dagster "
+                             "diagnoses unpartitioned incremental models only (a partitioned model's runs read their "
+                             "partition's rows, not rows above a high-watermark)")
         runs = self._runs(context)
         if not runs:
             raise dg.Failure(description=f"no recorded runs of {self.target_asset.to_user_string()}; nothing to diagnose "

@@ -113,3 +113,24 @@ def test_the_rebuild_step_refuses_a_model_without_the_approved_clause(tmp_path):
                             dbt_executable="/nonexistent/dbt")
     with pytest.raises(StepRefused, match="no bounded-rebuild clause on updated_at"):
         run(None, cs, cs.steps[0], DuckDBDatabase(tmp_path / "w.duckdb"))
+
+
+def test_a_partitioned_dbt_model_is_refused_before_anything_is_read():
+    import dagster as dg
+
+    from dw_dagster.core.models import Incident
+    from dw_dagster.diagnosis.dbt_incremental import DbtIncrementalDiagnoser
+
+    @dg.asset(key="m", partitions_def=dg.DailyPartitionsDefinition(start_date="2026-11-01"))
+    def m():
+        return None
+
+    graph = dg.Definitions(assets=[m]).resolve_asset_graph()
+    d = DbtIncrementalDiagnoser(
+        target_asset=dg.AssetKey("m"), source_resource_key="w", target_resource_key="w", pipeline_root=lambda: Path("."),
+        pipeline_file="models/m.sql", manifest_path=None, partitions_def=None, domains_file=None, dbt_asset_keys={},
+        verify_checks=[], asset_graph=lambda: graph, model="m", project_dir=lambda: Path("."), target_table="main.m",
+        arrival_column="arrived")
+    incident = Incident(id="inc-1", asset_key=["m"], source="dw_check", detected_at=T0, summary="s", gap_rows=6)
+    with pytest.raises(dg.Failure, match="is a partitioned dbt model"):
+        d._recorded_loads(object(), incident)  # a context with neither repository nor instance: nothing else is read
