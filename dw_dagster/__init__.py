@@ -35,6 +35,7 @@ from dw_dagster.core.domains import Domain, Domains, load_domains
 from dw_dagster.lineage import blast_radius, dbt_ls, lineage_graph, manifest_graph, select_nodes
 from dw_dagster.integrations.lightup import LightupClient, LightupResource
 from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
+from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
 from dw_dagster.repair.migrations import generate_migration
 from dw_dagster.repair.migrations import apply_migration, verify_migration
@@ -78,6 +79,7 @@ __all__ = [
     "approve_in_process",
     "build_dw_definitions",
     "build_replay_checks",
+    "dbt_incremental_build",
     "load_metadata",
     "records",
     "verify_receipts",

@@ -27,7 +27,7 @@ Python code. Asset keys are written as Dagster's user strings (``analytics/order
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
@@ -159,14 +159,62 @@ class IncrementalLoadConfig(dg.Model, dg.Resolvable):
     The pipeline file (YAML, :class:`~dw_dagster.pipelines.incremental.IncrementalLoadSpec`) names the source and
     target tables, the merge key, partition, watermark and arrival columns and the lookback; the
     watermark fix is a diff to it. Loads are read from the asset's ``dw/loads`` metadata
-    (:func:`~dw_dagster.pipelines.incremental.load_partition` or :func:`~dw_dagster.pipelines.incremental.load_metadata`).
-    """
+    (:func:`~dw_dagster.pipelines.incremental.load_partition`'s results recorded with
+    :func:`~dw_dagster.pipelines.incremental.load_metadata`)."""
 
     source_database: str = Field(description="a name under databases")
     repo: str = Field(description="the pipeline repository's working copy (where the fix's diff applies)")
     file: str = Field(description="the pipeline file, relative to repo")
     group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
     dbt_test: DbtCountTestConfig | None = None
+
+
+class RecordedLoadConfig(dg.Model, dg.Resolvable):
+    """An asset that loads incrementally by its own code and records each load with
+    :func:`dw_dagster.load_metadata` (one :class:`~dw_dagster.pipelines.incremental.LoadResult` per
+    partition: its window, the watermark column, the value it read above, the source's newest
+    arrival time when it read). The asset must have time-window partitions.
+
+    The asset reads its watermark column and lookback at run time from a settings file of its
+    own (YAML with top-level ``watermark_column: <column>`` and ``lookback_hours: <hours>`` lines,
+    or the keys named here); the fix is a diff of those two lines, and the repair reruns the
+    partitions holding late rows once the owner merged it.
+    """
+
+    source_database: str = Field(description="a name under databases")
+    source_table: str = Field(description="the table the asset reads, schema.table")
+    key: str = Field(description="the column the asset merges on")
+    partition_column: str = Field(description="the column whose UTC day is the asset's partition")
+    arrival_column: str = Field(description="when a row reached the source (posted_ts, ingested_at)")
+    repo: str = Field(description="the working copy holding the settings file (where the fix's diff applies)")
+    settings_file: str = Field(description="the asset's settings file, relative to repo")
+    watermark_key: str = Field("watermark_column", description="the settings file's key for the watermark column")
+    lookback_key: str = Field("lookback_hours", description="the settings file's key for the lookback in hours")
+    group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
+    dbt_test: DbtCountTestConfig | None = None
+
+
+class DbtIncrementalConfig(dg.Model, dg.Resolvable):
+    """A dbt model materialized ``incremental`` whose ``is_incremental()`` filter reads rows above the
+    largest value already in the model (``where updated_at > (select max(updated_at) from {{ this }})``).
+
+    The model's ``@dbt_assets`` function builds it through :func:`dw_dagster.dbt_incremental_build`,
+    which records the high-watermark and the source's newest arrival before each run. The fix is a
+    diff of the model's SQL (a lookback, by the arrival column when the model has it, a
+    bounded-rebuild clause, ``unique_key`` when missing) and the repair a ``dbt build --select
+    <model> --vars`` over the days holding late rows. Needs ``dbt.project_dir``.
+    """
+
+    dbt_model: str = Field(description="the dbt model's name")
+    arrival_column: str = Field(description="the column of the model's source telling when a row arrived")
+    key: str | None = Field(None, description="the key late rows are matched by; default the model's unique_key "
+                            "(added to the model by the fix when it has none)")
+    repo: str = Field(description="the git working copy holding the dbt project (where the fix's diff applies)")
+    source_table: str | None = Field(None, description="the table the watermark follows; default the model's one "
+                                     "upstream source or model")
+    source_database: str | None = Field(None, description="where source_table is read; default the asset's database")
+    dbt_target: str | None = Field(None, description="the dbt target of the bounded rebuild (default: the profile's)")
+    group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
 
 
 class DeadLetterSinkConfig(dg.Model, dg.Resolvable):
@@ -185,11 +233,20 @@ class PipelineConfig(dg.Model, dg.Resolvable):
 
     incremental_load: IncrementalLoadConfig | None = None
     dead_letter_sink: DeadLetterSinkConfig | None = None
+    recorded_load: RecordedLoadConfig | None = None
+    dbt_incremental: DbtIncrementalConfig | None = None
+
+    #: the pipeline kinds, in the order an error message lists them
+    KINDS: ClassVar[tuple[str, ...]] = ("incremental_load", "dead_letter_sink", "recorded_load", "dbt_incremental")
+
+    def configured(self) -> tuple[str, dg.Model]:
+        """``(kind, its config)`` of the one kind that is set."""
+        return next((k, getattr(self, k)) for k in self.KINDS if getattr(self, k) is not None)
 
     @model_validator(mode="after")
     def _one(self) -> PipelineConfig:
-        if (self.incremental_load is None) == (self.dead_letter_sink is None):
-            raise ValueError("give exactly one of incremental_load or dead_letter_sink")
+        if sum(getattr(self, k) is not None for k in self.KINDS) != 1:
+            raise ValueError(f"give exactly one of {', '.join(self.KINDS)}")
         return self
 
 
@@ -290,10 +347,14 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
                 if hasattr(cfg, "source"):
                     refs.append((f"checks.{kind}.source.database", cfg.source.database))
             if a.pipeline is not None:
-                p = a.pipeline.incremental_load or a.pipeline.dead_letter_sink
-                refs.append(("pipeline.source_database", p.source_database))
+                kind, p = a.pipeline.configured()
+                if getattr(p, "source_database", None) is not None:
+                    refs.append((f"pipeline.{kind}.source_database", p.source_database))
                 if a.pipeline.dead_letter_sink is None and a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
                     problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
+                if a.pipeline.dbt_incremental is not None and (self.dbt is None or self.dbt.project_dir is None):
+                    problems.append(f"assets.{i}.pipeline.dbt_incremental: needs dbt.project_dir (the model is rebuilt "
+                                    "with dbt)")
             elif a.checks.dead_letter is not None and a.checks.dead_letter.table is None:
                 problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
             for field, name in refs:
@@ -313,8 +374,8 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
 
 
 __all__ = [
-    "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DeadLetterConfig",
+    "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DbtIncrementalConfig", "DeadLetterConfig",
     "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig",
-    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RowDiffConfig", "SlackConfig",
+    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig", "SlackConfig",
     "SourceRef", "VolumeConfig", "WatchedAssetConfig",
 ]

@@ -183,7 +183,7 @@ def build_dw_definitions(
             without partitions, partitions that differ between watched assets.
     """
     from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
-    from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
+    from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, RecordedLoadDiagnoser, build_diagnosis_job
     from dw_dagster.lineage import load_manifest
     from dw_dagster.approval.job import build_approval_job
     from dw_dagster.repair.sensor import build_remediation_sensor
@@ -257,6 +257,8 @@ def build_dw_definitions(
     diagnosers: dict[tuple[str, ...], Any] = {}
     pipeline_root: Path | None = None
     step_runners: dict[str, Any] = {}
+    dbt_window_target: str | None = None
+    dbt_windowed = False  # a dbt_incremental asset: its rebuild keeps a snapshot first, as windows do
     built: list[dg.Definitions] = []
     for a in cfg.assets:
         key = _key(a.key)
@@ -302,6 +304,36 @@ def build_dw_definitions(
                                       source_name=il.dbt_test.source_name, source_table=il.dbt_test.source_table,
                                       group=il.dbt_test.group) if il.dbt_test else None,
                 asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+        elif a.pipeline.recorded_load is not None:
+            rl = a.pipeline.recorded_load
+            field = f"assets[{a.key}].pipeline.recorded_load"
+            repo = path(rl.repo)
+            pipeline_root = _one_repo(pipeline_root, repo, f"{field}.repo")
+            _check_settings_file(repo / rl.settings_file, (rl.watermark_key, rl.lookback_key), f"{field}.settings_file")
+            diagnosers[tuple(key.path)] = RecordedLoadDiagnoser(
+                target_asset=key, source_resource_key=rl.source_database, target_resource_key=a.database,
+                pipeline_root=lambda r=repo: r, pipeline_file=rl.settings_file,
+                manifest_path=manifest_fn, partitions_def=partitions_def, domains_file=domains,
+                dbt_asset_keys=keys_by_uid, verify_checks=own_verify, group_by=rl.group_by, dbt_test=_dbt_test(rl.dbt_test),
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None,
+                source_table=rl.source_table, target_table=a.table, key_column=rl.key,
+                partition_column=rl.partition_column, arrival_column=rl.arrival_column,
+                watermark_key=rl.watermark_key, lookback_key=rl.lookback_key)
+        elif a.pipeline.dbt_incremental is not None:
+            di = a.pipeline.dbt_incremental
+            field = f"assets[{a.key}].pipeline.dbt_incremental"
+            repo = path(di.repo)
+            pipeline_root = _one_repo(pipeline_root, repo, f"{field}.repo")
+            diagnosers[tuple(key.path)], runner = _dbt_incremental(
+                di, field, key=key, table=a.table, database=a.database, repo=repo, project_dir=path(cfg.dbt.project_dir),
+                profiles_dir=path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else None, manifest_path=manifest_path,
+                domains=domains, dbt_asset_keys=keys_by_uid, verify_checks=own_verify, translator=dbt_translator,
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+            if dbt_window_target not in (None, di.dbt_target):
+                raise DwConfigError(f"{field}.dbt_target: {di.dbt_target!r} is not {dbt_window_target!r}, the target of "
+                                    "another dbt_incremental asset; one code location rebuilds with one dbt target")
+            dbt_window_target, dbt_windowed = di.dbt_target, True
+            step_runners[runner[0]] = runner[1]
         else:
             volume = next((dg.AssetCheckKey(key, c.name) for kind, c in a.checks.configured() if kind == "volume"), None)
             diagnosers[tuple(key.path)] = DeadLetterDiagnoser(
@@ -314,7 +346,8 @@ def build_dw_definitions(
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
     diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), required_resource_keys=db_keys, domains=domains)
-    windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None and a.pipeline.incremental_load is not None]
+    windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
+                and (a.pipeline.incremental_load is not None or a.pipeline.recorded_load is not None)]
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
     window_job = build_window_job("dw_rerun_window", windowed, partitions_def) if windowed else None
     downstream = dg.AssetSelection.assets(*watched).downstream(include_self=False)
@@ -330,7 +363,8 @@ def build_dw_definitions(
         build_remediation_sensor(partitions_def=partitions_def, partitions_of=windowed[0] if windowed else None,
                                  window_job=window_job, rebuild_job=rebuild_job,
                                  verify_job=verify_job, receipt_job=receipt_job, pipeline_root=pipeline_root,
-                                 undo_jobs=undo_jobs if window_job is not None else None, step_jobs=step_jobs,
+                                 undo_jobs=undo_jobs if window_job is not None or dbt_windowed else None,
+                                 step_jobs=step_jobs,
                                  domains=domains, default_status=status),
     ]
     more_checks, more_sensors = _integrations(cfg, resources, diagnosis_job.name, domains, status)
@@ -345,6 +379,69 @@ def build_dw_definitions(
     )
     built.append(defs)
     return defs
+
+
+def _dbt_incremental(di, field: str, *, key: dg.AssetKey, table: str, database: str, repo: Path, project_dir: Path,
+                     profiles_dir: Path | None, manifest_path: Path, domains, dbt_asset_keys, verify_checks, translator,
+                     asset_graph):
+    """The diagnoser of a dbt incremental model and the runner of its ``dbt_window`` steps.
+
+    Raises:
+        DwConfigError: the model is not an incremental model of the manifest, or its file is not in ``repo``.
+    """
+    from dw_dagster.diagnosis.dbt_incremental import DbtIncrementalDiagnoser
+    from dw_dagster.lineage import load_manifest
+    from dw_dagster.pipelines.dbt_incremental import DbtIncrementalError, incremental_model
+    from dw_dagster.proposals.dbt_incremental import DBT_WINDOW
+    from dw_dagster.repair.dbt_window import dbt_window_runner
+
+    try:
+        model = incremental_model(load_manifest(manifest_path), di.dbt_model)
+    except DbtIncrementalError as e:
+        raise DwConfigError(f"{field}.dbt_model: {e}") from e
+    try:
+        model_file = (project_dir / model.file).resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError as e:
+        raise DwConfigError(f"{field}.repo: the model's file {project_dir / model.file} is not inside {repo}") from e
+    diagnoser = DbtIncrementalDiagnoser(
+        target_asset=key, source_resource_key=di.source_database or database, target_resource_key=database,
+        pipeline_root=lambda: repo, pipeline_file=model_file, manifest_path=lambda: manifest_path, partitions_def=None,
+        domains_file=domains, dbt_asset_keys=dbt_asset_keys, verify_checks=verify_checks, group_by=di.group_by,
+        asset_graph=asset_graph, model=di.dbt_model, project_dir=lambda: project_dir, target_table=table,
+        arrival_column=di.arrival_column, key_column=di.key, source_table=di.source_table)
+    runner = dbt_window_runner(project_dir=project_dir, profiles_dir=profiles_dir, manifest_path=lambda: manifest_path,
+                               dbt_executable=dbt_executable(), target=di.dbt_target, translator=translator)
+    return diagnoser, (DBT_WINDOW, runner)
+
+
+def _one_repo(current: Path | None, repo: Path, field: str) -> Path:
+    """The pipeline repository of the location: the remediation sensor waits for merges in one working copy."""
+    if current is not None and current != repo:
+        raise DwConfigError(f"{field}: {repo} is not {current}, the pipeline repository another watched asset names; "
+                            "one code location's change sets are merged in one working copy")
+    return repo
+
+
+def _check_settings_file(file: Path, keys: Sequence[str], field: str) -> None:
+    """An asset's own settings file exists and holds each key as a top-level ``key: value`` line."""
+    import re
+
+    if not file.exists():
+        raise DwConfigError(f"{field}: {file} does not exist")
+    text = file.read_text()
+    missing = [k for k in keys if not re.search(rf"^{re.escape(k)}:", text, re.M)]
+    if missing:
+        raise DwConfigError(f"{field}: {file} has no top-level line for {', '.join(missing)} (the fix changes them)")
+
+
+def _dbt_test(cfg):
+    """The proposal's regression test from its configuration (None when not configured)."""
+    if cfg is None:
+        return None
+    from dw_dagster.proposals.watermark import DbtCountTest
+
+    return DbtCountTest(model=cfg.dbt_model, count_column=cfg.count_column, source_name=cfg.source_name,
+                        source_table=cfg.source_table, group=cfg.group)
 
 
 class _SinkRef:

@@ -13,6 +13,12 @@ assets not refreshed or failed, schema changes from ``dw/schema`` snapshots), co
 without double counting (:func:`~dw_dagster.diagnosis.combine.combine_findings`), reports what no
 cause explains as ``unexplained``, and notes when the primary cause happened before on the asset
 (:func:`~dw_dagster.diagnosis.history.attach_history`).
+
+:class:`RecordedLoadDiagnoser` does the same for an asset that loads by its own code and records
+each load with :func:`~dw_dagster.pipelines.incremental.load_metadata`: its tables and columns
+come from the configuration, the watermark column from the recorded loads, and the fix is a diff
+of the asset's own settings file. Both read what each load did from the ``dw/loads`` metadata of
+the asset's latest materialization of each partition.
 """
 
 
@@ -161,6 +167,28 @@ def _naive(v) -> dt.datetime | None:
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
+@dataclass(frozen=True)
+class LoadShape:
+    """What the causes need to know of an incremental load, whatever describes it (a pipeline file,
+    the watched asset's configuration, a dbt model): the same names as
+    :class:`~dw_dagster.pipelines.incremental.IncrementalLoadSpec`.
+
+    Attributes:
+        source_table, target_table: ``[catalog.]schema.table`` in the source and the warehouse.
+        merge_key: the one column the load merges on.
+        partition_column: the timestamp/date column whose UTC day is the partition.
+        watermark_column: the column the load compared with the high-watermark.
+        arrival_column: when a row reached the source; None: the late-rows cause is not tested.
+    """
+
+    source_table: str
+    target_table: str
+    merge_key: str
+    partition_column: str
+    watermark_column: str
+    arrival_column: str | None
+
+
 @dataclass
 class IncrementalLoadDiagnoser:
     """Diagnoses incidents on an asset loaded by :func:`dw_dagster.pipelines.incremental.load_partition`.
@@ -231,6 +259,55 @@ class IncrementalLoadDiagnoser:
                              "a watermark fix reruns a window of partitions")
         return pdef
 
+    def _partition_keys(self, context, window: tuple[dt.datetime, dt.datetime] | None) -> list[str] | None:
+        """The asset's partition keys whose start is in ``window`` (None without a window)."""
+        if window is None:
+            return None
+        pdef = self._partitions(context)
+        return [k for k in pdef.get_partition_keys()
+                if window[0] <= _naive(pdef.time_window_for_partition_key(k).start) < window[1]]
+
+    def _shape(self, context: dg.OpExecutionContext, loads_meta: Mapping[str, Mapping]) -> "LoadShape | IncrementalLoadSpec":
+        """What the causes need to know of the load: tables, key, partition, watermark and arrival
+        columns; here the pipeline file, as it is now."""
+        return IncrementalLoadSpec.from_file(self.pipeline_root() / self.pipeline_file)
+
+    def _recorded_loads(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[dict[str, dict], list[PartitionLoad], dt.datetime | None]:
+        """(the latest ``dw/loads`` entry per partition, those loads for the cause, the high-watermark
+        the latest load read above).
+
+        Raises:
+            dg.Failure: the asset has no recorded loads.
+        """
+        loads_meta = records.latest_loads(context.instance, self.target_asset)
+        if not loads_meta:
+            raise dg.Failure(description=f"no recorded loads of {self.target_asset.to_user_string()}; nothing to diagnose "
+                             "(record each load with dw_dagster.load_metadata)")
+        latest = max(loads_meta.values(), key=lambda m: m["timestamp"])
+        loads = [PartitionLoad(pk, _naive(m["partition_start"]), _naive(m["partition_end"]),
+                               _naive(m.get("source_snapshot_ts")), m.get("run_id")) for pk, m in sorted(loads_meta.items())]
+        return loads_meta, loads, _naive(latest.get("watermark_low"))
+
+    def _blast_radius(self) -> BlastRadius:
+        """What the dbt project has downstream of the asset (as a dbt source)."""
+        return dbt_blast_radius(self.manifest_path, self.target_asset, self.dbt_asset_keys)
+
+    def _propose(self, context: dg.OpExecutionContext, incident: Incident, diagnosis: Diagnosis, finding,
+                 br: BlastRadius, shape) -> ChangeSet:
+        """The change set for a late-rows finding: the diff of the pipeline file and the window rerun.
+
+        Raises:
+            ProposalError: the change cannot be proposed (window over the cap, file missing...).
+        """
+        domain = resolve_domains(self.domains_file).for_asset(self.target_asset.path)
+        return propose_watermark_fix(
+            incident=incident, diagnosis=diagnosis, finding=finding, domain=domain,
+            pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self._partitions(context),
+            rebuild_assets=[m.asset_key for m in br.models if m.asset_key], verify_checks=self.verify_checks,
+            dbt_test=self.dbt_test,
+            undo=UndoPlan(resource_key=self.target_resource_key, table=shape.target_table,
+                          partition_column=shape.partition_column, window=[]))
+
     def _scan_window(self, incident: Incident, loads_meta: Mapping[str, Mapping]) -> tuple[dt.datetime, dt.datetime] | None:
         """The incident's window (naive UTC), else the span of the latest ``scan_days`` loaded partitions."""
         if incident.window_start is not None and incident.window_end is not None:
@@ -244,11 +321,7 @@ class IncrementalLoadDiagnoser:
                       window: tuple[dt.datetime, dt.datetime] | None) -> list:
         """The causes other than the watermark; a cause whose queries fail is logged and left out."""
         found = []
-        partition_keys = None
-        if window is not None:
-            pdef = self._partitions(context)
-            partition_keys = [k for k in pdef.get_partition_keys()
-                              if window[0] <= _naive(pdef.time_window_for_partition_key(k).start) < window[1]]
+        partition_keys = self._partition_keys(context, window)
 
         def attempt(name, fn):
             try:
@@ -296,16 +369,10 @@ class IncrementalLoadDiagnoser:
         return found
 
     def __call__(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[Diagnosis, ChangeSet | None]:
-        spec = IncrementalLoadSpec.from_file(self.pipeline_root() / self.pipeline_file)
         source = getattr(context.resources, self.source_resource_key).get_database()
         target = getattr(context.resources, self.target_resource_key).get_database()
-        loads_meta = records.latest_loads(context.instance, self.target_asset)
-        if not loads_meta:
-            raise dg.Failure(description=f"no recorded loads of {self.target_asset.to_user_string()}; nothing to diagnose")
-        latest = max(loads_meta.values(), key=lambda m: m["timestamp"])
-        hwm = _naive(latest.get("watermark_low"))
-        loads = [PartitionLoad(pk, _naive(m["partition_start"]), _naive(m["partition_end"]),
-                               _naive(m.get("source_snapshot_ts")), m.get("run_id")) for pk, m in sorted(loads_meta.items())]
+        loads_meta, loads, hwm = self._recorded_loads(context, incident)
+        spec = self._shape(context, loads_meta)
         causes = []
         if hwm is not None and spec.arrival_column:
             causes.append(diagnose_late_rows(
@@ -319,7 +386,7 @@ class IncrementalLoadDiagnoser:
         if self.history and causes:
             top = max(range(len(causes)), key=lambda i: causes[i].explained_rows)
             causes[top] = attach_history(causes[top], context.instance, self.target_asset, incident.id)
-        br = dbt_blast_radius(self.manifest_path, self.target_asset, self.dbt_asset_keys)
+        br = self._blast_radius()
         diagnosis = Diagnosis(
             id="dg-" + stable_hash([incident.id, [f.model_dump(mode="json", exclude={"evidence"}) for f in causes]], 10),
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=causes,
@@ -333,16 +400,55 @@ class IncrementalLoadDiagnoser:
             context.log.warning(f"Primary cause {primary.kind}: no automatic change set for it; "
                                 f"{primary.details.get('remediation') or 'see the diagnosis'}")
             return diagnosis, None
-        domain = resolve_domains(self.domains_file).for_asset(self.target_asset.path)
         try:
-            cs = propose_watermark_fix(
-                incident=incident, diagnosis=diagnosis, finding=primary, domain=domain,
-                pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self._partitions(context),
-                rebuild_assets=[m.asset_key for m in br.models if m.asset_key], verify_checks=self.verify_checks,
-                dbt_test=self.dbt_test,
-                undo=UndoPlan(resource_key=self.target_resource_key, table=spec.target_table,
-                              partition_column=spec.partition_column, window=[]))
+            cs = self._propose(context, incident, diagnosis, primary, br, spec)
         except ProposalError as e:
             context.log.warning(f"Diagnosed, but no change set could be proposed: {e}")
             return diagnosis, None
         return diagnosis, cs
+
+
+@dataclass(kw_only=True)
+class RecordedLoadDiagnoser(IncrementalLoadDiagnoser):
+    """Diagnoses incidents on an asset that loads by its own code and records each load with
+    :func:`~dw_dagster.pipelines.incremental.load_metadata` (no pipeline file of dw_dagster's shape).
+
+    The tables and columns come from the configuration; the watermark column from the latest
+    recorded load. ``pipeline_file`` (under ``pipeline_root``) is the asset's own settings file, a
+    YAML file the asset reads at run time with a top-level ``watermark_key: <column>`` and
+    ``lookback_key: <hours>`` line: the fix is a diff of those two lines (read by arrival, with the
+    lookback the diagnosis measured) and a rerun of the partitions holding late rows, once merged.
+
+    Attributes:
+        source_table, target_table: ``schema.table`` of the source and of the asset's table.
+        key_column: the key the asset merges on.
+        partition_column: the column whose UTC day is the asset's partition.
+        arrival_column: when a row reached the source.
+        watermark_key, lookback_key: the settings file's keys for the watermark column and the lookback hours.
+        (the other attributes: :class:`IncrementalLoadDiagnoser`)
+    """
+
+    source_table: str
+    target_table: str
+    key_column: str
+    partition_column: str
+    arrival_column: str
+    watermark_key: str = "watermark_column"
+    lookback_key: str = "lookback_hours"
+
+    def _shape(self, context: dg.OpExecutionContext, loads_meta: Mapping[str, Mapping]) -> LoadShape:
+        latest = max(loads_meta.values(), key=lambda m: m["timestamp"])
+        return LoadShape(source_table=self.source_table, target_table=self.target_table, merge_key=self.key_column,
+                         partition_column=self.partition_column, watermark_column=latest["watermark_column"],
+                         arrival_column=self.arrival_column)
+
+    def _propose(self, context: dg.OpExecutionContext, incident: Incident, diagnosis: Diagnosis, finding,
+                 br: BlastRadius, shape) -> ChangeSet:
+        domain = resolve_domains(self.domains_file).for_asset(self.target_asset.path)
+        return propose_watermark_fix(
+            incident=incident, diagnosis=diagnosis, finding=finding, domain=domain,
+            pipeline_root=self.pipeline_root(), pipeline_file=self.pipeline_file, partitions_def=self._partitions(context),
+            rebuild_assets=[m.asset_key for m in br.models if m.asset_key], verify_checks=self.verify_checks,
+            dbt_test=self.dbt_test, watermark_key=self.watermark_key, lookback_key=self.lookback_key,
+            undo=UndoPlan(resource_key=self.target_resource_key, table=shape.target_table,
+                          partition_column=shape.partition_column, window=[]))

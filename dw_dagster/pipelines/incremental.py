@@ -82,19 +82,40 @@ class IncrementalLoadSpec(BaseModel):
 
 
 class LoadResult(BaseModel):
-    """What one partition's load did. Times are naive UTC (the databases' TIMESTAMP values)."""
+    """What one partition's load read: the record the late-rows diagnosis works from.
 
-    partition_key: str
-    partition_start: dt.datetime
-    partition_end: dt.datetime
-    watermark_column: str
-    watermark_high_before: dt.datetime | None
-    watermark_low: dt.datetime | None = Field(description="rows must be strictly above this to be read")
-    lookback_hours: float
+    :func:`load_partition` returns one; an asset that loads by its own code builds one per
+    partition it loaded and records them with :func:`load_metadata`. Times are naive UTC (the
+    databases' ``TIMESTAMP`` values); an aware time is converted to UTC when it is read back.
+
+    The diagnosis (:mod:`dw_dagster.diagnosis.causes.watermark`) needs, of the latest load of
+    each partition: the partition's window, the watermark column, ``watermark_low`` (the value
+    the load read strictly above; the latest load's is the high-watermark late rows are measured
+    against; None for a first load, which read everything and is not tested) and
+    ``source_snapshot_ts`` (the newest arrival time in the source when the load read it; a
+    source row that arrived later, with a watermark at or below the high-watermark, is a late
+    row; None leaves the partition out of the test). The row counts are shown on the asset page
+    and used by the duplicate-load cause; the rest is informational.
+    """
+
+    partition_key: str = Field(description="the Dagster partition key the load wrote (a day of the partition column)")
+    partition_start: dt.datetime = Field(description="the partition's window start (inclusive), naive UTC")
+    partition_end: dt.datetime = Field(description="the partition's window end (exclusive), naive UTC")
+    watermark_column: str = Field(description="the source column the load compared with the high-watermark")
+    watermark_high_before: dt.datetime | None = Field(None, description="max(watermark_column) in the target before the load")
+    watermark_low: dt.datetime | None = Field(description="rows must be strictly above this to be read (the "
+                                              "high-watermark less the lookback); None: the load read every row")
+    lookback_hours: float = Field(0, ge=0, description="hours subtracted from the high-watermark")
     source_snapshot_ts: dt.datetime | None = Field(description="max(arrival_column) in the source when the load started")
-    rows_read: int
-    rows_inserted: int
-    rows_updated: int
+    rows_read: int = Field(ge=0)
+    rows_inserted: int | None = Field(None, ge=0, description="new keys written (None: not counted)")
+    rows_updated: int | None = Field(None, ge=0, description="existing keys rewritten (None: not counted)")
+
+    @model_validator(mode="after")
+    def _window(self) -> "LoadResult":
+        if self.partition_end <= self.partition_start:
+            raise ValueError(f"partition_end {self.partition_end} is not after partition_start {self.partition_start}")
+        return self
 
 
 class LoadError(DwDagsterError, RuntimeError):
@@ -160,19 +181,24 @@ def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec, source: 
 def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None) -> dict[str, Any]:
     """The materialization metadata that records what a load read, for the late-rows diagnosis.
 
-    Any asset that loads incrementally can record its loads this way (whatever does the loading):
+    Any asset that loads incrementally records its loads this way, whatever does the loading:
     return ``dg.MaterializeResult(metadata=load_metadata([...]))`` with one :class:`LoadResult`
-    per partition the run loaded.
+    per partition the run loaded (a single run over a range of partitions gives one per
+    partition; Dagster copies the metadata onto each partition's materialization, and the
+    diagnosis reads each partition's own entry). The asset must be partitioned (one time-window
+    partitions definition): the diagnosis reads the latest load of each partition, and the
+    repair reruns partitions.
 
     Args:
-        results: one per loaded partition: the partition key and its window, the watermark
-            column, the high-watermark before the load and the low bound it read above, the
-            lookback, the source's newest arrival time when the load started, and the row counts.
+        results: one per loaded partition (:class:`LoadResult`: the partition and its window, the
+            watermark column, ``watermark_low`` it read above, the source's newest arrival time
+            when the load started, the rows read).
         row_count: the table's rows after the load (``dagster/row_count``), if known.
 
     Returns:
         ``{"dw/loads": {partition_key: LoadResult as JSON}, "dw/watermark_column", "dw/lookback_hours",
-        "dw/rows_read", "dw/rows_inserted"[, "dagster/row_count"]}``.
+        "dw/rows_read"[, "dw/rows_inserted"][, "dagster/row_count"]}`` (``dw/rows_inserted`` when
+        every result counted its inserts).
 
     Raises:
         ValueError: no results, or results of different watermark columns.
@@ -190,8 +216,9 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
         c.WATERMARK_COLUMN_KEY: results[0].watermark_column,
         c.LOOKBACK_HOURS_KEY: results[0].lookback_hours,
         c.ROWS_READ_KEY: sum(r.rows_read for r in results),
-        c.ROWS_INSERTED_KEY: sum(r.rows_inserted for r in results),
     }
+    if all(r.rows_inserted is not None for r in results):
+        md[c.ROWS_INSERTED_KEY] = sum(r.rows_inserted for r in results)
     if row_count is not None:
         md["dagster/row_count"] = int(row_count)
     return md

@@ -114,6 +114,8 @@ def propose_watermark_fix(
     undo: UndoPlan | None = None,
     proposer: str = c.PROPOSER,
     now: dt.datetime | None = None,
+    watermark_key: str = "watermark_column",
+    lookback_key: str = "lookback_hours",
 ) -> ChangeSet:
     """One change set for a ``late_rows_behind_watermark`` finding.
 
@@ -127,6 +129,8 @@ def propose_watermark_fix(
         rebuild_assets: downstream asset keys to rebuild after the window, in any order.
         verify_checks: ``[*asset key path, check name]`` of the checks that prove the repair.
         dbt_test: the new dbt test to add, if any.
+        watermark_key, lookback_key: the file's top-level keys set to the arrival column and to the
+            proposed lookback in hours (a pipeline file's, or an asset's own settings file's).
 
     Raises:
         ProposalError: no window, a key outside the partitions definition, or a window over the
@@ -148,7 +152,7 @@ def propose_watermark_fix(
     before = path.read_text()
     arrival = finding.details["arrival_column"]
     lookback = finding.details["proposed_lookback_hours"]
-    after = set_yaml_scalar(set_yaml_scalar(before, "watermark_column", arrival), "lookback_hours", str(lookback))
+    after = set_yaml_scalar(set_yaml_scalar(before, watermark_key, arrival), lookback_key, str(lookback))
     provisional_id = "cs-" + stable_hash([incident.id, window, after], 10)
     changes: dict[str, tuple[str | None, str]] = {pipeline_file: (before, after)}
     new_tests = []

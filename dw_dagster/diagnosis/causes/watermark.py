@@ -53,7 +53,12 @@ def _sort_key(cell: tuple) -> tuple:
 
 @dataclass(frozen=True)
 class PartitionLoad:
-    """The latest load of one partition, as the loader recorded it (naive UTC times)."""
+    """The latest load of one partition, as the loader recorded it (naive UTC times).
+
+    ``partition_key`` is the ISO day of ``start`` (the gap is counted per day of the partition
+    column). Several loads may share a key when each covered part of the day (the runs of an
+    unpartitioned incremental model, each responsible for a range of the watermark).
+    """
 
     partition_key: str
     start: dt.datetime
@@ -156,8 +161,9 @@ def diagnose_late_rows(
 
     # Measure the gap in the partitions that hold late rows, per partition and group.
     parts = sorted({k[0] for k in cells})
-    by_key = {ld.partition_key: ld for ld in loads}
-    lo, hi = min(by_key[p].start for p in parts), max(by_key[p].end for p in parts)
+    # a partition may be covered by several loads (an unpartitioned model's runs, split by day)
+    lo = min(ld.start for ld in loads if ld.partition_key in parts)
+    hi = max(ld.end for ld in loads if ld.partition_key in parts)
     gap_tmpl = (
         f"SELECT CAST({pc} AS DATE) AS d{''.join(', ' + c for c in g_cols)}, COUNT(*) AS n FROM {{t}} "
         f"WHERE {pc} >= {_lit(lo)} AND {pc} < {_lit(hi)} GROUP BY 1{''.join(', ' + str(i + 2) for i in range(n_g))}"
