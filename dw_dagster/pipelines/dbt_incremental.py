@@ -41,6 +41,7 @@ import dagster as dg
 from pydantic import BaseModel, Field
 from sqlglot import exp
 
+from dw_dagster.errors import DwDagsterError
 from dw_dagster.databases import Database, sql
 
 INCREMENTAL_RUN_KEY = "dw/incremental_run"
@@ -54,7 +55,7 @@ _IS_INCREMENTAL = re.compile(r"^\s*is_incremental\s*\(\s*\)\s*$")
 _UNITS = {"hour": 1.0, "hours": 1.0, "day": 24.0, "days": 24.0, "minute": 1 / 60, "minutes": 1 / 60}
 
 
-class DbtIncrementalError(ValueError):
+class DbtIncrementalError(DwDagsterError, ValueError):
     """The model is not an incremental load dw_dagster can read (the message says what it found)."""
 
 
