@@ -19,6 +19,9 @@ RECEIPT_KEY = "dw/receipt"
 RECEIPT_MD_KEY = "dw/receipt_md"
 RECEIPT_HASH_KEY = "dw/receipt_hash"
 
+# One line that says what an event is, first among its metadata (materializations have no description)
+SUMMARY_KEY = "dw/summary"
+
 # Loader materialization metadata (incremental loads by high-watermark)
 WATERMARK_COLUMN_KEY = "dw/watermark_column"
 LOOKBACK_HOURS_KEY = "dw/lookback_hours"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,23 @@ def ensure_target(warehouse: DuckDBDatabase, spec: IncrementalLoadSpec, source: 
     warehouse.execute(ddl)
 
 
+def load_summary(results: Sequence[LoadResult]) -> str:
+    """One line for the asset page's events: which partitions, how many rows above which watermark.
+
+    ``"load of 2026-11-26: read 1,234 rows above sale_ts 2026-11-26 21:59:59, inserted 12"``; a
+    range of partitions reads ``"load of 2026-11-26..2026-11-27 (2 partitions): ..."``.
+    """
+    keys = sorted(r.partition_key for r in results)
+    where = keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]} ({len(keys)} partitions)"
+    lows = sorted({r.watermark_low for r in results if r.watermark_low is not None})
+    above = (f" above {results[0].watermark_column} {lows[0]:%Y-%m-%d %H:%M:%S}" if len(lows) == 1
+             else f" above {len(lows)} watermarks on {results[0].watermark_column}" if lows else "")
+    out = f"load of {where}: read {sum(r.rows_read for r in results):,} rows{above}"
+    if all(r.rows_inserted is not None for r in results):
+        out += f", inserted {sum(r.rows_inserted for r in results):,}"
+    return out
+
+
 def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None) -> dict[str, Any]:
     """The materialization metadata that records what a load read, for the late-rows diagnosis.
 
@@ -196,7 +213,8 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
         row_count: the table's rows after the load (``dagster/row_count``), if known.
 
     Returns:
-        ``{"dw/loads": {partition_key: LoadResult as JSON}, "dw/watermark_column", "dw/lookback_hours",
+        ``{"dw/summary" (one line: see :func:`load_summary`), "dw/loads": {partition_key: LoadResult as JSON},
+        "dw/watermark_column", "dw/lookback_hours",
         "dw/rows_read"[, "dw/rows_inserted"][, "dagster/row_count"]}`` (``dw/rows_inserted`` when
         every result counted its inserts).
 
@@ -212,6 +230,7 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
         raise ValueError("the loads name different watermark columns")
     loads = {r.partition_key: r.model_dump(mode="json") for r in results}
     md: dict[str, Any] = {
+        c.SUMMARY_KEY: load_summary(results),
         "dw/loads": dg.MetadataValue.json(loads),
         c.WATERMARK_COLUMN_KEY: results[0].watermark_column,
         c.LOOKBACK_HOURS_KEY: results[0].lookback_hours,

@@ -83,3 +83,26 @@ def test_a_source_type_without_an_exact_duckdb_type_is_refused(type_text, dialec
 
     with pytest.raises(LoadError, match="no exact DuckDB equivalent"):
         _warehouse_type(type_text, "c", SimpleNamespace(dialect=dialect), _spec())
+
+
+def test_load_metadata_leads_with_a_one_line_summary():
+    """Materializations have no description: the first metadata entry says what the event is."""
+    import datetime as dt
+
+    from dw_dagster import LoadResult, load_metadata
+
+    def result(day: int, low, read: int, inserted: int | None):
+        start = dt.datetime(2026, 11, day)
+        return LoadResult(partition_key=start.date().isoformat(), partition_start=start,
+                          partition_end=start + dt.timedelta(days=1), watermark_column="sale_ts", watermark_low=low,
+                          lookback_hours=0, source_snapshot_ts=start, rows_read=read, rows_inserted=inserted,
+                          rows_updated=0 if inserted is not None else None)
+
+    low = dt.datetime(2026, 11, 26, 21, 59, 59)
+    one = load_metadata([result(26, low, 1234, 12)])
+    assert next(iter(one)) == "dw/summary"
+    assert one["dw/summary"] == "load of 2026-11-26: read 1,234 rows above sale_ts 2026-11-26 21:59:59, inserted 12"
+    two = load_metadata([result(26, low, 1000, None), result(27, low, 2000, None)])
+    assert two["dw/summary"] == "load of 2026-11-26..2026-11-27 (2 partitions): read 3,000 rows above sale_ts 2026-11-26 21:59:59"
+    first = load_metadata([result(1, None, 5, 5)])
+    assert first["dw/summary"] == "load of 2026-11-01: read 5 rows, inserted 5"
