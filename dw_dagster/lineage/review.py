@@ -35,7 +35,7 @@ import networkx as nx
 
 from dw_dagster.core.domains import Domains, DomainsSource, resolve_domains
 from dw_dagster.lineage.columns import Column, ColumnReader, ColumnSet, Usage, fold
-from dw_dagster.lineage.dbt_manifest import blast_radius, load_manifest, manifest_graph, node_owners
+from dw_dagster.lineage.dbt_manifest import blast_radius, dbt_ls, load_manifest, manifest_graph, node_owners
 from dw_dagster.lineage.review_models import (
     ColumnChange,
     ColumnUse,
@@ -102,9 +102,10 @@ def _key(g: nx.DiGraph, uid: str) -> list[str] | None:
 def _node_change(g: nx.DiGraph, uid: str, change: str, in_sm: bool, reasons: list[Reason],
                  dependents: list[str] = ()) -> NodeChange:
     attrs = g.nodes[uid]
+    reaches = 0 if change == "removed" else len([u for u in dbt_ls(g, [uid]) if u != uid])
     return NodeChange(unique_id=uid, name=str(attrs.get("name") or uid), resource_type=attrs["resource_type"], change=change,
                       in_state_modified=in_sm, reasons=reasons, asset_key=_key(g, uid), owners=node_owners(g, uid),
-                      dependents_in_base=sorted(dependents))
+                      reaches=reaches, dependents_in_base=sorted(dependents))
 
 
 # -- column use --------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ class NodeChange(_Rec):
     ``in_state_modified``: dbt's ``state:modified`` selects it (a new source, exposure, metric,
     semantic model or saved query is added but not selected by dbt; a removed node never is).
     ``asset_key``: the Dagster asset key dagster-dbt's default translator gives it (None for
-    tests, exposures, ephemeral models). ``dependents_in_base``: for a removed node, the nodes
-    that depended on it in the base manifest.
+    tests, exposures, ephemeral models). ``reaches``: how many nodes ``dbt ls -s NODE+`` lists
+    besides the node itself (on the head; 0 for a removed node). ``dependents_in_base``: for a
+    removed node, the nodes that depended on it in the base manifest.
     """
 
     unique_id: str
@@ -49,6 +50,7 @@ class NodeChange(_Rec):
     reasons: list[Reason] = Field(default_factory=list)
     asset_key: list[str] | None = None
     owners: list[str] = Field(default_factory=list)
+    reaches: int = 0
     dependents_in_base: list[str] = Field(default_factory=list)
 
 

@@ -86,13 +86,13 @@ def review_markdown(r: Review, failures: Iterable[str] = ()) -> str:
         out += ["No change to the dbt project's nodes.", ""]
     if r.nodes:
         rows, more = _cut(r.nodes)
-        out += ["#### Nodes", "", "| change | node | type | why |", "|---|---|---|---|"]
+        out += ["#### Nodes", "", "| change | node | type | why | reaches |", "|---|---|---|---|---|"]
         for n in rows:
             why = "; ".join(_reason(x) for x in n.reasons[:4])
             flag = "" if n.in_state_modified or n.change == "removed" else " (not in dbt's state:modified)"
-            out.append(f"| {n.change}{flag} | {md(n.unique_id)} | {md(n.resource_type)} | {md(why)} |")
+            out.append(f"| {n.change}{flag} | {md(n.unique_id)} | {md(n.resource_type)} | {md(why)} | {n.reaches} |")
         if more:
-            out.append(f"| … | {more} more | | |")
+            out.append(f"| … | {more} more | | | |")
         out.append("")
     col_rows = [(nc, c) for nc in r.columns for c in nc.changes]
     if r.columns:
@@ -161,7 +161,8 @@ def review_text(r: Review, failures: Iterable[str] = ()) -> str:
         out.append("nodes:")
         for n in r.nodes:
             tag = "" if n.in_state_modified or n.change == "removed" else " [not in dbt's state:modified]"
-            out.append(f"  {n.change:<8} {plain(n.unique_id)}{tag}")
+            reach = f" (reaches {n.reaches} downstream)" if n.reaches else ""
+            out.append(f"  {n.change:<8} {plain(n.unique_id)}{tag}{reach}")
             for x in n.reasons:
                 out.append(f"             {plain(_reason(x))}")
     if r.columns:

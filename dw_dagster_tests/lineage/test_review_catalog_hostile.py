@@ -70,6 +70,8 @@ def test_hostile_names_equal_dbt_ls(hostile_pair):
     assert set(review.state_modified) == hostile_pair.oracle["state:modified"] == hostile_pair.oracle["cli:state:modified"]
     assert set(review.state_modified_plus) == hostile_pair.oracle["state:modified+"]
     assert "model.hostile.modèle_données" in review.state_modified
+    (node,) = review.nodes
+    assert node.reaches == 2  # order and line-items
 
 
 def test_hostile_names_are_reported_and_escaped(hostile_pair):
