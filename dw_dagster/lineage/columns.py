@@ -63,7 +63,7 @@ _PLACEHOLDER = "__dw_rel_{}"
 
 def dialect_for(manifest: Mapping[str, Any]) -> str | None:
     """The sqlglot dialect of the manifest's adapter (``metadata.adapter_type``), or None."""
-    return DIALECTS.get(str(((manifest.get("metadata") or {}).get("adapter_type") or "")).lower())
+    return DIALECTS.get(str((manifest.get("metadata") or {}).get("adapter_type") or "").lower())
 
 
 def fold(name: str) -> str:

@@ -114,6 +114,9 @@ def test_blast_radius_names_owners_and_assets(reviewed):
     pair, review = reviewed
     br = review.blast_radius
     assert br.dagster_assets and all(isinstance(k, list) for k in br.dagster_assets)
+    # a child that reads the dropped column is a Dagster asset of the blast radius, under dagster-dbt's default key
+    (c,) = [nc for nc in review.columns if nc.unique_id == f"model.synth.{pair.picked['drop_column']}"][0].changes
+    assert [c.selected_by[0].unique_id.split(".")[-1]] in br.dagster_assets
     for e in br.exposures:
         assert e.owner_email and e.owner_email in review.owners
     # the meta owner of the changed model is an owner of the review
