@@ -32,7 +32,7 @@ from dw_dagster.diagnosis import (
 )
 from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_job
 from dw_dagster.core.domains import Domain, Domains, load_domains
-from dw_dagster.lineage import blast_radius, dbt_ls, lineage_graph, manifest_graph, select_nodes
+from dw_dagster.lineage import Review, blast_radius, dbt_ls, lineage_graph, manifest_graph, review_manifests, select_nodes
 from dw_dagster.integrations.lightup import LightupClient, LightupResource
 from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
@@ -126,6 +126,7 @@ __all__ = [
     "Receipt",
     "RenameColumn",
     "RetypeColumn",
+    "Review",
     "SetNullability",
     "SlackResource",
     "StepRefused",
@@ -173,6 +174,7 @@ __all__ = [
     "page_incident",
     "read_table_schema",
     "record_schema_snapshot",
+    "review_manifests",
     "row_diff",
     "row_diff_across",
     "run_migration_step",

@@ -1,8 +1,8 @@
 """``dw-dagster``: the command line for people and scripts.
 
 Commands: ``demo store-sales``, ``demo orders``, ``approve``, ``approvals``, ``change-sets``, ``receipts``,
-``incidents``, ``stop``/``resume``, ``holds``, ``undo``, ``blast-radius`` (the deciding ones in
-:mod:`dw_dagster.cli.decisions`).
+``incidents``, ``stop``/``resume``, ``holds``, ``undo``, ``blast-radius``, ``review`` (the deciding ones in
+:mod:`dw_dagster.cli.decisions`; ``review`` in :mod:`dw_dagster.cli.review`).
 Commands that read Dagster's records use the instance in ``$DAGSTER_HOME`` (or ``--dagster-home``).
 """
 
@@ -467,9 +467,11 @@ def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -
 
 
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
+from dw_dagster.cli.review import register as register_review  # noqa: E402
 
 register(main)
 register_incident_commands(incidents_cmd)
+register_review(main)
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,19 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         max_window_partitions: 7
         approval_expiry_hours: 24
         identity: verified          # the default; "unverified" only for a scratch sandbox
+        exposures: [store_pnl]      # dbt exposures the domain owns (by name), for pull-request review
+        slack_channel: C0123STORE   # where `dw-dagster review --notify slack` tells the domain
+
+    review:                         # pull-request review (dw-dagster review, dw_dagster.lineage.review)
+      sensitive:
+        defaults: true              # keep the built-in rules (dw_dagster.lineage.sensitive.DEFAULT_RULES)
+        disable: [free_text]        # built-in rules to leave out, by name
+        rules:
+          - name: loyalty_card
+            category: account_number
+            pattern: "(^|_)loyalty_card(_|$)"
+            applies_to: [name]      # name, description, tags, meta
+            source: "grocer data classification policy, section 3"
 
     identity:                       # how approvers prove who they are (dw_dagster.approval.identity)
       oidc:
@@ -102,6 +115,10 @@ class Domain(BaseModel):
     approval_expiry_hours: float = Field(24, gt=0, le=24 * 14)
     identity: Literal["verified", "unverified"] = Field(
         "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")
+    exposures: list[str] = Field(default_factory=list, description="dbt exposures the domain owns, by name "
+                                 "(pull-request review names the domain's people when one is affected)")
+    slack_channel: str | None = Field(default=None, description="Slack channel (ID, C...) where pull-request "
+                                      "reviews that reach the domain are posted (dw-dagster review --notify slack)")
 
     @field_validator("approvers", "escalation")
     @classmethod
@@ -130,8 +147,8 @@ class Domain(BaseModel):
 
     @model_validator(mode="after")
     def _level_fits_classes(self) -> Domain:
-        if not self.assets and not self.select:
-            raise ValueError(f"domain {self.name!r} owns nothing: give assets or select")
+        if not self.assets and not self.select and not self.exposures:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select or exposures")
         if self.autonomy == "L3":
             extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
             if extra:
@@ -212,6 +229,59 @@ class IdentityProviders(BaseModel):
         return v if isinstance(v, OidcSettings) else OidcSettings.model_validate(v)
 
 
+class SensitiveRule(BaseModel):
+    """A rule that makes a new column look sensitive in pull-request review (:mod:`dw_dagster.lineage.sensitive`).
+
+    Attributes:
+        name: the rule's name, shown with every match (``[A-Za-z0-9_.-]``).
+        category: what kind of data it finds (``email``, ``phone``, ``national_id`` ... or your own).
+        pattern: a regular expression (Python ``re``, matched case-insensitively with ``search``)
+            against what ``applies_to`` names: the column name normalised to lower snake case
+            (``CustomerEMail`` → ``customer_e_mail``), the description, each tag, each ``meta``
+            entry as ``key`` and ``key=value`` (entries whose value is false, no, 0 or empty skipped).
+        applies_to: which of ``name``, ``description``, ``tags``, ``meta`` the pattern is matched
+            against (not ``on``: YAML 1.1 reads that key as ``true``).
+        source: where the rule comes from (a regulation, a policy), shown with every match.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    category: str = "custom"
+    pattern: str
+    applies_to: list[Literal["name", "description", "tags", "meta"]] = Field(default_factory=lambda: ["name"], min_length=1)
+    source: str = ""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        import re
+
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a regular expression: {e}") from e
+        return v
+
+
+class SensitiveSettings(BaseModel):
+    """Which rules flag new columns: the built-in ones (unless ``defaults: false``), minus ``disable``, plus ``rules``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: bool = True
+    disable: list[str] = Field(default_factory=list, description="built-in rules to leave out, by name")
+    rules: list[SensitiveRule] = Field(default_factory=list)
+
+
+class ReviewSettings(BaseModel):
+    """Pull-request review settings (``review:`` in the domains file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sensitive: SensitiveSettings = Field(default_factory=SensitiveSettings)
+
+
 class Domains(BaseModel):
     """A domains file: the domains, the identity providers decisions are verified with, the operators."""
 
@@ -219,6 +289,7 @@ class Domains(BaseModel):
 
     domains: list[Domain]
     identity: IdentityProviders = Field(default_factory=IdentityProviders)
+    review: ReviewSettings = Field(default_factory=ReviewSettings)
     operators: list[str] = Field(default_factory=list, description="who may lift an org-wide stop "
                                  "(default: every domain's approvers)")
 

@@ -294,7 +294,7 @@ def write_synthetic_project(root: Path, models: int = 3000, seed: int = 7) -> Sy
 _LS_SCRIPT = r"""
 import json, sys
 from dbt.cli.main import dbtRunner
-project_dir, selectors = sys.argv[1], json.loads(sys.argv[2])
+project_dir, selectors, extra = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 base = ["--project-dir", project_dir, "--profiles-dir", project_dir]
 parsed = dbtRunner().invoke(["--log-level", "none", "parse", *base])
 if not parsed.success:
@@ -302,7 +302,7 @@ if not parsed.success:
 out = {}
 for sel in selectors:
     res = dbtRunner(manifest=parsed.result).invoke(
-        ["--log-level", "none", "ls", *base, "--select", sel, "--output", "json", "--output-keys", "unique_id"])
+        ["--log-level", "none", "ls", *base, *extra, "--select", sel, "--output", "json", "--output-keys", "unique_id"])
     if not res.success:
         raise SystemExit(f"dbt ls --select {sel} failed: {res.exception}")
     out[sel] = sorted(json.loads(x)["unique_id"] for x in res.result)
@@ -310,12 +310,14 @@ print("\n@@RESULT@@" + json.dumps(out))
 """
 
 
-def dbt_ls_many(project_dir: Path, env: dict[str, str], selectors: list[str], timeout: float = 1800) -> dict[str, set[str]]:
+def dbt_ls_many(project_dir: Path, env: dict[str, str], selectors: list[str], timeout: float = 1800,
+                extra_args: list[str] = ()) -> dict[str, set[str]]:
     """``dbt ls --select S --output json --output-keys unique_id`` for each selector, in one child process.
 
     The child parses the project once (``dbtRunner``, partial parse reused) and runs ``ls`` with
     that manifest for every selector — dbt's own selection code, without re-reading the project
-    per selector. ``profiles.yml`` must be in ``project_dir``.
+    per selector. ``profiles.yml`` must be in ``project_dir``. ``extra_args`` go to every ``ls``
+    (e.g. ``["--state", "base/target"]`` for ``state:`` selectors).
 
     Returns:
         selector → set of unique ids.
@@ -323,7 +325,7 @@ def dbt_ls_many(project_dir: Path, env: dict[str, str], selectors: list[str], ti
     Raises:
         RuntimeError: the child failed (its output is in the message).
     """
-    proc = subprocess.run([sys.executable, "-c", _LS_SCRIPT, str(project_dir), json.dumps(selectors)],
+    proc = subprocess.run([sys.executable, "-c", _LS_SCRIPT, str(project_dir), json.dumps(selectors), json.dumps(list(extra_args))],
                           capture_output=True, text=True, env=env, cwd=project_dir, timeout=timeout)
     if proc.returncode != 0 or "@@RESULT@@" not in proc.stdout:
         raise RuntimeError(f"dbt ls child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
