@@ -416,6 +416,15 @@ class _ApiError(Exception):
         self.error = error
 
 
+def _url_parameters(path: str) -> dict[str, str]:
+    """The route's keyword arguments as Mage's Tornado routes name them (``server/server.py``)."""
+    m = re.fullmatch(r"/api/pipeline_schedules/(\w+)/(?:pipeline_runs/(\w+)|api_trigger)", path)
+    if m:
+        return {"pipeline_schedule_id": m[1], **({"token": m[2]} if m[2] else {})}
+    parts = path.strip("/").split("/")[1:]
+    return dict(zip(("resource", "pk", "child", "child_pk"), parts, strict=False))
+
+
 def _exception_body(message: str, url_parameters: dict[str, Any]) -> JSONResponse:
     trace = ["  File \"/usr/local/lib/python3.11/site-packages/tornado/web.py\", line 1788, in _execute\n"]
     return JSONResponse({"error": {"code": 500, "errors": trace, "exception": message,
@@ -466,7 +475,7 @@ def build_app(state: FakeMage) -> Starlette:
             try:
                 body = json.loads(raw) if raw else {}
             except ValueError:
-                return _exception_body("Expecting value: line 1 column 1 (char 0)", dict(request.path_params))
+                return _exception_body("Expecting value: line 1 column 1 (char 0)", _url_parameters(path))
             with state.lock:
                 f = state.faults
                 if not path.startswith("/_fake"):
@@ -479,7 +488,7 @@ def build_app(state: FakeMage) -> Starlette:
                                         headers={"Retry-After": "0"} if f.status == 429 else None)
                     if f.exception and f.exception_count > 0 and (not f.exception_path or re.search(f.exception_path, path)):
                         f.exception_count -= 1
-                        return _exception_body(f.exception, dict(request.path_params))
+                        return _exception_body(f.exception, _url_parameters(path))
                 if auth:
                     error, has_user = authenticate(request, body)
                     if error is not None:
@@ -493,7 +502,7 @@ def build_app(state: FakeMage) -> Starlette:
                 except _ApiError as e:
                     return render_error(request, e.error)
                 except _Exception as e:
-                    return _exception_body(str(e), dict(request.path_params))
+                    return _exception_body(str(e), _url_parameters(path))
             if isinstance(result, Response):
                 return result
             return JSONResponse(result)
