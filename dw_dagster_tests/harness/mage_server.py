@@ -7,8 +7,9 @@ its own venv, built by :func:`ensure_mage_venv` the first time it is needed and 
 - where: ``$DW_MAGE_VENV``, else ``${XDG_CACHE_HOME:-~/.cache}/dw_dagster/mage-ai-0.9.80-venv``
   (outside the clone, so every worktree and test run on the machine shares it);
 - how: ``python -m venv``, ``pip install uv`` (from the configured index), then ``uv pip install
-  mage-ai==0.9.80`` (185 wheels, about 1.2 GB installed; pip alone takes about 5.7 min on the
-  2-core machine, uv about 1 min); if uv cannot be installed, pip does it all. Then Mage's server
+  mage-ai==0.9.80`` (185 wheels, about 1.3 GB installed). Measured on the 2-core machine from a
+  clean cache: 45 s in all with uv, 5.7 min with pip alone; if uv cannot be installed, pip does it
+  all. Then Mage's server
   modules are imported once with bytecode writing on, so later starts do not compile them
   (``PYTHONDONTWRITEBYTECODE`` is set on the CI machines: without this step every start takes
   about 55 s instead of about 25 s);
@@ -239,29 +240,40 @@ def mage_server(python: Path, workdir: Path, *, token_ttl_s: int = 3600, timeout
 class MageAdmin:
     """Makes pipelines, blocks, API triggers and runs through Mage's REST API (real server or fake).
 
-    Test-side only: dw_dagster itself never writes to Mage. Logs in before each call when
-    ``email`` is given (the sessions the tests use expire within seconds).
+    Test-side only: dw_dagster itself never writes to Mage. With ``email`` it logs in once and again
+    when the session has expired (the real server's sessions last seconds in the tests).
     """
 
     def __init__(self, url: str, email: str | None = None, password: str | None = None) -> None:
         self.url, self.email, self.password = url, email, password
         self.http = httpx.Client(base_url=url, timeout=60, headers={"X-API-KEY": MAGE_API_KEY})
+        self._token: str | None = None
 
-    def token(self) -> str | None:
-        """A fresh session's inner token (the ``OAUTH-TOKEN`` header value), or None without user auth."""
-        if self.email is None:
-            return None
+    def session(self) -> tuple[str, str]:
+        """A new session: ``(JWT, inner token)``. Mage checks the password with bcrypt: about 1–3 s a login."""
         r = self.http.post("/api/sessions", params={"_http_error_codes": "true"},
                            json={"session": {"email": self.email, "password": self.password}})
         r.raise_for_status()
         jwt = r.json()["session"]["token"]
         body = jwt.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["token"]
+        return jwt, json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["token"]
+
+    def token(self, *, fresh: bool = False) -> str | None:
+        """The inner token of this admin's session (the ``OAUTH-TOKEN`` value), or None without user auth."""
+        if self.email is None:
+            return None
+        if self._token is None or fresh:
+            self._token = self.session()[1]
+        return self._token
 
     def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        token = self.token()
-        r = self.http.request(method, path, params={"_http_error_codes": "true"}, json=body,
-                              headers={"OAUTH-TOKEN": token} if token else {})
+        """One call with the session (logging in again once when Mage answers 401: the session expired)."""
+        for attempt in (1, 2):
+            token = self.token(fresh=attempt == 2)
+            r = self.http.request(method, path, params={"_http_error_codes": "true"}, json=body,
+                                  headers={"OAUTH-TOKEN": token} if token else {})
+            if r.status_code != 401:
+                break
         r.raise_for_status()
         data = r.json()
         if data.get("error"):
