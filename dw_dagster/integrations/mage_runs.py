@@ -194,7 +194,7 @@ def wait_for_run_after(client: MageClient, pipeline_uuid: str, after: dt.datetim
     counts when its ``created_at`` is at or after ``after`` (Mage stores ``created_at`` in whole
     seconds, so ``after`` is rounded down to the second). When a newer run appears while waiting
     (the engineer started another), that one is followed. Mage's scheduler picks a run up within
-    about 10 s and a small batch run takes about 15 s (measured on mage-ai 0.9.80).
+    seconds and a one-block batch run is finished after about 20 s (measured on mage-ai 0.9.80).
 
     Args:
         client: the Mage client.
