@@ -34,6 +34,7 @@ from dw_dagster.diagnosis.job import IncrementalLoadDiagnoser, build_diagnosis_j
 from dw_dagster.core.domains import Domain, Domains, load_domains
 from dw_dagster.lineage import Review, blast_radius, dbt_ls, lineage_graph, manifest_graph, review_manifests, select_nodes
 from dw_dagster.integrations.lightup import LightupClient, LightupResource
+from dw_dagster.integrations.mage import MageClient, MageResource
 from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
@@ -115,6 +116,8 @@ __all__ = [
     "IncrementalLoadSpec",
     "LightupClient",
     "LightupResource",
+    "MageClient",
+    "MageResource",
     "LossyRetypeError",
     "Migration",
     "MigrationError",

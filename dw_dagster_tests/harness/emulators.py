@@ -209,48 +209,88 @@ class VenvBuild:
     built_seconds: float | None  # None when the cached venv was reused
 
 
-def ensure_bqemulator_venv(venv: Path = BQEMULATOR_VENV) -> VenvBuild:
-    """Build (once) the venv bqemulator runs in; later calls reuse it.
+def build_venv_once(venv: Path, stamp_text: str, build: Callable[[Path, Any], None], *, what: str) -> VenvBuild:
+    """Build (once) a venv with ``build``; later calls with the same ``stamp_text`` reuse it.
 
-    The venv is built beside its final place and renamed when pip has finished, under a file
-    lock, so an interrupted or concurrent build never leaves a half-built venv in use. A stamp
-    file records the requirements; changing :data:`BQEMULATOR_REQUIREMENTS` rebuilds it.
+    The venv is built beside its final place and renamed when ``build`` has finished, under a file
+    lock, so an interrupted or concurrent build never leaves a half-built venv in use. The stamp
+    file ``<venv>/dw-requirements.txt`` holds ``stamp_text``; a different text rebuilds the venv. The
+    build's seconds are kept in ``<venv>/dw-build-seconds.txt`` and its output in ``<venv>.build.log``.
+
+    Args:
+        venv: where the venv lives.
+        stamp_text: what the venv holds (its requirements).
+        build: ``build(tmp, log)`` fills the venv at ``tmp`` (not yet created), writing output to the
+            binary file ``log``; raises ``RuntimeError`` when it fails.
+        what: a name for error messages ("the bqemulator venv").
 
     Raises:
-        RuntimeError: venv creation or ``pip install`` failed (with the tail of its log).
+        RuntimeError: the build failed (with the tail of its log); nothing is left at ``venv``'s
+            temporary place.
     """
     import fcntl
     import shutil
 
-    stamp_text = "\n".join(BQEMULATOR_REQUIREMENTS) + "\n"
-    python = venv / "bin" / "python"
+    venv_python = venv / "bin" / "python"
     stamp = venv / "dw-requirements.txt"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if python.exists() and stamp.exists() and stamp.read_text() == stamp_text:
-            return VenvBuild(python, None)
+        if venv_python.exists() and stamp.exists() and stamp.read_text() == stamp_text:
+            return VenvBuild(venv_python, None)
         started = time.monotonic()
         tmp = venv.parent / f"{venv.name}.building-{os.getpid()}"
         log_path = venv.parent / f"{venv.name}.build.log"
         shutil.rmtree(tmp, ignore_errors=True)
-        with open(log_path, "wb") as log:
-            for argv in (
-                [sys.executable, "-m", "venv", str(tmp)],
-                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                 *BQEMULATOR_REQUIREMENTS],
-            ):
-                rc = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                if rc != 0:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise RuntimeError(f"building the bqemulator venv failed ({' '.join(argv[:4])}...):\n{_tail(log_path)}")
+        try:
+            with open(log_path, "wb") as log:
+                build(tmp, log)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(f"building {what} at {venv} failed: {e}\n(log {log_path}):\n{_tail(log_path)}") from None
         (tmp / "dw-build-seconds.txt").write_text(f"{time.monotonic() - started:.1f}\n")
         (tmp / "dw-requirements.txt").write_text(stamp_text)
         shutil.rmtree(venv, ignore_errors=True)
         # bin/python finds its venv from its own path, so it survives the rename; the console
         # scripts' shebangs keep the build path: use `bin/python -m pip`, not `bin/pip`.
         tmp.rename(venv)
-        return VenvBuild(python, time.monotonic() - started)
+        return VenvBuild(venv_python, time.monotonic() - started)
+
+
+def run_logged(argv: Sequence[str], log: Any, env: dict[str, str] | None = None) -> None:
+    """Run ``argv`` with its output appended to the binary file ``log``.
+
+    Raises:
+        RuntimeError: it exited with a non-zero code (naming the command).
+    """
+    log.write(f"$ {' '.join(argv)}\n".encode())
+    log.flush()
+    rc = subprocess.call(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(argv[:6])}... exited with code {rc}")
+
+
+def ensure_venv(venv: Path, requirements: Sequence[str], *, what: str, python: str = sys.executable) -> VenvBuild:
+    """Build (once) a venv holding ``requirements`` with pip (:func:`build_venv_once`); later calls reuse it.
+
+    Raises:
+        RuntimeError: venv creation or ``pip install`` failed (with the tail of its log).
+    """
+    def build(tmp: Path, log: Any) -> None:
+        run_logged([python, "-m", "venv", str(tmp)], log)
+        run_logged([str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+                    *requirements], log)
+
+    return build_venv_once(venv, "\n".join(requirements) + "\n", build, what=what)
+
+
+def ensure_bqemulator_venv(venv: Path = BQEMULATOR_VENV) -> VenvBuild:
+    """Build (once) the venv bqemulator runs in (:func:`ensure_venv`); later calls reuse it.
+
+    Raises:
+        RuntimeError: venv creation or ``pip install`` failed (with the tail of its log).
+    """
+    return ensure_venv(venv, BQEMULATOR_REQUIREMENTS, what="the bqemulator venv")
 
 
 @contextlib.contextmanager
