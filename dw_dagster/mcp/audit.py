@@ -65,7 +65,7 @@ def get_audit_trail(state: DwState, asset: str | None, change_set_id: str | None
     if (asset is None) == (change_set_id is None):
         raise fail("give either asset or change_set_id")
     led = state.require_records()
-    inst = state.instance()
+    inst = state.view()
     if change_set_id is not None:
         cid = change_set_id.strip()
         rows = led.change_set_rows(latest_only=False) if cid and len(cid) <= 200 else []
@@ -146,7 +146,7 @@ def get_audit_trail(state: DwState, asset: str | None, change_set_id: str | None
     touched = list(dict.fromkeys([*keys, *(dg.AssetKey(list(a)) for r in rows
                                            for a in records.parse_change_set(r.body).rebuild_assets)]))
     receipts = [x for k in touched for x in records.receipts(inst, k) if x.change_set_id in cs_ids]
-    checked, problems, text = receipt_check(state) if receipts else (False, {}, "no receipts")
+    checked, problems, text = receipt_check(state, touched) if receipts else (False, {}, "no receipts")
     for x in receipts:
         ev.append(AuditEvent(at=x.created_at, kind="receipt", actor="dw_receipts", subject=f"{x.id} on {'/'.join(x.asset_key)}",
                              run_id=x.run_ids.get("receipt"),

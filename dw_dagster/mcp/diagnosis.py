@@ -118,7 +118,7 @@ def diagnose_incident(state: DwState, incident_id: str | None, asset: str | None
                 next_step=(f"no incident on {key.to_user_string()} from check {check.strip()!r}. The check incident sensor "
                            "(dw_check_incident_sensor, running in `dagster dev` or the daemon) opens one when the check "
                            "fails and launches the diagnosis job; run_quality_check runs the check now"))
-    diags = [d for d in records.diagnoses(state.instance(), [key]) if d.incident_id == row.incident_id]
+    diags = [d for d in records.diagnoses(state.view(), [key]) if d.incident_id == row.incident_id]
     if not diags:
         return DiagnosisAnswer(
             incident_id=row.incident_id, asset_key=list(key.path), diagnosed=False, incident_state=row.state,
@@ -163,9 +163,11 @@ def _loads_before(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: li
     """Per partition of ``partitions``, the newest materialization recorded before ``before`` (the load
     the incident saw), with its ``dw/loads`` entry (watermark, rows read)."""
     found: dict[str, dict] = {}
-    for rec in records.iter_materializations(instance, key):
+    page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=list(partitions),
+                                                                  before_timestamp=before.timestamp()), limit=100)
+    for rec in page.records:  # newest first
         pk = rec.partition_key
-        if pk not in partitions or pk in found or rec.timestamp > before.timestamp():
+        if pk not in partitions or pk in found:
             continue
         loads = records.metadata_json(rec.asset_materialization.metadata, "dw/loads") or {}
         entry = loads.get(pk) if isinstance(loads, dict) else None
@@ -178,17 +180,20 @@ def _loads_before(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: li
 
 
 def _system(database: str) -> str:
-    if database.startswith("dagster:"):
+    parts = [p.strip() for p in database.split("|") if p.strip()]
+    if parts and all(p.startswith("dagster:") for p in parts):
         return "dagster event log"
+    if len(parts) > 1:
+        return "databases " + " + ".join(parts)
     if "(local join" in database:
-        return "dw_dagster (local join of keys streamed from both databases)"
+        return "dw_dagster (a local join of keys streamed from the source and the warehouse)"
     return f"database {database}"
 
 
 def get_root_cause(state: DwState, incident_id: str) -> RootCause:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     row = state.incident_row(incident_id)
-    inst, key = state.instance(), asset_of(row.asset_key)
+    inst, key = state.view(), asset_of(row.asset_key)
     inc = Incident.model_validate_json(row.body)
     chain = [ChainLink(system="lightup" if inc.source == "lightup" else "dagster check" if inc.source == "dw_check"
                        else inc.source, what=f"{detected_by(inc)}: {inc.summary}",
@@ -209,9 +214,10 @@ def get_root_cause(state: DwState, incident_id: str) -> RootCause:
             loads = _loads_before(inst, key, list(p.window), inc.detected_at)
             chain.append(ChainLink(
                 system="dagster run",
-                what=(f"the loads of {key.to_user_string()} for {', '.join(p.window)} read {det['watermark_column']} above "
-                      f"the high-watermark {det.get('high_watermark')} (strict '>'); rows posted later at or below it were "
-                      "never read"),
+                what=(f"the runs that loaded {key.to_user_string()} for {', '.join(p.window)} (below) read rows with "
+                      f"{det['watermark_column']} above the high-watermark with a strict '>'; the latest load's high-watermark "
+                      f"was {det.get('high_watermark')}, so rows that reached the source later ({det.get('arrival_column')}) "
+                      "at or below it were never read"),
                 refs={"loads": loads, "watermark_column": det.get("watermark_column"),
                       "high_watermark": det.get("high_watermark"), "arrival_column": det.get("arrival_column")}))
         for e in p.evidence:

@@ -74,7 +74,7 @@ def list_incidents(state: DwState, asset: str | None, status: str | None, since:
     if status is not None and status not in STATUSES:
         raise fail(f"status {shown(status)} is not one of {', '.join(STATUSES)}")
     after = parse_since(since) if since is not None else None
-    entries = incident_history(state.instance(), key)
+    entries = incident_history(state.view(), key)
     if status is not None:
         entries = [e for e in entries if e.status == status or e.state == status
                    or (status == "fixed" and e.status.startswith("fixed"))]
@@ -114,7 +114,7 @@ def detected_by(inc: Incident) -> str:
 def get_incident(state: DwState, incident_id: str) -> IncidentDetail:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     row = state.incident_row(incident_id)
-    inst, led = state.instance(), state.ledger()
+    inst, led = state.view(), state.ledger()
     try:
         inc = Incident.model_validate_json(row.body)
     except ValueError as e:
@@ -128,7 +128,8 @@ def get_incident(state: DwState, incident_id: str) -> IncidentDetail:
     refused = sum(len(records.refusals(inst, cs.id, [dg.AssetKey(list(cs.target_asset))])) for cs in sets)
     touched = list(dict.fromkeys([*targets, *(tuple(a) for cs in sets for a in cs.rebuild_assets)]))
     mine = [r for a in touched for r in records.receipts(inst, dg.AssetKey(list(a))) if r.incident_id == row.incident_id]
-    checked, problems, text = receipt_check(state) if mine else (False, {}, "no receipts to check")
+    checked, problems, text = (receipt_check(state, [dg.AssetKey(list(a)) for a in touched]) if mine
+                               else (False, {}, "no receipts to check"))
     return IncidentDetail(incident=inc, detected_by=detected_by(inc), ledger_state=row.state, ledger_note=row.note,
                           outcome=entry, change_sets=[change_set_brief(led, cs) for cs in sets], decisions=decisions,
                           refused_approvals=refused, receipts=receipt_verdicts(mine, checked, problems), receipts_check=text)
@@ -163,7 +164,7 @@ def get_incident_history(state: DwState, asset: str, similar_to: str | None) -> 
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     state.require_records()
     key: dg.AssetKey = state.asset(asset)
-    entries = incident_history(state.instance(), key)
+    entries = incident_history(state.view(), key)
     kind = None
     if similar_to is not None:
         s = similar_to.strip()

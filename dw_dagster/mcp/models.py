@@ -95,8 +95,8 @@ def decision_briefs(state: DwState, change_set_id: str) -> list[DecisionBrief]:
     return out
 
 
-def receipt_check(state: DwState) -> tuple[bool, dict[str, list[str]], str]:
-    """Run :func:`~dw_dagster.receipts.chain.verify_receipts` on the instance.
+def receipt_check(state: DwState, asset_keys: list | None = None) -> tuple[bool, dict[str, list[str]], str]:
+    """Run :func:`~dw_dagster.receipts.chain.verify_receipts` on the instance (the chains of ``asset_keys``, or all).
 
     Returns:
         ``(checked, problems by receipt id, one sentence)``; ``checked`` is False without the
@@ -106,14 +106,15 @@ def receipt_check(state: DwState) -> tuple[bool, dict[str, list[str]], str]:
     from dw_dagster.receipts.chain import verify_receipts
 
     try:
-        count, problems = verify_receipts(state.instance())
+        count, problems = verify_receipts(state.view(), asset_keys)
     except ApprovalRefused as e:
         return False, {}, (f"not checked: {e} (set DW_APPROVAL_SIGNING_KEY or DW_APPROVAL_SIGNING_KEY_FILE where "
                            "the server runs)")
     found: dict[str, list[str]] = {}
     for p in problems:
         found.setdefault(p.receipt_id, []).append(str(p))
-    text = (f"{count} receipt(s) in the instance checked now: " +
+    text = (f"{count} receipt(s) " + ("in the instance" if asset_keys is None else
+                                      f"on {', '.join(k.to_user_string() for k in asset_keys)}") + " checked now: " +
             ("every chain intact, every hash signed, every receipt the ledger recorded present" if not problems
              else f"{len(problems)} problem(s)"))
     return True, found, text

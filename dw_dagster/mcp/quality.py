@@ -169,7 +169,7 @@ class QualityScore(BaseModel):
 def quality_score(state: DwState, key: dg.AssetKey) -> QualityScore:
     """The score of ``key`` (see :data:`FORMULA`)."""
     _, keys = _checks_of(state, key)
-    instance = state.instance()
+    instance = state.view()
     results = [latest_result(instance, ck) for ck in keys]
     evaluated = [r for r in results if r.passed is not None]
     total = sum(WEIGHTS.get(r.severity or "ERROR", 2) for r in evaluated)
@@ -249,7 +249,7 @@ def _columns(state: DwState, loc: Any, key: dg.AssetKey) -> tuple[list[ColumnVie
                 for c in schema.columns], "dagster/column_schema"
     from dw_dagster.diagnosis.causes.schema_change import schema_history
 
-    snaps = schema_history(state.instance(), key, limit=50)
+    snaps = schema_history(state.view(), key, limit=50)
     if snaps:
         s = snaps[0]
         return ([ColumnView(name=c.name, type=c.data_type, nullable=c.nullable) for c in s.columns],
@@ -317,8 +317,8 @@ def explain_table(state: DwState, asset: str) -> TableExplanation:
                 o = (a.get("data") or {}).get("owner") or {}
                 exposures.append(f"{(a.get('data') or {}).get('label') or a['name']} ({u}; owner {o.get('name')} "
                                  f"<{o.get('email')}>)")
-    receipts = records.receipts(state.instance(), key)
-    checked, problems, _ = receipt_check(state) if receipts else (False, {}, "")
+    receipts = records.receipts(state.view(), key)
+    checked, problems, _ = receipt_check(state, [key]) if receipts else (False, {}, "")
     return TableExplanation(
         asset_key=list(key.path), location=loc.name, description=node.description, owners=list(node.owners or []),
         group=node.group_name, kinds=sorted(node.kinds or []), table=str(getattr(table, "value", table)) if table else None,

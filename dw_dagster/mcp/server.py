@@ -46,18 +46,25 @@ INSTRUCTIONS = (
     "remediate only proposes: a listed approver decides in the approval job. Asset keys are slash-separated."
 )
 
-Asset = Annotated[str, Field(description="Asset key, slash-separated (store_sales_line, pos_source/sales_line) or a "
-                             "JSON list of its parts", max_length=1000)]
+KeyText = Annotated[str, Field(max_length=1000)]
+KeyParts = Annotated[list[Annotated[str, Field(max_length=300)]], Field(min_length=1, max_length=50)]
+Asset = Annotated[KeyText | KeyParts, Field(description="Asset key, slash-separated (store_sales_line, "
+                                            "pos_source/sales_line) or the list of its parts")]
 IncidentId = Annotated[str, Field(description="Incident id as list_incidents shows it (lu-…, inc-…)", max_length=200)]
 
 
-def _guarded(fn: Callable) -> Callable:
-    """Turn any failure into a ToolError with one sentence (the traceback stays in the server log)."""
+def _guarded(state: DwState) -> Callable[[Callable], Callable]:
+    """Run a tool in one :meth:`DwState.call_scope`, turning any failure into a ToolError with one
+    sentence (the traceback stays in the server log)."""
+    return lambda fn: _guard(fn, state)
 
+
+def _guard(fn: Callable, state: DwState) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with state.call_scope():
+                return fn(*args, **kwargs)
         except ToolError:
             raise
         except Exception as e:  # a record or a location dw_dagster cannot read: say so, log the details
@@ -97,13 +104,13 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
     server = MCPServer("dw-dagster", title="dw_dagster", version=__version__, instructions=INSTRUCTIONS,
                        lifespan=lifespan, **auth)
     server.dw_state = st
-    tool = server.tool
+    tool, guarded = server.tool, _guarded(st)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def list_incidents(
-        asset: Annotated[str | None, Field(description="Only this asset's incidents (slash-separated key); default all",
-                                           max_length=1000)] = None,
+        asset: Annotated[KeyText | KeyParts | None, Field(description="Only this asset's incidents (slash-separated key "
+                                                          "or the list of its parts); default all")] = None,
         status: Annotated[str | None, Field(description="Only incidents with this outcome (open, diagnosed, proposed, "
                                             "approved, rejected, fixed, fixed (verified), fixed (not verified)) or "
                                             "ledger state (diagnosing, diagnosis_failed, rediagnose, closed, quarantined)",
@@ -135,7 +142,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return incidents.list_incidents(st, asset, status, since, limit)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def get_incident(incident_id: IncidentId) -> incidents.IncidentDetail:
         """One incident whole: its record, source, cause, change sets, decisions, receipts and whether they verify.
 
@@ -157,12 +164,12 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return incidents.get_incident(st, incident_id)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def diagnose_incident(
         incident_id: Annotated[str | None, Field(description="The incident to explain; or give asset and check",
                                                  max_length=200)] = None,
-        asset: Annotated[str | None, Field(description="With check: the asset whose failed check to explain",
-                                           max_length=1000)] = None,
+        asset: Annotated[KeyText | KeyParts | None, Field(description="With check: the asset whose failed check to "
+                                                          "explain")] = None,
         check: Annotated[str | None, Field(description="With asset: the check's name (region_compare, lightup_compare, "
                                            "daily_volume ...)", max_length=200)] = None,
     ) -> diagnosis.DiagnosisAnswer:
@@ -190,7 +197,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return diagnosis.diagnose_incident(st, incident_id, asset, check)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def get_root_cause(incident_id: IncidentId) -> diagnosis.RootCause:
         """The cause chain across systems, short form of diagnose_incident.
 
@@ -213,7 +220,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return diagnosis.get_root_cause(st, incident_id)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def blast_radius_analysis(
         node: Annotated[str, Field(description="What changes: a Dagster asset key (store_sales_line), a dbt model name, "
                                    "a unique id, source:pkg.src.table or exposure:name", max_length=1000)],
@@ -246,7 +253,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return lineage.blast_radius_analysis(st, node, change_type, column)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def trace_cross_platform_lineage(
         asset: Annotated[str, Field(description="Asset key (slash-separated) or dbt node to start from",
                                     max_length=1000)],
@@ -275,7 +282,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return lineage.trace_cross_platform_lineage(st, asset, direction, max_depth)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def get_incident_history(
         asset: Asset,
         similar_to: Annotated[str | None, Field(description="An incident id or a cause kind: only past incidents with "
@@ -298,7 +305,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return incidents.get_incident_history(st, asset, similar_to)
 
     @tool(annotations=RUNS_CHECKS)
-    @_guarded
+    @guarded
     def run_quality_check(
         asset: Asset,
         checks: Annotated[list[Annotated[str, Field(max_length=200)]] | None,
@@ -327,7 +334,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return quality.run_quality_check(st, asset, checks, min(timeout_seconds, st.settings.check_timeout_s))
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def get_quality_score(asset: Asset) -> quality.QualityScore:
         """One 0–100 score for an asset from its checks' latest results and its open incidents.
 
@@ -349,7 +356,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return quality.get_quality_score(st, asset)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def explain_table(asset: Asset) -> quality.TableExplanation:
         """What an asset is and what happened to it, in one answer.
 
@@ -371,10 +378,10 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return quality.explain_table(st, asset)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def get_audit_trail(
-        asset: Annotated[str | None, Field(description="Every change set and incident of this asset; or give "
-                                           "change_set_id", max_length=1000)] = None,
+        asset: Annotated[KeyText | KeyParts | None, Field(description="Every change set and incident of this asset; or "
+                                                          "give change_set_id")] = None,
         change_set_id: Annotated[str | None, Field(description="One change set (cs-…)", max_length=200)] = None,
     ) -> audit.AuditTrail:
         """Proposals, approvals, refusals, runs and receipts in order, each receipt with its verification verdict.
@@ -398,7 +405,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return audit.get_audit_trail(st, asset, change_set_id)
 
     @tool(annotations=READ)
-    @_guarded
+    @guarded
     def generate_migration(
         table: Annotated[str, Field(description="The table: an asset key (its dagster/table_name is used) or "
                                     "schema.table / catalog.schema.table", max_length=1000)],
@@ -431,7 +438,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return changes.generate_migration(st, table, change, dialect)
 
     @tool(annotations=PROPOSES)
-    @_guarded
+    @guarded
     def remediate(incident_id: IncidentId) -> changes.RemediationProposal:
         """Propose the change set for an incident. It never approves and never runs a repair.
 

@@ -35,7 +35,7 @@ class ServerSettings:
     Attributes:
         dagster_home: the Dagster instance directory (default ``$DAGSTER_HOME``).
         workspace: the workspace file whose code locations give the asset graph and the dbt
-            manifests (``-w``; default ``./workspace.yaml`` when it exists).
+            manifests (``-w``; None: ``./workspace.yaml`` when it exists; ``""``: none).
         manifests: more dbt ``manifest.json`` files for the lineage tools (``--manifest``).
         domains: the domains file (owners, approvers, autonomy; default ``$DW_DOMAINS_FILE``).
         locations: only these code locations of the workspace (default all).
@@ -69,13 +69,17 @@ def closest(text: str, candidates: list[str], n: int = 5) -> list[str]:
     return list(dict.fromkeys(contains + similar))[:n]
 
 
-def parse_asset_key(text: str) -> dg.AssetKey:
-    """An asset key from the caller's text: ``a/b`` (slash-separated, as the CLI takes it) or a JSON
-    list ``["a", "b"]``.
+def parse_asset_key(text: str | list[str]) -> dg.AssetKey:
+    """An asset key from the caller's text: ``a/b`` (slash-separated, as the CLI takes it), a JSON
+    list ``["a", "b"]`` in a string, or a list of the parts.
 
     Raises:
         ToolError: empty, too long, or a JSON list of something else than strings.
     """
+    if isinstance(text, list):
+        if not text or not all(isinstance(p, str) and p.strip() for p in text):
+            raise fail("an asset key given as a list needs non-empty names, e.g. [\"pos_source\", \"sales_line\"]")
+        return dg.AssetKey(list(text))
     if not isinstance(text, str) or not text.strip("/ \t\n"):
         raise fail("name an asset key, slash-separated (e.g. store_sales_line or pos_source/sales_line)")
     if len(text) > MAX_KEY_CHARS:
@@ -93,6 +97,58 @@ def parse_asset_key(text: str) -> dg.AssetKey:
     return dg.AssetKey([p for p in s.strip("/").split("/") if p])
 
 
+class CallSnapshot:
+    """The instance as one tool call reads it: each asset's event records are fetched once per call.
+
+    The records helpers a tool combines (:mod:`dw_dagster.core.records`, :func:`incident_history`,
+    :func:`verify_receipts`, notifications) each page through the same asset's observations; within
+    one call they get the same records from one query (newest-first and oldest-first served from one
+    complete read). Every call starts from nothing, so each answer reads the instance as it is at
+    that call. Anything else (the ledger, check history, runs) goes to the instance itself.
+    """
+
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self._instance = instance
+        self._complete: dict[tuple[str, dg.AssetKey, bool], list] = {}
+        self._keys: list | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._instance, name)
+
+    def get_asset_keys(self, *args: Any, **kwargs: Any):
+        if args or kwargs:
+            return self._instance.get_asset_keys(*args, **kwargs)
+        if self._keys is None:
+            self._keys = list(self._instance.get_asset_keys())
+        return self._keys
+
+    def _fetch(self, kind: str, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
+        from dagster._core.event_api import EventRecordsResult
+
+        fetch = getattr(self._instance, f"fetch_{kind}")
+        key = records_filter if isinstance(records_filter, dg.AssetKey) else None
+        if isinstance(records_filter, dg.AssetRecordsFilter) and records_filter == dg.AssetRecordsFilter(
+                asset_key=records_filter.asset_key):
+            key = records_filter.asset_key
+        if key is None or cursor is not None:
+            return fetch(records_filter, limit=limit, cursor=cursor, ascending=ascending)
+        for order in (ascending, not ascending):
+            found = self._complete.get((kind, key, order))
+            if found is not None:
+                rows = found if order == ascending else found[::-1]
+                return EventRecordsResult(records=rows[:limit], cursor="", has_more=len(rows) > limit)
+        res = fetch(records_filter, limit=limit, cursor=None, ascending=ascending)
+        if not res.has_more:
+            self._complete[(kind, key, ascending)] = list(res.records)
+        return res
+
+    def fetch_observations(self, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
+        return self._fetch("observations", records_filter, limit, cursor, ascending)
+
+    def fetch_materializations(self, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
+        return self._fetch("materializations", records_filter, limit, cursor, ascending)
+
+
 class DwState:
     """The instance, workspace and domains one server answers from; opened lazily, then kept.
 
@@ -102,6 +158,8 @@ class DwState:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self._lock = threading.RLock()
+        self._local = threading.local()
+        self._has_records = False
         self._instance: dg.DagsterInstance | None = None
         self._workspace = None
         self._workspace_error: str | None = None
@@ -110,7 +168,7 @@ class DwState:
         self.home = str(Path(home).resolve()) if home else None
         ws = settings.workspace
         if ws is None and Path("workspace.yaml").is_file():
-            ws = "workspace.yaml"
+            ws = "workspace.yaml"  # as `dagster dev` does; "" means none
         self.workspace_path = str(Path(ws).resolve()) if ws else None
         domains = settings.domains or os.environ.get("DW_DOMAINS_FILE")
         self.domains_path = str(Path(domains).resolve()) if domains else None
@@ -142,6 +200,36 @@ class DwState:
                            "dagster.yaml or point DAGSTER_HOME elsewhere") from e
             return self._instance
 
+    def call_scope(self):
+        """A context for one tool call: :meth:`view` reads through one :class:`CallSnapshot` inside it."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            stack = self._local.__dict__.setdefault("snapshots", [])
+            stack.append(None)
+            try:
+                yield
+            finally:
+                stack.pop()
+
+        return scope()
+
+    def view(self):
+        """The instance for reading records in this tool call (a :class:`CallSnapshot`; the instance
+        itself outside a call). Runs are launched on :meth:`instance`, never on a view.
+
+        Raises:
+            ToolError: as :meth:`instance`.
+        """
+        inst = self.instance()
+        stack = self._local.__dict__.get("snapshots")
+        if not stack:
+            return inst
+        if stack[-1] is None:
+            stack[-1] = CallSnapshot(inst)
+        return stack[-1]
+
     def ledger(self) -> Ledger:
         """The instance's ledger (:func:`dw_dagster.core.ledger.ledger_for`).
 
@@ -160,10 +248,13 @@ class DwState:
             ToolError: no incident, change set or receipt was ever recorded in this instance.
         """
         led = self.ledger()
+        if self._has_records:  # records are never removed from a ledger: once seen, always there
+            return led
         if not led.incidents(limit=1) and not led.change_set_rows(latest_only=False, limit=1) and not led.receipt_heads():
             raise fail(f"the Dagster instance at {self.home} holds no dw_dagster records (no incident, change set or "
                        "receipt): is DAGSTER_HOME the instance the loop writes to? `make demo` fills one in "
                        ".dw_demo/dagster_home")
+        self._has_records = True
         return led
 
     # -- the workspace ---------------------------------------------------------------------------
@@ -266,7 +357,7 @@ class DwState:
     def known_asset_keys(self, *, with_workspace: bool) -> list[dg.AssetKey]:
         """Asset keys this server can name: the instance's, the ledger's incidents' and, when
         ``with_workspace`` (or already loaded), the workspace's."""
-        keys = dict.fromkeys(self.instance().get_asset_keys())
+        keys = dict.fromkeys(self.view().get_asset_keys())
         for r in self.ledger().incidents():
             keys.setdefault(dg.AssetKey(r.asset_key.split("/")), None)
         ws = self.workspace() if with_workspace else self.workspace_if_loaded()
@@ -282,6 +373,8 @@ class DwState:
             ToolError: unparseable, or unknown (the message lists the closest known keys).
         """
         key = parse_asset_key(text)
+        if key in self.view().get_asset_keys():
+            return key
         known = self.known_asset_keys(with_workspace=with_workspace)
         if key in known:
             return key
