@@ -66,8 +66,16 @@ def _checks_of(state: DwState, key: dg.AssetKey) -> tuple[Any, list[dg.AssetChec
 
 
 def latest_result(instance: dg.DagsterInstance, ck: dg.AssetCheckKey) -> CheckResult:
-    """The newest evaluation of one check (``passed`` None when it never ran)."""
-    for rec in instance.event_log_storage.get_asset_check_execution_history(ck, limit=10):
+    """The newest evaluation of one check (``passed`` None when it never ran).
+
+    Reads the newest execution record; only when that one was planned and not evaluated (its run
+    still going, or failed before the check) are older records read.
+    """
+    history = instance.event_log_storage.get_asset_check_execution_history(ck, limit=1)
+    if history and not hasattr(getattr(getattr(history[0].event, "dagster_event", None), "event_specific_data", None),
+                               "passed"):
+        history = instance.event_log_storage.get_asset_check_execution_history(ck, limit=20)
+    for rec in history:
         ev = rec.event.dagster_event.event_specific_data if rec.event and rec.event.dagster_event else None
         if ev is None or not hasattr(ev, "passed"):
             continue  # planned, never evaluated (a run that is still going or that failed before the check)
@@ -249,7 +257,7 @@ def _columns(state: DwState, loc: Any, key: dg.AssetKey) -> tuple[list[ColumnVie
                 for c in schema.columns], "dagster/column_schema"
     from dw_dagster.diagnosis.causes.schema_change import schema_history
 
-    snaps = schema_history(state.view(), key, limit=50)
+    snaps = schema_history(state.view(), key, limit=5)  # a snapshot rides on the newest events when one is kept
     if snaps:
         s = snaps[0]
         return ([ColumnView(name=c.name, type=c.data_type, nullable=c.nullable) for c in s.columns],

@@ -107,6 +107,9 @@ class CallSnapshot:
     that call. Anything else (the ledger, check history, runs) goes to the instance itself.
     """
 
+    #: a first read of an asset's observations asks for up to this many (the records helpers' page size)
+    PREFETCH = 500
+
     def __init__(self, instance: dg.DagsterInstance) -> None:
         self._instance = instance
         self._complete: dict[tuple[str, dg.AssetKey, bool], list] = {}
@@ -123,7 +126,7 @@ class CallSnapshot:
         return self._keys
 
     def _fetch(self, kind: str, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
-        from dagster._core.event_api import EventRecordsResult
+        from dagster._core.event_api import EventLogCursor, EventRecordsResult
 
         fetch = getattr(self._instance, f"fetch_{kind}")
         key = records_filter if isinstance(records_filter, dg.AssetKey) else None
@@ -132,15 +135,21 @@ class CallSnapshot:
             key = records_filter.asset_key
         if key is None or cursor is not None:
             return fetch(records_filter, limit=limit, cursor=cursor, ascending=ascending)
+
+        def page(rows: list, more: bool) -> EventRecordsResult:  # a first page as the storage gives it
+            shown = rows[:limit]
+            return EventRecordsResult(records=shown, has_more=more or len(rows) > limit,
+                                      cursor=EventLogCursor.from_storage_id(shown[-1].storage_id if shown else -1).to_string())
+
         for order in (ascending, not ascending):
             found = self._complete.get((kind, key, order))
             if found is not None:
-                rows = found if order == ascending else found[::-1]
-                return EventRecordsResult(records=rows[:limit], cursor="", has_more=len(rows) > limit)
-        res = fetch(records_filter, limit=limit, cursor=None, ascending=ascending)
-        if not res.has_more:
+                return page(found if order == ascending else found[::-1], False)
+        ask = max(limit, self.PREFETCH) if kind == "observations" else limit  # the dw/ records live on observations
+        res = fetch(records_filter, limit=ask, cursor=None, ascending=ascending)
+        if not res.has_more:  # the asset's whole history of this kind: later reads in this call share it
             self._complete[(kind, key, ascending)] = list(res.records)
-        return res
+        return page(list(res.records), res.has_more)
 
     def fetch_observations(self, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
         return self._fetch("observations", records_filter, limit, cursor, ascending)
@@ -373,7 +382,8 @@ class DwState:
             ToolError: unparseable, or unknown (the message lists the closest known keys).
         """
         key = parse_asset_key(text)
-        if key in self.view().get_asset_keys():
+        ws = self.workspace_if_loaded()
+        if (ws is not None and ws.locations_of(key)) or self.instance().has_asset_key(key):
             return key
         known = self.known_asset_keys(with_workspace=with_workspace)
         if key in known:
