@@ -166,7 +166,8 @@ class DwState:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the workspace and manifests (a load takes seconds)
+        self._instance_lock = threading.Lock()  # the instance: never waits for a workspace load
         self._local = threading.local()
         self._has_records = False
         self._instance: dg.DagsterInstance | None = None
@@ -191,7 +192,7 @@ class DwState:
             ToolError: no instance directory is configured, or the path holds no Dagster instance,
                 or the instance cannot be opened.
         """
-        with self._lock:
+        with self._instance_lock:
             if self._instance is not None:
                 return self._instance
             if not self.home:
