@@ -74,9 +74,10 @@ def demo(tmp_path_factory) -> Demo:
     return Demo(work=work, result=json.loads(proc.stdout), key=key)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo_env(demo):
-    """The demo's signing key and store-sales home in this process's environment (restored afterwards)."""
+    """The demo's signing key, store-sales home and domains file in this process's environment, for one test
+    module (restored after it, so the rest of the suite keeps its own settings)."""
     keys = ("DW_APPROVAL_SIGNING_KEY", "DW_STORE_SALES_HOME", "DW_DOMAINS_FILE")
     saved = {k: os.environ.get(k) for k in keys}
     os.environ.update({"DW_APPROVAL_SIGNING_KEY": demo.key, "DW_STORE_SALES_HOME": str(demo.store_sales),
@@ -97,7 +98,7 @@ def store_sales_workspace(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(demo_env, store_sales_workspace):
     """The MCP server on the demo's instance and the store-sales location, workspace loaded."""
     from dw_dagster.mcp.server import build_server
