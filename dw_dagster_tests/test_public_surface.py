@@ -71,7 +71,7 @@ def test_examples_do_not_import_each_other():
 #: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
 #: proposes a repair with its steps; a detection starts a diagnosis and reads the stop switch.
 LAYERS = ["errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
-          "integrations", "repair", "receipts", "diagnosis", "detection", "config", "definitions", "components",
+          "integrations", "repair", "receipts", "diagnosis", "detection", "mcp", "config", "definitions", "components",
           "testing", "cli"]
 
 

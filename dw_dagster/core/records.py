@@ -158,9 +158,11 @@ def approvals(instance: dg.DagsterInstance, change_set_id: str | None = None, *,
     return sorted(out, key=lambda a: a.decided_at, reverse=True)
 
 
-def refusals(instance: dg.DagsterInstance, change_set_id: str | None = None) -> list[dict[str, Any]]:
-    """Refused approval attempts (who, why), newest first (from the event log)."""
-    out = [d for _, d, _ in _records(instance, c.APPROVAL_REFUSED_KEY, None) if isinstance(d, dict)]
+def refusals(instance: dg.DagsterInstance, change_set_id: str | None = None,
+             asset_keys: Sequence[dg.AssetKey] | None = None) -> list[dict[str, Any]]:
+    """Refused approval attempts (who, why), newest first (from the event log; of ``asset_keys`` only, when
+    given: a refusal is shown on its change set's target asset)."""
+    out = [d for _, d, _ in _records(instance, c.APPROVAL_REFUSED_KEY, None, asset_keys) if isinstance(d, dict)]
     return [r for r in out if change_set_id is None or r.get("change_set_id") == change_set_id]
 
 

@@ -14,8 +14,9 @@ and has 0.5 % of the amounts changed.
 ``volume_tick_5000`` (one volume-sensor tick over 5,000 DuckDB tables), ``blast_radius_20k``
 (graph build and one downstream query on a 20,000-node dbt manifest, peer ``dbt ls``),
 ``ledger_lookup_5000_assets`` and ``remediation_tick_10k_change_sets`` (the ledger's lookups against
-the event-log scans they replaced, :mod:`.ledger_bench`) have fixed sizes and absolute goals in
-seconds (``goal_unit: "s"``).
+the event-log scans they replaced, :mod:`.ledger_bench`) and ``mcp_tools_demo`` (the median latency of
+each MCP read tool on the store-sales demo's instance against the same read through the CLI,
+:mod:`.mcp_tools`) have fixed sizes and absolute goals in seconds (``goal_unit: "s"``).
 
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
@@ -201,10 +202,16 @@ def bench_remediation_tick(work: Path, rows: int, repeat: int) -> dict:
     return run(work, repeat)  # 10,000 change sets whatever --scale says
 
 
+def bench_mcp_tools(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.mcp_tools import bench_mcp_tools_demo
+
+    return bench_mcp_tools_demo(work, repeat)  # the store-sales demo at scale 0.002 whatever --scale says
+
+
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
            "blast_radius_20k": bench_blast_radius, "ledger_lookup_5000_assets": bench_ledger_lookup,
-           "remediation_tick_10k_change_sets": bench_remediation_tick}
+           "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools}
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:

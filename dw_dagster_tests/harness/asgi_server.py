@@ -7,14 +7,17 @@ import time
 
 
 @contextlib.contextmanager
-def serve(make_app):
-    """Run ``make_app(base_url)`` with uvicorn in a thread on a free loopback port; yield the base URL."""
+def serve(make_app, lifespan: str = "off"):
+    """Run ``make_app(base_url)`` with uvicorn in a thread on a free loopback port; yield the base URL.
+
+    ``lifespan="on"`` for apps that start work in their lifespan (the MCP streamable HTTP app).
+    """
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(make_app(base), log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(make_app(base), log_level="warning", lifespan=lifespan))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -1,0 +1,196 @@
+"""Incident tools: ``list_incidents``, ``get_incident``, ``get_incident_history``.
+
+The rows are :class:`~dw_dagster.diagnosis.history.IncidentHistoryEntry` from
+:func:`~dw_dagster.diagnosis.history.incident_history`, the same objects ``dw-dagster incidents
+--json`` prints, so the assistant and the command line give one answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import statistics
+from collections import Counter
+from typing import Annotated
+
+import dagster as dg
+from pydantic import BaseModel, Field
+
+from dw_dagster.core import records
+from dw_dagster.core.models import Incident
+from dw_dagster.diagnosis.history import IncidentHistoryEntry, incident_history, repeats
+from dw_dagster.mcp.models import (
+    ChangeSetBrief,
+    DecisionBrief,
+    ReceiptVerdict,
+    change_set_brief,
+    decision_briefs,
+    receipt_check,
+    receipt_verdicts,
+)
+from dw_dagster.mcp.state import DwState, asset_of, fail, shown
+
+#: ``status`` values of :class:`IncidentHistoryEntry` and ledger states, both accepted by ``list_incidents``
+STATUSES = ("open", "diagnosed", "proposed", "approved", "rejected", "fixed", "fixed (verified)", "fixed (not verified)",
+            "diagnosing", "diagnosis_failed", "rediagnose", "closed", "quarantined")
+
+AssetArg = Annotated[str, Field(description="Asset key, slash-separated (store_sales_line, pos_source/sales_line) "
+                                "or a JSON list of its parts", max_length=1000)]
+IncidentIdArg = Annotated[str, Field(description="Incident id as list_incidents shows it (lu-…, inc-…)", max_length=200)]
+
+
+def parse_since(text: str) -> dt.datetime:
+    """``since`` as an aware UTC datetime: an ISO date or datetime (naive = UTC), or ``Nd`` / ``Nh`` ago.
+
+    Raises:
+        ToolError: anything else.
+    """
+    s = text.strip()
+    m = re.fullmatch(r"(\d{1,5})\s*([dh])", s)
+    if m:
+        n = int(m.group(1))
+        return dt.datetime.now(dt.timezone.utc) - (dt.timedelta(days=n) if m.group(2) == "d" else dt.timedelta(hours=n))
+    try:
+        t = dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise fail(f"since {shown(text)} is not a date: give 2026-11-26, 2026-11-26T08:00:00Z, 7d or 24h") from None
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+
+
+class IncidentList(BaseModel):
+    """Incidents newest first, each as ``dw-dagster incidents --json`` prints it."""
+
+    incidents: list[IncidentHistoryEntry]
+    total: int = Field(description="incidents matching the filters before `limit`")
+    asset: str | None = None
+    status: str | None = None
+    since: dt.datetime | None = None
+
+
+def list_incidents(state: DwState, asset: str | None, status: str | None, since: str | None, limit: int) -> IncidentList:
+    """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
+    state.require_records()
+    key = state.asset(asset) if asset is not None else None
+    if status is not None and status not in STATUSES:
+        raise fail(f"status {shown(status)} is not one of {', '.join(STATUSES)}")
+    after = parse_since(since) if since is not None else None
+    entries = incident_history(state.view(), key)
+    if status is not None:
+        entries = [e for e in entries if e.status == status or e.state == status
+                   or (status == "fixed" and e.status.startswith("fixed"))]
+    if after is not None:
+        entries = [e for e in entries if e.detected_at >= after]
+    return IncidentList(incidents=entries[:limit], total=len(entries), asset=key.to_user_string() if key else None,
+                        status=status, since=after)
+
+
+class IncidentDetail(BaseModel):
+    """One incident: what was detected, by which source, its cause, change set, decision and receipts."""
+
+    incident: Incident = Field(description="the record as detected: source, gap per slice, window, external id and link")
+    detected_by: str = Field(description="the source in words: Lightup compare incident, failed check, volume sensor")
+    ledger_state: str = Field(description="open, diagnosing, diagnosed, diagnosis_failed, rediagnose, closed, quarantined")
+    ledger_note: str = ""
+    outcome: IncidentHistoryEntry = Field(description="cause, change set, decision and receipt, as `dw-dagster incidents`")
+    change_sets: list[ChangeSetBrief] = Field(description="change sets proposed for it, newest first")
+    decisions: list[DecisionBrief] = Field(description="decisions on those change sets, newest first")
+    refused_approvals: int = Field(description="approval attempts refused on those change sets (get_audit_trail lists them)")
+    receipts: list[ReceiptVerdict] = Field(description="receipts written for it, on every touched asset")
+    receipts_check: str = Field(description="what verify_receipts said about the instance's chains")
+
+
+def detected_by(inc: Incident) -> str:
+    """The incident's source in words."""
+    if inc.source == "lightup":
+        return (f"Lightup incident {inc.external_id}" + (f" ({inc.external_url})" if inc.external_url else "")
+                + f", reported as the failed check {inc.check_name or 'lightup_compare'}")
+    if inc.source == "dw_check":
+        return f"the failed asset check {inc.check_name} (evaluation {inc.evaluation_id})"
+    if inc.source == "volume_sensor":
+        return "the volume sensor (rows per day outside the table's baseline)"
+    return "opened by a person"
+
+
+def get_incident(state: DwState, incident_id: str) -> IncidentDetail:
+    """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
+    row = state.incident_row(incident_id)
+    inst, led = state.view(), state.ledger()
+    try:
+        inc = Incident.model_validate_json(row.body)
+    except ValueError as e:
+        raise fail(f"incident {row.incident_id}'s record does not parse ({e}); it is quarantined: "
+                   "`dw-dagster change-sets` lists it") from e
+    key = asset_of(row.asset_key)
+    entry = next(e for e in incident_history(inst, key) if e.incident_id == row.incident_id)
+    sets = [records.parse_change_set(r.body) for r in led.change_set_rows(incident_id=row.incident_id, latest_only=True)]
+    decisions = [d for cs in sets for d in decision_briefs(state, cs.id)]
+    targets = list(dict.fromkeys(tuple(cs.target_asset) for cs in sets))
+    refused = sum(len(records.refusals(inst, cs.id, [dg.AssetKey(list(cs.target_asset))])) for cs in sets)
+    touched = list(dict.fromkeys([*targets, *(tuple(a) for cs in sets for a in cs.rebuild_assets)]))
+    mine = [r for a in touched for r in records.receipts(inst, dg.AssetKey(list(a))) if r.incident_id == row.incident_id]
+    checked, problems, text = (receipt_check(state, [dg.AssetKey(list(a)) for a in touched]) if mine
+                               else (False, {}, "no receipts to check"))
+    return IncidentDetail(incident=inc, detected_by=detected_by(inc), ledger_state=row.state, ledger_note=row.note,
+                          outcome=entry, change_sets=[change_set_brief(led, cs) for cs in sets], decisions=decisions,
+                          refused_approvals=refused, receipts=receipt_verdicts(mine, checked, problems), receipts_check=text)
+
+
+class CauseCount(BaseModel):
+    cause_kind: str
+    incidents: int
+    repeat: bool = Field(description="True when the cause happened more than once on this asset")
+
+
+class HistoryEntry(IncidentHistoryEntry):
+    """An incident with how long it took from detection to its receipt."""
+
+    hours_to_receipt: float | None = Field(description="detected_at → the receipt's created_at, hours; None without a receipt")
+
+
+class IncidentHistory(BaseModel):
+    """Past incidents of one asset (or those like one incident), with repeats and time to receipt."""
+
+    asset: str
+    similar_to: str | None = Field(default=None, description="the incident or cause kind the list was narrowed to")
+    cause_kind: str | None = Field(default=None, description="the cause kind `similar_to` stands for")
+    incidents: list[HistoryEntry]
+    by_cause: list[CauseCount]
+    median_hours_to_receipt: float | None = Field(description="over the incidents with a receipt; None if none")
+    fixed_verified: int = Field(description="incidents fixed with a verified receipt")
+    open: int = Field(description="incidents neither fixed nor closed")
+
+
+def get_incident_history(state: DwState, asset: str, similar_to: str | None) -> IncidentHistory:
+    """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
+    state.require_records()
+    key: dg.AssetKey = state.asset(asset)
+    entries = incident_history(state.view(), key)
+    kind = None
+    if similar_to is not None:
+        s = similar_to.strip()
+        ref = next((e for e in entries if e.incident_id == s), None)
+        if ref is None and state.ledger().incident(s) is not None:
+            raise fail(f"incident {s} is not on {key.to_user_string()}; give an incident of this asset or a cause kind")
+        kind = ref.cause_kind if ref is not None else s
+        known = sorted({e.cause_kind for e in entries if e.cause_kind})
+        if ref is None and kind not in known:
+            raise fail(f"similar_to {shown(similar_to)} is neither an incident of {key.to_user_string()} nor a cause seen "
+                       f"on it (causes seen: {', '.join(known) or 'none'})")
+        if kind is None:
+            raise fail(f"incident {s} has no diagnosed cause yet, so nothing is similar to it; diagnose_incident says "
+                       "how to start its diagnosis")
+        entries = repeats(entries, kind, exclude_incident_id=ref.incident_id if ref else None)
+    out = [HistoryEntry(**e.model_dump(), hours_to_receipt=round((e.fixed_at - e.detected_at).total_seconds() / 3600, 2)
+                        if e.fixed_at else None) for e in entries]
+    counts = Counter(e.cause_kind or "(not diagnosed)" for e in out)
+    times = [e.hours_to_receipt for e in out if e.hours_to_receipt is not None]
+    return IncidentHistory(
+        asset=key.to_user_string(), similar_to=similar_to, cause_kind=kind, incidents=out,
+        by_cause=[CauseCount(cause_kind=k, incidents=n, repeat=n > 1) for k, n in counts.most_common()],
+        median_hours_to_receipt=round(statistics.median(times), 2) if times else None,
+        fixed_verified=sum(e.status == "fixed (verified)" for e in out),
+        open=sum(not e.status.startswith("fixed") and e.state != "closed" for e in out))
+
+
+__all__ = ["AssetArg", "IncidentDetail", "IncidentHistory", "IncidentIdArg", "IncidentList", "STATUSES", "get_incident",
+           "get_incident_history", "list_incidents", "parse_since"]
