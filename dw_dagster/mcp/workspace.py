@@ -26,11 +26,12 @@ from typing import Any
 
 import dagster as dg
 
+from dw_dagster.errors import DwDagsterError
 from dw_dagster.lineage import lineage_graph
 from dw_dagster.lineage.graph import DBT_MANIFEST_KEY, _manifest_of
 
 
-class WorkspaceError(RuntimeError):
+class WorkspaceError(DwDagsterError, RuntimeError):
     """The workspace file cannot be read; the message says which file and why."""
 
 
