@@ -2,7 +2,9 @@
 
 Adding a name here is a new public API (document it); removing one breaks users. The imports
 run one way: no product module imports the examples (they are code locations built on the
-public API), and examples never import each other.
+public API; the command line runs their demos by module name), examples never import each
+other, and an example imports from dw_dagster only the public API (``from dw_dagster import
+...``) and the demo harness (``dw_dagster.testing``).
 """
 
 import ast
@@ -40,30 +42,60 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-#: product modules still waiting to drop an examples import (issue 12): the CLI's demo commands
-#: run the example code locations' demos in process
-KNOWN = {"cli/main.py"}
-
-
 def test_no_product_module_imports_the_examples():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("examples/") or rel in KNOWN:
+        if rel.startswith("examples/"):
             continue
         if any(m == "dw_dagster.examples" or m.startswith("dw_dagster.examples.") for m in _imports(path)):
             offenders.append(rel)
     assert offenders == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12, still open: the orders demo reuses the store-sales demo's timeline, "
-                   "fake services and stage runner; they move to a shared demo harness")
+EXAMPLES = ("store_sales", "orders")
+
+
 def test_examples_do_not_import_each_other():
-    for example in ("store_sales", "orders"):
-        other = "orders" if example == "store_sales" else "store_sales"
+    for example in EXAMPLES:
+        for other in (e for e in EXAMPLES if e != example):
+            for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
+                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
+                assert not bad, (path.name, bad)
+
+
+def _allowed_in_example(module: str, example: str) -> bool:
+    """The public API, the demo harness, and the example's own modules."""
+    return (module == "dw_dagster" or module.startswith("dw_dagster.testing")
+            or module == f"dw_dagster.examples.{example}" or module.startswith(f"dw_dagster.examples.{example}."))
+
+
+def test_examples_import_only_the_public_api_and_the_demo_harness():
+    offenders = []
+    for example in EXAMPLES:
         for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-            bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
-            assert not bad, (path.name, bad)
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                offenders += [f"{example}/{path.name}:{node.lineno} imports {m}" for m in mods
+                              if (m == "dw_dagster" or m.startswith("dw_dagster.")) and not _allowed_in_example(m, example)]
+                if isinstance(node, ast.ImportFrom) and node.module == "dw_dagster":
+                    offenders += [f"{example}/{path.name}:{node.lineno} imports dw_dagster.{a.name} (not public)"
+                                  for a in node.names if a.name not in PUBLIC]
+    assert offenders == []
+
+
+def test_the_demo_harness_names_exist():
+    """What the examples take from dw_dagster.testing exists (a rename there breaks them at import)."""
+    import importlib
+
+    for example in EXAMPLES:
+        for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dw_dagster.testing"):
+                    mod = importlib.import_module(node.module)
+                    for a in node.names:
+                        assert hasattr(mod, a.name), f"{path.name}: {node.module}.{a.name}"
 
 
 #: The packages from the bottom up: a package may import only those before it (and itself). The
@@ -96,8 +128,6 @@ def test_imports_run_one_way_between_the_packages():
             for m in mods:
                 if not m.startswith("dw_dagster.") or _package_of(m) == own:
                     continue
-                if rel.as_posix() in KNOWN and _package_of(m) == "examples":
-                    continue  # counted by test_no_product_module_imports_the_examples
                 if rank.get(_package_of(m), len(LAYERS)) > rank[own]:
                     upward.append(f"{rel.as_posix()}:{node.lineno} imports {m}")
     assert upward == []

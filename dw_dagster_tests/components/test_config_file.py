@@ -147,3 +147,14 @@ def test_an_integration_not_optional_is_there_without_credentials(folder):
     (folder / "dataops.yaml").write_text(text)
     defs = build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})
     assert "slack" in defs.resources and "dw_notification_sensor" in _sensors(defs)
+
+
+def test_the_examples_configurations_validate():
+    """Both examples' dataops.yaml files are valid configurations (their own folders as home)."""
+    import dw_dagster.examples.orders.definitions as orders
+    import dw_dagster.examples.store_sales.definitions as store_sales
+
+    for module in (store_sales, orders):
+        cfg = load_dataops_config(module.CONFIG, scope={"home": "/h"})
+        assert cfg.databases["warehouse"].url == "duckdb:////h/data/warehouse.duckdb"
+        assert [a.key for a in cfg.assets] == [module.TARGET_ASSET.to_user_string()]
