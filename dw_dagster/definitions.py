@@ -81,6 +81,21 @@ def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Pat
     return manifest
 
 
+def _prepare_if_dev(project) -> None:
+    """``DbtProject.prepare_if_dev`` with :func:`dbt_executable`: under ``dagster dev`` (``$DAGSTER_IS_DEV_CLI``)
+    run ``dbt deps`` when the project has packages and ``dbt parse``, so edits to the project show at
+    each reload; elsewhere nothing. dagster-dbt's own runs the ``dbt`` on ``PATH``, which a venv that
+    is not activated does not have."""
+    from dagster_dbt import DbtCliResource
+
+    if not os.getenv("DAGSTER_IS_DEV_CLI"):
+        return
+    cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
+    if any((Path(project.project_dir) / f).exists() for f in ("dependencies.yml", "packages.yml")):
+        cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
+    cli.cli(["--quiet", "parse"], target_path=project.target_path).wait()
+
+
 def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:
     """dbt model unique id → Dagster asset key path, as ``translator`` (default: dagster-dbt's) names them."""
     from dagster_dbt import DagsterDbtTranslator
@@ -279,7 +294,7 @@ def build_dw_definitions(
 
             project_dir = path(cfg.dbt.project_dir)
             profiles_dir = path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else project_dir
-            DbtProject(project_dir=project_dir, profiles_dir=profiles_dir).prepare_if_dev()  # re-parsed under `dagster dev`
+            _prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=profiles_dir))  # re-parsed under `dagster dev`
             manifest_path = prepare_manifest(project_dir, profiles_dir)
         if not manifest_path.exists():
             raise DwConfigError(f"dbt: no manifest at {manifest_path}")
