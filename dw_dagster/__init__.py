@@ -10,11 +10,13 @@ from dw_dagster.checks import (
 )
 from dw_dagster.checks.rowdiff import row_diff
 from dw_dagster.checks.rowdiff import row_diff_across
+from dw_dagster.checks.volume import score_days
 from dw_dagster.components import DataOpsComponent
-from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
-from dw_dagster.definitions import build_dw_definitions
+from dw_dagster.config import DataOpsConfig, WatchedAssetConfig, load_dataops_config
+from dw_dagster.definitions import build_dw_definitions, dbt_executable, prepare_manifest
 from dw_dagster.errors import DwConfigError, DwDagsterError
-from dw_dagster.databases import Database, DatabaseResource, database_from_url
+from dw_dagster.databases import Database, DatabaseError, DatabaseResource, DuckDBDatabase, database_from_url, sql
+from dw_dagster.databases.catalog import CatalogError
 from dw_dagster.diagnosis import (
     DeadLetterTable,
     build_schema_snapshot_check,
@@ -56,11 +58,12 @@ from dw_dagster.core import records
 from dw_dagster.approval.job import approve_in_process, decide
 from dw_dagster.receipts.chain import verify_receipts
 from dw_dagster.repair.replay_checks import build_replay_checks
+from dw_dagster.pipelines.sink import Column as SinkColumn
 from dw_dagster.pipelines.sink import SinkTable
 from dw_dagster.proposals.change_sets import propose
 from dw_dagster.repair.guard import GuardedRunCoordinator, guarded_executor
 from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
-from dw_dagster.repair.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results
+from dw_dagster.repair.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results, step_stage
 from dw_dagster.approval.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
 from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.integrations.slack import SlackResource, approval_request_message
@@ -69,6 +72,16 @@ from dw_dagster.detection.volume import build_volume_sensor
 from dw_dagster.detection.volume import VolumeTable, days_ago
 
 __all__ = [
+    "CatalogError",
+    "DatabaseError",
+    "DuckDBDatabase",
+    "SinkColumn",
+    "dbt_executable",
+    "load_dataops_config",
+    "prepare_manifest",
+    "score_days",
+    "sql",
+    "step_stage",
     "DataOpsComponent",
     "DataOpsConfig",
     "DwConfigError",

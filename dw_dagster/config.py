@@ -27,12 +27,16 @@ Python code. Asset keys are written as Dagster's user strings (``analytics/order
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.core.domains import Domains
+from dw_dagster.errors import DwConfigError
 
 
 class DatabaseConfig(dg.Model, dg.Resolvable):
@@ -276,35 +280,58 @@ class DbtConfig(dg.Model, dg.Resolvable):
         return self
 
 
+_OPTIONAL = ("leave this integration out, instead of failing when it runs, if its credentials are not in the "
+             "environment as the definitions load (one configuration for a laptop and production)")
+
+
 class LightupConfig(dg.Model, dg.Resolvable):
     """Lightup incidents become dw_dagster incidents. Credentials from ``LIGHTUP_CREDENTIAL_FILE``
     (or ``LIGHTUP_SERVER`` + ``LIGHTUP_REFRESH_TOKEN``), as :class:`~dw_dagster.integrations.lightup.LightupResource` reads them."""
 
     tables: dict[str, str] = Field(description="'datasource:schema.table' → asset key")
-    compare_metrics: list[str] = Field(default_factory=list, description="compare metric uuids for the on-demand check")
+    compare_metrics: list[str] = Field(
+        default_factory=list, description="compare metric uuids for the on-demand check: a list, or one "
+        "comma-separated string (e.g. \"{{ env('LIGHTUP_COMPARE_METRICS', '') }}\"); empty: no compare check")
+    compare_asset: str | None = Field(
+        None, description="the asset the compare check is on (default: the first of the tables' assets that is "
+        "watched under assets, else the first)")
     workspace: str | None = None
+    optional: bool = Field(False, description=_OPTIONAL)
+
+    @field_validator("compare_metrics", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            return [m.strip() for m in v.split(",") if m.strip()]
+        return v
 
 
 class PagerDutyConfig(dg.Model, dg.Resolvable):
-    """Page on incidents (PagerDuty Events API v2)."""
+    """Page on incidents (PagerDuty Events API v2; notes on the page through the REST API with a token)."""
 
-    routing_key_env: str = "PAGERDUTY_ROUTING_KEY"
-    api_token_env: str | None = None
-    from_email: str | None = None
+    routing_key_env: str = Field("PAGERDUTY_ROUTING_KEY", description="the env var holding the integration key")
+    api_token_env: str | None = Field(
+        None, description="the env var holding a REST API token (notes on the page); with optional: true, notes are "
+        "left out when it is not set")
+    from_email: str | None = Field(None, description="the PagerDuty user notes are written as")
     events_url: str = "https://events.pagerduty.com"
     api_url: str = "https://api.pagerduty.com"
+    optional: bool = Field(False, description=_OPTIONAL)
 
 
 class SlackConfig(dg.Model, dg.Resolvable):
     """Approval requests and outcomes in Slack."""
 
-    bot_token_env: str = "SLACK_BOT_TOKEN"
+    bot_token_env: str = Field("SLACK_BOT_TOKEN", description="the env var holding the bot token")
     channel: str | None = None
     api_url: str = "https://slack.com/api"
+    optional: bool = Field(False, description=_OPTIONAL)
 
 
 class IntegrationsConfig(dg.Model, dg.Resolvable):
-    """Optional integrations, each switched on by being present."""
+    """Optional integrations, each switched on by being present (and, with ``optional: true``, by its credentials)."""
 
     lightup: LightupConfig | None = None
     pagerduty: PagerDutyConfig | None = None
@@ -373,9 +400,78 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
         return self
 
 
+def _check_template_names(path: Path, text: str, scope: set[str]) -> None:
+    """Refuse a ``{{ name }}`` the scope does not define: Jinja renders it as an empty string inside
+    a longer value (``duckdb:///{{ home }}/x`` would silently become ``duckdb:////x``)."""
+    import re
+
+    import yaml
+    from jinja2 import Environment, TemplateSyntaxError, meta
+
+    known = scope | {"env", "dg", "datetime"}
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{where}.{k}" if where else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}.{i}")
+        elif isinstance(value, str):
+            for expr in re.findall(r"\{\{.*?\}\}", value, flags=re.S):
+                try:
+                    names = meta.find_undeclared_variables(Environment().parse(expr))
+                except TemplateSyntaxError as e:
+                    raise DwConfigError(f"{path}: {where}: the template {expr} is not valid Jinja ({e.message})") from e
+                unknown = sorted(names - known)
+                if unknown:
+                    raise DwConfigError(f"{path}: {where}: the template {expr} uses {', '.join(unknown)}, which is "
+                                        f"not defined (defined: {', '.join(sorted(known))})")
+
+    try:
+        walk(yaml.safe_load(text), "")
+    except yaml.YAMLError as e:
+        raise DwConfigError(f"{path}: not YAML: {e}") from e
+
+
+def load_dataops_config(path: str | os.PathLike[str], *, scope: Mapping[str, Any] | None = None) -> DataOpsConfig:
+    """Read a :class:`DataOpsConfig` from a YAML file holding the same fields as the Component's ``attributes``.
+
+    Templates are resolved as in a ``defs.yaml``: ``{{ env.X }}`` / ``{{ env('X', 'default') }}``
+    read the environment, and every name in ``scope`` is available too (``{{ home }}``).
+
+    Args:
+        path: the YAML file.
+        scope: more template values, name → value.
+
+    Returns:
+        The validated configuration (relative paths in it are not resolved here; see
+        :func:`~dw_dagster.definitions.build_dw_definitions`'s ``base_dir``).
+
+    Raises:
+        DwConfigError: the file cannot be read, is not YAML, a template uses a name that is not
+            defined or fails, or a field is wrong; the message starts with the file and names
+            the field (and its line).
+    """
+    import yaml
+    from dagster.components.resolved.errors import ResolutionException
+    from pydantic import ValidationError
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise DwConfigError(f"{p}: cannot read the configuration ({e.strerror or e})") from e
+    _check_template_names(p, text, set(scope or {}))
+    try:
+        return DataOpsConfig.resolve_from_yaml(text, scope=dict(scope or {}))
+    except (ValidationError, ResolutionException, yaml.YAMLError, ValueError, TypeError) as e:
+        raise DwConfigError(f"{p}: {e}") from e
+
+
 __all__ = [
     "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DbtIncrementalConfig", "DeadLetterConfig",
     "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig",
-    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig", "SlackConfig",
-    "SourceRef", "VolumeConfig", "WatchedAssetConfig",
+    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig",
+    "SlackConfig", "SourceRef", "VolumeConfig", "WatchedAssetConfig", "load_dataops_config",
 ]

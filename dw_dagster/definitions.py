@@ -20,6 +20,7 @@ assets passed in.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,13 +45,33 @@ def _check_key(s: str) -> dg.AssetCheckKey:
 
 
 def dbt_executable() -> str:
-    """The ``dbt`` next to this Python (a venv's ``bin/``), else ``dbt`` from PATH."""
+    """The ``dbt`` to run: the one next to this Python (a venv's ``bin/``, found even when the venv
+    is not activated), else ``dbt`` from ``PATH``.
+
+    Returns:
+        A path or the bare name ``dbt`` (for ``DbtCliResource(dbt_executable=...)``).
+    """
     local = Path(sys.executable).parent / "dbt"
     return str(local) if local.exists() else "dbt"
 
 
 def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Path:
-    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing."""
+    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing.
+
+    Unlike ``DbtProject.prepare_if_dev`` this parses wherever the code location loads (a demo, a
+    test, ``dagster definitions validate``), not only under ``dagster dev``; delete the manifest
+    to have it parsed again (e.g. after a merge adds a dbt test).
+
+    Args:
+        project_dir: the dbt project (holds ``dbt_project.yml``).
+        profiles_dir: the folder of ``profiles.yml`` (default ``project_dir``).
+
+    Returns:
+        The manifest's path.
+
+    Raises:
+        dagster_dbt.errors.DagsterDbtCliRuntimeError: ``dbt parse`` failed (its message says why).
+    """
     from dagster_dbt import DbtCliResource
 
     manifest = Path(project_dir) / "target" / "manifest.json"
@@ -58,6 +79,21 @@ def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Pat
         DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
                        dbt_executable=dbt_executable()).cli(["parse", "--quiet"], target_path=Path("target")).wait()
     return manifest
+
+
+def _prepare_if_dev(project) -> None:
+    """``DbtProject.prepare_if_dev`` with :func:`dbt_executable`: under ``dagster dev`` (``$DAGSTER_IS_DEV_CLI``)
+    run ``dbt deps`` when the project has packages and ``dbt parse``, so edits to the project show at
+    each reload; elsewhere nothing. dagster-dbt's own runs the ``dbt`` on ``PATH``, which a venv that
+    is not activated does not have."""
+    from dagster_dbt import DbtCliResource
+
+    if not os.getenv("DAGSTER_IS_DEV_CLI"):
+        return
+    cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
+    if any((Path(project.project_dir) / f).exists() for f in ("dependencies.yml", "packages.yml")):
+        cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
+    cli.cli(["--quiet", "parse"], target_path=project.target_path).wait()
 
 
 def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:
@@ -146,12 +182,13 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None) -> l
 
 
 def build_dw_definitions(
-    config: DataOpsConfig | Mapping[str, Any],
+    config: DataOpsConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec] = (),
     partitions_def: dg.TimeWindowPartitionsDefinition | None = None,
     dbt_translator=None,
     base_dir: str | Path | None = None,
+    scope: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     """The complete dw_dagster loop for the watched assets of ``config``, as one ``Definitions``.
 
@@ -159,7 +196,9 @@ def build_dw_definitions(
     or return it from a ``defs`` folder through :class:`~dw_dagster.components.DataOpsComponent`.
 
     Args:
-        config: a :class:`~dw_dagster.config.DataOpsConfig` (or the same as a mapping).
+        config: a :class:`~dw_dagster.config.DataOpsConfig`, the same as a mapping, or the path
+            of a YAML file holding it (templated like a ``defs.yaml``:
+            :func:`~dw_dagster.config.load_dataops_config`).
         assets: the project's assets, when they are at hand (Python): partitioned ones give the
             window's partitions definition. Not added to the result (they stay the project's).
         partitions_def: the watched assets' time-window partitions (else read from ``assets``);
@@ -167,7 +206,10 @@ def build_dw_definitions(
         dbt_translator: the ``DagsterDbtTranslator`` the project's dbt assets use (their keys in
             the blast radius); default dagster-dbt's.
         base_dir: relative paths in ``config`` (domains file, pipeline repo, dbt project) resolve
-            against it; default the working directory.
+            against it; default the YAML file's folder when ``config`` is a path, else the
+            working directory.
+        scope: template values for a YAML file besides ``env`` (name → value, e.g.
+            ``{"home": "/srv/sales"}`` for ``{{ home }}``); only with a path.
 
     Returns:
         ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
@@ -178,8 +220,9 @@ def build_dw_definitions(
         integrations); one ``DatabaseResource`` per database given by URL; the guarded executor.
 
     Raises:
-        DwConfigError: the configuration does not fit together (the message names the field): an
-            unreadable domains file, a domain without approvers, a watched partitioned asset
+        DwConfigError: the configuration does not fit together (the message names the field): a
+            YAML file that cannot be read or does not validate (the message starts with the
+            file), ``scope`` without a file, an unreadable domains file, a domain without approvers, a watched partitioned asset
             without partitions, partitions that differ between watched assets.
     """
     from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
@@ -198,8 +241,16 @@ def build_dw_definitions(
     from dw_dagster.repair.steps import build_step_jobs
     from dw_dagster.repair.undo import build_undo_jobs
 
-    cfg = config if isinstance(config, DataOpsConfig) else DataOpsConfig.model_validate(config)
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    if isinstance(config, (str, os.PathLike)):
+        from dw_dagster.config import load_dataops_config
+
+        cfg = load_dataops_config(config, scope=scope)
+        base = Path(base_dir) if base_dir is not None else Path(config).resolve().parent
+    elif scope is not None:
+        raise DwConfigError("scope: template values apply to a YAML file; pass the file's path as config")
+    else:
+        cfg = config if isinstance(config, DataOpsConfig) else DataOpsConfig.model_validate(config)
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
 
     def path(p: str) -> Path:
         q = Path(p).expanduser()
@@ -243,7 +294,7 @@ def build_dw_definitions(
 
             project_dir = path(cfg.dbt.project_dir)
             profiles_dir = path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else project_dir
-            DbtProject(project_dir=project_dir, profiles_dir=profiles_dir).prepare_if_dev()  # re-parsed under `dagster dev`
+            _prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=profiles_dir))  # re-parsed under `dagster dev`
             manifest_path = prepare_manifest(project_dir, profiles_dir)
         if not manifest_path.exists():
             raise DwConfigError(f"dbt: no manifest at {manifest_path}")
@@ -466,47 +517,64 @@ class _SinkRef:
         ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))
 
 
+def _credentials_set(*names: str) -> bool:
+    return all(os.environ.get(n) for n in names)
+
+
+def _lightup_credentials_set() -> bool:
+    from dw_dagster.integrations.lightup import CREDENTIAL_FILE_ENV, REFRESH_TOKEN_ENV, SERVER_ENV
+
+    return _credentials_set(CREDENTIAL_FILE_ENV) or _credentials_set(SERVER_ENV, REFRESH_TOKEN_ENV)
+
+
 def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, domains, status):
-    """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run time)."""
+    """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run
+    time); an ``optional`` one whose credentials are not in the environment now is left out."""
     from dw_dagster.repair.control import build_expiry_sensor
 
     integ = cfg.integrations
+    lightup = integ.lightup if integ.lightup and (not integ.lightup.optional or _lightup_credentials_set()) else None
+    pager = (integ.pagerduty if integ.pagerduty and (not integ.pagerduty.optional
+                                                     or _credentials_set(integ.pagerduty.routing_key_env)) else None)
+    slack = integ.slack if integ.slack and (not integ.slack.optional or _credentials_set(integ.slack.bot_token_env)) else None
     checks, sensors = [], []
-    if integ.lightup is not None:
+    if lightup is not None:
         from dw_dagster.integrations.lightup import LightupResource
         from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
 
-        lu = integ.lightup
-        resources["lightup"] = LightupResource(workspace=lu.workspace)
-        sensors.append(build_lightup_incident_sensor(table_assets={t: _key(k) for t, k in lu.tables.items()},
+        resources["lightup"] = LightupResource(workspace=lightup.workspace)
+        sensors.append(build_lightup_incident_sensor(table_assets={t: _key(k) for t, k in lightup.tables.items()},
                                                      diagnosis_job_name=diagnosis_job_name, domains=domains,
                                                      default_status=status))
-        if lu.compare_metrics:
-            target = _key(next(iter(lu.tables.values())))
-            checks.append(build_lightup_compare_check(asset=target, compare_metric_uuids=lu.compare_metrics))
-    if integ.pagerduty is not None:
+        if lightup.compare_metrics:
+            watched = {a.key for a in cfg.assets}
+            target = lightup.compare_asset or next((k for k in lightup.tables.values() if k in watched),
+                                                   next(iter(lightup.tables.values()), None))
+            if target is None:
+                raise DwConfigError("integrations.lightup.compare_asset: no asset for the compare check (tables is empty)")
+            checks.append(build_lightup_compare_check(asset=_key(target), compare_metric_uuids=lightup.compare_metrics))
+    if pager is not None:
         from dw_dagster.integrations.pagerduty import PagerDutyResource
 
-        pd = integ.pagerduty
+        token = pager.api_token_env if pager.api_token_env and (not pager.optional or _credentials_set(pager.api_token_env)) else None
         resources["pager"] = PagerDutyResource(
-            routing_key=dg.EnvVar(pd.routing_key_env), api_token=dg.EnvVar(pd.api_token_env) if pd.api_token_env else None,
-            from_email=pd.from_email, events_base_url=pd.events_url, rest_base_url=pd.api_url)
-    if integ.slack is not None:
+            routing_key=dg.EnvVar(pager.routing_key_env), api_token=dg.EnvVar(token) if token else None,
+            from_email=pager.from_email, events_base_url=pager.events_url, rest_base_url=pager.api_url)
+    if slack is not None:
         from dw_dagster.integrations.slack import SlackResource
 
-        sl = integ.slack
-        resources["slack"] = SlackResource(bot_token=dg.EnvVar(sl.bot_token_env), base_url=sl.api_url,
-                                           default_channel=sl.channel)
-    sensors.append(build_expiry_sensor(slack_resource_key="slack" if integ.slack else None, domains=domains,
+        resources["slack"] = SlackResource(bot_token=dg.EnvVar(slack.bot_token_env), base_url=slack.api_url,
+                                           default_channel=slack.channel)
+    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None, domains=domains,
                                        default_status=status))
-    if integ.lightup or integ.pagerduty or integ.slack:
+    if lightup or pager or slack:
         from dw_dagster.integrations.notifications import build_notification_sensor
 
         sensors.append(build_notification_sensor(
             dagster_url=integ.dagster_url, location_name=cfg.location_name,
-            lightup_resource_key="lightup" if integ.lightup else None,
-            pager_resource_key="pager" if integ.pagerduty else None,
-            slack_resource_key="slack" if integ.slack else None, default_status=status))
+            lightup_resource_key="lightup" if lightup else None,
+            pager_resource_key="pager" if pager else None,
+            slack_resource_key="slack" if slack else None, default_status=status))
     return checks, sensors
 
 

@@ -2,7 +2,9 @@
 
 Adding a name here is a new public API (document it); removing one breaks users. The imports
 run one way: no product module imports the examples (they are code locations built on the
-public API), and examples never import each other.
+public API; the command line runs their demos by module name), examples never import each
+other, and an example imports from dw_dagster only the public API (``from dw_dagster import
+...``) and the demo harness (``dw_dagster.testing``).
 """
 
 import ast
@@ -14,7 +16,7 @@ import dw_dagster
 
 PACKAGE = Path(dw_dagster.__file__).parent
 
-PUBLIC = ['AddColumn', 'Approval', 'BlastRadius', 'CauseFinding', 'ChangeSet', 'ChangeStep', 'DataOpsComponent', 'DataOpsConfig', 'Database', 'DatabaseResource', 'DeadLetterTable', 'Diagnosis', 'Domain', 'Domains', 'DropColumn', 'DwConfigError', 'DwDagsterError', 'GuardedRunCoordinator', 'IdentityError', 'Incident', 'IncrementalLoadDiagnoser', 'IncrementalLoadSpec', 'Ledger', 'LedgerError', 'LightupClient', 'LightupResource', 'LoadError', 'LoadResult', 'LossyRetypeError', 'MageClient', 'MageResource', 'Migration', 'MigrationError', 'MigrationRefused', 'OpsgenieResource', 'Pager', 'PagerDutyResource', 'PipelineRepoResource', 'Receipt', 'RenameColumn', 'RetypeColumn', 'Review', 'SetNullability', 'SinkTable', 'SlackResource', 'StepRefused', 'TableSchema', 'VerifiedIdentity', 'VolumeTable', 'WatchedAssetConfig', '__version__', 'apply_migration', 'approval_request_message', 'approve_in_process', 'blast_radius', 'build_approval_job', 'build_check_incident_sensor', 'build_dead_letter_check', 'build_diagnosis_job', 'build_dw_definitions', 'build_freshness_check', 'build_lightup_compare_check', 'build_lightup_incident_sensor', 'build_notification_sensor', 'build_null_rate_check', 'build_rebuild_job', 'build_receipt_job', 'build_reconciliation_checks', 'build_remediation_sensor', 'build_replay_checks', 'build_row_diff_check', 'build_schema_snapshot_check', 'build_step_jobs', 'build_verify_job', 'build_volume_check', 'build_volume_sensor', 'build_window_job', 'canonical_email', 'classify_retype', 'combine_findings', 'database_from_url', 'days_ago', 'dbt_incremental_build', 'dbt_ls', 'decide', 'decision_nonce', 'dedup_key_for', 'diagnose_duplicates', 'diagnose_required_nulls', 'diagnose_schema_change', 'diagnose_upstream', 'diff_schemas', 'generate_migration', 'guarded_executor', 'incident_history', 'ledger_for', 'lineage_graph', 'load_domains', 'load_metadata', 'load_partition', 'manifest_graph', 'migration_step', 'page_incident', 'propose', 'read_table_schema', 'record_schema_snapshot', 'records', 'review_manifests', 'row_diff', 'row_diff_across', 'run_migration_step', 'schema_metadata', 'schema_snapshot', 'select_nodes', 'step_results', 'take_schema_snapshot', 'verify_migration', 'verify_receipts']
+PUBLIC = ['AddColumn', 'Approval', 'BlastRadius', 'CatalogError', 'CauseFinding', 'ChangeSet', 'ChangeStep', 'DataOpsComponent', 'DataOpsConfig', 'Database', 'DatabaseError', 'DatabaseResource', 'DeadLetterTable', 'Diagnosis', 'Domain', 'Domains', 'DropColumn', 'DuckDBDatabase', 'DwConfigError', 'DwDagsterError', 'GuardedRunCoordinator', 'IdentityError', 'Incident', 'IncrementalLoadDiagnoser', 'IncrementalLoadSpec', 'Ledger', 'LedgerError', 'LightupClient', 'LightupResource', 'LoadError', 'LoadResult', 'LossyRetypeError', 'MageClient', 'MageResource', 'Migration', 'MigrationError', 'MigrationRefused', 'OpsgenieResource', 'Pager', 'PagerDutyResource', 'PipelineRepoResource', 'Receipt', 'RenameColumn', 'RetypeColumn', 'Review', 'SetNullability', 'SinkColumn', 'SinkTable', 'SlackResource', 'StepRefused', 'TableSchema', 'VerifiedIdentity', 'VolumeTable', 'WatchedAssetConfig', '__version__', 'apply_migration', 'approval_request_message', 'approve_in_process', 'blast_radius', 'build_approval_job', 'build_check_incident_sensor', 'build_dead_letter_check', 'build_diagnosis_job', 'build_dw_definitions', 'build_freshness_check', 'build_lightup_compare_check', 'build_lightup_incident_sensor', 'build_notification_sensor', 'build_null_rate_check', 'build_rebuild_job', 'build_receipt_job', 'build_reconciliation_checks', 'build_remediation_sensor', 'build_replay_checks', 'build_row_diff_check', 'build_schema_snapshot_check', 'build_step_jobs', 'build_verify_job', 'build_volume_check', 'build_volume_sensor', 'build_window_job', 'canonical_email', 'classify_retype', 'combine_findings', 'database_from_url', 'days_ago', 'dbt_executable', 'dbt_incremental_build', 'dbt_ls', 'decide', 'decision_nonce', 'dedup_key_for', 'diagnose_duplicates', 'diagnose_required_nulls', 'diagnose_schema_change', 'diagnose_upstream', 'diff_schemas', 'generate_migration', 'guarded_executor', 'incident_history', 'ledger_for', 'lineage_graph', 'load_dataops_config', 'load_domains', 'load_metadata', 'load_partition', 'manifest_graph', 'migration_step', 'page_incident', 'prepare_manifest', 'propose', 'read_table_schema', 'record_schema_snapshot', 'records', 'review_manifests', 'row_diff', 'row_diff_across', 'run_migration_step', 'schema_metadata', 'schema_snapshot', 'score_days', 'select_nodes', 'sql', 'step_results', 'step_stage', 'take_schema_snapshot', 'verify_migration', 'verify_receipts']
 
 
 def test_the_public_surface_is_exactly_the_listed_names():
@@ -40,30 +42,60 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-#: product modules still waiting to drop an examples import (issue 12): the CLI's demo commands
-#: run the example code locations' demos in process
-KNOWN = {"cli/main.py"}
-
-
 def test_no_product_module_imports_the_examples():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("examples/") or rel in KNOWN:
+        if rel.startswith("examples/"):
             continue
         if any(m == "dw_dagster.examples" or m.startswith("dw_dagster.examples.") for m in _imports(path)):
             offenders.append(rel)
     assert offenders == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12, still open: the orders demo reuses the store-sales demo's timeline, "
-                   "fake services and stage runner; they move to a shared demo harness")
+EXAMPLES = ("store_sales", "orders")
+
+
 def test_examples_do_not_import_each_other():
-    for example in ("store_sales", "orders"):
-        other = "orders" if example == "store_sales" else "store_sales"
+    for example in EXAMPLES:
+        for other in (e for e in EXAMPLES if e != example):
+            for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
+                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
+                assert not bad, (path.name, bad)
+
+
+def _allowed_in_example(module: str, example: str) -> bool:
+    """The public API, the demo harness, and the example's own modules."""
+    return (module == "dw_dagster" or module.startswith("dw_dagster.testing")
+            or module == f"dw_dagster.examples.{example}" or module.startswith(f"dw_dagster.examples.{example}."))
+
+
+def test_examples_import_only_the_public_api_and_the_demo_harness():
+    offenders = []
+    for example in EXAMPLES:
         for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-            bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
-            assert not bad, (path.name, bad)
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                offenders += [f"{example}/{path.name}:{node.lineno} imports {m}" for m in mods
+                              if (m == "dw_dagster" or m.startswith("dw_dagster.")) and not _allowed_in_example(m, example)]
+                if isinstance(node, ast.ImportFrom) and node.module == "dw_dagster":
+                    offenders += [f"{example}/{path.name}:{node.lineno} imports dw_dagster.{a.name} (not public)"
+                                  for a in node.names if a.name not in PUBLIC]
+    assert offenders == []
+
+
+def test_the_demo_harness_names_exist():
+    """What the examples take from dw_dagster.testing exists (a rename there breaks them at import)."""
+    import importlib
+
+    for example in EXAMPLES:
+        for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dw_dagster.testing"):
+                    mod = importlib.import_module(node.module)
+                    for a in node.names:
+                        assert hasattr(mod, a.name), f"{path.name}: {node.module}.{a.name}"
 
 
 #: The packages from the bottom up: a package may import only those before it (and itself). The
@@ -96,8 +128,6 @@ def test_imports_run_one_way_between_the_packages():
             for m in mods:
                 if not m.startswith("dw_dagster.") or _package_of(m) == own:
                     continue
-                if rel.as_posix() in KNOWN and _package_of(m) == "examples":
-                    continue  # counted by test_no_product_module_imports_the_examples
                 if rank.get(_package_of(m), len(LAYERS)) > rank[own]:
                     upward.append(f"{rel.as_posix()}:{node.lineno} imports {m}")
     assert upward == []

@@ -185,9 +185,28 @@ def score_days(
     min_band_pct: float = 2.0,
     method: str = "zscore",
 ) -> list[DayScore]:
-    """Score each day in ``evaluate`` against its own baseline (see the module docstring).
+    """Score each day in ``evaluate`` against its own baseline, as the volume check does (module docstring).
 
-    ``counts`` must already hold every day of the spine (zeros included).
+    Each day's baseline is the same weekday in the ``training_days`` before it (every prior day
+    when fewer than ``min_same_weekday`` of those exist), scored by :func:`score_against_baseline`
+    (band ``max(sensitivity × spread, min_band_pct % of the centre)``).
+
+    Args:
+        counts: rows per day (UTC dates); must hold every day of the spine, zeros included.
+        evaluate: the days to score.
+        training_days: how many days before each scored day form its baseline.
+        sensitivity: the band's half-width in standard deviations (z-score) or scaled MADs.
+        min_history: fewer baseline days than this scores "insufficient history", never a pass.
+        min_same_weekday: same-weekday days needed before the baseline falls back to all days.
+        min_band_pct: the band's smallest half-width, in % of the baseline's mean.
+        method: ``zscore`` or ``mad``.
+
+    Returns:
+        One :class:`DayScore` per day of ``evaluate``, in order (rows, baseline mean, band,
+        deviation in %, status).
+
+    Raises:
+        ValueError: ``method`` is neither ``zscore`` nor ``mad``.
     """
     if method not in ("zscore", "mad"):
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")

@@ -40,18 +40,46 @@ def _instance(dagster_home: str | None):
                                f"{type(e).__name__}: {first}") from e
 
 
-def _workspace_file() -> Path:
-    from dw_dagster.examples.store_sales.home import PACKAGE_DIR
+#: ``dw-dagster demo NAME`` → the example's demo module, loaded by name when the command runs.
+#: Each defines ``DEMO`` (a :class:`~dw_dagster.testing.demo.DemoSpec`): the command runs an example
+#: through that entry point, as Dagster loads a code location by module name, and imports nothing
+#: else of it (the examples are not part of the product's import graph).
+DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo"}
 
-    return PACKAGE_DIR.parents[2] / "workspace.yaml"
+
+def demo_spec(name: str):
+    """The :class:`~dw_dagster.testing.demo.DemoSpec` of the demo ``name`` (a key of :data:`DEMOS`).
+
+    Raises:
+        click.ClickException: the example's module cannot be loaded or defines no ``DEMO``.
+    """
+    import importlib
+
+    from dw_dagster.testing.demo import DemoSpec
+
+    try:
+        spec = getattr(importlib.import_module(DEMOS[name]), "DEMO", None)
+    except ImportError as e:
+        raise click.ClickException(f"the {name} demo cannot be loaded from {DEMOS[name]}: {e}") from e
+    if not isinstance(spec, DemoSpec):
+        raise click.ClickException(f"{DEMOS[name]} defines no DEMO (a dw_dagster.testing.demo.DemoSpec)")
+    return spec
 
 
-def _scale(ctx, param, value: float) -> float:
-    from dw_dagster.examples.store_sales.generator import MIN_SCALE, MAX_SCALE
+def _open_target(spec) -> str:
+    """``-w workspace.yaml`` in a checkout of the repository (both locations), else ``-m`` the location's module."""
+    workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
+    return f"-w {workspace}" if workspace.exists() else f"-m {spec.location_module}"
 
-    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
-        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
-    return value
+
+def _scale_for(name: str):
+    def check(ctx, param, value: float) -> float:
+        spec = demo_spec(name)
+        if not (spec.min_scale <= value <= spec.max_scale):  # also rejects nan
+            raise click.BadParameter(f"must be between {spec.min_scale} and {spec.max_scale}, got {value}")
+        return value
+
+    return check
 
 
 home_option = click.option("--dagster-home", type=click.Path(file_okay=False), default=None,
@@ -70,33 +98,36 @@ def demo() -> None:
 
 
 @demo.command("store-sales")
-@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale,
+@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale_for("store-sales"),
               help="Data scale; 1.0 is the incident's full size (212,400 back-dated lines, 64M rows in all).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
 def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    from dw_dagster.examples.store_sales.demo import DemoResult, run_store_sales_demo
-
-    _run_demo(name="store-sales", workdir=workdir, home_folder="store_sales", instance_folder="dagster_home",
-              log_name="demo.log", home_env="DW_STORE_SALES_HOME", asset="store_sales_line",
-              events="dw/change_set, dw/approval, dw/receipt", as_json=as_json,
-              empty_result=lambda: DemoResult(scale=scale),
-              run=lambda home, instance, log, result: run_store_sales_demo(home=home, instance=instance, scale=scale, log=log,
-                                                                           result=result),
-              set_home=lambda result, home: setattr(result, "store_sales_home", str(home)), scale=scale)
+    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale)
 
 
-def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str, log_name: str, home_env: str,
-              asset: str, events: str, as_json: bool, empty_result, run, set_home, scale: float) -> None:
-    """What both demo commands do around their loop: claim the folders, make the signing key, keep
-    the run logs in a file, print the timeline (stderr with --json), the outcome and how to open
-    the same instance in the UI; exit 1 naming the stage that failed."""
+@demo.command("orders")
+@click.option("--scale", type=float, default=0.1, show_default=True, callback=_scale_for("orders"),
+              help="Data scale; 1.0 is the incident's full size (3,912 parked gift-card orders, about 1.5M orders).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, dbt project and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
+    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
+    _run_demo(demo_spec("orders"), workdir=workdir, as_json=as_json, scale=scale)
+
+
+def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
+    """What every demo command does around the example's loop: claim the folders, make the signing
+    key, keep the run logs in a file, print the timeline (stderr with --json), the outcome and how
+    to open the same instance in the UI; exit 1 naming the stage that failed."""
     import dagster as dg
 
-    from dw_dagster.examples.store_sales.demo import MARKER, DemoDirError, DemoError, Timeline, claim_demo_dir
+    from dw_dagster.testing.demo import MARKER, DemoDirError, DemoError, Timeline, claim_demo_dir
 
+    name, home_folder, instance_folder, log_name = spec.name, spec.home_folder, spec.instance_folder, spec.log_name
     if not workdir.strip():
         raise click.BadParameter("must name a folder", param_hint="--workdir")
     work = Path(workdir).resolve()
@@ -133,19 +164,20 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
     log = Timeline(out)
     log_file = work / log_name
     t0 = time.monotonic()
-    result, error = empty_result(), None
+    result, error = spec.new_result(scale), None
     log("start", f"dw_dagster {name} demo, scale {scale}; Dagster instance {dagster_home}; run logs in {log_file}")
     with open(log_file, "w") as lf, contextlib.redirect_stdout(lf), contextlib.redirect_stderr(lf):
         try:
             with dg.DagsterInstance.get() as instance:
-                run(home, instance, log, result)  # fills result stage by stage: a failure keeps what came before
+                # fills result stage by stage: a failure keeps what came before
+                spec.run(home=home, instance=instance, scale=scale, log=log, result=result)
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details
             error = f"{type(e).__name__}: {e}"
     result.seconds = round(time.monotonic() - t0, 1)
     result.dagster_home = str(dagster_home)
-    set_home(result, home)
+    setattr(result, spec.home_attr, str(home))
     if error:
         log("FAILED", f"{error} (details in {log_file})")
     else:
@@ -153,10 +185,10 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
         key_hint = f"$(cat {key_file})" if key_file.exists() else f"${c.SIGNING_KEY_ENV}"
         print(
             "\nOpen the same instance in the Dagster UI:\n"
-            f"  DAGSTER_HOME={dagster_home} {home_env}={home} \\\n"
+            f"  DAGSTER_HOME={dagster_home} {spec.home_env}={home} \\\n"
             f"  {c.SIGNING_KEY_ENV}={key_hint} \\\n"
-            f"  {Path(sys.executable).parent / 'dagster'} dev -w {_workspace_file()}\n"
-            f"then look at Assets → {asset} → Events ({events}).\n"
+            f"  {Path(sys.executable).parent / 'dagster'} dev {_open_target(spec)}\n"
+            f"then look at Assets → {spec.asset} → Events ({spec.events}).\n"
             f"(A demo: the signing key sits next to the instance and reaches the webserver; the README's threat "
             f"model says where it belongs in a deployment.)\n"
             f"The command line on the same instance (receipts, change-sets, approve ...):\n"
@@ -174,35 +206,6 @@ def _run_demo(*, name: str, workdir: str, home_folder: str, instance_folder: str
         click.echo(json.dumps(data, indent=2))
     if error:
         sys.exit(1)
-
-
-def _orders_scale(ctx, param, value: float) -> float:
-    from dw_dagster.examples.orders.generator import MAX_SCALE, MIN_SCALE
-
-    if not (MIN_SCALE <= value <= MAX_SCALE):  # also rejects nan
-        raise click.BadParameter(f"must be between {MIN_SCALE} and {MAX_SCALE}, got {value}")
-    return value
-
-
-@demo.command("orders")
-@click.option("--scale", type=float, default=0.1, show_default=True, callback=_orders_scale,
-              help="Data scale; 1.0 is the incident's full size (3,912 parked gift-card orders, about 1.5M orders).")
-@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
-              help="Where the demo keeps its data, dbt project and (unless $DAGSTER_HOME is set) its Dagster instance.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
-def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
-    """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
-    from dw_dagster.examples.orders.demo import OrdersDemoResult, run_orders_demo
-    from dw_dagster.examples.orders.home import SOURCE_URL_ENV
-
-    os.environ.pop(SOURCE_URL_ENV, None)  # the demo replays the generator's stream; no server
-    _run_demo(name="orders", workdir=workdir, home_folder="orders", instance_folder="orders_dagster_home",
-              log_name="orders_demo.log", home_env="DW_ORDERS_HOME", asset="orders",
-              events="dw/change_set, dw/approval, dw/step_result, dw/receipt", as_json=as_json,
-              empty_result=lambda: OrdersDemoResult(scale=scale),
-              run=lambda home, instance, log, result: run_orders_demo(home=home, instance=instance, scale=scale, log=log,
-                                                                      result=result),
-              set_home=lambda result, home: setattr(result, "orders_home", str(home)), scale=scale)
 
 
 @main.group(invoke_without_command=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 from sqlglot import exp
 
@@ -49,6 +50,27 @@ class Column:
     def __post_init__(self) -> None:
         check_name(self.name, "column")
         _kind(self.type)
+
+    @property
+    def kind(self) -> tuple[str, int | None, int | None]:
+        """``(kind, precision, scale)`` of this column's type (:meth:`type_kind`)."""
+        return _kind(self.type)
+
+    @staticmethod
+    def type_kind(type_text: str) -> tuple[str, int | None, int | None]:
+        """What a sink validates a value against: ``(kind, precision, scale)`` of a SQL type.
+
+        Args:
+            type_text: a type in DuckDB's dialect, e.g. ``DECIMAL(18,2)``.
+
+        Returns:
+            ``kind`` is one of ``int``, ``decimal``, ``float``, ``bool``, ``date``, ``timestamp``,
+            ``str``; precision and scale are set for ``decimal`` only (``DECIMAL`` alone is (18, 3)).
+
+        Raises:
+            ValueError: the type is not one a sink can validate.
+        """
+        return _kind(type_text)
 
 
 @lru_cache(maxsize=64)
@@ -103,6 +125,11 @@ class SinkTable:
     key: str
     columns: tuple[Column, ...]
     state_table: str | None = None
+
+    #: a sink's staging column for the change kind (``upsert``/``delete``): no target column may carry the name
+    OP_COLUMN: ClassVar[str] = _OP
+    #: the reason a parked row gives for a NULL or absent REQUIRED column (``.format(column=name)``)
+    MISSING_REQUIRED: ClassVar[str] = MISSING_REQUIRED
 
     def __post_init__(self) -> None:
         check_table_name(self.table, "target table")

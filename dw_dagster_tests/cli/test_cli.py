@@ -183,3 +183,17 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
     assert busy.returncode == 1 and "cannot serve on 127.0.0.1" in busy.stderr
     for p in (unknown, shape, empty, relative, opened, busy):
         assert "Traceback" not in p.stderr
+
+
+def test_every_demo_runs_from_its_registered_module():
+    """``dw-dagster demo NAME`` loads the example's demo module by name (the CLI imports no example);
+    each defines a DEMO spec whose name and default scale are the command's."""
+    from dw_dagster.cli.main import DEMOS, demo, demo_spec
+    from dw_dagster.testing.demo import DemoSpec
+
+    assert sorted(DEMOS) == sorted(demo.commands)
+    for name, module in DEMOS.items():
+        spec = demo_spec(name)
+        assert isinstance(spec, DemoSpec) and spec.name == name and spec.location_module.startswith(module.rsplit(".", 1)[0])
+        scale = next(p for p in demo.commands[name].params if p.name == "scale")
+        assert scale.default == spec.default_scale and spec.min_scale <= spec.default_scale <= spec.max_scale

@@ -7,7 +7,7 @@ against a temporary ``DAGSTER_HOME`` and ``DW_STORE_SALES_HOME`` holding the inc
 the way an operator does:
 
 1. ``startSensor`` (GraphQL) sets ``dw_check_incident_sensor`` and ``dw_remediation_sensor`` running;
-2. the checks job ``dw_verify_store_sales_line`` is launched through GraphQL: ``region_compare`` fails;
+2. the checks job ``dw_verify`` is launched through GraphQL: ``region_compare`` fails;
 3. the daemon's incident sensor opens the incident and launches the diagnosis run, which proposes
    the change set (read back with :mod:`dw_dagster.core.records` from an instance opened on
    the same ``DAGSTER_HOME``);
@@ -41,11 +41,12 @@ import pytest
 
 from dw_dagster.core import keys as c
 from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.demo import OWNER, Timeline, prepare_incident_data
+from dw_dagster.examples.store_sales.demo import OWNER, prepare_incident_data
 from dw_dagster.core.models import Approval, ChangeSet, Receipt
 from dw_dagster.core import records
 from dw_dagster.proposals.watermark import apply_change_set
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
+from dw_dagster.testing.demo import Timeline
 from dw_dagster_tests.harness.dagster_dev import DagsterDev, dagster_dev, postgres_database, write_instance_yaml
 
 SCALE = 0.002
@@ -288,7 +289,7 @@ def _prepare(home: Path, instance: dg.DagsterInstance, log: Timeline) -> None:
         os.environ[h.HOME_ENV] = str(home)
         h.ensure_home(home)
         prepare_incident_data(home, instance, SCALE, log)
-    finally:  # build_definitions sets DW_WAREHOUSE_PATH and the domains file variable
+    finally:
         os.environ.clear()
         os.environ.update(saved)
 
@@ -342,7 +343,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         mark("dagster dev", f"{dev.url} (pid {dev.proc.pid}); code location loaded, sensor daemon healthy")
 
         # detect
-        run_id = dev.submit_job("dw_verify_store_sales_line")
+        run_id = dev.submit_job("dw_verify")
         run = _wait_run(dev, instance, run_id, "checks job")
         res.runs["checks"] = _run_summary(instance, run.run_id)
         res.gap_before, passed = _region_gaps(instance, run_id)
@@ -401,7 +402,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
             raise LoopFailed(f"a refused approval was recorded: {records.approvals(instance, cs.id)}")
 
         # before the owner decides, the repair jobs cannot be launched by hand
-        window_run = dev.submit_job("dw_rerun_store_sales_line",
+        window_run = dev.submit_job("dw_rerun_window",
                                     tags={RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})
         res.refused_launches["window job, no approval"] = _refused_at_submit(dev, instance, window_run, "direct window launch")
         token = _owner_token(idp.url, cs)
@@ -415,7 +416,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
 
         # approved, not merged yet: its window is held; a copied-tags launch and a load of a held
         # partition are refused at submission, a partition outside the window is not
-        window_run = dev.submit_job("dw_rerun_store_sales_line", tags={
+        window_run = dev.submit_job("dw_rerun_window", tags={
             RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], c.CHANGE_SET_TAG: cs.id,
             c.APPROVAL_TAG: res.approval.id, c.STAGE_TAG: "window-1", "dw/ticket": "0" * 32})
         res.refused_launches["window job, forged ticket"] = _refused_at_submit(dev, instance, window_run, "forged ticket")
@@ -456,7 +457,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         _wait_for(dev, instance, repaired, "the repair (window, rebuild, verify, receipt)", REPAIR_TIMEOUT)
         # after the repair: re-launching its window run with the real run's tags (ticket included) is refused
         copied = {k: v for k, v in instance.get_run_by_id(seen["window-1"]).tags.items() if k.startswith(("dw/", "dagster/asset"))}
-        again = dev.submit_job("dw_rerun_store_sales_line", tags=copied)
+        again = dev.submit_job("dw_rerun_window", tags=copied)
         res.refused_launches["window job, copied tags"] = _refused_at_submit(dev, instance, again, "copied tags")
         res.gap_after, _ = _region_gaps(instance, seen["verify"])
         res.receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
@@ -492,7 +493,7 @@ def _cli_attacks(home: Path, dagster_home: Path, issuer: str, cs: ChangeSet) -> 
     module = ["-m", "dw_dagster.examples.store_sales.definitions", "-a", "defs"]
     out = {}
     for name, args in (
-        ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_store_sales_line", "--tags",
+        ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_window", "--tags",
                                                json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})]),
         ("dagster asset materialize (held partition)", ["asset", "materialize", *module, "--select", "store_sales_line",
                                                         "--partition", cs.window[-1]]),
@@ -540,7 +541,7 @@ def test_storage_is_the_one_asked_for(loop):
 
 
 def test_checks_job_launched_through_graphql_detects_the_gap(loop):
-    assert loop.runs["checks"]["job"] == "dw_verify_store_sales_line" and SENSOR_TAG not in loop.runs["checks"]["tags"]
+    assert loop.runs["checks"]["job"] == "dw_verify" and SENSOR_TAG not in loop.runs["checks"]["tags"]
     assert loop.gap_before["Southwest"] == pytest.approx(1.8, abs=0.01)
     assert {r: p for r, p in loop.gap_before.items() if r != "Southwest"} == {r: 0.0 for r in REGIONS if r != "Southwest"}
 
@@ -606,7 +607,7 @@ def test_daemon_remediation_sensor_ran_every_stage_in_order(loop):
     assert runs[0]["created"] >= loop.runs["approval"]["end"]
     window = loop.runs["window-1"]
     assert (window["job"], window["tags"][RANGE_START_TAG], window["tags"][RANGE_END_TAG]) == (
-        "dw_rerun_store_sales_line", "2026-11-26", "2026-11-27")
+        "dw_rerun_window", "2026-11-26", "2026-11-27")
 
 
 def test_receipts_on_the_four_assets_verified_with_no_gap_left(loop):

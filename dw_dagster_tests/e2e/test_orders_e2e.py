@@ -152,8 +152,8 @@ def test_stages_ran_in_order_each_once(loop):
     (approval,) = records.approvals(instance, cs.id)
     assert list(result.run_ids) == STAGES
     runs = [instance.get_run_by_id(result.run_ids[s]) for s in STAGES]
-    assert [r.job_name for r in runs] == ["dw_step_migration", "dw_step_replay", "dw_rebuild_finance_daily",
-                                          "dw_verify_orders", "dw_receipts"]
+    assert [r.job_name for r in runs] == ["dw_step_migration", "dw_step_replay", "dw_rebuild_downstream",
+                                          "dw_verify", "dw_receipts"]
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     assert [r.tags["dagster/run_key"] for r in runs] == [f"{cs.id}:{cs.version[:16]}:{s}:{r.tags['dw/ticket'][:10]}" for s, r in zip(STAGES, runs)]
     starts = [instance.get_run_record_by_id(r.run_id).start_time for r in runs]

@@ -133,7 +133,7 @@ def test_incident_opened_exactly_once(loop):
 def test_rerunning_the_approved_window_twice_leaves_each_line_once(loop):
     result, instance, home = loop
     defs = build_definitions(home)
-    job = defs.resolve_job_def("dw_rerun_store_sales_line")
+    job = defs.resolve_job_def("dw_rerun_window")
     for _ in range(2):
         assert job.execute_in_process(instance=instance, tags={RANGE_START_TAG: "2026-11-26", RANGE_END_TAG: "2026-11-27"}).success
     wh = DuckDBDatabase(h.warehouse_path(home))

@@ -146,12 +146,12 @@ class DagsterDev:
             raise DagsterDevError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
-    def location_status(self) -> tuple[str, str | None]:
-        """(loadStatus, error message or None) of the store_sales code location."""
+    def location_status(self, location: str = LOCATION) -> tuple[str, str | None]:
+        """(loadStatus, error message or None) of a code location (default store_sales)."""
         data = self.graphql("""{ workspaceOrError { __typename ... on Workspace { locationEntries {
             name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }""")
         for e in data["workspaceOrError"].get("locationEntries", []):
-            if e["name"] == LOCATION:
+            if e["name"] == location:
                 err = e["locationOrLoadError"]
                 return e["loadStatus"], (err or {}).get("message")
         return "MISSING", None
@@ -183,9 +183,10 @@ class DagsterDev:
         return res["sensorState"]["ticks"] if res["__typename"] == "Sensor" else [res]
 
     def submit_job(self, job_name: str, run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
-                   op_selection: list[str] | None = None) -> str:
-        """Launch a job through ``DagsterGraphQLClient.submit_job_execution``; returns the run id."""
-        return self.client.submit_job_execution(job_name, repository_location_name=LOCATION, repository_name=REPOSITORY,
+                   op_selection: list[str] | None = None, location: str = LOCATION) -> str:
+        """Launch a job of a code location (default store_sales) through ``DagsterGraphQLClient.submit_job_execution``;
+        returns the run id."""
+        return self.client.submit_job_execution(job_name, repository_location_name=location, repository_name=REPOSITORY,
                                                 run_config=dict(run_config or {}), tags=dict(tags or {}),
                                                 op_selection=op_selection)
 
@@ -268,12 +269,12 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str, dev: DagsterDev, i
 
 @contextmanager
 def dagster_dev(dagster_home: Path, env: Mapping[str, str], cwd: Path, *, workspace: Path = WORKSPACE,
-                startup_timeout: float = 240) -> Iterator[DagsterDev]:
+                startup_timeout: float = 240, locations: tuple[str, ...] = (LOCATION,)) -> Iterator[DagsterDev]:
     """Run ``dagster dev`` for the duration of the block (see the module docstring).
 
     ``env`` is the whole environment of the process (``DAGSTER_HOME`` is set to ``dagster_home``).
     Its output goes to ``cwd/dagster_dev.log``. Raises :class:`DagsterDevError` when it does not
-    come up. On exit, ``stragglers`` lists the processes with this ``DAGSTER_HOME`` that outlived
+    come up (the webserver, each of ``locations`` loaded, a healthy sensor daemon). On exit, ``stragglers`` lists the processes with this ``DAGSTER_HOME`` that outlived
     the process group (killed then; a test asserts there are none).
     """
     port = free_port()
@@ -291,13 +292,14 @@ def dagster_dev(dagster_home: Path, env: Mapping[str, str], cwd: Path, *, worksp
         _wait(lambda: httpx.get(f"{dev.url}/server_info", timeout=5).status_code == 200, startup_timeout,
               "the webserver", dev)
 
-        def loaded() -> bool:
-            status, error = dev.location_status()
-            if error:
-                raise AssertionError(f"code location {LOCATION} failed to load: {error}\n{dev.log_tail()}")
-            return status == "LOADED"
+        for location in locations:
+            def loaded(location: str = location) -> bool:
+                status, error = dev.location_status(location)
+                if error:
+                    raise AssertionError(f"code location {location} failed to load: {error}\n{dev.log_tail()}")
+                return status == "LOADED"
 
-        _wait(loaded, max(30.0, startup_timeout - (time.monotonic() - t0)), f"code location {LOCATION}", dev)
+            _wait(loaded, max(30.0, startup_timeout - (time.monotonic() - t0)), f"code location {location}", dev)
         _wait(lambda: dev.daemon_statuses().get("SENSOR"), max(30.0, startup_timeout - (time.monotonic() - t0)),
               "a healthy sensor daemon", dev)
         yield dev

@@ -129,10 +129,11 @@ def test_manifest_only_and_extra_manifests(example_manifest, tmp_path):
 
 
 def test_the_example_code_location(tmp_path):
-    """The real store-sales code location (dbt parse, @dbt_assets, checks): in a child process, as it sets env vars."""
+    """The real store-sales code location (dbt parse, @dbt_assets, checks), built in a fresh child process."""
     script = (
         "import json\n"
-        "from dw_dagster.examples.store_sales.definitions import defs\n"
+        "from dw_dagster.examples.store_sales.definitions import build_definitions\n"
+        "defs = build_definitions()\n"
         "from dw_dagster.lineage import lineage_graph, select_nodes, blast_radius\n"
         "g = lineage_graph(defs)\n"
         "br = blast_radius(g, select_nodes(g, 'pos_source/sales_line'))\n"

@@ -32,15 +32,15 @@ to the end of its commit (XID) event, row 0. Each event carries ``position`` (wh
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import unquote, urlsplit
 
-from dw_dagster.databases import sql
-from dw_dagster.databases.sql import check_name, check_table_name
+from dw_dagster import sql
 from dw_dagster.examples.orders import generator as gen
+
+check_name, check_table_name = sql.check_name, sql.check_table_name
 
 Op = Literal["insert", "update", "delete"]
 REPLAY_LOG = "replay"

@@ -22,30 +22,39 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster.databases import DuckDBDatabase
+from dw_dagster import DuckDBDatabase, records, step_results, step_stage
 from dw_dagster.examples.orders import generator as gen
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
+from dw_dagster.examples.orders.definitions import build_definitions
 from dw_dagster.examples.orders.source import write_source
-from dw_dagster.examples.store_sales.demo import DemoError, Timeline, claim_demo_dir, demo_approvals, run_repair_stages
-from dw_dagster.examples.store_sales.services import OidcProvider
+from dw_dagster.examples.orders.verify import gift_card_gmv_compare
+from dw_dagster.testing.demo import (
+    DemoError,
+    DemoSpec,
+    Timeline,
+    claim_demo_dir,
+    demo_approvals,
+    evaluations,
+    run_job,
+    run_repair_stages,
+    source_change_sentence,
+)
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
-from dw_dagster.core import records
+from dw_dagster.testing.services import OidcProvider
 
 OWNER = "maya.chen@shop.example"
 NOT_LISTED = "leo.park@shop.example"
 DEFAULT_SCALE = p.DEFAULT_SCALE
 #: the first sink run reads the stream up to Tuesday 00:00 UTC (Monday's nightly)
 MONDAY_END = dt.datetime.combine(gen.INCIDENT_DAY, dt.time())
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
-__all__ = ["DEFAULT_SCALE", "NOT_LISTED", "OWNER", "OrdersDemoResult", "prepare_incident_data", "run_orders_demo"]
+__all__ = ["DEFAULT_SCALE", "DEMO", "NOT_LISTED", "OWNER", "OrdersDemoResult", "prepare_incident_data", "run_orders_demo"]
 
 
 @dataclass
@@ -86,23 +95,6 @@ class OrdersDemoResult:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)
-
-
-def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwargs) -> dg.ExecuteInProcessResult:
-    config = {**QUIET, **kwargs.pop("run_config", {})}
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, **kwargs)
-    if not result.success:
-        raise DemoError(f"{stage}: run {result.run_id} of {job.name} failed")
-    return result
-
-
-def evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
-    """Check name → the evaluation one run recorded."""
-    out = {}
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        ev = entry.dagster_event.event_specific_data
-        out[ev.check_name] = ev
-    return out
 
 
 def _line(ev: dg.AssetCheckEvaluation | None, name: str) -> str:
@@ -148,14 +140,12 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     Writes the orders service's table up to Tuesday 00:00 and runs the sink over the stream to
     there (Monday's nightly) and the detection checks (all pass); then the table to
     2026-11-25 06:00 and the sink again (the release's gift-card orders are parked), and the dbt
-    build of the finance_daily models. ``$DW_ORDERS_HOME`` must name ``home`` before the
-    definitions module is first imported.
+    build of the finance_daily models. The stream is the generator's replay (no server), whatever
+    ``$DW_ORDERS_SOURCE_URL`` says.
 
     Raises:
         DemoError: a run failed, or the checks failed before the release.
     """
-    from dw_dagster.examples.orders.definitions import build_definitions
-
     log = log or Timeline()
     p.prepare_home(home)
     p.write_scale(home, scale)
@@ -164,13 +154,13 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     n = write_source(src, scale, MONDAY_END)
     log("setup", f"orders service stand-in {p.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
     log.detail(f"shop.orders holds {n:,} orders placed {gen.FIRST_DAY}..{gen.INCIDENT_DAY - dt.timedelta(days=1)}")
-    defs = build_definitions(home)
+    defs = build_definitions(home, binlog=False)
     stream = defs.resolve_job_def("orders_stream")
-    res = _run(stream, instance, "stream", run_config={"ops": {"orders": {"config": {"until": MONDAY_END.isoformat()}}}})
+    res = run_job(stream, instance, "stream", run_config={"ops": {"orders": {"config": {"until": MONDAY_END.isoformat()}}}})
     md = _materialization(res)
     log("stream", f"CDC sink (replayed change stream) to {MONDAY_END}: {md['dw/cdc_applied']:,} changes applied, "
         f"{md['dw/cdc_parked']} parked; analytics.orders {md['dagster/row_count']:,} rows")
-    checks = _run(defs.resolve_job_def("orders_checks"), instance, "checks")
+    checks = run_job(defs.resolve_job_def("orders_checks"), instance, "checks")
     evs = evaluations(instance, checks.run_id)
     log("detect", _line(evs.get("daily_volume"), "daily_volume") + " (Monday's nightly)")
     log("detect", _line(evs.get("dead_letter"), "dead_letter"))
@@ -180,13 +170,13 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     parked_plan = sum(x.null_country for x in plan)
     log("release", f"{gen.RELEASE_TS} UTC: the orders-service release stops copying the billing country into "
         f"shipping_country for gift-card orders ({parked_plan:,} of them by {gen.STREAM_END})")
-    res = _run(stream, instance, "stream")
+    res = run_job(stream, instance, "stream")
     md = _materialization(res)
     log("stream", f"CDC sink to {gen.STREAM_END}: {md['dw/cdc_applied']:,} changes applied, {md['dw/cdc_parked']:,} parked "
         f"in analytics.orders_dlq ({'; '.join(f'{v:,} × {k!r}' for k, v in md['dw/cdc_parked_reasons'].items())}); "
         f"run {res.run_id[:8]} SUCCESS: the stream stayed green")
     log("load", "dbt build of fct_daily_gmv, finance_gmv_by_payment_method, finance_gmv_mtd (the nightly) ...")
-    _run(defs.resolve_job_def("finance_daily_models"), instance, "dbt build")
+    run_job(defs.resolve_job_def("finance_daily_models"), instance, "dbt build")
     return defs
 
 
@@ -198,7 +188,7 @@ def _materialization(result: dg.ExecuteInProcessResult) -> dict:
 
 def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE,
                     log: Timeline | None = None, result: OrdersDemoResult | None = None) -> OrdersDemoResult:
-    """Run the whole loop; raise :class:`~dw_dagster.examples.store_sales.demo.DemoError` naming the
+    """Run the whole loop; raise :class:`~dw_dagster.testing.demo.DemoError` naming the
     first stage that went wrong. ``home`` is cleared first when an earlier demo made it. ``result``,
     when given, is filled in as the stages finish (what came before a failure is kept).
 
@@ -211,7 +201,6 @@ def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = 
     res.scale, res.orders_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
-    os.environ[h.HOME_ENV] = str(home)
     defs = prepare_incident_data(home, instance, scale, log)
     with OidcProvider(home / "services", [OWNER, NOT_LISTED]) as idp:
         log("setup", f"stand-in identity provider {idp.url} (the approvers log in there)")
@@ -221,7 +210,7 @@ def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = 
 def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: OrdersDemoResult, log: Timeline) -> OrdersDemoResult:
     # detect: the volume and dead-letter checks fail; the incident sensor opens one incident
     res.gap_before = day_gap(home)
-    checks = _run(defs.resolve_job_def("orders_checks"), instance, "checks")
+    checks = run_job(defs.resolve_job_def("orders_checks"), instance, "checks")
     evs = evaluations(instance, checks.run_id)
     vol, dlq = evs.get("daily_volume"), evs.get("dead_letter")
     res.volume_before_pct, vol_text = _incident_day_volume(vol)
@@ -233,8 +222,6 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     res.parked_reasons = {r["reason"]: r["rows"] for r in _md(dlq, "dw/reasons_json") or []}
     log.detail(f"Tuesday: {res.gap_before['source']:,} orders at the source, {res.gap_before['target']:,} in "
                f"analytics.orders ({res.gap_before['rows']:,} short, {res.gap_before['pct']:.2f} %)")
-    from dw_dagster.examples.orders.verify import gift_card_gmv_compare
-
     cmp = gift_card_gmv_compare(DuckDBDatabase(h.warehouse_path(home)), DuckDBDatabase(p.source_path(home)))
     last = cmp.day_totals(cmp.last_day)
     res.gift_cards_before = {"day": cmp.last_day.isoformat(), "model_orders": last["orders"][0],
@@ -258,8 +245,6 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     d = cause.details
     res.cause, res.cause_summary = cause.kind, cause.summary
     res.column_mode = {k: v["mode"] for k, v in (d.get("column_modes") or {}).items()}
-    from dw_dagster.diagnosis.sink_diagnoser import source_change_sentence
-
     res.source_change = source_change_sentence(d.get("source_change") or {})
     log("cause", f"{cause.kind} (confidence {cause.confidence:.0%}): REQUIRED column now receives NULLs from the source")
     errs = d["dead_letter"].get("errors", [])
@@ -279,8 +264,6 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     cs = records.change_sets(instance)[0]
     res.change_set_id = cs.id
     log("propose", f"change set {cs.id} v{cs.version[:16]}: {cs.summary}")
-    from dw_dagster.repair.steps import step_stage
-
     for i, step in enumerate(cs.steps):
         log.detail(f"{step_stage(i, step)}: {step.summary}")
         if step.kind == "migration":
@@ -304,8 +287,6 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     res.approver = res.approval_identity["email"]
 
     # repair, verify, receipt: one stage per tick
-    from dw_dagster.repair.steps import step_results
-
     def describe(stage: str, run: dg.DagsterRun) -> str:
         result = next((r for r in step_results(instance, cs) if r.get("run_id") == run.run_id), None)
         if result and result["kind"] == "migration":
@@ -339,3 +320,12 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     if not res.ok:
         raise DemoError("verify: the repair did not close the gap, or a check or the receipt did not verify")
     return res
+
+
+#: what ``dw-dagster demo orders`` runs (:class:`~dw_dagster.testing.demo.DemoSpec`)
+DEMO = DemoSpec(
+    name="orders", run=run_orders_demo, new_result=lambda scale: OrdersDemoResult(scale=scale),
+    home_attr="orders_home", home_folder="orders", instance_folder="orders_dagster_home", log_name="orders_demo.log",
+    home_env=h.HOME_ENV, location_module="dw_dagster.examples.orders.definitions", asset="orders",
+    events="dw/change_set, dw/approval, dw/step_result, dw/receipt", default_scale=DEFAULT_SCALE,
+    min_scale=gen.MIN_SCALE, max_scale=gen.MAX_SCALE)

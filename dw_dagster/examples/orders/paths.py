@@ -3,24 +3,23 @@
 Besides ``data/warehouse.duckdb`` (:mod:`.home`), the location keeps::
 
     data/shop_source.duckdb   shop.orders as the orders service holds it (stand-in for MariaDB)
-    dbt_project/              copy of the repository's dbt_project/ (the finance_daily models)
+    dbt_project/              copy of the examples' dbt project (the finance_daily models; shipped in the package)
     dbt_profiles/profiles.yml the dbt profile pointing at this home's warehouse file
     domains.yaml              owners and approvers (copied from the package once; edit it there)
     scale                     the replayed stream's scale, written by the demo
 
-The dbt profile lives in the home (not in ``dbt_project/profiles.yml``, which reads
-``$DW_WAREHOUSE_PATH`` for the store-sales location), so both locations can run dbt in one
-process without sharing an environment variable.
+The dbt profile lives in the home, so both example locations can run dbt in one process, each
+on its own warehouse file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from dw_dagster.examples.orders import home as h
+from dw_dagster.testing.demo import example_dbt_project, write_dbt_profile
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCALE_ENV = "DW_ORDERS_SCALE"
@@ -66,31 +65,13 @@ def write_scale(home: Path, scale: float) -> None:
     scale_path(home).write_text(f"{scale}\n")
 
 
-def template_dbt_project() -> Path:
-    """The repository's ``dbt_project/`` (the package is installed editable from the repository)."""
-    from dw_dagster.examples.store_sales.home import template_dbt_project as store_sales_template
-
-    return store_sales_template()
-
-
-def profiles_yml(warehouse: Path) -> str:
-    """A dbt ``profiles.yml`` for the project's profile (``store_sales``) on one DuckDB file."""
-    return ("# Written by dw_dagster's orders example: the finance_daily models build in this home's warehouse.\n"
-            "store_sales:\n  target: duckdb\n  outputs:\n    duckdb:\n      type: duckdb\n"
-            f"      path: {json.dumps(str(warehouse))}\n      schema: analytics\n      threads: 1\n")
-
-
 def prepare_home(home: Path | None = None) -> Path:
     """Create the home's folders, dbt project copy, profile and domains file when missing; returns the home."""
     home = h.ensure_home(home or h.home_dir())
     if not (dbt_dir(home) / "dbt_project.yml").exists():
-        shutil.copytree(template_dbt_project(), dbt_dir(home), dirs_exist_ok=True,
+        shutil.copytree(example_dbt_project(), dbt_dir(home), dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("target", "logs", "dbt_packages", ".user.yml"))
-    profiles_dir(home).mkdir(parents=True, exist_ok=True)
-    text = profiles_yml(h.warehouse_path(home))
-    prof = profiles_dir(home) / "profiles.yml"
-    if not prof.exists() or prof.read_text() != text:
-        prof.write_text(text)
+    write_dbt_profile(profiles_dir(home), profile="store_sales", duckdb_path=h.warehouse_path(home))
     if not domains_path(home).exists():
         shutil.copy(PACKAGE_DIR / "domains.yaml", domains_path(home))
     return home

@@ -48,24 +48,24 @@ order that is never updated or deleted, one parked row per key.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dw_dagster.databases import sql
-from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
+from dw_dagster import Database, DatabaseError, DuckDBDatabase, SinkColumn, SinkTable, sql
 from dw_dagster.examples.orders.cdc import ChangeEvent, ChangeSource, SourcePosition
-from dw_dagster.pipelines.sink import _OP, MISSING_REQUIRED, Column, SinkTable, _kind
-from dw_dagster.databases.sql import check_name, check_table_name
+
+Column = SinkColumn  # the target's columns (dw_dagster's sink shape)
+_OP = SinkTable.OP_COLUMN
+MISSING_REQUIRED = SinkTable.MISSING_REQUIRED
+_kind = SinkColumn.type_kind
 
 #: Dagster metadata key of the sink's position
 POSITION_METADATA_KEY = "dw/cdc_position"

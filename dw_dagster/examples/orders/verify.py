@@ -16,8 +16,7 @@ from decimal import Decimal
 
 import dagster as dg
 
-from dw_dagster.databases import sql
-from dw_dagster.databases import Database
+from dw_dagster import Database, sql
 
 MODEL_TABLE = "analytics.fct_daily_gmv"
 GIFT_CARD = "gift_card"

@@ -17,62 +17,36 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
-import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster.core import keys as c
-from dw_dagster.databases import DuckDBDatabase
+from dw_dagster import DuckDBDatabase, dedup_key_for, records
 from dw_dagster.examples.store_sales import generator as gen
 from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.services import FakeServices
+from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
+from dw_dagster.testing.demo import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    DemoError,
+    DemoSpec,
+    Timeline,
+    claim_demo_dir,
+    clip,
+    demo_approvals,
+    evaluations,
+    notifications,
+    owner_merges,
+    run_job,
+    run_repair_stages,
+)
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
-from dw_dagster.integrations.notifications import notifications
-from dw_dagster.integrations.paging import dedup_key_for
-from dw_dagster.core import records
-from dw_dagster.approval.job import approve_in_process
-from dw_dagster.proposals.watermark import apply_change_set
-from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
+from dw_dagster.testing.services import FakeServices
 
 OWNER = "dana.ortiz@grocer.example"
 NOT_LISTED = "sam.lee@grocer.example"
 DEFAULT_SCALE = 0.01
-
-
-class DemoError(RuntimeError):
-    """A stage of the demo did not produce what it must; the message names the stage."""
-
-
-class DemoDirError(RuntimeError):
-    """A folder the demo would clear was not made by the demo."""
-
-
-MARKER = ".dw_demo_dir"
-
-
-def claim_demo_dir(path: Path) -> Path:
-    """Give the demo an empty ``path``: create it, or clear it if an earlier demo made it.
-
-    Raises:
-        DemoDirError: ``path`` exists, is not empty and has no demo marker (it is someone's data).
-    """
-    path = Path(path)
-    if path.exists():
-        if not path.is_dir():
-            raise DemoDirError(f"{path} exists and is not a folder")
-        if (path / MARKER).exists():
-            shutil.rmtree(path)
-        elif any(path.iterdir()):
-            raise DemoDirError(f"{path} exists, is not empty and was not made by the demo; "
-                               "choose another --workdir or remove it yourself")
-    path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text("made by dw-dagster demo; cleared at the next demo run\n")
-    return path
 
 
 @dataclass
@@ -110,25 +84,6 @@ class DemoResult:
         return json.dumps(asdict(self), indent=2, default=str)
 
 
-class Timeline:
-    """Prints the timeline with elapsed seconds (to stderr when JSON goes to stdout)."""
-
-    def __init__(self, stream=sys.stdout) -> None:
-        self.t0 = time.monotonic()
-        self.stream = stream
-
-    def __call__(self, stage: str, msg: str = "") -> None:
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {stage:<10} {msg}", file=self.stream, flush=True)
-
-    def detail(self, msg: str) -> None:
-        print(f"{'':20}{msg}", file=self.stream, flush=True)
-
-
-def clip(text: str, width: int = 110) -> str:
-    """``text`` cut to ``width`` characters, with an ellipsis when something was cut."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def diff_for_timeline(diff: str) -> list[str]:
     """The changed lines of a unified diff, file by file under their names, edits to existing files
     first (the change a reader looks for), new files after."""
@@ -154,100 +109,17 @@ def _gap_text(gaps: dict[str, float]) -> str:
     return ", ".join(f"{r} {abs(p):.2f} % {'short' if p > 0 else 'over'}" if p else f"{r} 0.00 %" for r, p in sorted(gaps.items()))
 
 
-def run_repair_stages(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, run_ids: dict[str, str], log: Timeline,
-                      *, ticks: int, describe) -> None:
-    """Tick the remediation sensor until it launches nothing more (one stage per tick, at most
-    ``ticks``), recording each stage's run in ``run_ids`` and logging it with what
-    ``describe(stage, run)`` adds; raise :class:`DemoError` on a failed run, or when the verify and
-    receipt stages never ran."""
-    tick = None
-    for _ in range(ticks):
-        tick = daemon.tick("dw_remediation_sensor")
-        if tick.failed_run_ids:
-            raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed ({tick.skip_reason})")
-        if not tick.run_ids:
-            break
-        run = instance.get_run_by_id(tick.run_ids[0])
-        stage = run.tags.get(c.STAGE_TAG)
-        run_ids[stage] = run.run_id
-        log("receipt" if stage == "receipt" else "repair", f"{stage} run {run.run_id[:8]} succeeded{describe(stage, run)}")
-    if "verify" not in run_ids or "receipt" not in run_ids:
-        raise DemoError(f"repair: stages did not finish ({sorted(run_ids)}; {tick.skip_reason if tick else 'no tick'})")
-
-
 def _volume(instance: dg.DagsterInstance, run_id: str) -> str:
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        ev = entry.dagster_event.event_specific_data
-        if ev.check_name == "daily_volume":
-            return f"daily_volume {'passed' if ev.passed else 'FAILED'}: {ev.description}"
-    return "daily_volume did not run"
+    ev = evaluations(instance, run_id).get("daily_volume")
+    return f"daily_volume {'passed' if ev.passed else 'FAILED'}: {ev.description}" if ev else "daily_volume did not run"
 
 
 def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], int, bool]:
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-        ev = entry.dagster_event.event_specific_data
-        if ev.check_name == "region_compare":
-            slices = records.metadata_json(ev.metadata, "dw/slices_json") or []
-            return {s["slice"]["region"]: s["gap_pct"] for s in slices}, sum(s["gap_rows"] for s in slices), ev.passed
-    raise DemoError(f"run {run_id} recorded no region_compare evaluation")
-
-
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
-def _run(job: dg.JobDefinition, instance: dg.DagsterInstance, stage: str, **kwargs) -> dg.ExecuteInProcessResult:
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET, **kwargs)
-    if not result.success:
-        raise DemoError(f"{stage}: run {result.run_id} of {job.name} failed")
-    return result
-
-
-def demo_login(domains_file: Path, change_set_id: str, email: str, instance: dg.DagsterInstance,
-               decision: str = "approve") -> str:
-    """An ID token for ``email``'s decision on the change set, through the identity provider's real
-    login flow (authorization code with PKCE, a loopback redirect, the decision's nonce). The
-    stand-in provider logs its people in without a password: here the demo acts as them."""
-    import httpx
-
-    from dw_dagster.core.domains import load_domains
-    from dw_dagster.approval.identity import decision_nonce
-    from dw_dagster.approval.identity.oidc import login
-
-    cs = records.find_change_set(instance, change_set_id)
-    settings = load_domains(domains_file).identity.oidc
-    return login(settings, nonce=decision_nonce(cs.id, cs.version, decision), login_hint=email,
-                 open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
-
-
-def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, change_set_id: str, *, owner: str,
-                   not_listed: str, comment: str, refused: list, log: Timeline, owner_role: str,
-                   domains_file: Path) -> dict:
-    """The demos' approval stage, every attempt through the approval job: the proposer, a colleague
-    typing the owner's email, and an unlisted person who logged in are refused (appended to
-    ``refused``); nothing runs before an approval; then ``owner`` logs in at the identity provider
-    and approves. Returns how the approver was verified (``approval_identity``).
-
-    Raises:
-        DemoError: a refusal was accepted, a repair ran unapproved, or the owner was refused.
-    """
-    attempts = [(c.PROPOSER, dict(approver=c.PROPOSER)), (f"{owner} (typed, not logged in)", dict(approver=owner)),
-                (f"{not_listed} (logged in)", dict(id_token=demo_login(domains_file, change_set_id, not_listed, instance)))]
-    for who, how in attempts:
-        ok, msg = approve_in_process(instance, change_set_id, comment=comment, domains=domains_file, **how)
-        if ok:
-            raise DemoError(f"approve: {who} must be refused")
-        refused.append({"approver": who, "reason": msg})
-        log("approve", f"REFUSED {who}: {clip(msg, 200)}")
-    if daemon.tick("dw_remediation_sensor").run_ids:
-        raise DemoError("approve: a repair ran before any approval")
-    token = demo_login(domains_file, change_set_id, owner, instance)
-    ok, msg = approve_in_process(instance, change_set_id, id_token=token, comment=comment, domains=domains_file)
-    if not ok:
-        raise DemoError(f"approve: the listed owner's approval was refused: {msg}")
-    (a,) = records.approvals(instance, change_set_id, active_only=True)
-    log("approve", f"approved by {a.identity.describe()}, {owner_role} (the demo logs in as the owner)")
-    return {"email": a.identity.email, "method": a.identity.method, "issuer": a.identity.issuer,
-            "subject": a.identity.subject, "approval_id": a.id}
+    ev = evaluations(instance, run_id).get("region_compare")
+    if ev is None:
+        raise DemoError(f"run {run_id} recorded no region_compare evaluation")
+    slices = records.metadata_json(ev.metadata, "dw/slices_json") or []
+    return {s["slice"]["region"]: s["gap_pct"] for s in slices}, sum(s["gap_rows"] for s in slices), ev.passed
 
 
 def run_store_sales_demo(
@@ -260,14 +132,13 @@ def run_store_sales_demo(
     stages before a failure found.
 
     The fake Lightup and the fake PagerDuty/Slack run as child processes on loopback for the
-    duration (:class:`~dw_dagster.examples.store_sales.services.FakeServices`).
+    duration (:class:`~dw_dagster.testing.services.FakeServices`).
     """
     log = log or Timeline()
     res = result if result is not None else DemoResult(scale=scale)
     res.scale, res.store_sales_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
-    os.environ[h.HOME_ENV] = str(home)
     h.ensure_home(home)
     with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}",
                       oidc_users=[OWNER, NOT_LISTED]) as svc:
@@ -296,8 +167,6 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     Raises:
         DemoError: a load or dbt run failed.
     """
-    from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
-
     log = log or Timeline()
     src = DuckDBDatabase(h.source_path(home))
     log("setup", f"POS source {h.source_path(home)} (scale {scale}); warehouse {h.warehouse_path(home)}")
@@ -307,20 +176,18 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     load_job, models_job = defs.resolve_job_def("store_sales_daily_load"), defs.resolve_job_def("store_sales_models")
     keys = DAILY.get_partition_keys()
     log("load", f"nightly loads of {keys[0]}..{keys[-2]} (one run over the range) ...")
-    _run(load_job, instance, "history load", tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-2]})
+    run_job(load_job, instance, "history load", tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-2]})
     log("load", "dbt build of fct_store_sales_daily, region_sales_daily, region_sales_mtd ...")
-    _run(models_job, instance, "dbt build")
+    run_job(models_job, instance, "dbt build")
     n = gen.post_lines(src, scale, gen.AFTER_RECOVERY)
     log("outage", f"stores back online 2026-11-28 09:00: posted {n:,} lines, back-dated and new")
     log("load", f"nightly load of {keys[-1]} and dbt build ...")
-    _run(load_job, instance, "daily load", partition_key=keys[-1])
-    _run(models_job, instance, "dbt build")
+    run_job(load_job, instance, "daily load", partition_key=keys[-1])
+    run_job(models_job, instance, "dbt build")
     return defs
 
 
 def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices) -> DemoResult:
-    from dw_dagster.examples.store_sales.definitions import build_definitions
-
     defs = prepare_incident_data(home, instance, scale, log)
 
     # detect: Lightup's scheduled collection raises a compare incident; the Lightup sensor picks it up
@@ -331,7 +198,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     for i in raised:
         log("lightup", f"compare incident {i['uuid'][:8]}: sales_line rows, {i['slice']}, "
             f"{_day(i['start_ts'])}..{_day(i['end_ts'] - 1)}, impact {i['impact']}/10")
-    checks = _run(defs.resolve_job_def("dw_verify_store_sales_line"), instance, "checks")
+    checks = run_job(defs.resolve_job_def("dw_verify"), instance, "checks")
     res.gap_before, res.gap_rows_before, passed = _gaps(instance, checks.run_id)
     log("detect", f"region_compare {'passed' if passed else 'FAILED'}: target vs source rows: {_gap_text(res.gap_before)}")
     log("detect", _volume(instance, checks.run_id))
@@ -391,7 +258,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     log("repair", f"remediation sensor: {tick.skip_reason or tick.run_ids}")
 
     # the owner merges the diff, the code location reloads with the new dbt test
-    commit = apply_change_set(cs, h.repo_dir(home), OWNER)
+    commit = owner_merges(cs, h.repo_dir(home), OWNER)
     (h.dbt_dir(home) / "target" / "manifest.json").unlink(missing_ok=True)
     daemon.defs = build_definitions(home)
     log("merge", f"{OWNER} merged the diff as {commit[:10]}; code location reloaded ({len(cs.new_tests)} new dbt test)")
@@ -434,3 +301,14 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     if not res.ok:
         raise DemoError("verify: the repair did not bring every region to 0.0 %, or Lightup/the page did not close")
     return res
+
+
+#: what ``dw-dagster demo store-sales`` runs (:class:`~dw_dagster.testing.demo.DemoSpec`)
+DEMO = DemoSpec(
+    name="store-sales", run=run_store_sales_demo, new_result=lambda scale: DemoResult(scale=scale),
+    home_attr="store_sales_home", home_folder="store_sales", instance_folder="dagster_home", log_name="demo.log",
+    home_env=h.HOME_ENV, location_module="dw_dagster.examples.store_sales.definitions", asset="store_sales_line",
+    events="dw/change_set, dw/approval, dw/receipt", default_scale=DEFAULT_SCALE, min_scale=gen.MIN_SCALE,
+    max_scale=gen.MAX_SCALE)
+
+__all__ = ["DEFAULT_SCALE", "DEMO", "NOT_LISTED", "OWNER", "DemoResult", "prepare_incident_data", "run_store_sales_demo"]

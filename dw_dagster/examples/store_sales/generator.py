@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import sqlglot
 
-from dw_dagster.databases import Database, DuckDBDatabase
+from dw_dagster import Database, DuckDBDatabase
 
 SEED = 20261126
 FIRST_DAY = dt.date(2026, 11, 1)

@@ -1,10 +1,12 @@
 """Where the store-sales example keeps its files: a pipeline repository working copy and data.
 
-Layout of ``$DW_STORE_SALES_HOME`` (default ``.dw_demo/store_sales`` in the repository)::
+Layout of ``$DW_STORE_SALES_HOME`` (default ``.dw_demo/store_sales`` in the repository, else in
+the working directory)::
 
     repo/                     git working copy the change set's diff applies to
       pipelines/store_sales_line.yaml
-      dbt_project/            copy of the repository's dbt_project/
+      dbt_project/            copy of the examples' dbt project (shipped in the package)
+    dbt_profiles/profiles.yml the dbt profile on this home's warehouse file
     data/pos_source.duckdb    the POS consolidation database stand-in
     data/warehouse.duckdb     the embedded warehouse (raw pos.* tables and dbt analytics.*)
     domains.yaml              owners and approvers
@@ -17,19 +19,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from dw_dagster.testing.demo import example_dbt_project, write_dbt_profile
+
 HOME_ENV = "DW_STORE_SALES_HOME"
 PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINE_FILE = "pipelines/store_sales_line.yaml"
-
-
-def template_dbt_project() -> Path:
-    """The repository's ``dbt_project/`` (the package is installed editable from the repository)."""
-    candidates = [PACKAGE_DIR.parents[2] / "dbt_project", Path.cwd() / "dbt_project"]
-    for p in candidates:
-        if (p / "dbt_project.yml").exists():
-            return p
-    raise FileNotFoundError(f"dbt_project/ not found (looked in {', '.join(map(str, candidates))}); "
-                            "install dw-dagster editable from its repository (pip install -e .)")
 
 
 def home_dir() -> Path:
@@ -47,6 +41,11 @@ def repo_dir(home: Path) -> Path:
 
 def dbt_dir(home: Path) -> Path:
     return repo_dir(home) / "dbt_project"
+
+
+def profiles_dir(home: Path) -> Path:
+    """The folder of the home's dbt ``profiles.yml`` (outside the working copy: it names this machine's file)."""
+    return home / "dbt_profiles"
 
 
 def source_path(home: Path) -> Path:
@@ -67,19 +66,21 @@ def _git(root: Path, *args: str) -> None:
 
 
 def ensure_home(home: Path) -> Path:
-    """Create the working copy (a git repository with the pipeline file and the dbt project) if missing."""
+    """Create the working copy (a git repository with the pipeline file and the dbt project), the dbt
+    profile and the domains file if missing; returns ``home``."""
     repo = repo_dir(home)
     if not (repo / ".git").exists():
         repo.mkdir(parents=True, exist_ok=True)
         (repo / "pipelines").mkdir(exist_ok=True)
         shutil.copy(PACKAGE_DIR / PIPELINE_FILE, repo / PIPELINE_FILE)
-        shutil.copytree(template_dbt_project(), repo / "dbt_project", dirs_exist_ok=True,
+        shutil.copytree(example_dbt_project(), repo / "dbt_project", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("target", "logs", "dbt_packages", ".user.yml"))
         (repo / ".gitignore").write_text("dbt_project/target/\ndbt_project/logs/\n")
         _git(repo, "init", "-q")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "store-sales pipeline as deployed")
     (home / "data").mkdir(parents=True, exist_ok=True)
+    write_dbt_profile(profiles_dir(home), profile="store_sales", duckdb_path=warehouse_path(home))
     if not domains_path(home).exists():
         shutil.copy(PACKAGE_DIR / "domains.yaml", domains_path(home))
     return home

@@ -1,10 +1,12 @@
 """The demo's outside world on loopback: the fake Lightup, PagerDuty/Opsgenie/Slack and identity provider.
 
 Each runs as its own process (``dw_dagster.testing.fakes.lightup_server``, ``dw_dagster.testing.fakes.paging_server``,
-``dw_dagster.testing.fakes.oidc_server``) and exits with the demo. :class:`FakeServices` sets the environment
-variables the code locations read (``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``,
-``DW_OIDC_ISSUER``), so the same definitions talk to the real services when those variables point
-at them. :func:`OidcProvider` alone is what the orders demo needs.
+``dw_dagster.testing.fakes.oidc_server``) and exits with the demo. While they run, :class:`FakeServices`
+sets the environment a deployment would give the code location for the real services
+(``LIGHTUP_CREDENTIAL_FILE``, ``PAGERDUTY_*``, ``SLACK_*``, ``DW_OIDC_ISSUER``: credentials and
+URLs, read where a deployment's are read) and puts it back afterwards; nothing in the code
+location is wired through them. :class:`OidcProvider` alone is what a demo without Lightup and
+paging needs.
 """
 
 from __future__ import annotations
