@@ -35,7 +35,7 @@ def fresh_incident(demo_env, tmp_path_factory):
         (work / "dagster_home").mkdir()
         instance = dg.DagsterInstance.from_config(str(work / "dagster_home"))
         defs = prepare_incident_data(home, instance, 0.002)
-        checks = defs.resolve_job_def("dw_verify_store_sales_line").execute_in_process(instance=instance, raise_on_error=False)
+        checks = defs.resolve_job_def("dw_verify").execute_in_process(instance=instance, raise_on_error=False)
         (ev,) = [e for e in checks.get_asset_check_evaluations() if e.check_name == "region_compare"]
         assert not ev.passed  # Southwest is short
         sensor = defs.resolve_sensor_def("dw_check_incident_sensor")
@@ -65,8 +65,8 @@ def test_a_proposal_from_remediate_runs_nothing_until_a_listed_person_approves(f
     from dw_dagster.core.ledger import ledger_for
     from dw_dagster.examples.store_sales import home as h
     from dw_dagster.examples.store_sales.definitions import build_definitions
-    from dw_dagster.examples.store_sales.demo import demo_login
-    from dw_dagster.examples.store_sales.services import OidcProvider
+    from dw_dagster.testing.demo import demo_login
+    from dw_dagster.testing.services import OidcProvider
     from dw_dagster.proposals.watermark import apply_change_set
     from dw_dagster.testing.local_daemon import LocalSensorDaemon
 
