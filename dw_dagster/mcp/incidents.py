@@ -144,7 +144,7 @@ class CauseCount(BaseModel):
 class HistoryEntry(IncidentHistoryEntry):
     """An incident with how long it took from detection to its receipt."""
 
-    hours_to_receipt: float | None = Field(description="detected_at → the receipt's created_at, hours; None without a receipt")
+    hours_to_receipt: float | None = Field(description="detected_at → the receipt's created_at, hours (4 decimals: 0.36 s); None without a receipt")
 
 
 class IncidentHistory(BaseModel):
@@ -180,14 +180,14 @@ def get_incident_history(state: DwState, asset: str, similar_to: str | None) -> 
             raise fail(f"incident {s} has no diagnosed cause yet, so nothing is similar to it; diagnose_incident says "
                        "how to start its diagnosis")
         entries = repeats(entries, kind, exclude_incident_id=ref.incident_id if ref else None)
-    out = [HistoryEntry(**e.model_dump(), hours_to_receipt=round((e.fixed_at - e.detected_at).total_seconds() / 3600, 2)
+    out = [HistoryEntry(**e.model_dump(), hours_to_receipt=round((e.fixed_at - e.detected_at).total_seconds() / 3600, 4)
                         if e.fixed_at else None) for e in entries]
     counts = Counter(e.cause_kind or "(not diagnosed)" for e in out)
     times = [e.hours_to_receipt for e in out if e.hours_to_receipt is not None]
     return IncidentHistory(
         asset=key.to_user_string(), similar_to=similar_to, cause_kind=kind, incidents=out,
         by_cause=[CauseCount(cause_kind=k, incidents=n, repeat=n > 1) for k, n in counts.most_common()],
-        median_hours_to_receipt=round(statistics.median(times), 2) if times else None,
+        median_hours_to_receipt=round(statistics.median(times), 4) if times else None,
         fixed_verified=sum(e.status == "fixed (verified)" for e in out),
         open=sum(not e.status.startswith("fixed") and e.state != "closed" for e in out))
 
