@@ -71,12 +71,17 @@ PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rej
 RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
 #: states the remediation sensor looks at
 ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: states that end a version without a repair that proved itself: its incident may be diagnosed again
+ENDED_STATES = (REJECTED, EXPIRED, FAILED)
 #: stage states
 ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
 #: incident states
 OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED = (
     "open", "diagnosing", "diagnosed", "diagnosis_failed", "rediagnose", "closed", "quarantined")
-OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE)
+#: a diagnosed incident whose change set ended without a proven repair (rejected, expired, the repair
+#: failed or did not verify) and no other version is live: diagnosed again on new evidence
+UNREPAIRED = "unrepaired"
+OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
 
 
 class LedgerError(RuntimeError):
@@ -180,7 +185,11 @@ class Ledger:
 
     def set_change_set_state(self, change_set_id: str, version: str, state: str, *,
                              from_states: Iterable[str] | None = None, note: str | None = None) -> bool:
-        """Move a version to ``state`` (only from ``from_states`` when given); True when it moved."""
+        """Move a version to ``state`` (only from ``from_states`` when given); True when it moved.
+
+        A move to an ending state (:data:`ENDED_STATES`: rejected, expired, failed) releases the
+        version's incident in the same transaction (:meth:`release_incident`).
+        """
         q = change_sets_t.update().where(change_sets_t.c.change_set_id == change_set_id,
                                          change_sets_t.c.version == version)
         if from_states is not None:
@@ -189,7 +198,34 @@ class Ledger:
         if note is not None:
             values["note"] = note
         with self._tx() as conn:
-            return conn.execute(q.values(**values)).rowcount == 1
+            moved = conn.execute(q.values(**values)).rowcount == 1
+            if moved and state in ENDED_STATES:
+                self._release(conn, change_set_id, version, f"change set {change_set_id} {state}" + (f": {note}" if note else ""))
+            return moved
+
+    def release_incident(self, change_set_id: str, version: str, reason: str) -> bool:
+        """The version ended without a repair that proved itself (e.g. a receipt that did not verify):
+        its incident, when ``diagnosed`` and no other version of any change set for it is still live
+        (proposed, approved, running, halted), becomes ``unrepaired``, so new evidence diagnoses it
+        again; recorded in the audit (``incident_unrepaired``). True when the incident moved."""
+        with self._tx() as conn:
+            return self._release(conn, change_set_id, version, reason)
+
+    def _release(self, conn, change_set_id: str, version: str, reason: str) -> bool:
+        incident = conn.execute(sa.select(change_sets_t.c.incident_id).where(
+            change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).scalar()
+        if incident is None or conn.execute(sa.select(change_sets_t.c.version).where(
+                change_sets_t.c.incident_id == incident, change_sets_t.c.state.in_(ACTIVE_STATES))).first() is not None:
+            return False
+        now = time.time()
+        moved = conn.execute(incidents_t.update().where(incidents_t.c.incident_id == incident,
+                                                        incidents_t.c.state == DIAGNOSED).values(
+            state=UNREPAIRED, updated_at=now, note=reason[:4000])).rowcount == 1
+        if moved:
+            conn.execute(audit_t.insert().values(kind="incident_unrepaired", subject=incident, by="dw-dagster", at=now,
+                                                 body=json.dumps({"change_set_id": change_set_id, "version": version,
+                                                                  "reason": reason})))
+        return moved
 
     # -- decisions -------------------------------------------------------------------------------
 
@@ -217,10 +253,12 @@ class Ledger:
                         body=body))
             except sa.exc.IntegrityError:
                 return False
-            conn.execute(change_sets_t.update().where(
+            moved = conn.execute(change_sets_t.update().where(
                 change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
                 change_sets_t.c.state.in_([PROPOSED, HALTED])).values(
-                state=APPROVED if decision == "approve" else REJECTED, updated_at=time.time()))
+                state=APPROVED if decision == "approve" else REJECTED, updated_at=time.time())).rowcount == 1
+            if moved and decision != "approve":
+                self._release(conn, change_set_id, version, f"change set {change_set_id} rejected by {approver}")
         return True
 
     def use_credential(self, credential_id: str, purpose: str) -> bool:
@@ -650,7 +688,8 @@ def ledger_for(instance: Any) -> Ledger:
 
 
 __all__ = [
-    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "EXPIRED", "FAILED", "HALTED", "IncidentRow", "Ledger",
+    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "ENDED_STATES", "EXPIRED", "FAILED", "HALTED",
+    "IncidentRow", "Ledger", "UNREPAIRED",
     "LedgerError", "PROPOSED", "REJECTED", "ReceiptLink", "RUNNING", "StageRow", "SUPERSEDED", "asset_str", "ledger_for",
     "ledger_url",
 ]

@@ -4,8 +4,9 @@
 exactly one :class:`~dw_dagster.core.models.Incident` (recorded in the ledger and shown as an
 ``AssetObservation`` with ``dw/incident``) and one run of the diagnosis job. While an asset has an
 open incident, later failures on it do not open another; when that incident's diagnosis *failed*,
-a new failure is new evidence and the incident is diagnosed again (as is an incident a person
-asked to re-diagnose with ``dw-dagster incidents rediagnose``).
+or its change set ended without a proven repair (rejected, expired, the repair failed or its receipt
+did not verify: ``unrepaired``), a new failure is new evidence and the incident is diagnosed again
+(as is an incident a person asked to re-diagnose with ``dw-dagster incidents rediagnose``).
 
 A diagnosis request is owed until the diagnosis starts: every tick requests it again, with a run
 key that depends only on the ledger (:func:`diagnosis_run_key`), for each incident still waiting
@@ -27,6 +28,7 @@ from dw_dagster.core.ledger import (
     DIAGNOSIS_FAILED,
     OPEN,
     REDIAGNOSE,
+    UNREPAIRED,
     IncidentRow,
     asset_str,
     ledger_for,
@@ -37,8 +39,9 @@ DIAGNOSE_OP = "dw_diagnose"
 #: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume
 #: sensor request their own: the daemon de-duplicates run keys per sensor)
 CHECK_SOURCES = ("dw_check", "manual")
-#: incident states that new evidence sends back to diagnosis
-REDIAGNOSABLE = (DIAGNOSIS_FAILED,)
+#: incident states that new evidence sends back to diagnosis: its diagnosis failed, or its change set
+#: ended without a proven repair (rejected, expired, failed, not verified)
+REDIAGNOSABLE = (DIAGNOSIS_FAILED, UNREPAIRED)
 
 
 def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
@@ -99,7 +102,8 @@ def diagnosis_request(inc: Incident, run_key: str, job_name: str, tags: Mapping[
 
 def mark_new_evidence(instance: dg.DagsterInstance, evidence: Mapping[str, str]) -> list[str]:
     """Ask again for the diagnosis of the incidents on assets with new evidence (``evidence``: asset →
-    what is new, e.g. "compare failed again") whose diagnosis failed: they move to ``rediagnose``
+    what is new, e.g. "compare failed again") whose diagnosis failed or whose change set ended without
+    a proven repair (``unrepaired``): they move to ``rediagnose``
     (the note says why), and the sensor that owns their source launches it
     (:func:`rediagnosis_requests`). Returns the incident ids moved."""
     led = ledger_for(instance)
@@ -119,8 +123,8 @@ def rediagnosis_requests(instance: dg.DagsterInstance, asset_keys: Sequence[str]
                          ) -> tuple[list[dg.RunRequest], list[dg.AssetObservation]]:
     """The diagnosis requests a detection sensor owes, on every tick, for the incidents of ``asset_keys``.
 
-    1. Incidents on assets with new ``evidence`` whose diagnosis failed are asked again
-       (:func:`mark_new_evidence`), whichever sensor owns them.
+    1. Incidents on assets with new ``evidence`` whose diagnosis failed, or whose change set ended
+       without a proven repair, are asked again (:func:`mark_new_evidence`), whichever sensor owns them.
     2. Incidents of ``sources`` asked again (state ``rediagnose``: new evidence, ``dw-dagster
        incidents rediagnose``, the incident they were linked to closed) move to ``open`` with one
        more attempt, and their diagnosis is requested (with an ``incident ... diagnosed again``

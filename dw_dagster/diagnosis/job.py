@@ -37,7 +37,16 @@ from dw_dagster.diagnosis.causes.upstream import diagnose_upstream, upstream_key
 from dw_dagster.diagnosis.causes.watermark import KIND as WATERMARK_KIND
 from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
 from dw_dagster.core.domains import DomainsSource, domain_for, resolve_domains
-from dw_dagster.core.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, ledger_for
+from dw_dagster.core.ledger import (
+    ACTIVE_STATES,
+    CLOSED,
+    DIAGNOSED,
+    DIAGNOSING,
+    DIAGNOSIS_FAILED,
+    OPEN,
+    UNREPAIRED,
+    ledger_for,
+)
 from dw_dagster.core.asset_graph import asset_graph_of
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec
@@ -140,8 +149,9 @@ def build_diagnosis_job(
     ``diagnosed`` when it recorded a diagnosis, ``diagnosis_failed`` (with the error) when the
     diagnoser raised, so a later failure of the asset's checks, or ``dw-dagster incidents
     rediagnose``, diagnoses it again. A proposed change set is recorded in the ledger first: the
-    same content proposed again (a re-executed run) keeps its first record and expiry and is not
-    shown twice.
+    same content proposed again keeps its first record and expiry and is not shown twice; when
+    that record already ended (rejected, expired, failed, applied, superseded) it is not revived,
+    and the incident stays ``unrepaired`` (diagnosed again on the next new evidence).
 
     Args:
         diagnoser: ``(context, incident) -> (Diagnosis, ChangeSet | None)``.
@@ -176,16 +186,29 @@ def build_diagnosis_job(
                       c.DIAGNOSIS_MD_KEY: dg.MetadataValue.md(diagnosis_markdown(diagnosis)),
                       c.INCIDENT_ID_KEY: incident.id},
         ))
-        led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING],
-                               note=primary.kind if primary else "no cause found")
+        note = primary.kind if primary else "no cause found"
         if cs is not None:
             recorded, new = record_proposal(led, cs)
+            row = led.change_set_row(recorded.id, recorded.version)
+            if not new and row is not None and row.state not in ACTIVE_STATES:
+                # the same content as a version that ended (rejected, expired, failed, applied, superseded):
+                # a person's rejection or an expiry is not undone by re-proposing it, and nothing acts on it
+                why = (f"diagnosed again; it proposes change set {recorded.id} version {recorded.version[:12]}… again, "
+                       f"which is {row.state}: nothing new to decide (a new failure diagnoses it again; or close it)")
+                led.set_incident_state(incident.id, UNREPAIRED, from_states=[DIAGNOSING], note=why)
+                led.audit("incident_unrepaired", incident.id, "dw-dagster", {"change_set_id": recorded.id,
+                                                                            "version": recorded.version, "reason": why})
+                context.log.warning(f"Incident {incident.id} {why}")
+                return
+            led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
             if not new:
                 context.log.info(f"Change set {recorded.id} version {recorded.version[:12]}… was proposed before with the "
                                  f"same content; it keeps its expiry {recorded.expires_at.isoformat()}")
                 return
             context.log_event(change_set_observation(recorded))
             context.log.info(f"Proposed change set {recorded.id}: {recorded.summary}")
+            return
+        led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
 
     @dg.job(name=name, tags={"dw/kind": "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():

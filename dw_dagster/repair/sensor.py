@@ -19,6 +19,9 @@ nothing), ends the repair: the receipt stage runs and says what happened. When t
 let a repair run stops counting mid-way (autonomy lowered, the approver removed from the domain),
 the stage in flight finishes, no further stage is dispatched, a ``receipt-halt`` receipt says what
 was done and what was not, and the version waits for a person's decision to continue.
+
+A version that ends without a repair that proved itself (rejected, expired, failed, a receipt that
+does not verify) releases its incident (``unrepaired``: diagnosed again on new evidence).
 """
 
 
@@ -310,7 +313,10 @@ def build_remediation_sensor(
                 self._dispatch(cs, approval.id, stage, job, run_config=run_config, extra=extra,
                                ticket=st.ticket if st is not None else None)
                 return
-            self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED])
+            if self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED]):
+                receipt = stages.get("receipt")
+                if not ((receipt.result or {}).get("verified") is True if receipt is not None else False):
+                    self.led.release_incident(cs.id, cs.version, f"change set {cs.id} applied, but its receipt is not verified")
 
         def _fresh(self, cs: ChangeSet, stage: str, st):
             """An issued ticket no run took for a while, and that no live run carries (a dry run of
