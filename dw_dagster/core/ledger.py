@@ -71,6 +71,8 @@ PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rej
 RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
 #: states the remediation sensor looks at
 ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: states whose window is held (an approved repair not yet ended), whichever version is latest
+HELD_STATES = (APPROVED, RUNNING, HALTED)
 #: states that end a version without a repair that proved itself: its incident may be diagnosed again
 ENDED_STATES = (REJECTED, EXPIRED, FAILED)
 #: stage states
@@ -132,8 +134,11 @@ class Ledger:
 
         When a version of ``change_set_id`` with the same ``content_key`` (the content without
         its times) is already recorded, that record is returned unchanged: re-proposing the same
-        content never renews its expiry. A new version becomes the latest; earlier versions that
-        were still waiting for a decision are marked superseded.
+        content never renews its expiry. A new version becomes the latest. Earlier versions whose
+        repair has not started (proposed, or approved with no stage issued) and halted ones (their
+        halt receipt written) are marked superseded: the new version waits for its own decision.
+        An earlier version whose repair is under way (a stage issued) is left as it is: the
+        remediation sensor walks it to its end, and its window stays held meanwhile.
         """
         now = time.time()
         with self._tx() as conn:
@@ -145,10 +150,16 @@ class Ledger:
                 change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).first()
             if exists is not None:
                 raise LedgerError(f"change set {change_set_id} version {version} is already recorded with other content")
-            conn.execute(change_sets_t.update().where(
-                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.latest.is_(True)).values(
-                latest=False, updated_at=now,
-                state=sa.case((change_sets_t.c.state == PROPOSED, SUPERSEDED), else_=change_sets_t.c.state)))
+            started = sa.exists().where(stages_t.c.change_set_id == change_sets_t.c.change_set_id,
+                                        stages_t.c.version == change_sets_t.c.version)
+            cs_of = change_sets_t.c.change_set_id == change_set_id
+            conn.execute(change_sets_t.update().where(cs_of, sa.or_(
+                change_sets_t.c.state.in_([PROPOSED, HALTED]),
+                sa.and_(change_sets_t.c.state == APPROVED, ~started))).values(
+                state=SUPERSEDED, latest=False, updated_at=now,
+                note=f"superseded by version {version[:12]}…"))
+            conn.execute(change_sets_t.update().where(cs_of, change_sets_t.c.latest.is_(True)).values(
+                latest=False, updated_at=now))
             conn.execute(change_sets_t.insert().values(
                 change_set_id=change_set_id, version=version, content_key=content_key, target_asset=target_asset,
                 incident_id=incident_id, domain=domain, state=PROPOSED, latest=True, recorded_at=now,
@@ -327,17 +338,27 @@ class Ledger:
                      expect: dict | None = None) -> str | None:
         """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
         (its partition tags, asset selection and run config, see
-        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice)."""
+        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice).
+
+        The version must be approved, running or halted (checked and moved to running first, in the
+        same transaction: a version superseded meanwhile gets no ticket).
+
+        Raises:
+            LedgerError: the version is in no state a stage may run in (superseded, applied, ...).
+        """
         ticket = secrets.token_hex(16)
         try:
             with self._tx() as conn:
+                live = conn.execute(change_sets_t.update().where(
+                    change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
+                    change_sets_t.c.state.in_(HELD_STATES)).values(state=RUNNING, updated_at=time.time())).rowcount
+                if live != 1:
+                    raise LedgerError(f"change set {change_set_id} version {version[:12]}… is not approved or running; "
+                                      f"no ticket for stage {stage}")
                 conn.execute(stages_t.insert().values(
                     change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
                     state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
                     issued_at=time.time(), started_at=None, finished_at=None, result=None))
-                conn.execute(change_sets_t.update().where(
-                    change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
-                    change_sets_t.c.state.in_([APPROVED, HALTED])).values(state=RUNNING, updated_at=time.time()))
         except sa.exc.IntegrityError:
             return None
         return ticket
@@ -449,9 +470,10 @@ class Ledger:
                         out[(r.change_set_id, r.version)][r.stage] = _row(StageRow, r)
         return out
 
-    def open_windows(self, asset_key: str) -> list[ChangeSetRow]:
-        """Approved or running change sets on ``asset_key`` (their windows are held)."""
-        return self.change_set_rows(states=[APPROVED, RUNNING, HALTED], target_asset=asset_key)
+    def open_windows(self, asset_key: str | None = None) -> list[ChangeSetRow]:
+        """Change set versions whose window is held (:data:`HELD_STATES`: approved, running, halted), on
+        ``asset_key`` or on every asset, whether or not a newer version was recorded meanwhile."""
+        return self.change_set_rows(states=HELD_STATES, target_asset=asset_key, latest_only=False)
 
     # -- receipts --------------------------------------------------------------------------------
 
@@ -688,7 +710,7 @@ def ledger_for(instance: Any) -> Ledger:
 
 
 __all__ = [
-    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "ENDED_STATES", "EXPIRED", "FAILED", "HALTED",
+    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "ENDED_STATES", "EXPIRED", "FAILED", "HALTED", "HELD_STATES",
     "IncidentRow", "Ledger", "UNREPAIRED",
     "LedgerError", "PROPOSED", "REJECTED", "ReceiptLink", "RUNNING", "StageRow", "SUPERSEDED", "asset_str", "ledger_for",
     "ledger_url",

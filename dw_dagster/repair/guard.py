@@ -24,7 +24,9 @@ The rules:
    refused, and a run that merely *claims* a repair kind is treated as one.
 2. Any other run that would materialize partitions of an asset inside the window of an approved
    change set still being repaired is refused, unless a verified person lifted that hold
-   (:func:`lift_hold`, recorded in the ledger's audit).
+   (:func:`lift_hold`, recorded in the ledger's audit). The hold starts at the approval (a
+   proposal holds nothing) and lasts until that version's repair ends, even when a newer version
+   of the change set was recorded meanwhile.
 3. A run without dw_dagster tags and outside every held window is not touched.
 
 What it cannot see: code that runs without any of these (a Python ``execute_in_process`` or
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from dw_dagster.core.ledger import APPROVED, HALTED, RUNNING, STARTED, Ledger, LedgerError, asset_str, ledger_for
+from dw_dagster.core.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
 
 TICKET_TAG = "dw/ticket"
 KIND_TAG = "dw/kind"
@@ -206,7 +208,7 @@ def held_partitions(led: Ledger, facts: RunFacts) -> list[tuple[str, str, list[s
     if not wanted:
         return out
     open_rows: dict[str, list] = {}
-    for row in led.change_set_rows(states=[APPROVED, RUNNING, HALTED]):  # few: only repairs under way, one query
+    for row in led.open_windows():  # few: only repairs under way (any version, latest or not), one query
         if row.target_asset in wanted:
             open_rows.setdefault(row.target_asset, []).append(row)
     for asset, rows in sorted(open_rows.items()):
@@ -328,15 +330,19 @@ def finish_run_stage(instance: dg.DagsterInstance, run_id: str, ticket: str | No
 def lift_hold(instance: dg.DagsterInstance, change_set_id: str, asset: str, identity, reason: str) -> None:
     """Let other runs materialize ``asset`` inside ``change_set_id``'s held window (recorded, by a verified person).
 
+    Every held version of the change set on ``asset`` is lifted (an earlier version still being
+    repaired after a newer one was recorded included).
+
     Raises:
-        LedgerError: no such change set, or its repair is not in progress.
+        LedgerError: no version of the change set holds a window on ``asset``.
     """
     led = ledger_for(instance)
-    row = led.change_set_row(change_set_id)
-    if row is None or row.target_asset != asset and not held_partitions(led, RunFacts("-", "-", {}, (asset,))):
+    rows = [r for r in led.open_windows(asset) if r.change_set_id == change_set_id]
+    if not rows:
         raise LedgerError(f"change set {change_set_id} holds no window on {asset}")
-    led.audit(HOLD_LIFT, f"{row.change_set_id}:{row.version}:{asset}", identity.email,
-              {"identity": identity.model_dump(mode="json"), "reason": reason})
+    for row in rows:
+        led.audit(HOLD_LIFT, f"{row.change_set_id}:{row.version}:{asset}", identity.email,
+                  {"identity": identity.model_dump(mode="json"), "reason": reason})
 
 
 # -- the executor ----------------------------------------------------------------------------------

@@ -4,17 +4,23 @@
   (``unrepaired``, recorded in the ledger's audit): the next failure of the asset's checks is new
   evidence and leads to a new diagnosis, instead of being swallowed by an incident that stays
   ``diagnosed`` for good ("failed again; incident ... is still open").
+* A new version recorded while an earlier approved version is being repaired (a re-diagnosis
+  mid-repair) does not orphan it: the earlier version is walked to its end with its receipt, its
+  window stays held until then, and the new version waits for its own decision.
 
 The world is the small real repair of ``test_autonomy_and_stop`` (a daily-partitioned DuckDB
 ``orders`` table short of 20 rows, its reconciliation check, dw_dagster's sensors and jobs).
 """
 
 import dagster as dg
+import pytest
 
 from dw_dagster.approval.job import approve_in_process
 from dw_dagster.core import records
-from dw_dagster.core.ledger import ledger_for
+from dw_dagster.core.ledger import LedgerError, ledger_for
 from dw_dagster.diagnosis.job import build_diagnosis_job
+from dw_dagster.proposals.change_sets import propose
+from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_tests.repair.test_autonomy_and_stop import (  # noqa: F401
     OWNER,
@@ -120,3 +126,63 @@ def test_an_expired_change_set_lets_the_next_failure_diagnose_the_incident_again
     assert approve_in_process(instance, first.id, approver=OWNER)[0]  # the new version gets its own decision
     assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
     assert led.incident(inc.id).state == "closed"  # its verified receipt closed it
+
+
+def _held(instance, partition: str) -> bool:
+    """Whether a run of another job (the nightly load, `Materialize` in the UI) on ``partition`` is refused."""
+    try:
+        admit_run(instance, RunFacts("r-nightly", "__ASSET_JOB", {"dagster/partition": partition}, ("orders",)))
+    except RunRefused as e:
+        assert "held by change set" in e.description
+        return True
+    return False
+
+
+def test_a_version_recorded_mid_repair_does_not_orphan_the_running_one(world):
+    """Approve, let window-1 run, record an edited version (a re-diagnosis mid-repair): the first
+    version is walked to its end with its receipt, its window held until then; the new version
+    waits for its own decision, and then for nothing else."""
+    defs, instance, domains, wh = world
+    _domains(domains, "L2")
+    led = ledger_for(instance)
+    v1, _ = propose(instance, change_set())
+    assert approve_in_process(instance, v1.id, approver=OWNER)[0]
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    first = daemon.tick("dw_remediation_sensor")
+    assert [instance.get_run_by_id(r).tags["dw/stage"] for r in first.run_ids] == ["window-1"]
+    assert gap(wh) == 0 and _held(instance, "2026-11-03")
+    v2, new = propose(instance, change_set(classes=("rerun_window",)))  # the edited version
+    assert new and v2.id == v1.id and v2.version != v1.version
+    assert (led.change_set_row(v1.id, v1.version).latest, led.change_set_row(v1.id).version) == (False, v2.version)
+    assert _held(instance, "2026-11-04")  # still held: v1's repair has not ended
+    assert approve_in_process(instance, v2.id, approver=OWNER)[0]  # approved early: it waits for v1's repair
+    assert repair(daemon) == ["verify", "receipt"]  # v1 to its end; v2 approved meanwhile, not started
+    (r1,) = [r for r in records.receipts(instance, dg.AssetKey("orders")) if r.change_set_version == v1.version]
+    assert r1.outcome == "applied" and r1.verified and r1.partitions == ["2026-11-03", "2026-11-04"]
+    assert set(r1.run_ids) == {"window-1", "verify"}
+    assert led.change_set_row(v1.id, v1.version).state == "applied" and not led.stages(v2.id, v2.version)
+    assert repair(daemon) == ["window-1", "verify", "receipt"]  # then v2, under its own approval
+    v2_stages = led.stages(v2.id, v2.version)
+    assert sorted(v2_stages) == ["receipt", "verify", "window-1"]  # v2 ran only after v1's receipt
+    assert min(s.issued_at for s in v2_stages.values()) > led.stages(v1.id, v1.version)["receipt"].finished_at
+    assert led.change_set_row(v2.id).state == "applied" and not _held(instance, "2026-11-03")
+    assert [r.change_set_version for r in records.receipts(instance, dg.AssetKey("orders"))] == [v2.version, v1.version]
+
+
+def test_a_version_recorded_before_the_repair_started_supersedes_the_approved_one(world):
+    """Approved but not started (no stage issued): the new version replaces it; nothing of the first
+    runs, its window is not held, and the new version waits for its own decision."""
+    defs, instance, domains, wh = world
+    _domains(domains, "L2")
+    led = ledger_for(instance)
+    v1, _ = propose(instance, change_set())
+    assert approve_in_process(instance, v1.id, approver=OWNER)[0]
+    assert _held(instance, "2026-11-03")
+    v2, _ = propose(instance, change_set(classes=("rerun_window",)))
+    assert led.change_set_row(v1.id, v1.version).state == "superseded" and not _held(instance, "2026-11-03")
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    tick = daemon.tick("dw_remediation_sensor")
+    assert tick.run_ids == [] and "waiting for approval" in tick.skip_reason
+    assert led.stages(v1.id, v1.version) == {} and gap(wh) == 20
+    with pytest.raises(LedgerError, match="is not approved or running"):
+        led.issue_ticket(v1.id, v1.version, "window-1", "ap-x", "rerun_orders")
