@@ -294,7 +294,10 @@ def build_remediation_sensor(
                 return
             halt = stages.get(HALT_RECEIPT)
             if halt is None:
-                approval_id = status.decision.id if status.decision is not None else "none"
+                # the decision the repair ran under: the one that stopped counting now, or (withdrawn on an
+                # earlier tick, e.g. while a stage was in flight) the one the latest stage was dispatched under
+                ran_under = max(stages.values(), key=lambda st: st.issued_at).approval_id
+                approval_id = status.decision.id if status.decision is not None else ran_under
                 self._dispatch(cs, approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs))
                 self.waiting.append(f"{cs.id}: repair halted ({status.reason}); writing a receipt of what was done")
             elif halt.state in (ISSUED,):
