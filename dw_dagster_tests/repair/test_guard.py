@@ -120,22 +120,42 @@ def test_undo_jobs_by_hand_are_refused_and_never_overwrite_the_kept_copy(world):
 
 
 def _tick(args):
-    home, domains, path = args
+    """One process evaluating the remediation sensor. The ledger's ``issue_ticket`` waits at a barrier
+    shared by every process: each has read the (no) stages and decided to issue window-1 before any
+    issues it, so only the ledger's uniqueness can keep the stage to one ticket."""
+    home, domains, path, barrier = args
     import importlib.util
     import os
+    import threading
+
+    from dw_dagster.core.ledger import Ledger
 
     os.environ["DW_DOMAINS_FILE"] = domains
+    issue = Ledger.issue_ticket
+    met: list[bool] = []
+
+    def issue_together(self, *a, **kw):
+        try:
+            barrier.wait(timeout=120)
+            met.append(True)
+        except threading.BrokenBarrierError:
+            met.append(False)
+        return issue(self, *a, **kw)
+
+    Ledger.issue_ticket = issue_together
     spec = importlib.util.spec_from_file_location("guard_world", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with dg.DagsterInstance.from_config(home) as instance:
         tick = mod.SENSOR.evaluate_tick(dg.build_sensor_context(instance=instance))
-        return sorted((r.run_key, r.tags["dw/ticket"]) for r in tick.run_requests)
+        return sorted((r.run_key, r.tags["dw/ticket"]) for r in tick.run_requests), met
 
 
 def test_concurrent_ticks_issue_one_ticket_per_stage(tmp_path):
     """Four processes evaluate the remediation sensor at the same moment (a slow daemon and a
-    second one, or a re-executed tick): the stage's ticket is issued once; every request carries it."""
+    second one, or a re-executed tick), all four past reading the stages before any issues a ticket
+    (a barrier in front of the ledger's write): the stage's ticket is issued once; every request
+    carries it."""
     domains = tmp_path / "domains.yaml"
     domains.write_text(textwrap.dedent(f"""\
         domains:
@@ -165,11 +185,15 @@ def test_concurrent_ticks_issue_one_ticket_per_stage(tmp_path):
         with dg.DagsterInstance.from_config(str(home)) as instance:
             cs, _ = propose(instance, change_set())
             assert approve_in_process(instance, cs.id, approver=OWNER)[0]
-        with multiprocessing.get_context("spawn").Pool(4) as pool:
-            results = pool.map(_tick, [(str(home), str(domains), str(world_file))] * 4)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(4)
+            with ctx.Pool(4) as pool:
+                results = pool.map(_tick, [(str(home), str(domains), str(world_file), barrier)] * 4)
     finally:
         os.environ.pop("DW_DOMAINS_FILE", None)
-    requests = [r for res in results for r in res]
+    assert [met for _, met in results] == [[True]] * 4, results  # every process issued at the same moment
+    requests = [r for res, _ in results for r in res]
     assert requests and len({t for _, t in requests}) == 1 and len({k for k, _ in requests}) == 1, results
     with dg.DagsterInstance.from_config(str(home)) as instance:
         stages = ledger_for(instance).stages(cs.id, cs.version)
