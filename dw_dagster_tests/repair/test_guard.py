@@ -305,3 +305,40 @@ def test_an_issued_ticket_binds_only_the_run_the_sensor_dispatched(world):
             admit_run(instance, facts)
     assert ledger_for(instance).stage_by_ticket(rr.tags["dw/ticket"]).state == "issued"
     assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
+
+
+class _CountingEventLog:
+    """The instance's event log storage, counting every read (writes pass through)."""
+
+    READS = ("get_", "fetch_", "all_", "has_", "can_", "_get")
+
+    def __init__(self, storage) -> None:
+        self._storage, self.reads = storage, []
+
+    def __getattr__(self, name):
+        if name.startswith(self.READS) and name != "get_event_log_connection":
+            self.reads.append(name)
+        return getattr(self._storage, name)
+
+
+def test_the_remediation_tick_and_find_change_set_read_no_event_log(world, monkeypatch):
+    """At every step of a repair (approved, window done, verify done, receipt written, applied) the
+    remediation sensor's tick and `find_change_set` read the ledger only: their cost does not grow
+    with the event log."""
+    defs, instance, domains, wh = world
+    cs, daemon = _approved(defs, instance, domains)
+    sensor = defs.resolve_sensor_def("dw_remediation_sensor")
+    real = instance._event_storage
+    asked = []
+    for _ in range(5):
+        counting = _CountingEventLog(real)
+        monkeypatch.setattr(instance, "_event_storage", counting)
+        data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+        found = records.find_change_set(instance, cs.id)
+        monkeypatch.setattr(instance, "_event_storage", real)
+        assert counting.reads == [] and found is not None and found.version == cs.version
+        asked.append([rr.tags["dw/stage"] for rr in data.run_requests])
+        daemon.tick("dw_remediation_sensor")
+    assert asked == [["window-1"], ["verify"], ["receipt"], [], []] and gap(wh) == 0
+    assert ledger_for(instance).change_set_row(cs.id).state == "applied"
+
