@@ -35,9 +35,10 @@ For each new version it
    one is recorded *linked* to it (observation "linked to incident X") and not diagnosed; when
    that incident closes (:func:`~dw_dagster.receipts.job.close_incident`) it becomes an
    incident of its own and this sensor launches its diagnosis
-   (:func:`~dw_dagster.detection.incidents.rediagnosis_requests` over the mapped assets, which
-   also re-diagnoses an incident whose diagnosis failed when a new Lightup incident arrives on its
-   asset). Otherwise it requests a run of the diagnosis job (none in an L0 domain). Run keys are
+   (:func:`~dw_dagster.detection.incidents.rediagnosis_requests` over the mapped assets; a new
+   Lightup incident on an asset whose incident's diagnosis failed, or whose change set ended
+   unrepaired, asks for that incident's diagnosis again, launched by the sensor that owns its
+   source). Otherwise it requests a run of the diagnosis job (none in an L0 domain). Run keys are
    the incident's (:func:`~dw_dagster.detection.incidents.diagnosis_run_key`): ``lu-<hash of the
    uuid>`` for its first diagnosis.
 
