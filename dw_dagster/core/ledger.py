@@ -215,10 +215,21 @@ class Ledger:
             return moved
 
     def release_incident(self, change_set_id: str, version: str, reason: str) -> bool:
-        """The version ended without a repair that proved itself (e.g. a receipt that did not verify):
-        its incident, when ``diagnosed`` and no other version of any change set for it is still live
-        (proposed, approved, running, halted), becomes ``unrepaired``, so new evidence diagnoses it
-        again; recorded in the audit (``incident_unrepaired``). True when the incident moved."""
+        """Note that a version ended without a repair that proved itself (e.g. a receipt that did not verify).
+
+        Its incident, when ``diagnosed`` and no version of any change set for it is still live
+        (proposed, approved, running, halted), becomes ``unrepaired`` in one transaction, with an
+        audit entry ``incident_unrepaired`` (by ``dw-dagster``, the version and ``reason``): new
+        evidence then diagnoses it again.
+
+        Args:
+            change_set_id: the change set.
+            version: the version that ended.
+            reason: why, for the incident's note and the audit.
+
+        Returns:
+            True when the incident moved.
+        """
         with self._tx() as conn:
             return self._release(conn, change_set_id, version, reason)
 

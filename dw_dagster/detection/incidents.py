@@ -84,12 +84,18 @@ def record_incident(instance: dg.DagsterInstance, inc: Incident, *, linked_to: s
 
 
 def diagnosis_run_key(incident_id: str, attempts: int) -> str:
-    """The run key of an incident's current diagnosis: its id for the first diagnosis,
-    ``<id>:diagnose:<n>`` for the n-th diagnosis asked again (``attempts`` in the ledger).
+    """The run key of an incident's current diagnosis.
 
     It depends only on what the ledger holds, so the request re-emitted on every tick while the
     incident waits (:func:`rediagnosis_requests`) carries the same key: the daemon, which
     de-duplicates run keys per sensor, launches it once.
+
+    Args:
+        incident_id: the incident (``inc-…``, ``lu-…``).
+        attempts: how many times it was asked to be diagnosed again (the ledger's ``attempts``).
+
+    Returns:
+        ``incident_id`` for the first diagnosis, ``<incident_id>:diagnose:<attempts>`` after.
     """
     return incident_id if attempts <= 0 else f"{incident_id}:diagnose:{attempts}"
 
@@ -101,11 +107,19 @@ def diagnosis_request(inc: Incident, run_key: str, job_name: str, tags: Mapping[
 
 
 def mark_new_evidence(instance: dg.DagsterInstance, evidence: Mapping[str, str]) -> list[str]:
-    """Ask again for the diagnosis of the incidents on assets with new evidence (``evidence``: asset →
-    what is new, e.g. "compare failed again") whose diagnosis failed or whose change set ended without
-    a proven repair (``unrepaired``): they move to ``rediagnose``
-    (the note says why), and the sensor that owns their source launches it
-    (:func:`rediagnosis_requests`). Returns the incident ids moved."""
+    """Ask again for the diagnosis of the incidents on assets with new evidence.
+
+    Incidents (not linked) whose diagnosis failed, or whose change set ended without a proven
+    repair (``unrepaired``), move to ``rediagnose`` by compare-and-set, the note saying why; the
+    sensor that owns their source launches it (:func:`rediagnosis_requests`).
+
+    Args:
+        instance: the Dagster instance (its ledger).
+        evidence: asset (ledger text form, ``a/b``) → what is new, e.g. "compare failed again".
+
+    Returns:
+        The ids of the incidents moved.
+    """
     led = ledger_for(instance)
     moved = []
     for asset, why in evidence.items():

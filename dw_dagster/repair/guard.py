@@ -94,14 +94,27 @@ class RunFacts:
 
 
 def job_tags_of(job) -> dict[str, str]:
-    """The tags a job *definition* (a ``JobDefinition``) or its snapshot (a ``JobSnap``) carries:
-    its run tags overlaid with its tags (both come from the code, not from a launch)."""
+    """The tags a job's *definition* carries (both come from the code, never from a launch).
+
+    Args:
+        job: a ``JobDefinition``, or the ``JobSnap`` stored with a run.
+
+    Returns:
+        Its run tags overlaid with its tags (``{}`` when it has none).
+    """
     return {**(getattr(job, "run_tags", None) or {}), **(getattr(job, "tags", None) or {})}
 
 
 def run_job_tags(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str] | None:
-    """The job-definition tags of ``run`` from the job snapshot stored with it (written from the code
-    location's job when the run was created), or None when the run has no snapshot."""
+    """The job-definition tags of ``run``, from the job snapshot stored with it.
+
+    The webserver and the daemon write that snapshot from the code location's job when they create
+    the run; the tags a launch typed are in ``run.tags``, not in it.
+
+    Returns:
+        :func:`job_tags_of` the snapshot, or None when the run has no snapshot (then only its own
+        tags say what it is).
+    """
     if not run.job_snapshot_id:
         return None
     snap = instance.get_job_snapshot(run.job_snapshot_id)

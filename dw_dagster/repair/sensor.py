@@ -199,8 +199,11 @@ def build_remediation_sensor(
         for row in rows:
             if not row.latest and (row.state == HALTED or not all_stages.get((row.change_set_id, row.version))):
                 # recorded before this dw_dagster superseded such versions itself: nothing of it runs any more
-                led.set_change_set_state(row.change_set_id, row.version, SUPERSEDED, from_states=[row.state],
-                                         note="a newer version was recorded before its repair went on")
+                try:
+                    led.set_change_set_state(row.change_set_id, row.version, SUPERSEDED, from_states=[row.state],
+                                             note="a newer version was recorded before its repair went on")
+                except Exception as e:  # noqa: BLE001 - retried next tick; never stops the others
+                    plan.waiting.append(f"{row.change_set_id}: {type(e).__name__}: {e}")
                 continue
             try:
                 cs = parse_change_set(row.body)
