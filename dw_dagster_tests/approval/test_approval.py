@@ -257,6 +257,18 @@ def test_remediation_sensor_waits_for_approval_and_issues_one_ticket(instance):
     assert again.run_key == rr.run_key and again.tags["dw/ticket"] == rr.tags["dw/ticket"]  # same ticket, never a second
 
 
+def _map_in_processes(ctx, n: int, fn, args: list) -> list:
+    """``fn`` over ``args`` in ``n`` spawned processes, which then exit on their own (close and join).
+    ``with Pool`` terminates them instead, and Dagster turns a SIGTERM into a KeyboardInterrupt, which
+    can catch a worker mid-flush and leave the pool waiting for it for ever."""
+    pool = ctx.Pool(n)
+    try:
+        return pool.map(fn, args)
+    finally:
+        pool.close()
+        pool.join()
+
+
 def _decide(args) -> tuple[bool, str]:
     home, cs_id, domains = args
     import os
@@ -275,8 +287,7 @@ def test_concurrent_decisions_record_exactly_one(tmp_path, domains):
         cs = _record(inst, _cs())
     for trial in range(3):
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(6) as pool:
-            results = pool.map(_decide, [(str(home), cs.id, str(domains))] * 6)
+        results = _map_in_processes(ctx, 6, _decide, [(str(home), cs.id, str(domains))] * 6)
         oks = [r for r in results if r[0]]
         if trial == 0:
             assert len(oks) == 1, results
@@ -330,8 +341,7 @@ def test_concurrent_decisions_on_the_postgres_ledger_record_exactly_one(tmp_path
         ctx = multiprocessing.get_context("spawn")
         with ctx.Manager() as manager:
             barrier = manager.Barrier(4)
-            with ctx.Pool(4) as pool:
-                results = pool.map(_decide_together, [(str(home), cs.id, str(domains), barrier)] * 4)
+            results = _map_in_processes(ctx, 4, _decide_together, [(str(home), cs.id, str(domains), barrier)] * 4)
         assert all(met for _, _, met in results), results  # all four were between their checks and the write at once
         oks = [r for r in results if r[0]]
         assert len(oks) == 1, results

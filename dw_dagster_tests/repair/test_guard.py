@@ -119,6 +119,18 @@ def test_undo_jobs_by_hand_are_refused_and_never_overwrite_the_kept_copy(world):
     assert partition_checksum(wh, "orders", "day", WINDOW) == after
 
 
+def _map_in_processes(ctx, n: int, fn, args: list) -> list:
+    """``fn`` over ``args`` in ``n`` spawned processes, which then exit on their own (close and join).
+    ``with Pool`` terminates them instead, and Dagster turns a SIGTERM into a KeyboardInterrupt, which
+    can catch a worker mid-flush and leave the pool waiting for it for ever."""
+    pool = ctx.Pool(n)
+    try:
+        return pool.map(fn, args)
+    finally:
+        pool.close()
+        pool.join()
+
+
 def _tick(args):
     """One process evaluating the remediation sensor. The ledger's ``issue_ticket`` waits at a barrier
     shared by every process: each has read the (no) stages and decided to issue window-1 before any
@@ -188,8 +200,7 @@ def test_concurrent_ticks_issue_one_ticket_per_stage(tmp_path):
         ctx = multiprocessing.get_context("spawn")
         with ctx.Manager() as manager:
             barrier = manager.Barrier(4)
-            with ctx.Pool(4) as pool:
-                results = pool.map(_tick, [(str(home), str(domains), str(world_file), barrier)] * 4)
+            results = _map_in_processes(ctx, 4, _tick, [(str(home), str(domains), str(world_file), barrier)] * 4)
     finally:
         os.environ.pop("DW_DOMAINS_FILE", None)
     assert [met for _, met in results] == [[True]] * 4, results  # every process issued at the same moment
