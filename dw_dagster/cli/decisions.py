@@ -442,10 +442,11 @@ def register(main: click.Group) -> None:
             cs = records.find_change_set(instance, change_set_id.strip())
             if cs is None:
                 raise click.BadParameter(f"no change set {change_set_id!r}", param_hint="CHANGE_SET_ID")
-            from dw_dagster.core.ledger import APPROVED, HALTED, RUNNING, ledger_for as _led
+            from dw_dagster.core.ledger import ledger_for as _led
 
             state = _led(instance).change_set_row(cs.id, cs.version).state
-            if state not in (APPROVED, RUNNING, HALTED) or not cs.window or "/".join(cs.target_asset) != asset.strip("/"):
+            held = [r for r in _led(instance).open_windows(asset.strip("/")) if r.change_set_id == cs.id]
+            if not held or not cs.window:
                 click.echo(f"refused: change set {cs.id} ({state}) holds nothing on {asset}: only an approved repair "
                            "in progress holds its window", err=True)
                 sys.exit(3)

@@ -40,7 +40,6 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -48,7 +47,12 @@ from sqlalchemy.engine import Engine
 
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
+    ChangeSetRow,
+    IncidentRow,
+    ReceiptLink,
+    StageRow,
     _meta,
+    _row,
     audit_t,
     change_sets_t,
     control_t,
@@ -68,12 +72,19 @@ PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rej
 RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
 #: states the remediation sensor looks at
 ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: states whose window is held (an approved repair not yet ended), whichever version is latest
+HELD_STATES = (APPROVED, RUNNING, HALTED)
+#: states that end a version without a repair that proved itself: its incident may be diagnosed again
+ENDED_STATES = (REJECTED, EXPIRED, FAILED)
 #: stage states
 ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
 #: incident states
 OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED = (
     "open", "diagnosing", "diagnosed", "diagnosis_failed", "rediagnose", "closed", "quarantined")
-OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE)
+#: a diagnosed incident whose change set ended without a proven repair (rejected, expired, the repair
+#: failed or did not verify) and no other version is live: diagnosed again on new evidence
+UNREPAIRED = "unrepaired"
+OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
 
 
 class LedgerError(DwDagsterError, RuntimeError):
@@ -84,84 +95,6 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     """The ledger's text form of an asset key: the path joined by ``/`` (``AssetKey`` or list)."""
     path = getattr(asset_key, "path", asset_key)
     return "/".join(path)
-
-
-@dataclass(frozen=True)
-class StageRow:
-    """One stage of one change set version, as the ledger holds it.
-
-    ``state``: issued (ticket given to a run request), started (a run presented the ticket and
-    holds it), succeeded / failed (completed by the stage's own code or reconciled from the
-    bound run's end), abandoned (its bound run disappeared or ended without completing).
-    """
-
-    change_set_id: str
-    version: str
-    stage: str
-    approval_id: str
-    ticket: str
-    state: str
-    run_id: str | None
-    job_name: str | None
-    expect: str | None
-    issued_at: float
-    started_at: float | None
-    finished_at: float | None
-    result: dict | None
-
-
-@dataclass(frozen=True)
-class ChangeSetRow:
-    """A recorded change set version: its state and its body (JSON of the ChangeSet)."""
-
-    change_set_id: str
-    version: str
-    content_key: str
-    target_asset: str
-    incident_id: str
-    domain: str
-    state: str
-    latest: bool
-    recorded_at: float
-    expires_at: float
-    updated_at: float
-    note: str
-    body: str
-
-
-@dataclass(frozen=True)
-class IncidentRow:
-    incident_id: str
-    asset_key: str
-    source: str
-    external_id: str | None
-    state: str
-    linked_to: str | None
-    opened_at: float
-    updated_at: float
-    attempts: int
-    note: str
-    body: str
-
-
-@dataclass(frozen=True)
-class ReceiptLink:
-    asset_key: str
-    seq: int
-    receipt_id: str
-    hash: str
-    previous_hash: str | None
-    change_set_id: str
-    run_id: str | None
-    created_at: float
-
-
-def _row(cls, r) -> Any:
-    d = dict(r._mapping)
-    d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-    if cls is StageRow:
-        d["result"] = json.loads(d["result"]) if d.get("result") else None
-    return cls(**d)
 
 
 class Ledger:
@@ -202,8 +135,11 @@ class Ledger:
 
         When a version of ``change_set_id`` with the same ``content_key`` (the content without
         its times) is already recorded, that record is returned unchanged: re-proposing the same
-        content never renews its expiry. A new version becomes the latest; earlier versions that
-        were still waiting for a decision are marked superseded.
+        content never renews its expiry. A new version becomes the latest. Earlier versions whose
+        repair has not started (proposed, or approved with no stage issued) and halted ones (their
+        halt receipt written) are marked superseded: the new version waits for its own decision.
+        An earlier version whose repair is under way (a stage issued) is left as it is: the
+        remediation sensor walks it to its end, and its window stays held meanwhile.
         """
         now = time.time()
         with self._tx() as conn:
@@ -215,10 +151,16 @@ class Ledger:
                 change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).first()
             if exists is not None:
                 raise LedgerError(f"change set {change_set_id} version {version} is already recorded with other content")
-            conn.execute(change_sets_t.update().where(
-                change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.latest.is_(True)).values(
-                latest=False, updated_at=now,
-                state=sa.case((change_sets_t.c.state == PROPOSED, SUPERSEDED), else_=change_sets_t.c.state)))
+            started = sa.exists().where(stages_t.c.change_set_id == change_sets_t.c.change_set_id,
+                                        stages_t.c.version == change_sets_t.c.version)
+            cs_of = change_sets_t.c.change_set_id == change_set_id
+            conn.execute(change_sets_t.update().where(cs_of, sa.or_(
+                change_sets_t.c.state.in_([PROPOSED, HALTED]),
+                sa.and_(change_sets_t.c.state == APPROVED, ~started))).values(
+                state=SUPERSEDED, latest=False, updated_at=now,
+                note=f"superseded by version {version[:12]}…"))
+            conn.execute(change_sets_t.update().where(cs_of, change_sets_t.c.latest.is_(True)).values(
+                latest=False, updated_at=now))
             conn.execute(change_sets_t.insert().values(
                 change_set_id=change_set_id, version=version, content_key=content_key, target_asset=target_asset,
                 incident_id=incident_id, domain=domain, state=PROPOSED, latest=True, recorded_at=now,
@@ -255,7 +197,11 @@ class Ledger:
 
     def set_change_set_state(self, change_set_id: str, version: str, state: str, *,
                              from_states: Iterable[str] | None = None, note: str | None = None) -> bool:
-        """Move a version to ``state`` (only from ``from_states`` when given); True when it moved."""
+        """Move a version to ``state`` (only from ``from_states`` when given); True when it moved.
+
+        A move to an ending state (:data:`ENDED_STATES`: rejected, expired, failed) releases the
+        version's incident in the same transaction (:meth:`release_incident`).
+        """
         q = change_sets_t.update().where(change_sets_t.c.change_set_id == change_set_id,
                                          change_sets_t.c.version == version)
         if from_states is not None:
@@ -264,7 +210,45 @@ class Ledger:
         if note is not None:
             values["note"] = note
         with self._tx() as conn:
-            return conn.execute(q.values(**values)).rowcount == 1
+            moved = conn.execute(q.values(**values)).rowcount == 1
+            if moved and state in ENDED_STATES:
+                self._release(conn, change_set_id, version, f"change set {change_set_id} {state}" + (f": {note}" if note else ""))
+            return moved
+
+    def release_incident(self, change_set_id: str, version: str, reason: str) -> bool:
+        """Note that a version ended without a repair that proved itself (e.g. a receipt that did not verify).
+
+        Its incident, when ``diagnosed`` and no version of any change set for it is still live
+        (proposed, approved, running, halted), becomes ``unrepaired`` in one transaction, with an
+        audit entry ``incident_unrepaired`` (by ``dw-dagster``, the version and ``reason``): new
+        evidence then diagnoses it again.
+
+        Args:
+            change_set_id: the change set.
+            version: the version that ended.
+            reason: why, for the incident's note and the audit.
+
+        Returns:
+            True when the incident moved.
+        """
+        with self._tx() as conn:
+            return self._release(conn, change_set_id, version, reason)
+
+    def _release(self, conn, change_set_id: str, version: str, reason: str) -> bool:
+        incident = conn.execute(sa.select(change_sets_t.c.incident_id).where(
+            change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version)).scalar()
+        if incident is None or conn.execute(sa.select(change_sets_t.c.version).where(
+                change_sets_t.c.incident_id == incident, change_sets_t.c.state.in_(ACTIVE_STATES))).first() is not None:
+            return False
+        now = time.time()
+        moved = conn.execute(incidents_t.update().where(incidents_t.c.incident_id == incident,
+                                                        incidents_t.c.state == DIAGNOSED).values(
+            state=UNREPAIRED, updated_at=now, note=reason[:4000])).rowcount == 1
+        if moved:
+            conn.execute(audit_t.insert().values(kind="incident_unrepaired", subject=incident, by="dw-dagster", at=now,
+                                                 body=json.dumps({"change_set_id": change_set_id, "version": version,
+                                                                  "reason": reason})))
+        return moved
 
     # -- decisions -------------------------------------------------------------------------------
 
@@ -292,10 +276,12 @@ class Ledger:
                         body=body))
             except sa.exc.IntegrityError:
                 return False
-            conn.execute(change_sets_t.update().where(
+            moved = conn.execute(change_sets_t.update().where(
                 change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
                 change_sets_t.c.state.in_([PROPOSED, HALTED])).values(
-                state=APPROVED if decision == "approve" else REJECTED, updated_at=time.time()))
+                state=APPROVED if decision == "approve" else REJECTED, updated_at=time.time())).rowcount == 1
+            if moved and decision != "approve":
+                self._release(conn, change_set_id, version, f"change set {change_set_id} rejected by {approver}")
         return True
 
     def use_credential(self, credential_id: str, purpose: str) -> bool:
@@ -364,17 +350,27 @@ class Ledger:
                      expect: dict | None = None) -> str | None:
         """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
         (its partition tags, asset selection and run config, see
-        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice)."""
+        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice).
+
+        The version must be approved, running or halted (checked and moved to running first, in the
+        same transaction: a version superseded meanwhile gets no ticket).
+
+        Raises:
+            LedgerError: the version is in no state a stage may run in (superseded, applied, ...).
+        """
         ticket = secrets.token_hex(16)
         try:
             with self._tx() as conn:
+                live = conn.execute(change_sets_t.update().where(
+                    change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
+                    change_sets_t.c.state.in_(HELD_STATES)).values(state=RUNNING, updated_at=time.time())).rowcount
+                if live != 1:
+                    raise LedgerError(f"change set {change_set_id} version {version[:12]}… is not approved or running; "
+                                      f"no ticket for stage {stage}")
                 conn.execute(stages_t.insert().values(
                     change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
                     state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
                     issued_at=time.time(), started_at=None, finished_at=None, result=None))
-                conn.execute(change_sets_t.update().where(
-                    change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
-                    change_sets_t.c.state.in_([APPROVED, HALTED])).values(state=RUNNING, updated_at=time.time()))
         except sa.exc.IntegrityError:
             return None
         return ticket
@@ -486,9 +482,10 @@ class Ledger:
                         out[(r.change_set_id, r.version)][r.stage] = _row(StageRow, r)
         return out
 
-    def open_windows(self, asset_key: str) -> list[ChangeSetRow]:
-        """Approved or running change sets on ``asset_key`` (their windows are held)."""
-        return self.change_set_rows(states=[APPROVED, RUNNING, HALTED], target_asset=asset_key)
+    def open_windows(self, asset_key: str | None = None) -> list[ChangeSetRow]:
+        """Change set versions whose window is held (:data:`HELD_STATES`: approved, running, halted), on
+        ``asset_key`` or on every asset, whether or not a newer version was recorded meanwhile."""
+        return self.change_set_rows(states=HELD_STATES, target_asset=asset_key, latest_only=False)
 
     # -- receipts --------------------------------------------------------------------------------
 
@@ -725,7 +722,8 @@ def ledger_for(instance: Any) -> Ledger:
 
 
 __all__ = [
-    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "EXPIRED", "FAILED", "HALTED", "IncidentRow", "Ledger",
+    "ACTIVE_STATES", "APPLIED", "APPROVED", "ChangeSetRow", "ENDED_STATES", "EXPIRED", "FAILED", "HALTED", "HELD_STATES",
+    "IncidentRow", "Ledger", "UNREPAIRED",
     "LedgerError", "PROPOSED", "REJECTED", "ReceiptLink", "RUNNING", "StageRow", "SUPERSEDED", "asset_str", "ledger_for",
     "ledger_url",
 ]

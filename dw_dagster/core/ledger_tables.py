@@ -3,8 +3,14 @@
 Unique keys carry the ledger's promises: one decision per change set version
 (``dw_ledger_decisions``), one ticket per stage (``dw_ledger_stages``), one receipt chain head per
 asset (``dw_ledger_receipt_heads``), one incident per external id (``dw_ledger_incidents``). The
-state machine that writes them is :class:`dw_dagster.core.ledger.Ledger`.
+state machine that writes them is :class:`dw_dagster.core.ledger.Ledger`; the rows it reads back are
+the frozen dataclasses at the end (:class:`StageRow`, :class:`ChangeSetRow`, :class:`IncidentRow`,
+:class:`ReceiptLink`).
 """
+
+import json
+from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -143,3 +149,83 @@ meta_t = sa.Table(
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.String(255), nullable=False),
 )
+
+
+# -- rows as the ledger reads them back ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageRow:
+    """One stage of one change set version, as the ledger holds it.
+
+    ``state``: issued (ticket given to a run request), started (a run presented the ticket and
+    holds it), succeeded / failed (completed by the stage's own code or reconciled from the
+    bound run's end), abandoned (its bound run disappeared or ended without completing).
+    """
+
+    change_set_id: str
+    version: str
+    stage: str
+    approval_id: str
+    ticket: str
+    state: str
+    run_id: str | None
+    job_name: str | None
+    expect: str | None
+    issued_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: dict | None
+
+
+@dataclass(frozen=True)
+class ChangeSetRow:
+    """A recorded change set version: its state and its body (JSON of the ChangeSet)."""
+
+    change_set_id: str
+    version: str
+    content_key: str
+    target_asset: str
+    incident_id: str
+    domain: str
+    state: str
+    latest: bool
+    recorded_at: float
+    expires_at: float
+    updated_at: float
+    note: str
+    body: str
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    incident_id: str
+    asset_key: str
+    source: str
+    external_id: str | None
+    state: str
+    linked_to: str | None
+    opened_at: float
+    updated_at: float
+    attempts: int
+    note: str
+    body: str
+
+
+@dataclass(frozen=True)
+class ReceiptLink:
+    asset_key: str
+    seq: int
+    receipt_id: str
+    hash: str
+    previous_hash: str | None
+    change_set_id: str
+    run_id: str | None
+    created_at: float
+
+
+def _row(cls, r) -> Any:
+    d = dict(r._mapping)
+    d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+    if cls is StageRow:
+        d["result"] = json.loads(d["result"]) if d.get("result") else None
+    return cls(**d)

@@ -4,13 +4,20 @@
 exactly one :class:`~dw_dagster.core.models.Incident` (recorded in the ledger and shown as an
 ``AssetObservation`` with ``dw/incident``) and one run of the diagnosis job. While an asset has an
 open incident, later failures on it do not open another; when that incident's diagnosis *failed*,
-a new failure is new evidence and the incident is diagnosed again (as is an incident a person
-asked to re-diagnose with ``dw-dagster incidents rediagnose``).
+or its change set ended without a proven repair (rejected, expired, the repair failed or its receipt
+did not verify: ``unrepaired``), a new failure is new evidence and the incident is diagnosed again
+(as is an incident a person asked to re-diagnose with ``dw-dagster incidents rediagnose``).
+
+A diagnosis request is owed until the diagnosis starts: every tick requests it again, with a run
+key that depends only on the ledger (:func:`diagnosis_run_key`), for each incident still waiting
+(:func:`rediagnosis_requests`). A tick whose run requests were lost, or a "Test sensor" evaluation
+that recorded the incident without launching anything, is made good by the next tick; the daemon
+de-duplicates run keys per sensor, so each diagnosis is launched once.
 """
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import dagster as dg
 
@@ -21,12 +28,20 @@ from dw_dagster.core.ledger import (
     DIAGNOSIS_FAILED,
     OPEN,
     REDIAGNOSE,
+    UNREPAIRED,
+    IncidentRow,
     asset_str,
     ledger_for,
 )
 from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
 
 DIAGNOSE_OP = "dw_diagnose"
+#: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume
+#: sensor request their own: the daemon de-duplicates run keys per sensor)
+CHECK_SOURCES = ("dw_check", "manual")
+#: incident states that new evidence sends back to diagnosis: its diagnosis failed, or its change set
+#: ended without a proven repair (rejected, expired, failed, not verified)
+REDIAGNOSABLE = (DIAGNOSIS_FAILED, UNREPAIRED)
 
 
 def _parse_cursor(context: dg.SensorEvaluationContext) -> dict[str, int]:
@@ -68,33 +83,114 @@ def record_incident(instance: dg.DagsterInstance, inc: Incident, *, linked_to: s
         body=inc.model_dump_json(), linked_to=linked_to)
 
 
-def diagnosis_request(inc: Incident, run_key: str, job_name: str) -> dg.RunRequest:
-    """The diagnosis run of ``inc`` (config ``incident_json``)."""
-    return dg.RunRequest(run_key=run_key, job_name=job_name, tags={c.INCIDENT_TAG: inc.id},
+def diagnosis_run_key(incident_id: str, attempts: int) -> str:
+    """The run key of an incident's current diagnosis.
+
+    It depends only on what the ledger holds, so the request re-emitted on every tick while the
+    incident waits (:func:`rediagnosis_requests`) carries the same key: the daemon, which
+    de-duplicates run keys per sensor, launches it once.
+
+    Args:
+        incident_id: the incident (``inc-…``, ``lu-…``).
+        attempts: how many times it was asked to be diagnosed again (the ledger's ``attempts``).
+
+    Returns:
+        ``incident_id`` for the first diagnosis, ``<incident_id>:diagnose:<attempts>`` after.
+    """
+    return incident_id if attempts <= 0 else f"{incident_id}:diagnose:{attempts}"
+
+
+def diagnosis_request(inc: Incident, run_key: str, job_name: str, tags: Mapping[str, str] | None = None) -> dg.RunRequest:
+    """The diagnosis run of ``inc`` (config ``incident_json``; tag ``dw/incident_id`` plus ``tags``)."""
+    return dg.RunRequest(run_key=run_key, job_name=job_name, tags={c.INCIDENT_TAG: inc.id, **(tags or {})},
                          run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}})
 
 
-def rediagnosis_requests(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str,
-                         evidence: Mapping[str, str] | None = None) -> tuple[list[dg.RunRequest], list[dg.AssetObservation]]:
-    """Diagnosis runs for the incidents of ``asset_keys`` that a person asked to re-diagnose
-    (state ``rediagnose``) or whose diagnosis failed and that have new evidence (``evidence``:
-    asset → what is new)."""
+def mark_new_evidence(instance: dg.DagsterInstance, evidence: Mapping[str, str]) -> list[str]:
+    """Ask again for the diagnosis of the incidents on assets with new evidence.
+
+    Incidents (not linked) whose diagnosis failed, or whose change set ended without a proven
+    repair (``unrepaired``), move to ``rediagnose`` by compare-and-set, the note saying why; the
+    sensor that owns their source launches it (:func:`rediagnosis_requests`).
+
+    Args:
+        instance: the Dagster instance (its ledger).
+        evidence: asset (ledger text form, ``a/b``) → what is new, e.g. "compare failed again".
+
+    Returns:
+        The ids of the incidents moved.
+    """
     led = ledger_for(instance)
+    moved = []
+    for asset, why in evidence.items():
+        for row in led.incidents(asset_key=asset, states=REDIAGNOSABLE):
+            if row.linked_to is None and led.set_incident_state(row.incident_id, REDIAGNOSE, from_states=[row.state],
+                                                                note=f"new evidence: {why}"):
+                moved.append(row.incident_id)
+    return moved
+
+
+def rediagnosis_requests(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str,
+                         evidence: Mapping[str, str] | None = None, *, sources: Sequence[str] | None = None,
+                         may_diagnose: Callable[[str], bool] | None = None, already: Iterable[str] = (),
+                         tags: Callable[[IncidentRow], Mapping[str, str]] | None = None,
+                         ) -> tuple[list[dg.RunRequest], list[dg.AssetObservation]]:
+    """The diagnosis requests a detection sensor owes, on every tick, for the incidents of ``asset_keys``.
+
+    1. Incidents on assets with new ``evidence`` whose diagnosis failed, or whose change set ended
+       without a proven repair, are asked again (:func:`mark_new_evidence`), whichever sensor owns them.
+    2. Incidents of ``sources`` asked again (state ``rediagnose``: new evidence, ``dw-dagster
+       incidents rediagnose``, the incident they were linked to closed) move to ``open`` with one
+       more attempt, and their diagnosis is requested (with an ``incident ... diagnosed again``
+       observation).
+    3. Incidents of ``sources`` still ``open`` (recorded, their diagnosis requested but never
+       started: a tick whose run requests were lost, a "Test sensor" evaluation, a run still
+       queued) are requested again, with the same run key (:func:`diagnosis_run_key`), so the daemon
+       launches each once.
+
+    Args:
+        instance: the Dagster instance (its ledger).
+        asset_keys: the assets the sensor watches (ledger text form, ``a/b``).
+        job_name: the diagnosis job.
+        evidence: asset → what is new this tick.
+        sources: the incident sources this sensor owns (``dw_check``, ``lightup``, ``volume_sensor``);
+            None for all. Each incident is requested by one sensor, since the daemon de-duplicates
+            run keys per sensor.
+        may_diagnose: asset → whether its domain diagnoses (L0 does not); None: every asset.
+        already: run keys this tick requests already (not repeated).
+        tags: extra run tags for an incident's request.
+
+    Returns:
+        ``(run requests, observations)``.
+    """
+    if evidence:
+        mark_new_evidence(instance, evidence)
+    led = ledger_for(instance)
+    seen = set(already)
     requests, events = [], []
     for asset in asset_keys:
-        for row in led.incidents(asset_key=asset, states=[REDIAGNOSE, DIAGNOSIS_FAILED]):
-            if row.state == DIAGNOSIS_FAILED and asset not in (evidence or {}):
+        if may_diagnose is not None and not may_diagnose(asset):
+            continue
+        for row in sorted(led.incidents(asset_key=asset, states=[REDIAGNOSE, OPEN]), key=lambda r: r.opened_at):
+            if row.linked_to is not None or (sources is not None and row.source not in sources):
                 continue
-            why = (evidence or {}).get(asset) or row.note or "asked by a person"
-            if not led.set_incident_state(row.incident_id, OPEN, from_states=[row.state], attempts_delta=1):
+            attempts = row.attempts
+            if row.state == REDIAGNOSE:
+                if not led.set_incident_state(row.incident_id, OPEN, from_states=[REDIAGNOSE], attempts_delta=1):
+                    continue
+                attempts += 1
+            key = diagnosis_run_key(row.incident_id, attempts)
+            if key in seen:
                 continue
             try:
                 inc = Incident.model_validate_json(row.body)
             except ValueError as e:
                 records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
                 continue
-            requests.append(diagnosis_request(inc, f"{inc.id}:diagnose:{row.attempts + 1}", job_name))
-            events.append(incident_observation(inc, f"incident {inc.id} diagnosed again: {why}"))
+            seen.add(key)
+            requests.append(diagnosis_request(inc, key, job_name, tags(row) if tags is not None else None))
+            if row.state == REDIAGNOSE:
+                events.append(incident_observation(inc, f"incident {inc.id} diagnosed again: {row.note or 'asked by a person'}"))
     return requests, events
 
 
@@ -217,23 +313,25 @@ def build_check_incident_sensor(
                         continue
                     inc = incident_from_evaluation(key, evaluation, rec.id)
                     opened[key.asset_key] = inc
-                    if record_incident(context.instance, inc):
-                        events.append(incident_observation(inc))
+                    if not record_incident(context.instance, inc):
+                        continue  # known already; if it still waits for its diagnosis, it is requested below
+                    events.append(incident_observation(inc))
                     domain = domain_for(inc.asset_key, domains)
                     if domain is not None and not domain.diagnoses:
                         context.log.info(f"incident {inc.id} recorded; domain {domain.name} is at L0 (checks only): "
                                          "no diagnosis")
                         continue
-                    requests.append(diagnosis_request(inc, inc.id, diagnosis_job_name))
+                    requests.append(diagnosis_request(inc, diagnosis_run_key(inc.id, 0), diagnosis_job_name))
             except Exception as e:  # one check's failure never blocks the others, nor moves its mark past it
                 errors.append(f"{skey}: {type(e).__name__}: {e}")
                 context.log.exception(f"incident sensor failed on {skey}")
         led.set_control(hwm_key, cursor)
         try:
             assets = sorted({asset_str(k.asset_key) for k in keys})
-            again, notes = rediagnosis_requests(context.instance, assets, diagnosis_job_name, evidence)
-            requests += again + _undiagnosed(context.instance, assets, diagnosis_job_name, domains,
-                                             {r.run_key for r in requests})
+            again, notes = rediagnosis_requests(context.instance, assets, diagnosis_job_name, evidence,
+                                                sources=CHECK_SOURCES, may_diagnose=lambda a: _diagnoses(a, domains),
+                                                already={r.run_key for r in requests})
+            requests += again
             events += notes
         except Exception as e:  # noqa: BLE001 - never crash the tick
             errors.append(f"re-diagnosis: {type(e).__name__}: {e}")
@@ -273,21 +371,7 @@ def _latest_record_id(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> in
     return latest[0].id if latest else 0
 
 
-def _undiagnosed(instance: dg.DagsterInstance, asset_keys: Sequence[str], job_name: str, domains: DomainsSource,
-                 already: set) -> list[dg.RunRequest]:
-    """Diagnosis requests again for open incidents whose diagnosis never started (a tick whose run
-    requests were lost after the ledger recorded the incident); the run key is the incident id, so
-    the daemon launches at most one."""
-    out = []
-    for asset in asset_keys:
-        for row in ledger_for(instance).incidents(asset_key=asset, states=[OPEN]):
-            if row.incident_id in already or row.linked_to is not None or row.source == "lightup":
-                continue
-            domain = domain_for(asset.split("/"), domains)
-            if domain is not None and not domain.diagnoses:
-                continue
-            try:
-                out.append(diagnosis_request(Incident.model_validate_json(row.body), row.incident_id, job_name))
-            except ValueError:
-                continue
-    return out
+def _diagnoses(asset: str, domains: DomainsSource) -> bool:
+    """Whether the domain of ``asset`` (ledger text form) diagnoses incidents (every level but L0)."""
+    domain = domain_for(asset.split("/"), domains)
+    return domain is None or domain.diagnoses

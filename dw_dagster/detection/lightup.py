@@ -35,16 +35,20 @@ For each new version it
    one is recorded *linked* to it (observation "linked to incident X") and not diagnosed; when
    that incident closes (:func:`~dw_dagster.receipts.job.close_incident`) it becomes an
    incident of its own and this sensor launches its diagnosis
-   (:func:`~dw_dagster.detection.incidents.rediagnosis_requests` over the mapped assets, which
-   also re-diagnoses an incident whose diagnosis failed when a new Lightup incident arrives on its
-   asset). Otherwise it requests a run of the diagnosis job (none in an L0 domain). Run keys are
-   ``lightup:<incident uuid>:<updated_ts>``.
+   (:func:`~dw_dagster.detection.incidents.rediagnosis_requests` over the mapped assets; a new
+   Lightup incident on an asset whose incident's diagnosis failed, or whose change set ended
+   unrepaired, asks for that incident's diagnosis again, launched by the sensor that owns its
+   source). Otherwise it requests a run of the diagnosis job (none in an L0 domain). Run keys are
+   the incident's (:func:`~dw_dagster.detection.incidents.diagnosis_run_key`): ``lu-<hash of the
+   uuid>`` for its first diagnosis.
 
 A malformed incident (missing ``uuid``, ``updated_ts``, ``filter_uuid``...) is reported once in
 the tick's log and skip reason, listed in the ledger's quarantine and skipped. The tick itself
-never raises. Known limit: the ledger record is written during the tick and the run is requested
-by its result; if that result is lost (the process dies in between), the incident is recorded but
-not diagnosed (``dw-dagster incidents rediagnose`` launches it).
+never raises. The ledger record is written during the tick and the run is requested by its
+result; when that result is lost (the process dies in between, or the tick was only evaluated:
+the UI's "Test sensor"), every later tick requests the diagnosis of each Lightup incident still
+waiting for it again, under the same run key, so the daemon launches it once
+(:func:`~dw_dagster.detection.incidents.rediagnosis_requests`).
 
 :func:`build_lightup_compare_check` declares the same check on the asset so the UI lists it and
 it can run on demand (it reads Lightup's open incidents for the compare metrics).
@@ -79,7 +83,14 @@ from dw_dagster.core.ledger import QUARANTINED, asset_str, ledger_for
 from dw_dagster.core.models import Incident, SliceGap, utcnow
 from dw_dagster.core import records
 from dw_dagster.repair.control import CONTROL_ASSET
-from dw_dagster.detection.incidents import diagnosis_request, incident_observation, open_incident, record_incident, rediagnosis_requests
+from dw_dagster.detection.incidents import (
+    diagnosis_request,
+    diagnosis_run_key,
+    incident_observation,
+    open_incident,
+    record_incident,
+    rediagnosis_requests,
+)
 
 DEFAULT_CHECK = "lightup_compare"
 LIGHTUP_ID_KEY = "dw/lightup_incident"
@@ -525,7 +536,10 @@ def build_lightup_incident_sensor(
             try:
                 assets = [asset_str(k) for k in mapped_assets
                           if (d := domain_for(list(k.path), resolved)) is None or d.diagnoses]
-                again, notes = rediagnosis_requests(instance, assets, diagnosis_job_name, evidence)
+                again, notes = rediagnosis_requests(
+                    instance, assets, diagnosis_job_name, evidence, sources=["lightup"],
+                    already={r.run_key for r in requests},
+                    tags=lambda row: {LIGHTUP_TAG: row.external_id} if row.external_id else {})
                 requests += again
                 events += notes
             except Exception as e:  # noqa: BLE001 - never crash the tick
@@ -565,8 +579,7 @@ def build_lightup_incident_sensor(
         if domain is not None and not domain.diagnoses:
             context.log.info(f"Lightup incident {uid} recorded; domain {domain.name} is at L0: no diagnosis")
             return shown, []
-        rr = diagnosis_request(incident, f"lightup:{uid}:{ts!r}", diagnosis_job_name)
-        return shown, [rr.with_replaced_attrs(tags={**rr.tags, LIGHTUP_TAG: uid})]
+        return shown, [diagnosis_request(incident, diagnosis_run_key(incident.id, 0), diagnosis_job_name, {LIGHTUP_TAG: uid})]
 
     return _sensor
 

@@ -47,7 +47,7 @@ class IncidentHistoryEntry(BaseModel):
     fixed_at: dt.datetime | None = None
     status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified)")
     state: str | None = Field(default=None, description="the incident's state in the ledger: open, diagnosing, diagnosed, "
-                              "diagnosis_failed, rediagnose, closed, quarantined")
+                              "diagnosis_failed, rediagnose, unrepaired, closed, quarantined")
     linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
 
 

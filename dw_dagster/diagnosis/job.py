@@ -43,7 +43,16 @@ from dw_dagster.diagnosis.causes.upstream import diagnose_upstream, upstream_key
 from dw_dagster.diagnosis.causes.watermark import KIND as WATERMARK_KIND
 from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
 from dw_dagster.core.domains import DomainsSource, domain_for, resolve_domains
-from dw_dagster.core.ledger import CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, asset_str, ledger_for
+from dw_dagster.core.ledger import (
+    ACTIVE_STATES,
+    CLOSED,
+    DIAGNOSED,
+    DIAGNOSING,
+    DIAGNOSIS_FAILED,
+    OPEN,
+    UNREPAIRED,
+    ledger_for,
+)
 from dw_dagster.core.asset_graph import asset_graph_of
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec
@@ -83,18 +92,72 @@ def diagnosis_markdown(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
+def claim_incident(led, incident_json: str) -> Incident:
+    """Take the incident a diagnosis run was launched for, as the ledger holds it (``open`` → ``diagnosing``).
+
+    Args:
+        led: the instance's :class:`~dw_dagster.core.ledger.Ledger`.
+        incident_json: the run's ``incident_json`` config (what the detection sensor wrote).
+
+    Returns:
+        The incident as recorded in the ledger (the config is only its request).
+
+    Raises:
+        dagster.Failure: the config does not parse; the ledger holds no such incident (no sensor
+            recorded it: it is not recorded now either); the config differs from the recorded
+            incident; or the incident is not waiting for a diagnosis (closed, being diagnosed,
+            diagnosed, failed, quarantined, linked). Nothing is changed then.
+    """
+    try:
+        asked = Incident.model_validate_json(incident_json)
+    except ValueError as e:
+        raise dg.Failure(description=f"refused: incident_json is not an incident ({str(e)[:300]}); nothing diagnosed") from e
+    row = led.incident(asked.id)
+    if row is None:
+        raise dg.Failure(description=(
+            f"refused: incident {asked.id} is not in this instance's ledger. The diagnosis job diagnoses only incidents "
+            "a detection sensor recorded (or a person asked to diagnose again with `dw-dagster incidents rediagnose`); "
+            "it records none itself. Nothing was recorded or changed."))
+    try:
+        recorded = Incident.model_validate_json(row.body)
+    except ValueError as e:
+        raise dg.Failure(description=f"refused: the recorded incident {row.incident_id} does not parse ({str(e)[:300]})") from e
+    mine, theirs = recorded.model_dump(mode="json"), asked.model_dump(mode="json")
+    differs = sorted(k for k in mine if mine[k] != theirs.get(k))
+    if differs:
+        raise dg.Failure(description=(
+            f"refused: the incident_json of this run differs from incident {row.incident_id} as recorded "
+            f"({', '.join(differs)}); the diagnosis job diagnoses the recorded incident only. Nothing was changed."))
+    if row.state == CLOSED:
+        raise dg.Failure(description=f"incident {row.incident_id} is closed; `dw-dagster incidents reopen` first")
+    if row.linked_to is not None or not led.set_incident_state(row.incident_id, DIAGNOSING, from_states=[OPEN]):
+        now = led.incident(row.incident_id)
+        why = f"linked to incident {now.linked_to}" if now.linked_to else now.state
+        raise dg.Failure(description=(
+            f"refused: incident {row.incident_id} is {why}, not waiting for a diagnosis. It is diagnosed when a detection "
+            f"sensor requests it (a new failure of its checks) or a person asks: `dw-dagster incidents rediagnose "
+            f"{row.incident_id} --by EMAIL --reason ...`. Nothing was changed."))
+    return recorded
+
+
 def build_diagnosis_job(
     *, diagnoser: Diagnoser, name: str = DIAGNOSIS_JOB_NAME, required_resource_keys: Sequence[str] = (),
     domains: DomainsSource = None,
 ) -> dg.JobDefinition:
     """A job with one op (``dw_diagnose``) that runs ``diagnoser`` on the incident in its config.
 
-    The op records the incident's progress in the ledger: ``diagnosing`` when it starts,
+    The op diagnoses only an incident the ledger already holds and that is waiting for this
+    diagnosis (:func:`claim_incident`): one a detection sensor recorded and requested, or one a
+    person asked to diagnose again (``dw-dagster incidents rediagnose``). A run launched by hand
+    with a made-up ``incident_json``, an altered copy of a real one, or a re-executed run of an
+    incident already diagnosed is refused before anything is recorded. The op records the
+    incident's progress in the ledger: ``diagnosing`` when it starts,
     ``diagnosed`` when it recorded a diagnosis, ``diagnosis_failed`` (with the error) when the
     diagnoser raised, so a later failure of the asset's checks, or ``dw-dagster incidents
     rediagnose``, diagnoses it again. A proposed change set is recorded in the ledger first: the
-    same content proposed again (a re-executed run) keeps its first record and expiry and is not
-    shown twice.
+    same content proposed again keeps its first record and expiry and is not shown twice; when
+    that record already ended (rejected, expired, failed, applied, superseded) it is not revived,
+    and the incident stays ``unrepaired`` (diagnosed again on the next new evidence).
 
     Args:
         diagnoser: ``(context, incident) -> (Diagnosis, ChangeSet | None)``.
@@ -105,19 +168,16 @@ def build_diagnosis_job(
 
     @dg.op(name="dw_diagnose", required_resource_keys=set(required_resource_keys), tags={"kind": "dw"})
     def _diagnose(context: dg.OpExecutionContext, config: IncidentConfig) -> None:
-        incident = Incident.model_validate_json(config.incident_json)
         led = ledger_for(context.instance)
-        if led.incident(incident.id) is None:  # launched by hand with an incident no sensor opened
-            led.record_incident(incident_id=incident.id, asset_key=asset_str(incident.asset_key), source=incident.source,
-                                external_id=incident.external_id, body=incident.model_dump_json())
-        elif led.incident(incident.id).state == CLOSED:
-            raise dg.Failure(description=f"incident {incident.id} is closed; `dw-dagster incidents reopen` first")
-        led.set_incident_state(incident.id, DIAGNOSING)
+        incident = claim_incident(led, config.incident_json)
         try:
-            diagnosis, cs = diagnoser(context, incident)
-        except Exception as e:
-            led.set_incident_state(incident.id, DIAGNOSIS_FAILED, note=f"{type(e).__name__}: {e}")
+            diagnose_claimed(context, led, incident)
+        except BaseException as e:  # whatever stopped it, the incident is diagnosed again on new evidence
+            led.set_incident_state(incident.id, DIAGNOSIS_FAILED, from_states=[DIAGNOSING], note=f"{type(e).__name__}: {e}")
             raise
+
+    def diagnose_claimed(context: dg.OpExecutionContext, led, incident: Incident) -> None:
+        diagnosis, cs = diagnoser(context, incident)
         domain = domain_for(incident.asset_key, domains)
         if cs is not None and domain is not None and not domain.proposes:
             context.log.info(f"Domain {domain.name} is at autonomy {domain.autonomy}: diagnosed and annotated, "
@@ -132,15 +192,29 @@ def build_diagnosis_job(
                       c.DIAGNOSIS_MD_KEY: dg.MetadataValue.md(diagnosis_markdown(diagnosis)),
                       c.INCIDENT_ID_KEY: incident.id},
         ))
-        led.set_incident_state(incident.id, DIAGNOSED, note=primary.kind if primary else "no cause found")
+        note = primary.kind if primary else "no cause found"
         if cs is not None:
             recorded, new = record_proposal(led, cs)
+            row = led.change_set_row(recorded.id, recorded.version)
+            if not new and row is not None and row.state not in ACTIVE_STATES:
+                # the same content as a version that ended (rejected, expired, failed, applied, superseded):
+                # a person's rejection or an expiry is not undone by re-proposing it, and nothing acts on it
+                why = (f"diagnosed again; it proposes change set {recorded.id} version {recorded.version[:12]}… again, "
+                       f"which is {row.state}: nothing new to decide (a new failure diagnoses it again; or close it)")
+                led.set_incident_state(incident.id, UNREPAIRED, from_states=[DIAGNOSING], note=why)
+                led.audit("incident_unrepaired", incident.id, "dw-dagster", {"change_set_id": recorded.id,
+                                                                            "version": recorded.version, "reason": why})
+                context.log.warning(f"Incident {incident.id} {why}")
+                return
+            led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
             if not new:
                 context.log.info(f"Change set {recorded.id} version {recorded.version[:12]}… was proposed before with the "
                                  f"same content; it keeps its expiry {recorded.expires_at.isoformat()}")
                 return
             context.log_event(change_set_observation(recorded))
             context.log.info(f"Proposed change set {recorded.id}: {recorded.summary}")
+            return
+        led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
 
     @dg.job(name=name, tags={"dw/kind": "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():

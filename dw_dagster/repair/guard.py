@@ -15,13 +15,18 @@ can be seen before it changes anything:
 
 The rules:
 
-1. A run of a dw_dagster repair job (job tag ``dw/kind`` in :data:`REPAIR_KINDS`) needs a ticket
-   the sensor issued, for that job, not yet taken by another run. The first run presenting it
-   binds it (its run id is recorded); a copied tag, a re-executed run or a second launch is
-   refused ("a stage runs once").
+1. A run of a dw_dagster repair job needs a ticket the sensor issued, for that job, not yet taken
+   by another run. The first run presenting it binds it (its run id is recorded); a copied tag, a
+   re-executed run or a second launch is refused ("a stage runs once"). What a job is comes from
+   its *definition* (its ``dw/kind`` job tag in :data:`REPAIR_KINDS`, read from the job snapshot
+   or the job definition the door holds), never from the run's tags: Dagster lets a launch
+   override a job's tags, so a run whose ``dw/kind`` tag is missing or differs from its job's is
+   refused, and a run that merely *claims* a repair kind is treated as one.
 2. Any other run that would materialize partitions of an asset inside the window of an approved
    change set still being repaired is refused, unless a verified person lifted that hold
-   (:func:`lift_hold`, recorded in the ledger's audit).
+   (:func:`lift_hold`, recorded in the ledger's audit). The hold starts at the approval (a
+   proposal holds nothing) and lasts until that version's repair ends, even when a newer version
+   of the change set was recorded meanwhile.
 3. A run without dw_dagster tags and outside every held window is not touched.
 
 What it cannot see: code that runs without any of these (a Python ``execute_in_process`` or
@@ -33,12 +38,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
 
-from dw_dagster.core.ledger import APPROVED, HALTED, RUNNING, STARTED, Ledger, LedgerError, asset_str, ledger_for
+from dw_dagster.core.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
 from dw_dagster.errors import DwDagsterError
 
 TICKET_TAG = "dw/ticket"
@@ -61,7 +66,9 @@ class RunFacts:
     """What the guard needs to know about a run, from whichever door sees it.
 
     ``asset_keys`` are the assets it will materialize (for the hold); ``asset_selection`` and
-    ``run_config`` are what it asked for (for a ticket's shape, :func:`run_shape`).
+    ``run_config`` are what it asked for (for a ticket's shape, :func:`run_shape`). ``job_tags``
+    are the tags of the run's *job definition* (:func:`job_tags_of`), which a launch cannot
+    change; None when the door could not read them (the run's own tags are then all there is).
     """
 
     run_id: str
@@ -72,9 +79,11 @@ class RunFacts:
     run_config: dict | None = field(default=None)
     check_selection: tuple[str, ...] | None = None
     op_selection: tuple[str, ...] | None = None
+    job_tags: Mapping[str, str] | None = None
 
     @classmethod
-    def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None) -> RunFacts:
+    def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None,
+               job_tags: Mapping[str, str] | None = None) -> RunFacts:
         selection = tuple(sorted(asset_str(k) for k in run.asset_selection)) if run.asset_selection else None
         keys = tuple(asset_keys) if asset_keys is not None else (selection or ())
         checks = (tuple(sorted(k.to_user_string() for k in run.asset_check_selection))
@@ -82,7 +91,58 @@ class RunFacts:
         ops = tuple(sorted(run.op_selection)) if run.op_selection else None
         return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
                    asset_selection=selection, run_config=dict(run.run_config or {}), check_selection=checks,
-                   op_selection=ops)
+                   op_selection=ops, job_tags=dict(job_tags) if job_tags is not None else None)
+
+
+def job_tags_of(job) -> dict[str, str]:
+    """The tags a job's *definition* carries (both come from the code, never from a launch).
+
+    Args:
+        job: a ``JobDefinition``, or the ``JobSnap`` stored with a run.
+
+    Returns:
+        Its run tags overlaid with its tags (``{}`` when it has none).
+    """
+    return {**(getattr(job, "run_tags", None) or {}), **(getattr(job, "tags", None) or {})}
+
+
+def run_job_tags(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str] | None:
+    """The job-definition tags of ``run``, from the job snapshot stored with it.
+
+    The webserver and the daemon write that snapshot from the code location's job when they create
+    the run; the tags a launch typed are in ``run.tags``, not in it.
+
+    Returns:
+        :func:`job_tags_of` the snapshot, or None when the run has no snapshot (then only its own
+        tags say what it is).
+    """
+    if not run.job_snapshot_id:
+        return None
+    snap = instance.get_job_snapshot(run.job_snapshot_id)
+    return job_tags_of(snap) if snap is not None else None
+
+
+def repair_kind(facts: RunFacts) -> str | None:
+    """The repair kind of the run's job (``window``, ``rebuild``, ...), or None when it is no repair job.
+
+    The job definition decides (``facts.job_tags``); a run whose tags claim a repair kind is
+    treated as one too (it asked to be).
+
+    Raises:
+        RunRefused: the job is a repair job and the run's ``dw/kind`` tag is missing or differs
+            (a launch that overrode the job's own tag, e.g. ``--tags '{"dw/kind": "manual"}'``).
+    """
+    tagged = facts.tags.get(KIND_TAG)
+    job_kind = (facts.job_tags or {}).get(KIND_TAG)
+    if job_kind in REPAIR_KINDS:
+        if tagged != job_kind:
+            said = "has no dw/kind tag" if tagged is None else f"is tagged dw/kind={tagged!r}"
+            raise RunRefused(description=(
+                f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: it {said}, but {facts.job_name} is a "
+                f"dw_dagster {job_kind} job (its definition says so); a launch's tags never change what a job does, "
+                "and a repair job runs only when the remediation sensor dispatches it for an approved change set"))
+        return job_kind
+    return tagged if tagged in REPAIR_KINDS else None
 
 
 def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None, *,
@@ -162,7 +222,7 @@ def held_partitions(led: Ledger, facts: RunFacts) -> list[tuple[str, str, list[s
     if not wanted:
         return out
     open_rows: dict[str, list] = {}
-    for row in led.change_set_rows(states=[APPROVED, RUNNING, HALTED]):  # few: only repairs under way, one query
+    for row in led.open_windows():  # few: only repairs under way (any version, latest or not), one query
         if row.target_asset in wanted:
             open_rows.setdefault(row.target_asset, []).append(row)
     for asset, rows in sorted(open_rows.items()):
@@ -184,6 +244,7 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
         RunRefused: the run may not proceed (the message names the rule and what to do instead).
     """
     led = ledger_for(instance)
+    kind = repair_kind(facts)
     ticket = facts.tags.get(TICKET_TAG)
     if ticket:
         from dw_dagster.repair.control import active_stop
@@ -200,7 +261,7 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
         except LedgerError as e:
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: {e}") from e
         return
-    if facts.tags.get(KIND_TAG) in REPAIR_KINDS:
+    if kind is not None:
         raise RunRefused(description=(
             f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: a repair job runs only when the remediation "
             "sensor dispatches it for an approved change set (no dw/ticket); approve the change set instead "
@@ -252,7 +313,7 @@ def hold_stage(context, *, expect: Iterable[str] | None = None, change_set_id: s
     if not ticket:
         raise RunRefused(description=f"{run.job_name} changes data only when the remediation sensor dispatches it for an "
                          "approved change set (this run has no dw/ticket)")
-    admit_run(context.instance, RunFacts.of_run(run))
+    admit_run(context.instance, RunFacts.of_run(run, job_tags=job_tags_of(context.job_def)))
     led = ledger_for(context.instance)
     row = led.stage_by_ticket(ticket)
     if expect is not None and row.stage not in set(expect):
@@ -283,15 +344,19 @@ def finish_run_stage(instance: dg.DagsterInstance, run_id: str, ticket: str | No
 def lift_hold(instance: dg.DagsterInstance, change_set_id: str, asset: str, identity, reason: str) -> None:
     """Let other runs materialize ``asset`` inside ``change_set_id``'s held window (recorded, by a verified person).
 
+    Every held version of the change set on ``asset`` is lifted (an earlier version still being
+    repaired after a newer one was recorded included).
+
     Raises:
-        LedgerError: no such change set, or its repair is not in progress.
+        LedgerError: no version of the change set holds a window on ``asset``.
     """
     led = ledger_for(instance)
-    row = led.change_set_row(change_set_id)
-    if row is None or row.target_asset != asset and not held_partitions(led, RunFacts("-", "-", {}, (asset,))):
+    rows = [r for r in led.open_windows(asset) if r.change_set_id == change_set_id]
+    if not rows:
         raise LedgerError(f"change set {change_set_id} holds no window on {asset}")
-    led.audit(HOLD_LIFT, f"{row.change_set_id}:{row.version}:{asset}", identity.email,
-              {"identity": identity.model_dump(mode="json"), "reason": reason})
+    for row in rows:
+        led.audit(HOLD_LIFT, f"{row.change_set_id}:{row.version}:{asset}", identity.email,
+                  {"identity": identity.model_dump(mode="json"), "reason": reason})
 
 
 # -- the executor ----------------------------------------------------------------------------------
@@ -310,7 +375,8 @@ class _GuardedExecutor(dg.Executor):
         keys = sorted({asset_str(o.properties.asset_key) for s in execution_plan.get_steps_to_execute_in_topo_order()
                        for o in s.step_outputs if o.properties is not None and o.properties.asset_key is not None
                        and o.properties.is_asset})
-        admit_run(instance, RunFacts.of_run(run, keys if not run.asset_selection else None))
+        admit_run(instance, RunFacts.of_run(run, keys if not run.asset_selection else None,
+                                            job_tags=job_tags_of(plan_context.job.get_definition())))
         failed = False
         for event in self._inner.execute(plan_context, execution_plan):
             if event.is_step_failure:
@@ -360,7 +426,8 @@ class GuardedRunCoordinator(_Queued):
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         run = context.dagster_run
         try:
-            admit_run(self._instance, RunFacts.of_run(run, _planned_assets(self._instance, run)))
+            admit_run(self._instance, RunFacts.of_run(run, _planned_assets(self._instance, run),
+                                                      job_tags=run_job_tags(self._instance, run)))
         except RunRefused as e:
             self._instance.report_run_failed(run, message=e.description)
             return self._instance.get_run_by_id(run.run_id)
@@ -409,4 +476,5 @@ def utc(ts: float | None) -> dt.datetime | None:
 
 
 __all__ = ["GuardedRunCoordinator", "REPAIR_KINDS", "RunFacts", "RunRefused", "TICKET_TAG", "admit_run",
-           "finish_run_stage", "guarded_executor", "held_partitions", "lift_hold"]
+           "finish_run_stage", "guarded_executor", "held_partitions", "job_tags_of", "lift_hold", "repair_kind",
+           "run_job_tags"]

@@ -19,6 +19,13 @@ nothing), ends the repair: the receipt stage runs and says what happened. When t
 let a repair run stops counting mid-way (autonomy lowered, the approver removed from the domain),
 the stage in flight finishes, no further stage is dispatched, a ``receipt-halt`` receipt says what
 was done and what was not, and the version waits for a person's decision to continue.
+
+A new version recorded while an earlier one is being repaired (a re-diagnosis mid-repair) does not
+orphan it: the earlier version is walked to its end under its own decision (or halted with its
+``receipt-halt`` receipt, then superseded), its window stays held meanwhile, and the new version
+waits for its own decision and, once approved, for that repair to end before its first stage. A
+version that ends without a repair that proved itself (rejected, expired, failed, a receipt that
+does not verify) releases its incident (``unrepaired``: diagnosed again on new evidence).
 """
 
 
@@ -48,7 +55,9 @@ from dw_dagster.core.ledger import (
     STAGE_FAILED,
     STARTED,
     SUCCEEDED,
+    SUPERSEDED,
     Ledger,
+    LedgerError,
     ledger_for,
 )
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
@@ -177,13 +186,25 @@ def build_remediation_sensor(
             key = dg.AssetKey(partitions_of) if not isinstance(partitions_of, dg.AssetKey) else partitions_of
             pdef = graph.get(key).partitions_def if graph is not None and graph.has(key) else None
         ordered = pdef.get_partition_keys() if pdef is not None else []
-        rows = led.change_set_rows(states=ACTIVE_STATES)
+        # the latest version of every change set waiting or under way, and any earlier version whose
+        # repair is under way (a newer version was recorded mid-repair): it is walked to its end
+        rows = led.change_set_rows(states=ACTIVE_STATES, latest_only=False)
         keys = [(r.change_set_id, r.version) for r in rows]
         decisions = led.active_decisions(keys)
         all_stages = led.stages_of_many(keys)
         now = utcnow()
         plan = _Tick(instance, led, doms, ordered, context)
+        plan.earlier = {r.change_set_id: r.version for r in rows if not r.latest and all_stages.get((r.change_set_id, r.version))
+                        and r.state != HALTED}
         for row in rows:
+            if not row.latest and (row.state == HALTED or not all_stages.get((row.change_set_id, row.version))):
+                # recorded before this dw_dagster superseded such versions itself: nothing of it runs any more
+                try:
+                    led.set_change_set_state(row.change_set_id, row.version, SUPERSEDED, from_states=[row.state],
+                                             note="a newer version was recorded before its repair went on")
+                except Exception as e:  # noqa: BLE001 - retried next tick; never stops the others
+                    plan.waiting.append(f"{row.change_set_id}: {type(e).__name__}: {e}")
+                continue
             try:
                 cs = parse_change_set(row.body)
             except TamperedRecord as e:
@@ -193,7 +214,7 @@ def build_remediation_sensor(
                 continue
             try:
                 plan.walk(cs, row.state, decisions.get((cs.id, cs.version)), all_stages.get((cs.id, cs.version), {}), now,
-                          plan=stage_plan(cs, ordered, undo=undo_jobs is not None))
+                          plan=stage_plan(cs, ordered, undo=undo_jobs is not None), latest=row.latest)
             except Exception as e:  # noqa: BLE001 - one change set's problem never stops the others
                 context.log.exception(f"remediation sensor failed on {cs.id}")
                 plan.waiting.append(f"{cs.id}: {type(e).__name__}: {e}")
@@ -209,6 +230,7 @@ def build_remediation_sensor(
             self.requests: list[dg.RunRequest] = []
             self.events: list[dg.AssetObservation] = []
             self.waiting: list[str] = []
+            self.earlier: dict[str, str] = {}  # change set id -> an earlier version whose repair is under way
 
         def _reconcile(self, stages: dict) -> dict:
             """Stages whose bound run ended without its code completing them: complete (or abandon) from the run."""
@@ -230,7 +252,7 @@ def build_remediation_sensor(
             return stages
 
         def walk(self, cs: ChangeSet, state: str, decision_body: str | None, stages: dict, now: dt.datetime, *,
-                 plan: list[str]) -> None:
+                 plan: list[str], latest: bool = True) -> None:
             decision = Approval.model_validate_json(decision_body) if decision_body else None
             if any(s.state == STARTED for s in stages.values()):
                 stages = self._reconcile(stages)
@@ -247,7 +269,11 @@ def build_remediation_sensor(
                 self.events.append(_withdrawal_observation(cs, status.decision, status.reason))
                 self.waiting.append(f"{cs.id}: {status.reason}")
             if status.approval is None:
-                self._without_approval(cs, state, status, stages)
+                self._without_approval(cs, state, status, stages, latest)
+                return
+            running = self.earlier.get(cs.id) if latest else None
+            if running is not None and not stages:
+                self.waiting.append(f"{cs.id}: approved; waits until the repair of its earlier version {running[:12]}… ends")
                 return
             self._advance(cs, status.approval, stages, plan)
 
@@ -259,9 +285,10 @@ def build_remediation_sensor(
             except KeyError:
                 return None
 
-        def _without_approval(self, cs: ChangeSet, state: str, status, stages: dict) -> None:
+        def _without_approval(self, cs: ChangeSet, state: str, status, stages: dict, latest: bool = True) -> None:
             """No decision counts now. Before any stage: wait. Mid-repair: let the stage in flight
-            finish, then a halt receipt; then wait for a person."""
+            finish, then a halt receipt; then wait for a person (an earlier version, which nobody
+            can decide any more, is superseded once its halt receipt is written)."""
             if not stages or state == HALTED:
                 self.waiting.append(f"{cs.id}: {status.reason}")
                 return
@@ -270,11 +297,18 @@ def build_remediation_sensor(
                 return
             halt = stages.get(HALT_RECEIPT)
             if halt is None:
-                approval_id = status.decision.id if status.decision is not None else "none"
+                # the decision the repair ran under: the one that stopped counting now, or (withdrawn on an
+                # earlier tick, e.g. while a stage was in flight) the one the latest stage was dispatched under
+                ran_under = max(stages.values(), key=lambda st: st.issued_at).approval_id
+                approval_id = status.decision.id if status.decision is not None else ran_under
                 self._dispatch(cs, approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs))
                 self.waiting.append(f"{cs.id}: repair halted ({status.reason}); writing a receipt of what was done")
             elif halt.state in (ISSUED,):
                 self._dispatch(cs, halt.approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs), ticket=halt.ticket)
+            elif halt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED) and not latest:
+                self.led.set_change_set_state(cs.id, cs.version, SUPERSEDED, from_states=[RUNNING, APPROVED, PROPOSED],
+                                              note=f"halted ({status.reason}); a newer version waits for its own decision")
+                self.waiting.append(f"{cs.id}: version {cs.version[:12]}… halted ({status.reason}); its newer version waits")
             elif halt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED):
                 self.led.set_change_set_state(cs.id, cs.version, HALTED, from_states=[RUNNING, APPROVED, PROPOSED],
                                               note=status.reason)
@@ -310,7 +344,10 @@ def build_remediation_sensor(
                 self._dispatch(cs, approval.id, stage, job, run_config=run_config, extra=extra,
                                ticket=st.ticket if st is not None else None)
                 return
-            self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED])
+            if self.led.set_change_set_state(cs.id, cs.version, APPLIED, from_states=[RUNNING, APPROVED]):
+                receipt = stages.get("receipt")
+                if not ((receipt.result or {}).get("verified") is True if receipt is not None else False):
+                    self.led.release_incident(cs.id, cs.version, f"change set {cs.id} applied, but its receipt is not verified")
 
         def _fresh(self, cs: ChangeSet, stage: str, st):
             """An issued ticket no run took for a while, and that no live run carries (a dry run of
@@ -379,7 +416,11 @@ def build_remediation_sensor(
                                         asset_selection=extra.get("asset_selection"))
             # the ticket binds this run's shape: its partitions, asset selection and run config
             shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config)
-            ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape)
+            try:
+                ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape)
+            except LedgerError as e:  # superseded (or ended) meanwhile: nothing of it runs
+                self.waiting.append(f"{cs.id}: {e}")
+                return
             if ticket is None:  # issued by a concurrent tick: it dispatches
                 self.waiting.append(f"{cs.id}: stage {stage} was issued by another tick")
                 return

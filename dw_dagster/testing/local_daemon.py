@@ -47,7 +47,7 @@ class LocalSensorDaemon:
         from dagster._core.utils import make_new_run_id
 
         from dw_dagster.core.ledger import asset_str
-        from dw_dagster.repair.guard import TICKET_TAG, RunFacts, RunRefused, admit_run, finish_run_stage
+        from dw_dagster.repair.guard import TICKET_TAG, RunFacts, RunRefused, admit_run, finish_run_stage, job_tags_of
 
         tags = {**(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
         if rr.run_key:
@@ -65,7 +65,7 @@ class LocalSensorDaemon:
                                               tuple(sorted(asset_str(k) for k in selection)) if selection else None,
                                               dict(rr.run_config or {}),
                                               tuple(sorted(k.to_user_string() for k in rr.asset_check_keys))
-                                              if rr.asset_check_keys is not None else None))
+                                              if rr.asset_check_keys is not None else None, job_tags=job_tags_of(job)))
         except RunRefused as e:
             self.refusals.append(e.description)
             return run_id, False

@@ -257,6 +257,18 @@ def test_remediation_sensor_waits_for_approval_and_issues_one_ticket(instance):
     assert again.run_key == rr.run_key and again.tags["dw/ticket"] == rr.tags["dw/ticket"]  # same ticket, never a second
 
 
+def _map_in_processes(ctx, n: int, fn, args: list) -> list:
+    """``fn`` over ``args`` in ``n`` spawned processes, which then exit on their own (close and join).
+    ``with Pool`` terminates them instead, and Dagster turns a SIGTERM into a KeyboardInterrupt, which
+    can catch a worker mid-flush and leave the pool waiting for it for ever."""
+    pool = ctx.Pool(n)
+    try:
+        return pool.map(fn, args)
+    finally:
+        pool.close()
+        pool.join()
+
+
 def _decide(args) -> tuple[bool, str]:
     home, cs_id, domains = args
     import os
@@ -275,8 +287,7 @@ def test_concurrent_decisions_record_exactly_one(tmp_path, domains):
         cs = _record(inst, _cs())
     for trial in range(3):
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(6) as pool:
-            results = pool.map(_decide, [(str(home), cs.id, str(domains))] * 6)
+        results = _map_in_processes(ctx, 6, _decide, [(str(home), cs.id, str(domains))] * 6)
         oks = [r for r in results if r[0]]
         if trial == 0:
             assert len(oks) == 1, results
@@ -285,3 +296,58 @@ def test_concurrent_decisions_record_exactly_one(tmp_path, domains):
             assert not oks
     with dg.DagsterInstance.from_config(str(home)) as inst:
         assert len(records.approvals(inst, cs.id)) == 1
+
+
+def _decide_together(args) -> tuple[bool, str, bool]:
+    """One process's approval, held at a barrier just before the ledger records it, so every process
+    has passed every check (nobody decided yet) and they all write at the same moment."""
+    home, cs_id, domains, barrier = args
+    import os
+    import threading
+
+    from dw_dagster.core.ledger import Ledger
+
+    os.environ["DW_DOMAINS_FILE"] = domains
+    record = Ledger.record_decision
+    met: list[bool] = []
+
+    def together(self, **kw):
+        try:
+            barrier.wait(timeout=120)
+            met.append(True)
+        except threading.BrokenBarrierError:
+            met.append(False)
+        return record(self, **kw)
+
+    Ledger.record_decision = together
+    with dg.DagsterInstance.from_config(home) as inst:
+        ok, msg = approve_in_process(inst, cs_id, approver=OWNER)
+    return ok, msg, met == [True]
+
+
+def test_concurrent_decisions_on_the_postgres_ledger_record_exactly_one(tmp_path, domains):
+    """dagster-postgres storage (the ledger's tables in the same PostgreSQL database): four processes
+    pass every check of the same approval and reach the ledger at the same moment (a barrier right
+    before the write): exactly one decision is recorded, the others are told it is single-use."""
+    from dw_dagster.core.ledger import ledger_url
+    from dw_dagster_tests.harness.dagster_dev import postgres_database, write_instance_yaml
+
+    with postgres_database() as url:
+        home = tmp_path / "home"
+        write_instance_yaml(home, url)
+        with dg.DagsterInstance.from_config(str(home)) as inst:
+            assert ledger_url(inst).startswith("postgresql")
+            cs = _record(inst, _cs())
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(4)
+            results = _map_in_processes(ctx, 4, _decide_together, [(str(home), cs.id, str(domains), barrier)] * 4)
+        assert all(met for _, _, met in results), results  # all four were between their checks and the write at once
+        oks = [r for r in results if r[0]]
+        assert len(oks) == 1, results
+        assert all("single-use" in msg for ok, msg, _ in results if not ok), results
+        with dg.DagsterInstance.from_config(str(home)) as inst:
+            assert len(records.approvals(inst, cs.id)) == 1
+            assert [d["active"] for d in ledger_for(inst).decisions(cs.id)] == [True]
+            assert ledger_for(inst).change_set_row(cs.id).state == "approved"
+

@@ -72,7 +72,7 @@ def test_compare_incident_becomes_failed_check_and_one_diagnosis(env):
     assert len(tick.run_ids) == 1
     run = instance.get_run_by_id(tick.run_ids[0])
     (inc_uuid,) = list(state.incidents)
-    assert run.tags["dagster/run_key"].startswith(f"lightup:{inc_uuid}:")
+    assert run.tags["dagster/run_key"] == lightup_incident_id(inc_uuid) and run.tags["dw/lightup_incident"] == inc_uuid
     (inc,) = SEEN
     assert (inc.source, inc.external_id, inc.gap_rows, inc.slices[0].slice) == ("lightup", inc_uuid, SOUTHWEST_MISSING, {"region": "Southwest"})
     assert inc.id == lightup_incident_id(inc_uuid)
@@ -246,6 +246,29 @@ def ledger(instance):
     from dw_dagster.core.ledger import ledger_for
 
     return ledger_for(instance)
+
+
+def test_an_incident_a_dry_run_recorded_is_diagnosed_once_by_the_next_ticks(env):
+    """The UI's "Test sensor" (or a tick whose run requests were lost) evaluates the sensor: the
+    incident is recorded in the ledger, nothing is launched and the cursor is not kept. The real
+    ticks after it request its diagnosis again under the same run key; the daemon launches it once."""
+    server, state, ids, cred, instance = env
+    state.collect()
+    (inc_uuid,) = list(state.incidents)
+    defs = make_defs(cred)
+    dry = defs.resolve_sensor_def(SENSOR).evaluate_tick(dg.build_sensor_context(
+        instance=instance, definitions=defs, sensor_name=SENSOR, resources={"lightup": defs.resources["lightup"]}))
+    (asked,) = dry.run_requests  # shown, never launched
+    row = ledger(instance).incident_by_external("lightup", inc_uuid)
+    assert (row.state, row.incident_id) == ("open", lightup_incident_id(inc_uuid))
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    ticks = [daemon.tick(SENSOR) for _ in range(3)]
+    assert [len(t.run_ids) for t in ticks] == [1, 0, 0] and not any(t.failed_run_ids for t in ticks)
+    assert asked.run_key == row.incident_id
+    (run,) = instance.get_runs(filters=dg.RunsFilter(job_name="dw_diagnose_incident"))
+    assert run.tags["dagster/run_key"] == row.incident_id and run.tags["dw/lightup_incident"] == inc_uuid
+    assert [i.external_id for i in SEEN] == [inc_uuid]
+    assert ledger(instance).incident(row.incident_id).state == "diagnosed"
 
 
 def test_same_incident_twice_in_one_answer_is_one_incident(env):

@@ -203,7 +203,7 @@ def test_a_drop_far_below_the_baseline_opens_exactly_one_incident_and_one_diagno
     assert len(tick.run_ids) == 1 and [i.id for i in SEEN] == [inc.id]
     run = instance.get_run_by_id(tick.run_ids[0])
     assert run.tags[c.INCIDENT_TAG] == inc.id
-    assert run.tags["dagster/run_key"].startswith("dw_volume:warehouse:pos.sales_line::")
+    assert run.tags["dagster/run_key"] == inc.id and run.tags["dw/volume_table"] == "warehouse:pos.sales_line"
     last = volume_obs(instance, "store_sales_line")[-1]
     assert (last["dagster/row_count"], last["dw/volume_status"], last["dw/volume_change"]) == (120, "low", -892)
     assert last["dw/volume_lower"] > 120
@@ -219,6 +219,35 @@ def test_a_drop_far_below_the_baseline_opens_exactly_one_incident_and_one_diagno
     last = volume_obs(instance, "store_sales_line")[-1]
     assert last["dw/volume_status"] == "low" and last["dw/volume_open_incident"] == inc.id
     assert f"incident {inc.id} still open" in tick.skip_reason
+
+
+def test_an_incident_a_dry_run_recorded_is_diagnosed_once_by_the_next_ticks(wh, instance):
+    """A "Test sensor" evaluation (or a tick whose run requests were lost) records the incident and
+    launches nothing; the next real ticks request its diagnosis under the same run key: one run."""
+    from dw_dagster.core.ledger import ledger_for
+
+    SEEN.clear()
+    clock = Clock()
+    job = build_diagnosis_job(diagnoser=_diagnoser)
+    sensor = build_volume_sensor(tables=[VolumeTable("pos.sales_line", "store_sales_line")], databases={"warehouse": wh},
+                                 min_history=7, diagnosis_job_name=job.name, clock=clock)
+    daemon = daemon_for(sensor, instance, job)
+    grow_history(wh, daemon, clock, "pos.sales_line", [1000, 1010, 995, 1003, 1020, 1001, 998, 1012])
+    fill(wh, "pos.sales_line", 120)
+    clock.advance(hours=1)
+    dry = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=daemon.cursors.get(SENSOR),
+                                                       definitions=daemon.defs, sensor_name=SENSOR))
+    (asked,) = dry.run_requests
+    (inc,) = records.incidents(instance)
+    assert ledger_for(instance).incident(inc.id).state == "open" and SEEN == []
+    ticks = []
+    for _ in range(3):
+        clock.advance(hours=1)
+        ticks.append(daemon.tick(SENSOR))
+    assert [len(t.run_ids) for t in ticks] == [1, 0, 0] and not any(t.failed_run_ids for t in ticks)
+    (run,) = instance.get_runs(filters=dg.RunsFilter(job_name=job.name))
+    assert asked.run_key == run.tags["dagster/run_key"] == inc.id and [i.id for i in SEEN] == [inc.id]
+    assert len(records.incidents(instance)) == 1 and ledger_for(instance).incident(inc.id).state == "diagnosed"
 
 
 def test_a_spike_is_high_and_mad_method_is_available(wh, instance):

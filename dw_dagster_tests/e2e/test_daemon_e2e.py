@@ -405,6 +405,11 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         window_run = dev.submit_job("dw_rerun_window",
                                     tags={RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})
         res.refused_launches["window job, no approval"] = _refused_at_submit(dev, instance, window_run, "direct window launch")
+        # the same with the job's own dw/kind tag overridden at launch (GraphQL merges typed tags over the job's)
+        window_run = dev.submit_job("dw_rerun_store_sales_line", tags={
+            RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], "dw/kind": "manual"})
+        res.refused_launches["window job, kind tag overridden"] = _refused_at_submit(dev, instance, window_run,
+                                                                                    "window launch tagged dw/kind=manual")
         token = _owner_token(idp.url, cs)
         run = _wait_run(dev, instance, decide(id_token=token), "approval")
         res.runs["approval"] = _run_summary(instance, run.run_id)
@@ -495,6 +500,9 @@ def _cli_attacks(home: Path, dagster_home: Path, issuer: str, cs: ChangeSet) -> 
     for name, args in (
         ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_window", "--tags",
                                                json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})]),
+        ("dagster job execute (window job, dw/kind overridden)", [
+            "job", "execute", *module, "-j", "dw_rerun_store_sales_line", "--tags",
+            json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], "dw/kind": "manual"})]),
         ("dagster asset materialize (held partition)", ["asset", "materialize", *module, "--select", "store_sales_line",
                                                         "--partition", cs.window[-1]]),
     ):
@@ -579,16 +587,19 @@ def test_the_guard_refuses_repairs_launched_by_hand(loop):
     """GuardedRunCoordinator (dagster.yaml) refuses at submission, before any step: the window job
     with no approval, with a forged ticket, with the real run's copied tags; a load of a partition
     held by the approved change set. A partition outside the window loads normally."""
-    assert set(loop.refused_launches) == {"window job, no approval", "window job, forged ticket",
-                                          "window job, copied tags", "load of a held partition"}
+    assert set(loop.refused_launches) == {"window job, no approval", "window job, kind tag overridden",
+                                          "window job, forged ticket", "window job, copied tags", "load of a held partition"}
     assert "no dw/ticket" in loop.refused_launches["window job, no approval"]
+    assert "is a dw_dagster window job" in loop.refused_launches["window job, kind tag overridden"]
     assert "not issued by the remediation sensor" in loop.refused_launches["window job, forged ticket"]
     assert "belongs to run" in loop.refused_launches["window job, copied tags"]
     assert f"held by change set {loop.change_set_id}" in loop.refused_launches["load of a held partition"]
     assert loop.runs["load outside the window"]["status"] == "SUCCESS"
     if loop.storage == "sqlite":  # the same from a shell: the guarded executor, no coordinator involved
-        assert set(loop.cli_refusals) == {"dagster job execute (window job)", "dagster asset materialize (held partition)"}
+        assert set(loop.cli_refusals) == {"dagster job execute (window job)", "dagster job execute (window job, dw/kind overridden)",
+                                          "dagster asset materialize (held partition)"}
         assert "no dw/ticket" in loop.cli_refusals["dagster job execute (window job)"]
+        assert "is a dw_dagster window job" in loop.cli_refusals["dagster job execute (window job, dw/kind overridden)"]
         assert "held by change set" in loop.cli_refusals["dagster asset materialize (held partition)"]
 
 

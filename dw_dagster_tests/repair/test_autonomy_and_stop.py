@@ -221,6 +221,77 @@ def test_l3_lowered_mid_repair_ends_with_a_receipt_and_the_owner_may_continue(wo
     assert final.previous_hash == r.content_hash(__import__("dw_dagster.receipts.job", fromlist=["x"]).receipt_markdown(r))
 
 
+def test_l3_lowered_while_a_stage_is_running_ends_with_a_receipt(world, monkeypatch):
+    """The owner lowers the domain to L2 *while* window-1 runs under autonomy L3: a tick during the
+    run dispatches nothing (the stage in flight finishes first), the window finishes, then a
+    `receipt-halt` receipt says what was done; no further stage runs unasked."""
+    defs, instance, domains, wh = world
+    _domains(domains, "L3")
+    daemon = detect(defs, instance)
+    daemon.tick("dw_check_incident_sensor")
+    sensor = defs.resolve_sensor_def("dw_remediation_sensor")
+    from dw_dagster.core.ledger import ledger_for
+
+    during: list = []
+    get_database = DatabaseResource.get_database
+
+    def lowered_while_running(self):
+        if not during and self.url.endswith("wh.duckdb"):  # window-1's asset opens the warehouse: it is running
+            (cs,) = records.change_sets(instance)
+            (st,) = ledger_for(instance).stages(cs.id, cs.version).values()
+            assert (st.stage, st.state, instance.get_run_by_id(st.run_id).is_finished) == ("window-1", "started", False)
+            _domains(domains, "L2")
+            during.append(sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs)))
+        return get_database(self)
+
+    monkeypatch.setattr(DatabaseResource, "get_database", lowered_while_running)
+    first = daemon.tick("dw_remediation_sensor")
+    assert [instance.get_run_by_id(r).tags[c.STAGE_TAG] for r in first.run_ids] == ["window-1"] and gap(wh) == 0
+    (mid,) = during
+    assert not mid.run_requests and "the stage in flight finishes first" in mid.skip_message
+    assert "autonomy L3 was withdrawn" in mid.skip_message
+    halt = daemon.tick("dw_remediation_sensor")
+    assert [instance.get_run_by_id(r).tags[c.STAGE_TAG] for r in halt.run_ids] == ["receipt-halt"], halt
+    assert not halt.failed_run_ids and daemon.refusals == []
+    (r,) = records.receipts(instance, ORDERS)
+    assert r.outcome.startswith("halted after window-1") and "autonomy L3 was withdrawn" in r.outcome
+    assert not r.verified and r.approver == "dw-dagster/autonomy:L3" and set(r.run_ids) == {"window-1"}
+    assert repair(daemon) == [] and records.change_sets(instance)  # nothing more runs unasked
+    (cs,) = records.change_sets(instance)
+    from dw_dagster.core.ledger import ledger_for
+
+    assert ledger_for(instance).change_set_row(cs.id).state == "halted"
+    assert set(ledger_for(instance).stages(cs.id, cs.version)) == {"window-1", "receipt-halt"}
+
+
+def test_an_approver_removed_from_the_domains_file_mid_repair_halts_with_a_receipt(world):
+    """The owner approved; window-1 ran; then the owner is taken out of the domain's approvers: the
+    approval no longer counts, no further stage is dispatched, a `receipt-halt` receipt says why."""
+    defs, instance, domains, wh = world
+    _domains(domains, "L2")
+    daemon = detect(defs, instance)
+    daemon.tick("dw_check_incident_sensor")
+    (cs,) = records.change_sets(instance)
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
+    first = daemon.tick("dw_remediation_sensor")
+    assert [instance.get_run_by_id(r).tags[c.STAGE_TAG] for r in first.run_ids] == ["window-1"] and gap(wh) == 0
+    domains.write_text(domains.read_text().replace(f"approvers: [{OWNER}]", "approvers: [sam.lee@grocer.example]"))
+    halt = daemon.tick("dw_remediation_sensor")
+    assert [instance.get_run_by_id(r).tags[c.STAGE_TAG] for r in halt.run_ids] == ["receipt-halt"]
+    (withdrawn,) = [e for e in halt.events if "dw/approval_withdrawn" in e.metadata]
+    assert f"{OWNER} is not an approver" in withdrawn.metadata["dw/approval_withdrawn"].value["reason"]
+    (r,) = records.receipts(instance, ORDERS)
+    assert r.outcome.startswith("halted after window-1") and f"{OWNER} is not an approver" in r.outcome
+    assert not r.verified and r.approver == OWNER
+    assert repair(daemon) == []
+    from dw_dagster.core.ledger import ledger_for
+
+    assert set(ledger_for(instance).stages(cs.id, cs.version)) == {"window-1", "receipt-halt"}
+    assert ledger_for(instance).change_set_row(cs.id).state == "halted"
+    ok, msg = approve_in_process(instance, cs.id, approver=OWNER)
+    assert not ok and "not an approver" in msg
+
+
 # -- org-wide stop ------------------------------------------------------------------------------
 
 def test_stop_halts_dispatch_and_approvals_wait_until_resume(world):

@@ -119,23 +119,55 @@ def test_undo_jobs_by_hand_are_refused_and_never_overwrite_the_kept_copy(world):
     assert partition_checksum(wh, "orders", "day", WINDOW) == after
 
 
+def _map_in_processes(ctx, n: int, fn, args: list) -> list:
+    """``fn`` over ``args`` in ``n`` spawned processes, which then exit on their own (close and join).
+    ``with Pool`` terminates them instead, and Dagster turns a SIGTERM into a KeyboardInterrupt, which
+    can catch a worker mid-flush and leave the pool waiting for it for ever."""
+    pool = ctx.Pool(n)
+    try:
+        return pool.map(fn, args)
+    finally:
+        pool.close()
+        pool.join()
+
+
 def _tick(args):
-    home, domains, path = args
+    """One process evaluating the remediation sensor. The ledger's ``issue_ticket`` waits at a barrier
+    shared by every process: each has read the (no) stages and decided to issue window-1 before any
+    issues it, so only the ledger's uniqueness can keep the stage to one ticket."""
+    home, domains, path, barrier = args
     import importlib.util
     import os
+    import threading
+
+    from dw_dagster.core.ledger import Ledger
 
     os.environ["DW_DOMAINS_FILE"] = domains
+    issue = Ledger.issue_ticket
+    met: list[bool] = []
+
+    def issue_together(self, *a, **kw):
+        try:
+            barrier.wait(timeout=120)
+            met.append(True)
+        except threading.BrokenBarrierError:
+            met.append(False)
+        return issue(self, *a, **kw)
+
+    Ledger.issue_ticket = issue_together
     spec = importlib.util.spec_from_file_location("guard_world", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with dg.DagsterInstance.from_config(home) as instance:
         tick = mod.SENSOR.evaluate_tick(dg.build_sensor_context(instance=instance))
-        return sorted((r.run_key, r.tags["dw/ticket"]) for r in tick.run_requests)
+        return sorted((r.run_key, r.tags["dw/ticket"]) for r in tick.run_requests), met
 
 
 def test_concurrent_ticks_issue_one_ticket_per_stage(tmp_path):
     """Four processes evaluate the remediation sensor at the same moment (a slow daemon and a
-    second one, or a re-executed tick): the stage's ticket is issued once; every request carries it."""
+    second one, or a re-executed tick), all four past reading the stages before any issues a ticket
+    (a barrier in front of the ledger's write): the stage's ticket is issued once; every request
+    carries it."""
     domains = tmp_path / "domains.yaml"
     domains.write_text(textwrap.dedent(f"""\
         domains:
@@ -165,11 +197,14 @@ def test_concurrent_ticks_issue_one_ticket_per_stage(tmp_path):
         with dg.DagsterInstance.from_config(str(home)) as instance:
             cs, _ = propose(instance, change_set())
             assert approve_in_process(instance, cs.id, approver=OWNER)[0]
-        with multiprocessing.get_context("spawn").Pool(4) as pool:
-            results = pool.map(_tick, [(str(home), str(domains), str(world_file))] * 4)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(4)
+            results = _map_in_processes(ctx, 4, _tick, [(str(home), str(domains), str(world_file), barrier)] * 4)
     finally:
         os.environ.pop("DW_DOMAINS_FILE", None)
-    requests = [r for res in results for r in res]
+    assert [met for _, met in results] == [[True]] * 4, results  # every process issued at the same moment
+    requests = [r for res, _ in results for r in res]
     assert requests and len({t for _, t in requests}) == 1 and len({k for k, _ in requests}) == 1, results
     with dg.DagsterInstance.from_config(str(home)) as instance:
         stages = ledger_for(instance).stages(cs.id, cs.version)
@@ -281,3 +316,40 @@ def test_an_issued_ticket_binds_only_the_run_the_sensor_dispatched(world):
             admit_run(instance, facts)
     assert ledger_for(instance).stage_by_ticket(rr.tags["dw/ticket"]).state == "issued"
     assert repair(daemon) == ["window-1", "verify", "receipt"] and gap(wh) == 0
+
+
+class _CountingEventLog:
+    """The instance's event log storage, counting every read (writes pass through)."""
+
+    READS = ("get_", "fetch_", "all_", "has_", "can_", "_get")
+
+    def __init__(self, storage) -> None:
+        self._storage, self.reads = storage, []
+
+    def __getattr__(self, name):
+        if name.startswith(self.READS) and name != "get_event_log_connection":
+            self.reads.append(name)
+        return getattr(self._storage, name)
+
+
+def test_the_remediation_tick_and_find_change_set_read_no_event_log(world, monkeypatch):
+    """At every step of a repair (approved, window done, verify done, receipt written, applied) the
+    remediation sensor's tick and `find_change_set` read the ledger only: their cost does not grow
+    with the event log."""
+    defs, instance, domains, wh = world
+    cs, daemon = _approved(defs, instance, domains)
+    sensor = defs.resolve_sensor_def("dw_remediation_sensor")
+    real = instance._event_storage
+    asked = []
+    for _ in range(5):
+        counting = _CountingEventLog(real)
+        monkeypatch.setattr(instance, "_event_storage", counting)
+        data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+        found = records.find_change_set(instance, cs.id)
+        monkeypatch.setattr(instance, "_event_storage", real)
+        assert counting.reads == [] and found is not None and found.version == cs.version
+        asked.append([rr.tags["dw/stage"] for rr in data.run_requests])
+        daemon.tick("dw_remediation_sensor")
+    assert asked == [["window-1"], ["verify"], ["receipt"], [], []] and gap(wh) == 0
+    assert ledger_for(instance).change_set_row(cs.id).state == "applied"
+

@@ -22,11 +22,15 @@ Incidents
 A count scored ``low``, ``high`` or ``no_rows`` (0 rows under a baseline band above 0) or, for a
 dead-letter spec, any growth against the previous recorded count (``grew``, with the increase in
 rows) opens one incident: an ``AssetObservation`` with ``dw/incident`` / ``dw/incident_id`` on the
-table's asset, and a ``RunRequest`` of ``diagnosis_job_name`` when given (run key
-``dw_volume:<table>:<partition>:<window start>..<window end>``, the window being the time between
-the previous recorded count and this one, so it never repeats). While the asset has an open
-incident (no receipt closed it, :func:`dw_dagster.detection.incidents.open_incident`), no other
-is opened; the observation names the open one instead. ``insufficient_history`` is an explicit
+table's asset, and a ``RunRequest`` of ``diagnosis_job_name`` when given (run key: the incident's,
+:func:`~dw_dagster.detection.incidents.diagnosis_run_key`; the incident id hashes the table, the
+partition, the window between the previous recorded count and this one and the count, so it
+never repeats). While the asset has an open incident (no receipt closed it,
+:func:`dw_dagster.detection.incidents.open_incident`), no other is opened; the observation names
+the open one instead, and an anomaly is new evidence for an incident whose diagnosis failed.
+Every tick requests again the diagnosis of each of its incidents still waiting for it (a tick
+whose requests were lost, a "Test sensor" evaluation), under the same run key: the daemon
+launches it once (:func:`~dw_dagster.detection.incidents.rediagnosis_requests`). ``insufficient_history`` is an explicit
 status of its own: neither a pass nor an incident.
 """
 
@@ -46,7 +50,14 @@ from dw_dagster.checks.volume import BaselineScore, score_against_baseline
 from dw_dagster.core import keys as c
 from dw_dagster.core.models import Incident, stable_hash, utcnow
 from dw_dagster.databases import Database
-from dw_dagster.detection.incidents import DIAGNOSE_OP, open_incident, record_incident
+from dw_dagster.core.ledger import asset_str
+from dw_dagster.detection.incidents import (
+    diagnosis_request,
+    diagnosis_run_key,
+    open_incident,
+    record_incident,
+    rediagnosis_requests,
+)
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, TableCount, VolumeTable, _first_line, fetch_row_counts
 from dw_dagster.detection.volume.history import (
     VOLUME_BASELINE_N_KEY,
@@ -227,6 +238,7 @@ def build_volume_sensor(
     for s in specs:
         by_db.setdefault(s.database, []).append(s)
     cache = _HistoryCache()
+    watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
     def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory) -> tuple[str, BaselineScore | None, int | None]:
         """(status, score, change vs the previous recorded count of the same partition)."""
@@ -328,6 +340,7 @@ def build_volume_sensor(
         requests: list[dg.RunRequest] = []
         new_history = dict(history)
         opened_assets: set[dg.AssetKey] = set()
+        evidence: dict[str, str] = {}
         for s in specs:
             if s.id not in counts:
                 continue
@@ -367,10 +380,11 @@ def build_volume_sensor(
                     if existing is not None:
                         md[VOLUME_OPEN_INCIDENT_KEY] = existing.id
                         detail = f"incident {existing.id} still open"
+                        evidence[asset_str(s.asset_key)] = f"{s.id} {status} again ({rows:,} rows)"
                         context.log.info(f"{s.id}: {status}; {detail}")
                     else:
                         inc = _incident(s, rows, part, status, sc, change, h, now)
-                        record_incident(context.instance, inc)  # the ledger: one open incident per asset
+                        new = record_incident(context.instance, inc)  # the ledger: one open incident per asset
                         opened_assets.add(s.asset_key)
                         detail = f"incident {inc.id}"
                         events.append(dg.AssetObservation(
@@ -378,14 +392,9 @@ def build_volume_sensor(
                             metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")),
                                       c.INCIDENT_ID_KEY: inc.id}))
                         context.log.warning(f"{s.id}: {inc.summary} -> incident {inc.id}")
-                        if diagnosis_job_name:
-                            since = (dt.datetime.fromtimestamp(h.recorded_at, dt.timezone.utc).isoformat()
-                                     if h.recorded_at else "first")
-                            window = f"{since}..{now.isoformat()}"
-                            requests.append(dg.RunRequest(
-                                run_key=f"dw_volume:{s.id}:{part or ''}:{window}", job_name=diagnosis_job_name,
-                                run_config={"ops": {DIAGNOSE_OP: {"config": {"incident_json": inc.model_dump_json()}}}},
-                                tags={c.INCIDENT_TAG: inc.id, VOLUME_TABLE_TAG: s.id}))
+                        if diagnosis_job_name and new:
+                            requests.append(diagnosis_request(inc, diagnosis_run_key(inc.id, 0), diagnosis_job_name,
+                                                              {VOLUME_TABLE_TAG: s.id}))
             band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
             events.append(dg.AssetObservation(
                 asset_key=s.asset_key, metadata=md,
@@ -393,6 +402,16 @@ def build_volume_sensor(
             new_history[s.id] = _append(h, part, rows, now_ts, history_length, s.partition_column is not None)
             outcomes.append(_Outcome(s, status, rows, detail))
 
+        if diagnosis_job_name:  # incidents still waiting for their diagnosis (a lost tick, a dry run) and new evidence
+            try:
+                again, notes = rediagnosis_requests(context.instance, watched, diagnosis_job_name, evidence,
+                                                    sources=["volume_sensor"], already={r.run_key for r in requests})
+                requests += again
+                events += notes
+            except Exception as e:  # noqa: BLE001 - the counts of this tick are kept; retried next tick
+                context.log.exception(f"{name}: re-diagnosis requests failed")
+                notes_txt = f"re-diagnosis not requested: {type(e).__name__}: {_first_line(e)}"
+                wh_errors.append(notes_txt)
         recorded = sum(1 for o in outcomes if o.status not in ("unchanged", "missing", "error"))
         new_key = (key[0], key[1] + 1) if recorded or previous_key is None else key
         cache.put(previous_key, new_key, new_history)
