@@ -406,7 +406,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
                                     tags={RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})
         res.refused_launches["window job, no approval"] = _refused_at_submit(dev, instance, window_run, "direct window launch")
         # the same with the job's own dw/kind tag overridden at launch (GraphQL merges typed tags over the job's)
-        window_run = dev.submit_job("dw_rerun_store_sales_line", tags={
+        window_run = dev.submit_job("dw_rerun_window", tags={
             RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], "dw/kind": "manual"})
         res.refused_launches["window job, kind tag overridden"] = _refused_at_submit(dev, instance, window_run,
                                                                                     "window launch tagged dw/kind=manual")
@@ -501,7 +501,7 @@ def _cli_attacks(home: Path, dagster_home: Path, issuer: str, cs: ChangeSet) -> 
         ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_window", "--tags",
                                                json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1]})]),
         ("dagster job execute (window job, dw/kind overridden)", [
-            "job", "execute", *module, "-j", "dw_rerun_store_sales_line", "--tags",
+            "job", "execute", *module, "-j", "dw_rerun_window", "--tags",
             json.dumps({RANGE_START_TAG: cs.window[0], RANGE_END_TAG: cs.window[-1], "dw/kind": "manual"})]),
         ("dagster asset materialize (held partition)", ["asset", "materialize", *module, "--select", "store_sales_line",
                                                         "--partition", cs.window[-1]]),
