@@ -254,6 +254,25 @@ class PipelineConfig(dg.Model, dg.Resolvable):
         return self
 
 
+class MageSourceConfig(dg.Model, dg.Resolvable):
+    """The Mage pipelines around an asset's table (needs ``integrations.mage``): the one that writes
+    it, and those that read it downstream. The diagnosis lists their runs in the incident's window
+    (status, start, end, block runs); a change set names the downstream ones as reruns for the
+    engineer after its data steps, and the verify stage waits for those reruns."""
+
+    writes: str | None = Field(None, description="uuid of the Mage pipeline that writes the table (e.g. the stream)")
+    reads: list[str] = Field(default_factory=list, description="uuids of the Mage pipelines that read the table "
+                             "downstream (rerun by the engineer after a fix, in this order)")
+    lookback_hours: float = Field(24, gt=0, description="how long before the window a run still going in it may "
+                                  "have started (runs still in progress are always read)")
+
+    @model_validator(mode="after")
+    def _some(self) -> MageSourceConfig:
+        if self.writes is None and not self.reads:
+            raise ValueError("give writes or reads (or both)")
+        return self
+
+
 class WatchedAssetConfig(dg.Model, dg.Resolvable):
     """One asset dw_dagster watches, diagnoses and repairs."""
 
@@ -264,6 +283,7 @@ class WatchedAssetConfig(dg.Model, dg.Resolvable):
     detect: list[str] | None = Field(None, description="check names whose failure opens an incident (default: all)")
     verify: list[str] = Field(default_factory=list, description="more checks that prove a repair, as asset/key:check")
     pipeline: PipelineConfig | None = None
+    mage: MageSourceConfig | None = Field(None, description="the Mage pipelines that write and read the table")
 
 
 class DbtConfig(dg.Model, dg.Resolvable):
@@ -330,12 +350,35 @@ class SlackConfig(dg.Model, dg.Resolvable):
     optional: bool = Field(False, description=_OPTIONAL)
 
 
+class MageConfig(dg.Model, dg.Resolvable):
+    """A Mage OSS server dw_dagster reads (never changes): runs in an incident's window, the outcome of a
+    rerun. The resource ``mage`` (:class:`~dw_dagster.integrations.mage.MageResource`) reads the
+    API key, email and password from the named environment variables at run time."""
+
+    url: str | None = Field(None, description="the server's URL, e.g. http://mage.internal:6789 "
+                            "(default: $MAGE_URL at run time); \"{{ env('MAGE_URL', '') }}\" works too")
+    ui_url: str | None = Field(None, description="base of links into Mage's UI (default: url)")
+    api_key_env: str = Field("MAGE_API_KEY", description="the env var holding the API key (unset: Mage OSS's public key)")
+    email_env: str = Field("MAGE_EMAIL", description="the env var holding a Mage user's email (user authentication)")
+    password_env: str = Field("MAGE_PASSWORD", description="the env var holding that user's password")
+    rerun_timeout_s: float = Field(1800, gt=0, description="how long the verify stage waits for a rerun to finish")
+    poll_s: float = Field(15, gt=0, description="seconds between reads while it waits")
+    optional: bool = Field(False, description="leave Mage out when no URL is configured or in $MAGE_URL as the "
+                           "definitions load")
+
+    @field_validator("url", "ui_url", mode="before")
+    @classmethod
+    def _blank(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
+
 class IntegrationsConfig(dg.Model, dg.Resolvable):
     """Optional integrations, each switched on by being present (and, with ``optional: true``, by its credentials)."""
 
     lightup: LightupConfig | None = None
     pagerduty: PagerDutyConfig | None = None
     slack: SlackConfig | None = None
+    mage: MageConfig | None = None
     dagster_url: str = Field("http://localhost:3000", description="base of links in notifications")
 
 
@@ -387,6 +430,8 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
             for field, name in refs:
                 if name not in self.databases:
                     problems.append(f"assets.{i}.{field}: {name!r} is not under databases ({sorted(self.databases)})")
+            if a.mage is not None and self.integrations.mage is None:
+                problems.append(f"assets.{i}.mage: needs integrations.mage (the Mage server to read)")
             names = [cfg.name for _, cfg in a.checks.configured()]
             for n in a.detect or []:
                 if n not in names:
@@ -471,7 +516,7 @@ def load_dataops_config(path: str | os.PathLike[str], *, scope: Mapping[str, Any
 
 __all__ = [
     "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DbtIncrementalConfig", "DeadLetterConfig",
-    "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig",
+    "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig", "MageConfig", "MageSourceConfig",
     "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig",
     "SlackConfig", "SourceRef", "VolumeConfig", "WatchedAssetConfig", "load_dataops_config",
 ]

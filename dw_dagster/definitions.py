@@ -330,6 +330,14 @@ def build_dw_definitions(
             checks += replay_checks
             asset_verify += [next(iter(c.check_keys)) for c in replay_checks]
             step_runners.update({REPLAY: run_replay_step, REPLAY_UNDO: run_replay_undo_step})
+        mage_source = _mage_source(cfg, a, resources)
+        if mage_source is not None and mage_source.reads:
+            from dw_dagster.repair.mage_rerun import build_mage_rerun_check
+
+            rerun_check = build_mage_rerun_check(asset=key, pipelines=mage_source.reads, resource_key=mage_source.resource_key,
+                                                 timeout_s=mage_source.rerun_timeout_s, poll_s=mage_source.poll_s)
+            checks.append(rerun_check)
+            asset_verify.append(next(iter(rerun_check.check_keys)))
         try:
             asset_verify += [_check_key(s) for s in a.verify]
         except DwConfigError as e:
@@ -392,11 +400,12 @@ def build_dw_definitions(
                 source_resource_key=sink.source_database, target_resource_key=a.database,
                 partition_column=sink.partition_column, group_column=sink.group_column,
                 volume_check=volume or dg.AssetCheckKey(key, "daily_volume"), manifest_path=manifest_fn,
-                dbt_asset_keys=keys_by_uid, domains_file=domains, verify_checks=own_verify)
+                dbt_asset_keys=keys_by_uid, domains_file=domains, verify_checks=own_verify, mage=mage_source)
 
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
-    diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), required_resource_keys=db_keys, domains=domains)
+    diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), domains=domains,
+                                        required_resource_keys=db_keys + (["mage"] if "mage" in resources else []))
     windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
                 and (a.pipeline.incremental_load is not None or a.pipeline.recorded_load is not None)]
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
@@ -515,6 +524,26 @@ class _SinkRef:
         from dw_dagster.repair.replay import ReplaySpec, ensure_replay_tables
 
         ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))
+
+
+def _mage_source(cfg: DataOpsConfig, a: WatchedAssetConfig, resources: dict):
+    """The asset's Mage pipelines (``assets[].mage``) with the server's settings, adding the ``mage``
+    resource once; None without them, or when an ``optional`` Mage has no URL now."""
+    m = cfg.integrations.mage
+    if a.mage is None or m is None:
+        return None
+    from dw_dagster.integrations.mage import URL_ENV, MageResource
+    from dw_dagster.diagnosis.mage_evidence import MageSource
+
+    if m.optional and not (m.url or os.environ.get(URL_ENV)):
+        return None
+    if "mage" not in resources:
+        env = lambda name: dg.EnvVar(name) if os.environ.get(name) else None  # noqa: E731 - read at run time when set
+        resources["mage"] = MageResource(url=m.url, ui_url=m.ui_url, api_key=env(m.api_key_env),
+                                         email=env(m.email_env), password=env(m.password_env))
+    return MageSource(writes=a.mage.writes, reads=tuple(a.mage.reads), resource_key="mage",
+                      lookback=dt.timedelta(hours=a.mage.lookback_hours), rerun_timeout_s=m.rerun_timeout_s,
+                      poll_s=m.poll_s)
 
 
 def _credentials_set(*names: str) -> bool:

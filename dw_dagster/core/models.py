@@ -250,6 +250,34 @@ class ChangeStep(_Record):
         return v
 
 
+class ManualStep(_Record):
+    """A step a person takes outside dw_dagster, which the verify stage then checks (dw_dagster runs nothing of it).
+
+    For example the rerun of a downstream Mage pipeline once the data steps are done: dw_dagster
+    makes no change inside Mage, it names the rerun, gives the call and the link, and its verify
+    stage waits (bounded) for a run of that pipeline started after the last data step.
+
+    Attributes:
+        kind: what it is, e.g. ``mage_rerun``.
+        system: where the person acts, e.g. ``mage``.
+        target: what is acted on there (a Mage pipeline's uuid, e.g. ``finance_daily``).
+        after: the stages it must follow (``["migration-1", "replay-2"]``).
+        summary: one sentence for the engineer ("rerun `finance_daily` in Mage after steps 1–2").
+        command: how to do it from a terminal or an agent (``mage-agent`` ``run_pipeline`` call).
+        url: where to do it in the system's UI, when known.
+        check: ``[*asset key, check name]`` of the verification check that reads its outcome.
+    """
+
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    system: str
+    target: str
+    after: list[str] = Field(default_factory=list)
+    summary: str
+    command: str = ""
+    url: str | None = None
+    check: list[str] = Field(default_factory=list)
+
+
 #: stage names of the remediation sensor a step kind may not take
 _RESERVED_STAGE_KINDS = frozenset({"window", "snapshot", "restore", "rebuild", "verify", "receipt"})
 
@@ -293,6 +321,14 @@ class ChangeSet(_Record):
                                            "do not exist yet; reported, not run")
     steps: list[ChangeStep] = Field(default_factory=list, description="warehouse changes (schema migration, "
                                     "replay of parked rows) run in order after the window and before the rebuild")
+    manual_steps: list[ManualStep] = Field(default_factory=list, description="steps a person takes outside "
+                                           "dw_dagster (a Mage rerun), checked by the verify stage; not stages")
+
+    @staticmethod
+    def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:
+        """``content`` without ``drop``, and without ``manual_steps`` when empty (so change sets
+        recorded before manual steps existed keep their version)."""
+        return {k: v for k, v in content.items() if k not in drop and not (k == "manual_steps" and not v)}
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:
@@ -300,7 +336,7 @@ class ChangeSet(_Record):
         JSON; nested records and datetimes are serialized the way pydantic dumps them."""
         from pydantic_core import to_jsonable_python
 
-        return stable_hash(to_jsonable_python({k: v for k, v in content.items() if k != "version"}), 32)
+        return stable_hash(to_jsonable_python(ChangeSet._hashed(content, {"version"})), 32)
 
     @classmethod
     def seal(cls, **content: Any) -> "ChangeSet":
@@ -328,7 +364,7 @@ class ChangeSet(_Record):
         proposal made again has the same key, so it is recognised and not renewed."""
         from pydantic_core import to_jsonable_python
 
-        body = self.model_dump(mode="json", exclude={"version", "created_at", "expires_at"})
+        body = self._hashed(self.model_dump(mode="json"), {"version", "created_at", "expires_at"})
         return stable_hash(to_jsonable_python(body), 32)
 
 

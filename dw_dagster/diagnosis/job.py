@@ -81,8 +81,13 @@ def diagnosis_markdown(d: Diagnosis) -> str:
                   f"{cause.summary}", ""]
         if cause.details.get("remediation"):
             lines += [f"*Remediation:* {cause.details['remediation']}", ""]
+        mage = cause.details.get("mage") or {}
+        if mage.get("timeline") or mage.get("error"):
+            lines += ["*Mage runs in the window:*"] + [f"- {x}" for x in mage.get("timeline") or []]
+            lines += ([f"- Mage could not be read: {mage['error']}"] if mage.get("error") else []) + [""]
         for ev in cause.evidence:
-            lang = "python" if ev.database == DAGSTER_EVENT_LOG else "sql"  # event-log reads are instance calls
+            lang = ("python" if ev.database == DAGSTER_EVENT_LOG  # event-log reads are instance calls
+                    else "http" if ev.database.startswith("mage ") else "sql")
             lines += [f"- {ev.description} ({ev.database})", f"  ```{lang}", "  " + ev.sql.replace("\n", "\n  "), "  ```"]
     br = d.blast_radius
     lines += ["", "**Blast radius**", f"- models: {', '.join(m.name for m in br.models) or 'none'}",

@@ -33,6 +33,7 @@ from dw_dagster.databases.snippets import to_dialect
 from dw_dagster.diagnosis.causes.dead_letter import KIND as REQUIRED_NULL_KIND
 from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_required_nulls
 from dw_dagster.diagnosis.history import attach_history
+from dw_dagster.diagnosis.mage_evidence import MageSource, apply_mage_evidence, read_mage_evidence
 from dw_dagster.diagnosis.job import dbt_blast_radius
 from dw_dagster.core.domains import REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, DomainsSource, resolve_domains
 from dw_dagster.repair.replay import ReplaySpec, classify, replay_step
@@ -42,7 +43,8 @@ from dw_dagster.repair.migrations import generate_migration
 from dw_dagster.repair.migrations import SetNullability
 from dw_dagster.databases.catalog import read_table_schema
 from dw_dagster.core.models import BlastRadius, CauseFinding, ChangeSet, Diagnosis, Evidence, Incident, stable_hash, utcnow
-from dw_dagster.repair.steps import migration_step, steps_markdown
+from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step
+from dw_dagster.repair.steps import migration_step, step_stage, steps_markdown
 
 LOW_STATUSES = ("low", "no_rows")
 #: metadata key of the change set's steps as markdown (next to dw/change_set_md)
@@ -166,6 +168,8 @@ class DeadLetterDiagnoser:
         domains_file: the domains (any :data:`~dw_dagster.core.domains.DomainsSource`: a file path, a
             callable returning one, or the model), read when a proposal is made.
         verify_checks: ``[*asset key, check name]`` of the checks that prove the repair.
+        mage: the Mage pipelines that write and read the target (their runs in the window are
+            evidence; the readers are reruns the change set names); None without Mage.
     """
 
     target_asset: dg.AssetKey
@@ -181,14 +185,19 @@ class DeadLetterDiagnoser:
     domains_file: DomainsSource
     verify_checks: Sequence[Sequence[str]]
     history: bool = True
+    mage: MageSource | None = None
 
     def table(self, target: Database) -> SinkTable:
         """The sink's tables and columns (read from ``target`` when given as a callable)."""
         return self.sink_table if isinstance(self.sink_table, SinkTable) else self.sink_table(target)
 
     def diagnose(self, instance: dg.DagsterInstance, source: Database, target: Database,
-                 incident: Incident) -> tuple[Diagnosis, CauseFinding]:
-        """The diagnosis and its finding (no proposal)."""
+                 incident: Incident, mage_client=None) -> tuple[Diagnosis, CauseFinding]:
+        """The diagnosis and its finding (no proposal).
+
+        ``mage_client`` (a :class:`~dw_dagster.integrations.mage.MageClient` or a function returning
+        one) reads the runs of :attr:`mage`'s pipelines in the window; Mage unreachable is evidence,
+        never an error."""
         t = self.table(target)
         if incident.window_start is not None and incident.window_end is not None:
             window = (_naive(incident.window_start), _naive(incident.window_end))
@@ -217,9 +226,14 @@ class DeadLetterDiagnoser:
         finding = finding.model_copy(update={"summary": summary, "details": details, "evidence": evidence})
         if self.history:
             finding = attach_history(finding, instance, self.target_asset, incident.id)
+        # the id hashes what the warehouse says: Mage's runs in progress move between two reads
+        diagnosis_id = "dg-" + stable_hash([incident.id, finding.model_dump(mode="json", exclude={"evidence"})], 10)
+        if self.mage is not None and mage_client is not None:
+            mage_window = window or (_naive(incident.detected_at) - dt.timedelta(hours=24), _naive(incident.detected_at))
+            finding = apply_mage_evidence(finding, read_mage_evidence(mage_client, self.mage, mage_window))
         br = dbt_blast_radius(self.manifest_path, self.target_asset, self.dbt_asset_keys)
         diagnosis = Diagnosis(
-            id="dg-" + stable_hash([incident.id, finding.model_dump(mode="json", exclude={"evidence"})], 10),
+            id=diagnosis_id,
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=[finding],
             blast_radius=br, gap_rows=finding.explained_rows + finding.unexplained_rows,
             unexplained_rows=finding.unexplained_rows)
@@ -228,7 +242,9 @@ class DeadLetterDiagnoser:
     def __call__(self, context: dg.OpExecutionContext, incident: Incident) -> tuple[Diagnosis, ChangeSet | None]:
         source = getattr(context.resources, self.source_resource_key).get_database()
         target = getattr(context.resources, self.target_resource_key).get_database()
-        diagnosis, finding = self.diagnose(context.instance, source, target, incident)
+        mage = getattr(context.resources, self.mage.resource_key, None) if self.mage is not None else None
+        diagnosis, finding = self.diagnose(context.instance, source, target, incident,
+                                           mage_client=mage.get_client if mage is not None else None)
         if finding.kind != REQUIRED_NULL_KIND or finding.explained_rows == 0 or not finding.details.get("null_rows_dead_lettered"):
             context.log.warning(f"No parked rows explain the incident ({finding.summary[:200]}); proposing nothing.")
             return diagnosis, None
@@ -237,12 +253,23 @@ class DeadLetterDiagnoser:
             incident=incident, diagnosis=diagnosis, finding=finding, domain=domain, target=target,
             sink_table=self.table(target), resource_key=self.target_resource_key,
             rebuild_assets=[m.asset_key for m in diagnosis.blast_radius.models if m.asset_key],
-            verify_checks=self.verify_checks)
+            verify_checks=self.verify_checks, mage_reruns=self.mage.reads if mage is not None else (),
+            mage_ui_url=_ui_url(mage))
         if domain.proposes:  # the steps' SQL on the asset page, beside the change set (which shows its diff)
             context.log_event(dg.AssetObservation(
                 asset_key=dg.AssetKey(cs.target_asset), description=f"change set {cs.id}: its steps (migration, replay)",
                 metadata={STEPS_MD_KEY: dg.MetadataValue.md(steps_markdown(cs)), c.CHANGE_SET_ID_KEY: cs.id}))
         return diagnosis, cs
+
+
+def _ui_url(mage) -> str | None:
+    """The Mage UI's base URL for the rerun's link (no request is made), or None when not configured."""
+    if mage is None:
+        return None
+    try:
+        return mage.get_client().ui_url
+    except Exception:  # noqa: BLE001 - a missing URL only leaves the link out
+        return None
 
 
 def propose_required_null_fix(
@@ -258,6 +285,8 @@ def propose_required_null_fix(
     verify_checks: Sequence[Sequence[str]] = (),
     proposer: str = c.PROPOSER,
     now: dt.datetime | None = None,
+    mage_reruns: Sequence[str] = (),
+    mage_ui_url: str | None = None,
 ) -> ChangeSet:
     """One change set for a ``required_null_dead_letter`` finding: relax, replay, rebuild.
 
@@ -267,6 +296,9 @@ def propose_required_null_fix(
     then one ``replay`` of the rows parked with those columns' "missing required field" reasons up
     to now, with the number of rows it must insert (counted now, as the rows neither in the target
     nor replayed before). Then the rebuild of ``rebuild_assets``, the ``verify_checks``, the receipt.
+    Each of ``mage_reruns`` (Mage pipelines that read the target downstream) becomes a manual step
+    for the engineer after the data steps (:func:`~dw_dagster.proposals.manual_steps.mage_rerun_step`,
+    with the ``mage-agent`` call and the link under ``mage_ui_url``); the verify stage waits for it.
 
     Raises:
         ValueError: the finding names no REQUIRED column that received NULLs.
@@ -318,6 +350,8 @@ def propose_required_null_fix(
         expected_recovered_rows=counts.new, undo="\n".join(undo_lines),
         change_classes=[SCHEMA_MIGRATION, REPLAY_DEAD_LETTER] + ([REBUILD_MODELS] if rebuild_assets else []),
         steps=steps,
+        manual_steps=[mage_rerun_step(pipeline, [step_stage(i, st) for i, st in enumerate(steps)], ui_url=mage_ui_url,
+                                      check=[*incident.asset_key, MAGE_RERUN_CHECK]) for pipeline in mage_reruns],
     )
     return ChangeSet.seal(**content)
 

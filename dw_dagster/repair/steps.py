@@ -270,6 +270,10 @@ def steps_markdown(cs: ChangeSet) -> str:
     stages = [step_stage(i, st) for i, st in enumerate(cs.steps)]
     tail = (["rebuild"] if cs.rebuild_assets else []) + ["verify", "receipt"]
     lines += ["", "Stages: " + " → ".join(stages + tail)]
+    if cs.manual_steps:
+        from dw_dagster.proposals.manual_steps import manual_steps_markdown
+
+        lines += ["", manual_steps_markdown(cs)]
     return "\n".join(lines)
 
 
