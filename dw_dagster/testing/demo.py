@@ -149,11 +149,13 @@ def evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.Asset
 
 
 def run_repair_stages(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, run_ids: dict[str, str], log: Timeline,
-                      *, ticks: int, describe: Callable[[str, dg.DagsterRun], str]) -> None:
+                      *, ticks: int, describe: Callable[[str, dg.DagsterRun], str],
+                      after_stage: Callable[[str], None] | None = None) -> None:
     """Tick the remediation sensor until it launches nothing more.
 
     One stage per tick, at most ``ticks`` ticks; each stage's run id is recorded in ``run_ids``
-    (stage name → run id) and logged with what ``describe(stage, run)`` adds.
+    (stage name → run id) and logged with what ``describe(stage, run)`` adds; then
+    ``after_stage(stage)`` plays what a person does between stages (a rerun in Mage).
 
     Raises:
         DemoError: a run failed, or the verify and receipt stages never ran.
@@ -169,6 +171,8 @@ def run_repair_stages(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, r
         stage = run.tags.get(STAGE_TAG)
         run_ids[stage] = run.run_id
         log("receipt" if stage == "receipt" else "repair", f"{stage} run {run.run_id[:8]} succeeded{describe(stage, run)}")
+        if after_stage is not None:
+            after_stage(stage)
     if "verify" not in run_ids or "receipt" not in run_ids:
         raise DemoError(f"repair: stages did not finish ({sorted(run_ids)}; {tick.skip_reason if tick else 'no tick'})")
 

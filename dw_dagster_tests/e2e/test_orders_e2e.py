@@ -94,6 +94,24 @@ def test_cause_dead_letter_reason_source_change_and_column_mode(loop):
     assert any("information_schema.columns" in ev.sql for ev in cause.evidence)
 
 
+def test_the_mage_runs_of_the_window_are_evidence_and_the_stream_ran_green(loop):
+    result, instance, _ = loop
+    (diag,) = records.diagnoses(instance)
+    cause = diag.primary
+    mage = cause.details["mage"]
+    # the fake Mage of the story: the stream running since the first day, one finance_daily run per night
+    assert result.mage_runs == mage["statuses"] == {"orders_stream": ["running"], "finance_daily": ["completed"]}
+    assert mage["green_throughout"] is True and mage["window"] == ["2026-11-24T00:00:00+00:00", "2026-11-25T00:00:00+00:00"]
+    assert "Mage: the stream ran green throughout (Mage pipeline orders_stream" in cause.summary
+    assert cause.confidence == 1.0  # no failed or cancelled run: the data-only cause keeps its confidence
+    stream, nightly = mage["timeline"]
+    assert stream.startswith("Mage orders_stream run 1 running 2026-10-21 00:05:00Z → still running at ")
+    assert nightly.startswith("Mage finance_daily run ") and " completed 2026-11-24 02:00:00Z → 2026-11-24 02:04:00Z; " \
+        "blocks: load_orders completed, gmv_by_day completed" in nightly
+    assert [e.description.split(" (")[0] for e in cause.evidence if e.database.startswith("mage ")] == [
+        "Mage pipeline orders_stream", "Mage pipeline finance_daily"]
+
+
 def test_blast_radius_reaches_the_lightdash_dashboard(loop):
     _, instance, _ = loop
     (diag,) = records.diagnoses(instance)
@@ -126,12 +144,20 @@ def test_change_set_holds_the_migration_and_the_replay(loop):
     assert rep.sql[0].startswith("INSERT INTO analytics.orders (order_id,")
     assert [list(k) for k in cs.rebuild_assets] == [[m] for m in MODELS]
     assert cs.verify_checks == [["orders", "daily_volume"], ["orders", "dead_letter"], ["orders", "parked_rows_replayed"],
-                                ["orders", "no_new_dead_letters"], ["fct_daily_gmv", "gift_card_gmv"]]
+                                ["orders", "no_new_dead_letters"], ["orders", "mage_rerun"], ["fct_daily_gmv", "gift_card_gmv"]]
+    (rerun,) = cs.manual_steps
+    assert (rerun.kind, rerun.target, rerun.after, rerun.check) == ("mage_rerun", "finance_daily", ["migration-1", "replay-2"],
+                                                                     ["orders", "mage_rerun"])
+    assert rerun.summary.startswith("rerun `finance_daily` in Mage after steps 1–2")
+    assert rerun.command == 'mage-agent run_pipeline {"pipeline_uuid": "finance_daily"}'
+    assert rerun.url.endswith("/pipelines/finance_daily/triggers")
+    assert result.migration == {"forward": result.migration_forward, "rollback": mig.rollback_sql}
     assert stage_plan(cs, []) == STAGES
     assert "SET NOT NULL" in cs.undo and "DELETE FROM analytics.orders WHERE order_id IN" in cs.undo
     (md,) = [r.asset_observation.metadata["dw/change_set_steps_md"].value for r in records.iter_observations(
         instance, dg.AssetKey("orders")) if "dw/change_set_steps_md" in r.asset_observation.metadata]
     assert "**migration-1**" in md and "**replay-2**" in md and "SET NOT NULL;" in md
+    assert "1. rerun `finance_daily` in Mage after steps 1–2" in md
 
 
 def test_refusals_then_the_owners_approval(loop):
@@ -174,7 +200,9 @@ def test_target_equals_the_source_and_the_column_is_nullable(loop):
     assert wh.fetch_all("SELECT count(*), count(DISTINCT order_id) FROM analytics.orders")[0] == (len(got), len(got))
     assert wh.fetch_all("SELECT is_nullable FROM information_schema.columns WHERE table_schema = 'analytics' "
                         "AND table_name = 'orders' AND column_name = 'shipping_country'") == [("YES",)]
-    assert result.gap_after["rows"] == 0 and result.replayed_rows == PARKED
+    assert result.gap_after["rows"] == 0 and result.replayed_rows == result.replayed == PARKED
+    assert (result.dlq_rows_before, result.dlq_rows_after, result.duplicates_after) == (PARKED, 0, 0)
+    assert result.volume_gap_before == result.gap_before["pct"] > 8 and result.volume_gap_after == 0.0
 
 
 def test_verification_checks_and_receipts(loop):
@@ -182,7 +210,7 @@ def test_verification_checks_and_receipts(loop):
     cs = change_set(instance)
     assert result.ok and result.verified
     assert result.checks_after == {"daily_volume": True, "dead_letter": True, "parked_rows_replayed": True,
-                                   "no_new_dead_letters": True, "gift_card_gmv": True}
+                                   "no_new_dead_letters": True, "mage_rerun": True, "gift_card_gmv": True}
     assert abs(result.volume_after_pct) < 1.0
     after = result.gift_cards_after
     assert after["passed"] and after["model_orders"] == after["source_orders"] == result.gift_cards_before["source_orders"]
@@ -192,7 +220,14 @@ def test_verification_checks_and_receipts(loop):
     assert r.change_set_id == cs.id and r.verified and r.signature_valid and r.approver == OWNER
     assert set(r.run_ids) == {"migration-1", "replay-2", "rebuild", "verify"}
     checks = {o.check_name: o for o in r.checks}
-    assert set(checks) == {"daily_volume", "dead_letter", "parked_rows_replayed", "no_new_dead_letters"}
+    assert set(checks) == {"daily_volume", "dead_letter", "parked_rows_replayed", "no_new_dead_letters", "mage_rerun"}
+    # the engineer's rerun of finance_daily in Mage, started after the replay: its outcome is in the receipt
+    md = checks["mage_rerun"].metadata
+    assert (md["dw/mage_pipeline"], md["dw/mage_status"]) == ("finance_daily", "completed") and checks["mage_rerun"].passed
+    assert result.mage_rerun == {"pipeline": "finance_daily", "run_id": md["dw/mage_run_id"], "status": "completed"}
+    replay_end = step_results(instance, cs)[-1]["finished_at"]
+    (outcome,) = md["dw/mage_reruns_json"]
+    assert outcome["started_at"] >= replay_end[:19] and md["dw/mage_after_utc"] == replay_end
     assert checks["dead_letter"].metadata["dw/parked_rows"] == 0  # parked rows still waiting: none
     md = checks["parked_rows_replayed"].metadata
     assert (md["dw/parked_keys"], md["dw/present_once"], md["dw/replayed_rows"], md["dw/expected_rows"]) == (PARKED,) * 4

@@ -32,6 +32,7 @@ from dw_dagster.examples.orders import generator as gen
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.definitions import build_definitions
+from dw_dagster.examples.orders.mage import OrdersMage
 from dw_dagster.examples.orders.source import write_source
 from dw_dagster.examples.orders.verify import gift_card_gmv_compare
 from dw_dagster.testing.demo import (
@@ -43,6 +44,7 @@ from dw_dagster.testing.demo import (
     evaluations,
     run_job,
     run_repair_stages,
+    clip,
     source_change_sentence,
 )
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
@@ -80,6 +82,15 @@ class OrdersDemoResult:
     change_set_id: str | None = None
     migration_forward: list[str] = field(default_factory=list)
     migration_rollback: list[str] = field(default_factory=list)
+    migration: dict[str, list[str]] = field(default_factory=dict)
+    mage_runs: dict[str, list[str]] = field(default_factory=dict)
+    mage_rerun: dict = field(default_factory=dict)
+    dlq_rows_before: int | None = None
+    dlq_rows_after: int | None = None
+    replayed: int = 0
+    duplicates_after: int | None = None
+    volume_gap_before: float | None = None
+    volume_gap_after: float | None = None
     refused: list[dict] = field(default_factory=list)
     approver: str | None = None
     approval_identity: dict = field(default_factory=dict)
@@ -201,15 +212,34 @@ def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = 
     res.scale, res.orders_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
-    defs = prepare_incident_data(home, instance, scale, log)
-    with OidcProvider(home / "services", [OWNER, NOT_LISTED]) as idp:
-        log("setup", f"stand-in identity provider {idp.url} (the approvers log in there)")
-        return _loop(home, instance, defs, res, log)
+    with OrdersMage() as mage:
+        log("setup", f"fake Mage {mage.url} (user authentication on): {', '.join(mage.state.pipelines)}")
+        defs = prepare_incident_data(home, instance, scale, log)
+        with OidcProvider(home / "services", [OWNER, NOT_LISTED]) as idp:
+            log("setup", f"stand-in identity provider {idp.url} (the approvers log in there)")
+            return _loop(home, instance, defs, res, log, mage)
 
 
-def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: OrdersDemoResult, log: Timeline) -> OrdersDemoResult:
+def pending_dlq_rows(home: Path) -> int:
+    """Rows of ``analytics.orders_dlq`` not replayed yet (its ``_pending`` view; the whole table before the view exists)."""
+    db = DuckDBDatabase(h.warehouse_path(home))
+    have = {r[0] for r in db.fetch_all("SELECT table_name FROM information_schema.tables WHERE table_schema = 'analytics'")}
+    table = "orders_dlq_pending" if "orders_dlq_pending" in have else "orders_dlq"
+    return int(db.fetch_all(f"SELECT count(*) FROM analytics.{table}")[0][0])
+
+
+def duplicate_orders(home: Path) -> int:
+    """``order_id`` values present more than once in ``analytics.orders``."""
+    q = "SELECT count(*) FROM (SELECT order_id FROM analytics.orders GROUP BY order_id HAVING count(*) > 1) AS d"
+    return int(DuckDBDatabase(h.warehouse_path(home)).fetch_all(q)[0][0])
+
+
+def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: OrdersDemoResult, log: Timeline,
+          mage: OrdersMage) -> OrdersDemoResult:
     # detect: the volume and dead-letter checks fail; the incident sensor opens one incident
     res.gap_before = day_gap(home)
+    res.volume_gap_before = res.gap_before["pct"]
+    res.dlq_rows_before = pending_dlq_rows(home)
     checks = run_job(defs.resolve_job_def("orders_checks"), instance, "checks")
     evs = evaluations(instance, checks.run_id)
     vol, dlq = evs.get("daily_volume"), evs.get("dead_letter")
@@ -253,6 +283,14 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     log.detail("target schema: " + ", ".join(f"{k} is {v}" for k, v in res.column_mode.items()) + " in analytics.orders")
     log.detail(res.source_change)
     log.detail(f"explains {cause.explained_rows:,} of {diag.gap_rows:,} missing rows; {diag.unexplained_rows} unexplained")
+    mage_md = d.get("mage") or {}
+    res.mage_runs = dict(mage_md.get("statuses") or {})
+    for line in mage_md.get("timeline") or []:
+        log("mage", clip(line.split(" <")[0], 150))
+    if mage_md.get("error"):
+        log("mage", f"Mage could not be read: {mage_md['error'][:150]}")
+    if mage_md:
+        log.detail(clip(cause.summary.split(" Mage: ", 1)[-1], 200))
     br = diag.blast_radius
     res.blast_radius = {"models": [m.name for m in br.models], "tests": len(br.tests),
                         "exposures": [f"{e.label} ({e.type}, {e.owner_email})" for e in br.exposures],
@@ -269,6 +307,7 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
         if step.kind == "migration":
             res.migration_forward += step.sql
             res.migration_rollback += step.rollback_sql
+            res.migration = {"forward": res.migration_forward, "rollback": res.migration_rollback}
             for s in step.sql:
                 log.detail(f"  forward:  {s}")
             for s in step.rollback_sql:
@@ -278,6 +317,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
             log.detail(f"  expected rows: {step.expected_rows:,}; SQL: {step.sql[0][:150]} ...")
     log.detail(f"then rebuild {', '.join('/'.join(k) for k in cs.rebuild_assets)}; verify "
                f"{', '.join(k[-1] for k in cs.verify_checks)}; receipt")
+    for m in cs.manual_steps:
+        log.detail(f"for the engineer: {m.summary.split(':')[0]}")
+        log.detail(f"  {m.command}" + (f"; UI {m.url}" if m.url else ""))
 
     # approve
     res.approval_identity = demo_approvals(instance, daemon, cs.id, owner=OWNER, not_listed=NOT_LISTED,
@@ -299,7 +341,14 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
             return f": {len(cs.rebuild_assets)} models and their dbt tests"
         return ""
 
-    run_repair_stages(daemon, instance, res.run_ids, log, ticks=10, describe=describe)
+    def engineer(stage: str) -> None:  # the engineer reruns the Mage pipelines once the data steps are done
+        for m in cs.manual_steps:
+            if m.kind == "mage_rerun" and m.after and stage == m.after[-1]:
+                run = mage.rerun(m.target)
+                log("mage", f"the engineer reruns {m.target} in Mage after {stage} (as `{m.command}` would): "
+                    f"run {run['id']} {run['status']}")
+
+    run_repair_stages(daemon, instance, res.run_ids, log, ticks=10, describe=describe, after_stage=engineer)
     evs = evaluations(instance, res.run_ids["verify"])
     res.checks_after = {k: v.passed for k, v in evs.items()}
     for name in ("parked_rows_replayed", "dead_letter", "no_new_dead_letters"):
@@ -308,7 +357,18 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     log("verify", f"daily_volume {'passed' if evs['daily_volume'].passed else 'FAILED'}: {vol_text}")
     log("verify", _line(evs.get("gift_card_gmv"), "gift_card_gmv"))
     res.gift_cards_after = _gift_cards(evs.get("gift_card_gmv"))
+    rerun = evs.get("mage_rerun")
+    if rerun is not None:
+        log("verify", _line(rerun, "mage_rerun"))
+        res.mage_rerun = {"pipeline": _md(rerun, "dw/mage_pipeline"), "run_id": _md(rerun, "dw/mage_run_id"),
+                          "status": _md(rerun, "dw/mage_status")}
     res.gap_after = day_gap(home)
+    res.volume_gap_after = res.gap_after["pct"]
+    res.dlq_rows_after = pending_dlq_rows(home)
+    res.duplicates_after = duplicate_orders(home)
+    res.replayed = res.replayed_rows
+    log.detail(f"analytics.orders_dlq: {res.dlq_rows_before:,} rows pending before, {res.dlq_rows_after:,} after; "
+               f"{res.duplicates_after} order_id(s) more than once in analytics.orders")
     log.detail(f"Tuesday: {res.gap_after['source']:,} orders at the source, {res.gap_after['target']:,} in analytics.orders "
                f"({res.gap_after['rows']:,} short)")
     receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
@@ -316,7 +376,8 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     res.verified = bool(receipts) and all(r.verified for r in receipts)
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
     res.ok = (res.verified and all(res.checks_after.values()) and res.gap_after.get("rows") == 0
-              and res.replayed_rows == res.expected_rows == res.parked_rows)
+              and res.replayed_rows == res.expected_rows == res.parked_rows and res.dlq_rows_after == 0
+              and res.duplicates_after == 0 and res.mage_rerun.get("status") == "completed")
     if not res.ok:
         raise DemoError("verify: the repair did not close the gap, or a check or the receipt did not verify")
     return res
