@@ -193,8 +193,20 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
         target_asset=list(cs.target_asset), window=list(cs.undo_plan.window) if snap is not None else [], diff="", files=[],
         rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
         change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
+        manual_steps=_reruns_after(cs, steps),
     )
     return ChangeSet.seal(**content)
+
+
+def _reruns_after(cs: ChangeSet, steps) -> list:
+    """The Mage reruns ``cs`` asked for, asked again after the undo's own steps (the downstream
+    pipelines read the table as the undo leaves it)."""
+    from dw_dagster.proposals.manual_steps import mage_rerun_step, mage_reruns
+    from dw_dagster.repair.steps import step_stage
+
+    after = [step_stage(i, st) for i, st in enumerate(steps)]
+    return [mage_rerun_step(m.target, after, ui_url=m.url.split("/pipelines/")[0] if m.url else None, check=m.check)
+            for m in mage_reruns(cs)]
 
 
 from dw_dagster.proposals.change_sets import change_set_observation, propose  # noqa: E402,F401 - re-exported

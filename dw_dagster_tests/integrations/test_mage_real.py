@@ -9,6 +9,7 @@ does not start fails them, with the reason.
 """
 
 import contextlib
+import re
 import datetime as dt
 import time
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import pytest
 from dw_dagster.core.http import RetryPolicy
 from dw_dagster.integrations.mage import MageApiError, MageClient
 from dw_dagster.integrations.mage_runs import runs_in_window, wait_for_run_after
+from dw_dagster.diagnosis.mage_evidence import GREEN_SENTENCE, PROBLEM_FACTOR, MageSource, read_mage_evidence
+from dw_dagster.repair.mage_rerun import wait_for_reruns
 from dw_dagster.testing.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 from dw_dagster_tests.harness.mage_server import (
     FAIL_MESSAGE,
@@ -333,3 +336,28 @@ def test_an_expired_session_is_renewed_on_the_real_server(real):
     real.stale._renew_at = None  # do not renew ahead: the server must answer 401 expired_oauth_token first
     assert real.uuid in [p.uuid for p in real.stale.pipelines()]
     assert real.stale.logins == 2
+
+
+def test_diagnosis_evidence_and_the_verify_wait_on_the_real_server(real):
+    """The diagnosis's Mage evidence over the two set-up runs, then the verify stage's wait for a rerun
+    that fails (run after the other tests: it adds a run to the pipeline)."""
+    c = real.client()
+    window = (real.started - dt.timedelta(minutes=1), dt.datetime.now(UTC))
+    ev = read_mage_evidence(c, MageSource(writes=real.uuid), window)
+    assert ev.details["statuses"] == {real.uuid: ["completed", "failed"]}
+    assert ev.details["green_throughout"] is False and ev.confidence_factor == PROBLEM_FACTOR
+    assert GREEN_SENTENCE not in ev.sentence and f"run {real.bad['id']} failed" in ev.sentence
+    assert ev.details["problems"] == [{"pipeline": real.uuid, "run_id": real.bad["id"], "status": "failed",
+                                       "blocks": [{"block": "load_orders", "status": "failed", "error": FAIL_MESSAGE}]}]
+    assert [re.match(r"Mage \S+ run \d+ \w+", line).group(0) for line in ev.details["timeline"]] == [
+        f"Mage {real.uuid} run {real.ok['id']} completed", f"Mage {real.uuid} run {real.bad['id']} failed"]
+    empty = read_mage_evidence(c, MageSource(writes=real.uuid), (real.started - dt.timedelta(minutes=1),
+                                                                    real.started - dt.timedelta(seconds=30)))
+    assert empty.details["statuses"] == {real.uuid: []} and empty.details["green_throughout"] is False
+
+    after = dt.datetime.now(UTC)
+    time.sleep(1.0)  # Mage's created_at has whole seconds
+    rerun = real.admin.trigger(real.trigger_id, real.token, fail="rerun: finance totals do not add up")
+    (o,) = wait_for_reruns(c, [real.uuid], after, timeout_s=180, poll_s=2)
+    assert (o["passed"], o["run_id"], o["status"]) == (False, rerun["id"], "failed")
+    assert o["reason"] == f"run {rerun['id']} failed (block load_orders failed: rerun: finance totals do not add up)"

@@ -54,6 +54,9 @@ def test_undo_restores_rows_checksum_and_required_mode(repaired):
     assert _state(wh)[0] == before[0] + result.replayed_rows and _required(wh) == "YES"
     undo = propose_undo(instance, cs.id)
     assert [s.kind for s in undo.steps] == ["replay_undo", "migration_rollback"] and undo.change_classes == ["undo"]
+    # finance_daily read the repaired table: the engineer reruns it in Mage after the undo's steps too
+    assert [(m.target, m.after, m.check) for m in undo.manual_steps] == [
+        ("finance_daily", ["replay_undo-1", "migration_rollback-2"], ["orders", "mage_rerun"])]
     propose(instance, (undo))
     daemon = LocalSensorDaemon(build_definitions(home), instance, log_level="WARNING")
     tick = daemon.tick("dw_remediation_sensor")
