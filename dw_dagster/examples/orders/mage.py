@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 
 from dw_dagster.examples.orders import generator as gen
-from dw_dagster.integrations.mage import EMAIL_ENV, PASSWORD_ENV, URL_ENV
 from dw_dagster.testing.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 
 STREAM, BATCH = "orders_stream", "finance_daily"
 RERUN_TRIGGER = "engineer_rerun"
+#: the variables MageResource reads (dw_dagster.integrations.mage)
+URL_ENV, EMAIL_ENV, PASSWORD_ENV = "MAGE_URL", "MAGE_EMAIL", "MAGE_PASSWORD"
 UTC = dt.timezone.utc
 
 
