@@ -21,13 +21,14 @@ extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
 import datetime as dt
 import json
 import math
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from dw_dagster.databases import sql
@@ -36,6 +37,9 @@ from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
 
 RECONCILIATION_KIND = "reconciliation"
+#: metadata flag of a check result that compared nothing real (a table changed while read):
+#: the incident sensor opens no incident for it and no baseline takes its numbers
+INCONCLUSIVE_KEY = "dw/inconclusive"
 FLOAT_REL_TOLERANCE = 1e-9
 
 
@@ -47,10 +51,17 @@ class ReconciliationResult(BaseModel):
     target_sql: str
     source_database: str
     target_database: str
+    attempts: int = 1
+    unstable: list[str] = Field(default_factory=list, description="why a read was not stable, per attempt that was not")
+
+    @property
+    def inconclusive(self) -> bool:
+        """A table changed while it was read on every attempt: the slices compare nothing real."""
+        return bool(self.unstable) and len(self.unstable) >= self.attempts
 
     @property
     def passed(self) -> bool:
-        return all(s.passed for s in self.slices)
+        return not self.inconclusive and all(s.passed for s in self.slices)
 
     @property
     def gap_rows(self) -> int:
@@ -304,11 +315,21 @@ def reconcile(
     slice_by: Sequence[str],
     measures: Sequence[str],
     key_columns: Sequence[str] = (),
+    *,
+    stable_read_attempts: int = 3,
+    retry_wait_s: float = 2.0,
 ) -> ReconciliationResult:
     """Run the slice aggregates on both sides and compare them (``key_columns`` adds key counts).
 
     Every name is resolved against its side's catalog and quoted as spelled there (see the module
     docstring), and NaN/±Inf are counted apart from the finite sums.
+
+    A table that changes while it is read (a target truncated and reloaded between the source read
+    and the target read) must not read as "100 % short": each side's ``COUNT(*)`` is taken before
+    both aggregate reads and after them, and the read is stable only when, per side, the two counts
+    and the aggregate's total rows agree. An unstable read is retried (up to
+    ``stable_read_attempts``, ``retry_wait_s`` apart); when none is stable the result is
+    ``inconclusive`` (it neither passes nor counts as a failure; the check reports it as such).
 
     Raises:
         dw_dagster.databases.DatabaseError: a query failed (unknown table or column, no connection).
@@ -319,15 +340,21 @@ def reconcile(
                                                                                     (target_db, target_table))]
     s_sql, t_sql = (slice_aggregate_sql(table, names[0], names[1], db.dialect, names[2], nonfinite=nf, quote=True)
                     for (db, table), (names, nf) in zip(((source_db, source_table), (target_db, target_table)), sides))
-    aggregates = []
-    for db, q, table, (_, nf) in ((source_db, s_sql, source_table, sides[0]), (target_db, t_sql, target_table, sides[1])):
-        try:
-            aggregates.append(_fetch(db, q, len(slice_by), nf))
-        except DatabaseError as e:
-            if "overflow" in str(e).lower():
-                raise DatabaseError(f"{db.name}: a SUM of {', '.join(measures)} on {table} exceeds the database's exact "
-                                    f"numeric range (DECIMAL(38)); slice finer or compare a scaled measure. {e}") from e
-            raise
+    plan = ((source_db, s_sql, source_table, sides[0][1], "source"), (target_db, t_sql, target_table, sides[1][1], "target"))
+    unstable: list[str] = []
+    attempts = max(1, int(stable_read_attempts))
+    for attempt in range(attempts):
+        before = [_count(db, table) for db, _, table, _, _ in plan]
+        aggregates = [_aggregates(db, q, table, nf, len(slice_by), measures) for db, q, table, nf, _ in plan]
+        after = [_count(db, table) for db, _, table, _, _ in plan]
+        why = [f"{side} {table} changed while read: {b:,} rows before, {sum(v[0] for v in a.values()):,} read, {f:,} after"
+               for (_, _, table, _, side), b, a, f in zip(plan, before, aggregates, after)
+               if not b == f == sum(v[0] for v in a.values())]
+        if not why:
+            break
+        unstable.append(f"attempt {attempt + 1}: " + "; ".join(why))
+        if attempt + 1 < attempts:
+            time.sleep(retry_wait_s)
     slices = compare_slice_aggregates(aggregates[0], aggregates[1], slice_by, measures)
     return ReconciliationResult(
         slices=slices,
@@ -335,7 +362,24 @@ def reconcile(
         target_sql=t_sql,
         source_database=source_db.name,
         target_database=target_db.name,
+        attempts=attempt + 1,
+        unstable=unstable,
     )
+
+
+def _count(db: Database, table: str) -> int:
+    (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).sql(dialect=db.dialect))
+    return int(row[0] or 0)
+
+
+def _aggregates(db: Database, q: str, table: str, nonfinite: Sequence[bool], n_slice: int, measures: Sequence[str]) -> Aggregates:
+    try:
+        return _fetch(db, q, n_slice, nonfinite)
+    except DatabaseError as e:
+        if "overflow" in str(e).lower():
+            raise DatabaseError(f"{db.name}: a SUM of {', '.join(measures)} on {table} exceeds the database's exact "
+                                f"numeric range (DECIMAL(38)); slice finer or compare a scaled measure. {e}") from e
+        raise
 
 
 def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.MetadataValue:
@@ -389,6 +433,7 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
         "dw/worst_slice": json.dumps(worst.slice, default=str) if worst else "{}",
         "dw/worst_gap_pct": worst.gap_pct if worst else 0.0,
         "dw/failing_slices": len(result.failing),
+        "dw/read_attempts": result.attempts,
         "dw/queries": dg.MetadataValue.md(
             f"source ({result.source_database}):\n```sql\n{result.source_sql}\n```\n"
             f"target ({result.target_database}):\n```sql\n{result.target_sql}\n```"
@@ -433,7 +478,9 @@ def build_reconciliation_checks(
 
     Returns:
         An ``AssetChecksDefinition``. Result metadata: ``dw/slices`` (table), ``dw/gap_rows``
-        (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/queries`` (the SQL run).
+        (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/read_attempts``, ``dw/queries``
+        (the SQL run). When a table changed while it was read on every attempt (see
+        :func:`reconcile`) the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be an identifier.
@@ -483,6 +530,13 @@ def build_reconciliation_checks(
         src = getattr(context.resources, source_resource_key).get_database()
         tgt = getattr(context.resources, target_resource_key).get_database()
         result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns)
+        if result.inconclusive:  # a table changed on every read: say so, never as a gap
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"inconclusive after {result.attempts} reads: {result.unstable[-1]}",
+                metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True},
+            )
         failing = result.failing
         desc = (
             "all slices match"

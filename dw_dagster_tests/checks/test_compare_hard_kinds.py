@@ -313,3 +313,82 @@ def test_nan_and_infinities_counted_apart_in_reconciliation(tmp_path, postgres, 
         assert by["A"].source_nonfinite == by["A"].target_nonfinite == {"m": [1, 0, 0]}
         assert by["B"].source_nonfinite == {"m": [1, 1, 1]} and float(by["B"].source_sums["m"]) == 1.0
         assert (by["C"].source_nonfinite, by["C"].target_nonfinite) == ({"m": [1, 0, 0]}, {"m": [0, 0, 0]})
+
+
+# ---- 12: a table that changed while it was read ------------------------------------------------
+
+
+class _Reloading:
+    """A database whose ``table`` is emptied just before each of the first ``times`` aggregate
+    reads and reloaded just after (a loader's truncate-and-reload racing the check)."""
+
+    def __init__(self, db, table, rows, times):
+        self.db, self.table, self.rows, self.times = db, table, rows, times
+        self.dialect, self.name = db.dialect, db.name
+
+    def fetch_all(self, q):
+        if "dw_rows" not in q or self.times <= 0:
+            return self.db.fetch_all(q)
+        self.times -= 1
+        self.db.execute(f"DELETE FROM {self.table}")
+        try:
+            return self.db.fetch_all(q)
+        finally:
+            self.db.execute(f"INSERT INTO {self.table} VALUES {self.rows}")
+
+    def fetch_batches(self, q, batch_rows=100_000):
+        return self.db.fetch_batches(q, batch_rows)
+
+    def execute(self, q):
+        self.db.execute(q)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
+def test_target_reloaded_while_read_is_retried_then_inconclusive(tmp_path, postgres, pg_schema, engine):
+    rows = "('N', 1.00), ('N', 2.00), ('S', 3.00)"
+    if engine == "duckdb":
+        db, t = DuckDBDatabase(tmp_path / "r.duckdb"), "t"
+    else:
+        db, t = postgres, f"{pg_schema}.t"
+    db.execute(f"CREATE TABLE {t} (region VARCHAR(4), amt DECIMAL(10,2)); INSERT INTO {t} VALUES {rows}")
+    duck = DuckDBDatabase(tmp_path / "s.duckdb")
+    duck.execute(f"CREATE TABLE s (region VARCHAR, amt DECIMAL(10,2)); INSERT INTO s VALUES {rows}")
+    # emptied during the first read only: the second read is stable and matches (3 rows each side)
+    res = reconcile(duck, _Reloading(db, t, rows, 1), "s", t, ["region"], ["amt"], retry_wait_s=0)
+    assert (res.passed, res.inconclusive, res.attempts, len(res.unstable)) == (True, False, 2, 1)
+    assert "target" in res.unstable[0] and "3 rows before, 0 read, 3 after" in res.unstable[0]
+    # emptied during every read: inconclusive, never "100 % short"
+    res = reconcile(duck, _Reloading(db, t, rows, 5), "s", t, ["region"], ["amt"], stable_read_attempts=3, retry_wait_s=0)
+    assert (res.passed, res.inconclusive, res.attempts) == (False, True, 3)
+
+
+def test_inconclusive_check_opens_no_incident(tmp_path):
+    import dagster as dg
+
+    from dw_dagster.checks.reconcile import INCONCLUSIVE_KEY, build_reconciliation_checks
+    from dw_dagster.databases import DatabaseResource
+    from dw_dagster.detection.incidents import _inconclusive
+
+    duck = DuckDBDatabase(tmp_path / "c.duckdb")
+    duck.execute("CREATE TABLE s (r VARCHAR, m INT); INSERT INTO s VALUES ('a', 1); CREATE TABLE t (r VARCHAR, m INT)")
+
+    class _AlwaysReloading(dg.ConfigurableResource):
+        path: str
+
+        def get_database(self):
+            return _Reloading(DuckDBDatabase(self.path), "t", "('a', 1)", 100)
+
+    check = build_reconciliation_checks(asset="t", source_asset="s", source_table="s", target_table="t",
+                                        slice_by=["r"], measures=["m"])
+    defs = dg.Definitions(assets=[dg.AssetSpec("t"), dg.AssetSpec("s")], asset_checks=[check],
+                          jobs=[dg.define_asset_job("c", selection=dg.AssetSelection.checks(check))],
+                          resources={"source_db": DatabaseResource(url=duck.path),
+                                     "warehouse": _AlwaysReloading(path=duck.path)})
+    import dw_dagster.checks.reconcile as rec
+
+    with dg.instance_for_test() as instance, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rec.time, "sleep", lambda s: None)  # the check waits 2 s between its three reads
+        (ev,) = defs.resolve_job_def("c").execute_in_process(instance=instance).get_asset_check_evaluations()
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
+    assert ev.description.startswith("inconclusive after 3 reads") and ev.metadata[INCONCLUSIVE_KEY].value is True
+    assert _inconclusive(ev)
