@@ -392,3 +392,32 @@ def test_inconclusive_check_opens_no_incident(tmp_path):
     assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
     assert ev.description.startswith("inconclusive after 3 reads") and ev.metadata[INCONCLUSIVE_KEY].value is True
     assert _inconclusive(ev)
+
+
+class _ReloadingBatches(_Reloading):
+    """Empties ``table`` just before its bucket hashes are read, reloads it just after."""
+
+    def fetch_all(self, q):
+        return self.db.fetch_all(q)
+
+    def fetch_batches(self, q, batch_rows=100_000):
+        if "dw_b" not in q or self.times <= 0:
+            yield from self.db.fetch_batches(q, batch_rows)
+            return
+        self.times -= 1
+        self.db.execute(f"DELETE FROM {self.table}")
+        try:
+            yield from self.db.fetch_batches(q, batch_rows)
+        finally:
+            self.db.execute(f"INSERT INTO {self.table} VALUES {self.rows}")
+
+
+def test_row_diff_across_flags_a_target_reloaded_while_read(tmp_path, postgres, pg_schema):
+    rows = "(1, 'a'), (2, 'b')"
+    postgres.execute(f"CREATE TABLE {pg_schema}.t (k INT, v TEXT); INSERT INTO {pg_schema}.t VALUES {rows}")
+    duck = DuckDBDatabase(tmp_path / "s.duckdb")
+    duck.execute(f"CREATE TABLE s (k INT, v VARCHAR); INSERT INTO s VALUES {rows}")
+    r = row_diff_across(duck, _ReloadingBatches(postgres, f"{pg_schema}.t", rows, 1), "s", f"{pg_schema}.t", ["k"])
+    assert r.unstable == [f"target {pg_schema}.t changed while read: 2 rows counted, 0 hashed"]
+    r = row_diff_across(duck, postgres, "s", f"{pg_schema}.t", ["k"])
+    assert r.identical and r.unstable == []

@@ -1,18 +1,21 @@
 """``build_row_diff_check``: the row-level key diff as an asset check (one database or two, chosen from the resources), with a key sample in the UI."""
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
 
 from dw_dagster.checks.metadata import at_least, column_list, metadata_table
+from dw_dagster.checks.reconcile import INCONCLUSIVE_KEY
 from dw_dagster.checks.rowdiff.hashdiff import row_diff_across
 from dw_dagster.checks.rowdiff.joindiff import row_diff
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _options
 from dw_dagster.databases import sql
 
 ROW_DIFF_KIND = "row_diff"
+_READ_ATTEMPTS, _READ_WAIT_S = 3, 2.0
 
 
 def _same_database(resources: Any, source_key: str, target_key: str) -> bool:
@@ -124,7 +127,9 @@ def build_row_diff_check(
         ``dw/collisions`` (normalized keys with their spellings), ``dw/timestamp_rule`` (with a
         precision), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
         (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
-        ``dw/buckets_downloaded``, ``dw/rows_downloaded``.
+        ``dw/buckets_downloaded``, ``dw/rows_downloaded``. Across databases, a table whose row
+        count changed between the count and the hashing is read again (3 reads, 2 s apart);
+        still changing, the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
@@ -167,7 +172,17 @@ def build_row_diff_check(
             result = row_diff(src, source_table, target_table, key_columns, **opts)
         else:
             tgt = getattr(context.resources, target_resource_key).get_database()
-            result = row_diff_across(src, tgt, source_table, target_table, key_columns, max_download_rows=max_download_rows, **opts)
+            for attempt in range(_READ_ATTEMPTS):  # a table that changed while read is read again
+                result = row_diff_across(src, tgt, source_table, target_table, key_columns,
+                                         max_download_rows=max_download_rows, **opts)
+                if not result.unstable:
+                    break
+                if attempt + 1 < _READ_ATTEMPTS:
+                    time.sleep(_READ_WAIT_S)
+            if result.unstable:
+                return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                           description=f"inconclusive after {_READ_ATTEMPTS} reads: {'; '.join(result.unstable)}",
+                                           metadata={**row_diff_metadata(result), INCONCLUSIVE_KEY: True})
         return dg.AssetCheckResult(passed=result.identical, severity=severity, description=row_diff_summary(result),
                                    metadata=row_diff_metadata(result))
 

@@ -204,6 +204,10 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                                buckets_downloaded=len(differing), rows_downloaded=0, collisions=collisions,
                                collided_source=collided[0], collided_target=collided[1],
                                timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
+        (in_s, in_t), = local.fetch_all("SELECT (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bs), (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bt)")
+        result.unstable = [f"{side} {table} changed while read: {n:,} rows counted, {b:,} hashed"
+                           for side, table, n, b in (("source", source_table, n_s, in_s), ("target", target_table, n_t, in_t))
+                           if int(n) != int(b)]
         if not differing:
             return result
         all_rows = len(differing) > buckets // 2

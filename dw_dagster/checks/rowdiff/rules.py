@@ -89,6 +89,7 @@ class RowDiffResult(BaseModel):
     sample: list[RowDiffEntry] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     queries: list[str] = Field(default_factory=list)
+    unstable: list[str] = Field(default_factory=list, description="across databases: a table that changed while read")
     buckets_compared: int | None = None
     buckets_downloaded: int | None = None
     rows_downloaded: int | None = None
