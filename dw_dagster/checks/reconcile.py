@@ -80,7 +80,7 @@ def _nonfinite_flags(m: exp.Expression, dialect: str) -> list[exp.Expression]:
                 exp.and_(exp.func("IS_INF", m.copy()), exp.GT(this=m.copy(), expression=exp.Literal.number(0))),
                 exp.and_(exp.func("IS_INF", m.copy()), exp.LT(this=m.copy(), expression=exp.Literal.number(0)))]
     special = lambda v: exp.cast(exp.Literal.string(v), exp.DataType.build("DOUBLE"))  # noqa: E731
-    return [exp.EQ(this=m.copy(), expression=special(v)) for v in ("NaN", "Infinity", "-Infinity")]
+    return [exp.EQ(this=m.copy(), expression=special(v)) for v in ("NaN", "inf", "-inf")]
 
 
 def _measure_aggs(m: exp.Expression, i: int, dialect: str, nonfinite: bool, outer: bool) -> list[exp.Expression]:

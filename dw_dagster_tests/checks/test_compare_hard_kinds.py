@@ -421,3 +421,16 @@ def test_row_diff_across_flags_a_target_reloaded_while_read(tmp_path, postgres, 
     assert r.unstable == [f"target {pg_schema}.t changed while read: 2 rows counted, 0 hashed"]
     r = row_diff_across(duck, postgres, "s", f"{pg_schema}.t", ["k"])
     assert r.identical and r.unstable == []
+
+
+def test_nan_and_infinities_on_every_warehouse(warehouse):
+    # A: NaN on both sides, finite 3.0 vs 3.5 (fails); B: NaN, +Inf, -Inf and 2.0 on both (passes)
+    cols = {"r": "VARCHAR", "m": "DOUBLE"}
+    s = warehouse.make_table("s", cols, [("A", 1.0), ("A", "NaN"), ("A", 2.0), ("B", "NaN"), ("B", "inf"), ("B", "-inf"),
+                                         ("B", 2.0)])
+    t = warehouse.make_table("t", cols, [("A", 1.0), ("A", "NaN"), ("A", 2.5), ("B", "NaN"), ("B", "inf"), ("B", "-inf"),
+                                         ("B", 2.0)])
+    by = {sl.slice["r"]: sl for sl in reconcile(warehouse.db, warehouse.db, s, t, ["r"], ["m"]).slices}
+    assert (by["A"].passed, by["B"].passed) == (False, True)
+    assert (float(by["A"].source_sums["m"]), float(by["A"].target_sums["m"])) == (3.0, 3.5)
+    assert by["A"].source_nonfinite == {"m": [1, 0, 0]} and by["B"].target_nonfinite == {"m": [1, 1, 1]}
