@@ -83,8 +83,11 @@ class RowDiffConfig(dg.Model, dg.Resolvable):
     key_columns: list[str] = Field(min_length=1)
     compare_columns: list[str] | None = None
     timestamp_precision: str | None = None
+    timestamp_rounding: Literal["tolerate", "floor", "round"] = "tolerate"
     case_insensitive_keys: bool = False
     trim_trailing_blanks: bool = False
+    source_char_columns: list[str] | None = Field(None, description="columns with CHAR semantics in the source (trimmed)")
+    target_char_columns: list[str] | None = Field(None, description="columns with CHAR semantics in the target (trimmed)")
     name: str = "row_diff"
 
 

@@ -154,8 +154,9 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None) -> l
             asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
             target_table=a.table, key_columns=r.key_columns, compare_columns=r.compare_columns,
             source_resource_key=r.source.database, target_resource_key=a.database, name=r.name,
-            timestamp_precision=r.timestamp_precision, case_insensitive_keys=r.case_insensitive_keys,
-            trim_trailing_blanks=r.trim_trailing_blanks))
+            timestamp_precision=r.timestamp_precision, timestamp_rounding=r.timestamp_rounding,
+            case_insensitive_keys=r.case_insensitive_keys, trim_trailing_blanks=r.trim_trailing_blanks,
+            source_char_columns=r.source_char_columns, target_char_columns=r.target_char_columns))
     if c.volume is not None:
         v = c.volume
         out.append(build_volume_check(

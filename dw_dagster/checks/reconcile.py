@@ -6,6 +6,13 @@ exact for integers and decimals (Python :class:`~decimal.Decimal`, no cast to fl
 allows a relative tolerance only where a side returns a float. Gap in % is
 ``(source_rows − target_rows) / source_rows × 100`` per slice.
 
+Column names are resolved against each side's own catalog (exact, then the engine's folding rule,
+then a unique case-insensitive match; two columns differing only in case and a name matching
+neither exactly is an error) and quoted as the catalog spells them. A measure that can hold NaN
+or ±Inf (floating point everywhere, ``NUMERIC`` on PostgreSQL) has those rows counted apart per
+slice (``[NaN, +Inf, -Inf]``) and its sum taken over the finite values only, so a NaN on both
+sides neither fails the slice nor hides a difference in the finite values.
+
 The method is the "metric reconciliation" of Soda and dbt-audit-helper's ``compare_row_counts``
 extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
 """
@@ -14,13 +21,14 @@ extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
 import datetime as dt
 import json
 import math
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from dw_dagster.databases import sql
@@ -29,6 +37,9 @@ from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
 
 RECONCILIATION_KIND = "reconciliation"
+#: metadata flag of a check result that compared nothing real (a table changed while read):
+#: the incident sensor opens no incident for it and no baseline takes its numbers
+INCONCLUSIVE_KEY = "dw/inconclusive"
 FLOAT_REL_TOLERANCE = 1e-9
 
 
@@ -40,10 +51,17 @@ class ReconciliationResult(BaseModel):
     target_sql: str
     source_database: str
     target_database: str
+    attempts: int = 1
+    unstable: list[str] = Field(default_factory=list, description="why a read was not stable, per attempt that was not")
+
+    @property
+    def inconclusive(self) -> bool:
+        """A table changed while it was read on every attempt: the slices compare nothing real."""
+        return bool(self.unstable) and len(self.unstable) >= self.attempts
 
     @property
     def passed(self) -> bool:
-        return all(s.passed for s in self.slices)
+        return not self.inconclusive and all(s.passed for s in self.slices)
 
     @property
     def gap_rows(self) -> int:
@@ -54,26 +72,67 @@ class ReconciliationResult(BaseModel):
         return [s for s in self.slices if not s.passed]
 
 
+def _nonfinite_flags(m: exp.Expression, dialect: str) -> list[exp.Expression]:
+    """Conditions ``m`` is NaN, +Inf, -Inf (NaN equals itself on DuckDB, PostgreSQL and Snowflake;
+    BigQuery has ``IS_NAN``/``IS_INF``)."""
+    if dialect == "bigquery":
+        return [exp.func("IS_NAN", m.copy()),
+                exp.and_(exp.func("IS_INF", m.copy()), exp.GT(this=m.copy(), expression=exp.Literal.number(0))),
+                exp.and_(exp.func("IS_INF", m.copy()), exp.LT(this=m.copy(), expression=exp.Literal.number(0)))]
+    special = lambda v: exp.cast(exp.Literal.string(v), exp.DataType.build("DOUBLE"))  # noqa: E731
+    return [exp.EQ(this=m.copy(), expression=special(v)) for v in ("NaN", "inf", "-inf")]
+
+
+def _measure_aggs(m: exp.Expression, i: int, dialect: str, nonfinite: bool, outer: bool) -> list[exp.Expression]:
+    """``SUM`` of measure ``i`` (finite values only when it can hold NaN/Inf) and, then, its
+    NaN/+Inf/-Inf row counts; ``outer`` sums the inner per-key aggregates instead."""
+    if outer:
+        cols = [f"dw_s{i}"] + ([f"dw_nan{i}", f"dw_pinf{i}", f"dw_ninf{i}"] if nonfinite else [])
+        names = [f"dw_sum_{i}"] + ([f"dw_nan_{i}", f"dw_pinf_{i}", f"dw_ninf_{i}"] if nonfinite else [])
+        return [exp.Sum(this=exp.column(c)).as_(n) for c, n in zip(cols, names)]
+    if not nonfinite:
+        return [exp.Sum(this=m).as_(f"dw_s{i}")]
+    flags = _nonfinite_flags(m, dialect)
+    finite = exp.Case().when(exp.or_(*[f.copy() for f in flags]), exp.Null()).else_(m.copy())
+    one = lambda f: exp.Sum(this=exp.Case().when(f, exp.Literal.number(1)).else_(exp.Literal.number(0)))  # noqa: E731
+    return [exp.Sum(this=finite).as_(f"dw_s{i}"), one(flags[0]).as_(f"dw_nan{i}"), one(flags[1]).as_(f"dw_pinf{i}"),
+            one(flags[2]).as_(f"dw_ninf{i}")]
+
+
+def _col(name: str, quote: bool) -> exp.Column:
+    if not quote:
+        return sql.column(name)
+    from dw_dagster.databases.catalog import quoted
+
+    return exp.Column(this=quoted(name))
+
+
 def slice_aggregate_sql(
     table: str,
     slice_by: Sequence[str],
     measures: Sequence[str],
     dialect: str,
     key_columns: Sequence[str] = (),
+    nonfinite: Sequence[bool] = (),
+    quote: bool = False,
 ) -> str:
     """Per slice: rows, distinct keys, duplicated keys and ``SUM`` of each measure, for ``dialect``.
 
-    Columns: ``slice..., dw_rows, dw_keys, dw_dup_keys, dw_sum_0...``. With ``key_columns`` the
-    rows are first grouped by slice and key (GROUP BY treats NULLs as one value, so keys are
-    NULL-safe), then counted per slice; without, ``dw_keys`` and ``dw_dup_keys`` are NULL and it
-    is a single ``GROUP BY``.
+    Columns: ``slice..., dw_rows, dw_keys, dw_dup_keys``, then per measure ``dw_sum_i`` and, when
+    ``nonfinite[i]``, ``dw_nan_i, dw_pinf_i, dw_ninf_i`` (rows holding NaN, +Inf, -Inf; the sum is
+    then over the finite values). With ``key_columns`` the rows are first grouped by slice and key
+    (GROUP BY treats NULLs as one value, so keys are NULL-safe), then counted per slice; without,
+    ``dw_keys`` and ``dw_dup_keys`` are NULL and it is a single ``GROUP BY``. ``quote`` quotes
+    every column name as given (names already resolved against the catalog).
     """
-    slices = [sql.column(c) for c in slice_by]
+    flags = list(nonfinite) + [False] * (len(measures) - len(nonfinite))
+    slices = [_col(c, quote) for c in slice_by]
+    alias = [f"dw_g{i}" for i in range(len(slice_by))]
     if key_columns:
-        keys = [sql.column(c) for c in key_columns]
+        keys = [_col(c, quote) for c in key_columns]
+        inner_aggs = [a for i, m in enumerate(measures) for a in _measure_aggs(_col(m, quote), i, dialect, flags[i], False)]
         inner = (
-            exp.select(*slices, *keys, exp.Count(this=exp.Star()).as_("dw_n"),
-                       *(exp.Sum(this=sql.column(m)).as_(f"dw_s{i}") for i, m in enumerate(measures)))
+            exp.select(*(c.as_(a) for c, a in zip(slices, alias)), exp.Count(this=exp.Star()).as_("dw_n"), *inner_aggs)
             .from_(sql.table(table))
             .group_by(*slices, *keys)
             .subquery("dw_k")
@@ -81,13 +140,16 @@ def slice_aggregate_sql(
         n = exp.column("dw_n")
         aggs = [exp.Sum(this=n).as_("dw_rows"), exp.Count(this=exp.Star()).as_("dw_keys"),
                 exp.Sum(this=exp.Case().when(n > 1, exp.Literal.number(1)).else_(exp.Literal.number(0))).as_("dw_dup_keys")]
-        aggs += [exp.Sum(this=exp.column(f"dw_s{i}")).as_(f"dw_sum_{i}") for i in range(len(measures))]
-        q = exp.select(*(exp.column(c.name) for c in slices), *aggs).from_(inner)
+        aggs += [a for i, m in enumerate(measures) for a in _measure_aggs(None, i, dialect, flags[i], True)]
+        q = exp.select(*(exp.column(a) for a in alias), *aggs).from_(inner)
         if slices:
-            q = q.group_by(*(exp.column(c.name) for c in slices))
+            q = q.group_by(*(exp.column(a) for a in alias))
         return q.sql(dialect=dialect)
     aggs = [exp.Count(this=exp.Star()).as_("dw_rows"), exp.Null().as_("dw_keys"), exp.Null().as_("dw_dup_keys")]
-    aggs += [exp.Sum(this=sql.column(m)).as_(f"dw_sum_{i}") for i, m in enumerate(measures)]
+    for i, m in enumerate(measures):
+        parts = _measure_aggs(_col(m, quote), i, dialect, flags[i], False)
+        aggs += [p.this.as_(p.alias.replace("dw_s", "dw_sum_").replace("dw_nan", "dw_nan_").replace("dw_pinf", "dw_pinf_")
+                            .replace("dw_ninf", "dw_ninf_")) for p in parts]
     q = exp.select(*slices, *aggs).from_(sql.table(table))
     if slices:
         q = q.group_by(*slices)
@@ -113,15 +175,25 @@ def _norm_slice_value(v: Any) -> Any:
     return v
 
 
-Aggregates = dict[tuple, tuple[int, int | None, int | None, list[Any]]]
+Aggregates = dict[tuple, tuple[int, int | None, int | None, list[Any], list[list[int] | None]]]
 
 
-def _fetch(db: Database, sql_text: str, n_slice: int) -> Aggregates:
+def _fetch(db: Database, sql_text: str, n_slice: int, nonfinite: Sequence[bool] = ()) -> Aggregates:
     out: Aggregates = {}
     for row in db.fetch_all(sql_text):
         key = tuple(_norm_slice_value(v) for v in row[:n_slice])
         rows, keys, dups = row[n_slice : n_slice + 3]
-        out[key] = (int(rows or 0), None if keys is None else int(keys), None if dups is None else int(dups), list(row[n_slice + 3 :]))
+        sums, counts, j = [], [], n_slice + 3
+        while j < len(row):
+            i = len(sums)
+            sums.append(row[j])
+            if i < len(nonfinite) and nonfinite[i]:
+                counts.append([int(v or 0) for v in row[j + 1 : j + 4]])
+                j += 4
+            else:
+                counts.append(None)
+                j += 1
+        out[key] = (int(rows or 0), None if keys is None else int(keys), None if dups is None else int(dups), sums, counts)
     return out
 
 
@@ -147,23 +219,29 @@ def compare_slice_aggregates(
 ) -> list[SliceGap]:
     """Compare per-slice aggregates from both sides; slices present on one side only are gaps.
 
-    Each side maps a slice to ``(rows, distinct keys | None, duplicated keys | None, [sums])``
-    (a 2-tuple ``(rows, [sums])`` is accepted too). A slice passes when rows, distinct keys,
-    duplicated keys and every sum agree, so a duplicate on one side and a missing row on the
-    other never cancel out.
+    Each side maps a slice to ``(rows, distinct keys | None, duplicated keys | None, [sums],
+    [[NaN, +Inf, -Inf] rows | None per measure])`` (a 4-tuple without the last, or a 2-tuple
+    ``(rows, [sums])``, is accepted too). A slice passes when rows, distinct keys, duplicated keys,
+    every (finite) sum and every NaN/±Inf count agree, so a duplicate on one side and a missing row
+    on the other never cancel out, nor does a NaN hide a finite difference.
 
     Returns:
         One :class:`~dw_dagster.core.models.SliceGap` per slice, sorted by slice value (NULL first).
     """
     def norm(v):
-        return (v[0], None, None, v[1]) if len(v) == 2 else v
+        v = (v[0], None, None, v[1]) if len(v) == 2 else tuple(v)
+        return v if len(v) == 5 else (*v, [None] * len(measures))
 
-    empty = (0, None, None, [None] * len(measures))
+    empty = (0, None, None, [None] * len(measures), [None] * len(measures))
     keys = sorted(set(source) | set(target), key=lambda k: tuple((v is not None, str(v)) for v in k))
     out = []
     for k in keys:
-        s_rows, s_keys, s_dups, s_sums = norm(source.get(k, empty))
-        t_rows, t_keys, t_dups, t_sums = norm(target.get(k, empty))
+        s_rows, s_keys, s_dups, s_sums, s_nf = norm(source.get(k, empty))
+        t_rows, t_keys, t_dups, t_sums, t_nf = norm(target.get(k, empty))
+        # NaN/±Inf rows counted apart on a side that can hold them; a side that cannot holds none
+        s_nf = [a or ([0, 0, 0] if b else None) for a, b in zip(s_nf, t_nf)]
+        t_nf = [b or ([0, 0, 0] if a else None) for a, b in zip(s_nf, t_nf)]
+        nf_ok = all(a == b for a, b in zip(s_nf, t_nf))
         if k not in source and t_keys is not None:
             s_keys, s_dups = 0, 0
         if k not in target and s_keys is not None:
@@ -191,10 +269,42 @@ def compare_slice_aggregates(
                 source_sums={m: _num_str(v) for m, v in zip(measures, s_sums)},
                 target_sums={m: _num_str(v) for m, v in zip(measures, t_sums)},
                 sum_gaps=sum_gaps,
-                passed=gap == 0 and s_keys == t_keys and s_dups == t_dups and sums_ok,
+                source_nonfinite={m: v for m, v in zip(measures, s_nf) if v is not None},
+                target_nonfinite={m: v for m, v in zip(measures, t_nf) if v is not None},
+                passed=gap == 0 and s_keys == t_keys and s_dups == t_dups and sums_ok and nf_ok,
             )
         )
     return out
+
+
+def _can_be_nonfinite(ty: str, dialect: str) -> bool:
+    from dw_dagster.checks.rowdiff.rules import FLOAT_TYPES, _is
+
+    return _is(FLOAT_TYPES, ty) or (dialect == "postgres" and _is(("NUMERIC", "DECIMAL"), ty))
+
+
+def _resolve(db: Database, table: str, slice_by: Sequence[str], measures: Sequence[str],
+             key_columns: Sequence[str]) -> tuple[tuple[list[str], list[str], list[str]], list[bool]]:
+    """The catalog's names for the configured slice, measure and key columns on one side, and
+    which measures can hold NaN/±Inf.
+
+    Raises:
+        DatabaseError: a column is not in the table.
+        CatalogError: a name matches two columns differing only in case.
+    """
+    from dw_dagster.databases.catalog import resolve_column, table_columns
+
+    cols = table_columns(db, table)
+    names, types = [n for n, _ in cols], dict(cols)
+
+    def one(c: str) -> str:
+        r = resolve_column(names, c, db.dialect, table)
+        if r is None:
+            raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
+        return r
+
+    ms = [one(m) for m in measures]
+    return ([one(c) for c in slice_by], ms, [one(c) for c in key_columns]), [_can_be_nonfinite(types[m], db.dialect) for m in ms]
 
 
 def reconcile(
@@ -205,24 +315,46 @@ def reconcile(
     slice_by: Sequence[str],
     measures: Sequence[str],
     key_columns: Sequence[str] = (),
+    *,
+    stable_read_attempts: int = 3,
+    retry_wait_s: float = 2.0,
 ) -> ReconciliationResult:
     """Run the slice aggregates on both sides and compare them (``key_columns`` adds key counts).
 
+    Every name is resolved against its side's catalog and quoted as spelled there (see the module
+    docstring), and NaN/±Inf are counted apart from the finite sums.
+
+    A table that changes while it is read (a target truncated and reloaded between the source read
+    and the target read) must not read as "100 % short": each side's ``COUNT(*)`` is taken before
+    both aggregate reads and after them, and the read is stable only when, per side, the two counts
+    and the aggregate's total rows agree. An unstable read is retried (up to
+    ``stable_read_attempts``, ``retry_wait_s`` apart); when none is stable the result is
+    ``inconclusive`` (it neither passes nor counts as a failure; the check reports it as such).
+
     Raises:
         dw_dagster.databases.DatabaseError: a query failed (unknown table or column, no connection).
+        dw_dagster.databases.catalog.CatalogError: a name matches two columns differing only in case.
         dw_dagster.databases.sql.UnsafeIdentifierError: a table or column name cannot be used.
     """
-    s_sql = slice_aggregate_sql(source_table, slice_by, measures, source_db.dialect, key_columns)
-    t_sql = slice_aggregate_sql(target_table, slice_by, measures, target_db.dialect, key_columns)
-    aggregates = []
-    for db, q, table in ((source_db, s_sql, source_table), (target_db, t_sql, target_table)):
-        try:
-            aggregates.append(_fetch(db, q, len(slice_by)))
-        except DatabaseError as e:
-            if "overflow" in str(e).lower():
-                raise DatabaseError(f"{db.name}: a SUM of {', '.join(measures)} on {table} exceeds the database's exact "
-                                    f"numeric range (DECIMAL(38)); slice finer or compare a scaled measure. {e}") from e
-            raise
+    sides = [_resolve(db, table, slice_by, measures, key_columns) for db, table in ((source_db, source_table),
+                                                                                    (target_db, target_table))]
+    s_sql, t_sql = (slice_aggregate_sql(table, names[0], names[1], db.dialect, names[2], nonfinite=nf, quote=True)
+                    for (db, table), (names, nf) in zip(((source_db, source_table), (target_db, target_table)), sides))
+    plan = ((source_db, s_sql, source_table, sides[0][1], "source"), (target_db, t_sql, target_table, sides[1][1], "target"))
+    unstable: list[str] = []
+    attempts = max(1, int(stable_read_attempts))
+    for attempt in range(attempts):
+        before = [_count(db, table) for db, _, table, _, _ in plan]
+        aggregates = [_aggregates(db, q, table, nf, len(slice_by), measures) for db, q, table, nf, _ in plan]
+        after = [_count(db, table) for db, _, table, _, _ in plan]
+        why = [f"{side} {table} changed while read: {b:,} rows before, {sum(v[0] for v in a.values()):,} read, {f:,} after"
+               for (_, _, table, _, side), b, a, f in zip(plan, before, aggregates, after)
+               if not b == f == sum(v[0] for v in a.values())]
+        if not why:
+            break
+        unstable.append(f"attempt {attempt + 1}: " + "; ".join(why))
+        if attempt + 1 < attempts:
+            time.sleep(retry_wait_s)
     slices = compare_slice_aggregates(aggregates[0], aggregates[1], slice_by, measures)
     return ReconciliationResult(
         slices=slices,
@@ -230,7 +362,24 @@ def reconcile(
         target_sql=t_sql,
         source_database=source_db.name,
         target_database=target_db.name,
+        attempts=attempt + 1,
+        unstable=unstable,
     )
+
+
+def _count(db: Database, table: str) -> int:
+    (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).sql(dialect=db.dialect))
+    return int(row[0] or 0)
+
+
+def _aggregates(db: Database, q: str, table: str, nonfinite: Sequence[bool], n_slice: int, measures: Sequence[str]) -> Aggregates:
+    try:
+        return _fetch(db, q, n_slice, nonfinite)
+    except DatabaseError as e:
+        if "overflow" in str(e).lower():
+            raise DatabaseError(f"{db.name}: a SUM of {', '.join(measures)} on {table} exceeds the database's exact "
+                                f"numeric range (DECIMAL(38)); slice finer or compare a scaled measure. {e}") from e
+        raise
 
 
 def slices_table(slices: Sequence[SliceGap], measures: Sequence[str]) -> dg.MetadataValue:
@@ -264,7 +413,11 @@ def _describe(s: SliceGap) -> str:
         parts.append(f"keys {s.source_keys}/{s.target_keys}, duplicated keys {s.source_duplicate_keys}/{s.target_duplicate_keys}")
     bad_sums = [m for m, g in s.sum_gaps.items() if g not in ("0", "0.00", "0.0") and not g.startswith("0E")]
     if bad_sums:
-        parts.append("sums differ: " + ", ".join(f"{m} by {s.sum_gaps[m]}" for m in bad_sums))
+        parts.append("finite sums differ: " + ", ".join(f"{m} by {s.sum_gaps[m]}" for m in bad_sums))
+    for m, a in s.source_nonfinite.items():
+        b = s.target_nonfinite.get(m)
+        if a != b:
+            parts.append(f"{m} NaN/+Inf/-Inf rows {a[0]}/{a[1]}/{a[2]} vs {b[0]}/{b[1]}/{b[2]}")
     return "; ".join(parts)
 
 
@@ -280,6 +433,7 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
         "dw/worst_slice": json.dumps(worst.slice, default=str) if worst else "{}",
         "dw/worst_gap_pct": worst.gap_pct if worst else 0.0,
         "dw/failing_slices": len(result.failing),
+        "dw/read_attempts": result.attempts,
         "dw/queries": dg.MetadataValue.md(
             f"source ({result.source_database}):\n```sql\n{result.source_sql}\n```\n"
             f"target ({result.target_database}):\n```sql\n{result.target_sql}\n```"
@@ -324,7 +478,9 @@ def build_reconciliation_checks(
 
     Returns:
         An ``AssetChecksDefinition``. Result metadata: ``dw/slices`` (table), ``dw/gap_rows``
-        (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/queries`` (the SQL run).
+        (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/read_attempts``, ``dw/queries``
+        (the SQL run). When a table changed while it was read on every attempt (see
+        :func:`reconcile`) the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be an identifier.
@@ -374,6 +530,13 @@ def build_reconciliation_checks(
         src = getattr(context.resources, source_resource_key).get_database()
         tgt = getattr(context.resources, target_resource_key).get_database()
         result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns)
+        if result.inconclusive:  # a table changed on every read: say so, never as a gap
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"inconclusive after {result.attempts} reads: {result.unstable[-1]}",
+                metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True},
+            )
         failing = result.failing
         desc = (
             "all slices match"

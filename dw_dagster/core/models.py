@@ -72,6 +72,9 @@ class SliceGap(_Record):
     source_sums: dict[str, str] = Field(default_factory=dict)
     target_sums: dict[str, str] = Field(default_factory=dict)
     sum_gaps: dict[str, str] = Field(default_factory=dict)
+    source_nonfinite: dict[str, list[int]] = Field(
+        default_factory=dict, description="per measure that can hold them: rows holding [NaN, +Inf, -Inf]; sums are of the finite values")
+    target_nonfinite: dict[str, list[int]] = Field(default_factory=dict)
     passed: bool
 
     def gap_words(self) -> str:

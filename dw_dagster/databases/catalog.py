@@ -267,12 +267,14 @@ def _spelling(name: str) -> str:
     return name.lower() if plain and name in (name.lower(), name.upper()) else name
 
 
-def column_types(db: Database, table: str) -> ColumnTypes:
-    """Column name (lower case) → upper-case data type, in table order, from ``information_schema.columns``.
+def table_columns(db: Database, table: str) -> list[tuple[str, str]]:
+    """``(name, TYPE)`` of each column of ``table`` in table order, the names exactly as the
+    engine's catalog stores them (``Amount`` and ``amount`` stay two columns on PostgreSQL;
+    Snowflake reports unquoted names upper case). A database that knows its schemas better
+    (BigQuery's tables API, case-insensitive names) provides ``column_types``.
 
     A name without a schema means the session's current schema; when no table of that name is
-    there and exactly one schema has one, that one. A database that knows its schemas better
-    (BigQuery's tables API) provides ``column_types``.
+    there and exactly one schema has one, that one.
 
     Raises:
         DatabaseError: the table does not exist (or has no visible columns), or an unqualified name
@@ -280,7 +282,8 @@ def column_types(db: Database, table: str) -> ColumnTypes:
     """
     if hasattr(db, "column_types"):
         found = db.column_types(table)
-        return found if isinstance(found, ColumnTypes) else ColumnTypes(found)
+        names = getattr(found, "names", {})
+        return [(names.get(n, n), str(ty).upper()) for n, ty in found.items()]
     t = sql.table(table)
     schema = t.args.get("db")
     cond = f"LOWER(table_name) = {sql.literal(t.name.lower()).sql('duckdb')}"
@@ -294,13 +297,79 @@ def column_types(db: Database, table: str) -> ColumnTypes:
         raise DatabaseError(f"{db.name}: table {table} not found (no columns in information_schema)")
     schemas = list(dict.fromkeys(str(r[2]) for r in rows))
     if len(schemas) > 1:
-        current = [s for s in schemas if rows[0][3] is not None and s.lower() == str(rows[0][3]).lower()]
+        exact = [s for s in schemas if s == (schema.name if schema is not None else None)]
+        current = exact or [s for s in schemas if rows[0][3] is not None and s.lower() == str(rows[0][3]).lower()]
         if not current:
             raise DatabaseError(f"{db.name}: table {table} is in several schemas ({', '.join(schemas)}); name one")
         rows = [r for r in rows if str(r[2]) == current[0]]
-    types = ColumnTypes({str(n).lower(): str(ty).upper() for n, ty, *_ in rows}, {str(n).lower(): _spelling(str(n)) for n, *_ in rows})
+    out = [(str(n), str(ty).upper()) for n, ty, *_ in rows]
     if db.dialect == "duckdb":  # DuckDB's information_schema calls its 4-byte REAL "FLOAT"
-        for n, ty in types.items():
-            if ty == "FLOAT":
-                types[n] = "REAL"
-    return types
+        out = [(n, "REAL" if ty == "FLOAT" else ty) for n, ty in out]
+    return out
+
+
+# How an engine folds a name written without quotes: PostgreSQL (and Redshift) to lower case,
+# Snowflake and Oracle to upper case; DuckDB, BigQuery, MySQL and SQL Server match names
+# case-insensitively (folding both to lower case models that).
+_FOLDING = {"postgres": str.lower, "redshift": str.lower, "snowflake": str.upper, "oracle": str.upper}
+
+
+def resolve_column(columns: Sequence[str], name: str, dialect: str, table: str = "") -> str | None:
+    """The catalog's name for the configured column ``name``, or None when the table has none.
+
+    Resolution: an exact match first; then the engine's folding rule (``amount`` is ``AMOUNT`` on
+    Snowflake, ``Amount`` is ``amount`` on PostgreSQL); then a case-insensitive match when only
+    one column has it (a mixed-case column created quoted, named in another case).
+
+    Args:
+        columns: the table's column names as the catalog stores them (:func:`table_columns`).
+        name: the configured name.
+        dialect: the sqlglot dialect of the engine.
+        table: the table's name, for the error message.
+
+    Raises:
+        CatalogError: more than one column matches under the rule that found a match (two columns
+            differing only in case, and ``name`` exactly neither of them).
+    """
+    if name in columns:
+        return name
+    fold = _FOLDING.get(dialect)
+    if fold is not None and fold(name) in columns:
+        return fold(name)
+    same = [c for c in columns if c.lower() == name.lower()]
+    if len(same) > 1:
+        raise CatalogError(f"column {name!r} is ambiguous in {table or 'the table'}: the catalog holds "
+                           f"{', '.join(repr(c) for c in same)}; name one of them exactly")
+    return same[0] if same else None
+
+
+def quoted(name: str) -> exp.Identifier:
+    """A catalog name as an always-quoted identifier (its case kept on every engine).
+
+    Raises:
+        UnsafeIdentifierError: the name cannot be an identifier (see :func:`sql.identifier`).
+    """
+    ident = sql.identifier(name)
+    ident.set("quoted", True)
+    return ident
+
+
+def column_types(db: Database, table: str) -> ColumnTypes:
+    """Column name (lower case) → upper-case data type, in table order, from ``information_schema.columns``.
+
+    See :func:`table_columns` (exact catalog names) for the rules; this view folds names to
+    lower case and keeps the first of two columns differing only in case.
+
+    Raises:
+        DatabaseError: the table does not exist (or has no visible columns), or an unqualified name
+            is in several schemas none of which is the current one.
+    """
+    if hasattr(db, "column_types"):
+        found = db.column_types(table)
+        return found if isinstance(found, ColumnTypes) else ColumnTypes(found)
+    cols = table_columns(db, table)
+    types, names = {}, {}
+    for n, ty in cols:
+        types.setdefault(n.lower(), ty)
+        names.setdefault(n.lower(), _spelling(n))
+    return ColumnTypes(types, names)

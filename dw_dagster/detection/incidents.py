@@ -243,6 +243,13 @@ def incident_from_evaluation(check_key: dg.AssetCheckKey, evaluation: dg.AssetCh
     )
 
 
+def _inconclusive(evaluation: dg.AssetCheckEvaluation) -> bool:
+    from dw_dagster.checks.reconcile import INCONCLUSIVE_KEY
+
+    flag = (evaluation.metadata or {}).get(INCONCLUSIVE_KEY)
+    return bool(getattr(flag, "value", flag))
+
+
 def build_check_incident_sensor(
     *,
     check_keys: Sequence[dg.AssetCheckKey],
@@ -301,6 +308,9 @@ def build_check_incident_sensor(
                         break
                     cursor[skey] = rec.id
                     if evaluation.passed:
+                        continue
+                    if _inconclusive(evaluation):  # a table changed while read: no evidence either way
+                        context.log.info(f"{skey}: evaluation {rec.id} is inconclusive; no incident")
                         continue
                     if not rec.run_id:  # reported without a run (GraphQL reportAssetCheckEvaluations): not evidence
                         context.log.info(f"{skey}: a failing evaluation reported without a run (record {rec.id}) is "

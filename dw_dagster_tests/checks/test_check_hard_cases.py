@@ -161,12 +161,14 @@ def test_rec_char_padding_vs_varchar_values(duck):
 
 
 def test_rec_case_insensitive_collision_reported(duck):
-    # Source holds 'ab' and 'AB' (collide), target 'ab'. Case-insensitive: key 'ab' has 2 source
-    # rows vs 1 target row -> duplicated_source 1, missing 0, extra 0; collision warning on source.
+    # Source holds 'ab' and 'AB' (collide), target 'ab'. Case-insensitive: key 'ab' is two distinct
+    # source keys -> a collision (not a duplicate, not paired with the target's 'ab'); warning on source.
     duck.execute("CREATE TABLE s (k VARCHAR, v INT); CREATE TABLE t (k VARCHAR, v INT)")
     duck.execute("INSERT INTO s VALUES ('ab', 1), ('AB', 1), ('x', 2); INSERT INTO t VALUES ('ab', 1), ('x', 2)")
     r = row_diff(duck, "s", "t", ["k"], case_insensitive_keys=True)
-    assert (r.missing, r.extra, r.duplicated_source, r.duplicated_target) == (0, 0, 1, 0)
+    assert (r.missing, r.extra, r.duplicated_source, r.duplicated_target) == (0, 0, 0, 0)
+    assert (r.collided_source, r.collided_target, r.identical) == (1, 0, False)
+    assert [e.status for e in r.sample] == ["collision"]
     assert any("source keys collide" in w and "ab" in w for w in r.warnings)
     assert not any("target keys collide" in w for w in r.warnings)
 

@@ -73,7 +73,7 @@ def test_check_runs_in_dagster_and_fails_with_numbers(tmp_path, duck):
     assert not ev.passed
     assert ev.metadata["dw/gap_rows"].value == 2
     assert ev.metadata["dw/worst_gap_pct"].value == 4.0  # 2 of 50 SW rows
-    assert "SUM(amt)" in ev.metadata["dw/queries"].value
+    assert 'SUM("amt")' in ev.metadata["dw/queries"].value
 
 
 def test_unknown_table_and_bad_identifier_give_clear_errors(duck):

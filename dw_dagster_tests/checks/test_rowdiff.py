@@ -75,7 +75,9 @@ def test_case_insensitive_keys_and_collisions(duck):
     duck.execute("CREATE TABLE s (k VARCHAR, c VARCHAR); CREATE TABLE t (k VARCHAR, c VARCHAR)")
     duck.execute("INSERT INTO s VALUES ('ab', 'x'), ('Cd', 'y'), ('cd', 'y'); INSERT INTO t VALUES ('AB', 'x'), ('cd', 'y')")
     r = row_diff(duck, "s", "t", ["k"], case_insensitive_keys=True)
-    assert (r.missing, r.extra, r.duplicated_source) == (0, 0, 1)
+    # 'Cd' and 'cd' are two source keys that fold into one: a collision, not a duplicate
+    assert (r.missing, r.extra, r.duplicated_source, r.collided_source) == (0, 0, 0, 1)
+    assert [(c.side, c.key, c.spellings) for c in r.collisions] == [("source", ["cd"], ["Cd", "cd"])]
     assert any("collide" in w and "cd" in w for w in r.warnings)
 
 
@@ -151,12 +153,13 @@ def test_across_timestamp_precision_char_padding_and_case_insensitive_keys(tmp_p
                  "('ab', TIMESTAMP '2024-03-09 22:00:00.123', 'x'), ('CD', TIMESTAMP '2024-03-09 22:00:01', 'y'), ('Cd', TIMESTAMP '2024-03-09 22:00:01', 'y')")
     r = row_diff_across(a, b, "t", "t", ["k"], timestamp_precision="millisecond", case_insensitive_keys=True)
     assert (r.missing, r.extra) == (0, 0)
-    # 'AB' = 'ab' once case is ignored and equal at millisecond precision; 'cd' is a second off
-    assert [(e.key, e.status, e.columns) for e in r.sample] == [(["cd"], "changed", ["ts"])]
-    assert r.duplicated_target == 1
-    assert any("collide when case is ignored" in w and "target" in w for w in r.warnings)
+    # 'AB' = 'ab' once case is ignored and equal at millisecond precision; the target's 'CD' and
+    # 'Cd' fold into one key: a collision, never paired with the source's 'cd'
+    assert [(e.key, e.status, e.columns) for e in r.sample] == [(["cd"], "collision", [])]
+    assert (r.duplicated_target, r.collided_target) == (0, 1)
+    assert any("collide after normalization" in w and "target" in w for w in r.warnings)
     r = row_diff_across(a, b, "t", "t", ["k"], ["ts"], case_insensitive_keys=True)  # microseconds now count
-    assert [e.key for e in r.sample if e.status == "changed"] == [["ab"], ["cd"]]
+    assert [e.key for e in r.sample if e.status == "changed"] == [["ab"]]
 
 
 def test_across_one_side_empty(tmp_path):

@@ -1,18 +1,21 @@
 """``build_row_diff_check``: the row-level key diff as an asset check (one database or two, chosen from the resources), with a key sample in the UI."""
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
 
 from dw_dagster.checks.metadata import at_least, column_list, metadata_table
+from dw_dagster.checks.reconcile import INCONCLUSIVE_KEY
 from dw_dagster.checks.rowdiff.hashdiff import row_diff_across
 from dw_dagster.checks.rowdiff.joindiff import row_diff
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _options
 from dw_dagster.databases import sql
 
 ROW_DIFF_KIND = "row_diff"
+_READ_ATTEMPTS, _READ_WAIT_S = 3, 2.0
 
 
 def _same_database(resources: Any, source_key: str, target_key: str) -> bool:
@@ -33,6 +36,8 @@ def row_diff_summary(result: RowDiffResult) -> str:
         parts[-1] += " (" + ", ".join(f"{c} ×{n}" for c, n in top) + ")"
     dups = [f"{n} key(s) duplicated in the {side}" for n, side in
             ((result.duplicated_source, "source"), (result.duplicated_target, "target")) if n]
+    dups += [f"{n} key(s) colliding after normalization in the {side}" for n, side in
+             ((result.collided_source, "source"), (result.collided_target, "target")) if n]
     return ", ".join(parts + dups)
 
 
@@ -49,12 +54,17 @@ def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
         "dw/changed": result.changed,
         "dw/duplicated_source": result.duplicated_source,
         "dw/duplicated_target": result.duplicated_target,
+        "dw/collided_source": result.collided_source,
+        "dw/collided_target": result.collided_target,
+        "dw/collisions": dg.MetadataValue.json([c.model_dump(mode="json") for c in result.collisions]),
         "dw/changed_columns": dg.MetadataValue.json(result.changed_columns),
         "dw/key_sample": metadata_table(sample, [("key", "string"), ("status", "string"), ("columns", "string"),
                                                  ("source_rows", "int"), ("target_rows", "int")]),
         "dw/warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
         "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
     }
+    if result.timestamp_rule:
+        meta["dw/timestamp_rule"] = result.timestamp_rule
     if result.buckets_compared is not None:
         meta.update({"dw/buckets_compared": result.buckets_compared, "dw/buckets_downloaded": result.buckets_downloaded,
                      "dw/rows_downloaded": result.rows_downloaded})
@@ -75,8 +85,11 @@ def build_row_diff_check(
     rel_tolerance: float = 1e-9,
     abs_tolerance: float = 1e-12,
     timestamp_precision: str | None = None,
+    timestamp_rounding: str = "tolerate",
     case_insensitive_keys: bool = False,
     trim_trailing_blanks: bool = False,
+    source_char_columns: Sequence[str] | None = None,
+    target_char_columns: Sequence[str] | None = None,
     sample_limit: int = 50,
     max_download_rows: int = 20_000_000,
     blocking: bool = False,
@@ -99,8 +112,9 @@ def build_row_diff_check(
         compare_columns: columns to compare; default every non-key column both tables have.
         source_resource_key, target_resource_key: keys of the two
             :class:`~dw_dagster.databases.DatabaseResource` resources.
-        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, trim_trailing_blanks:
-            the typed comparison, as in :func:`row_diff`.
+        rel_tolerance, abs_tolerance, timestamp_precision, timestamp_rounding, case_insensitive_keys,
+        trim_trailing_blanks, source_char_columns, target_char_columns: the typed comparison, as in
+            :func:`row_diff` (names resolved against each side's catalog when the check runs).
         sample_limit: differing keys shown in ``dw/key_sample`` (the counts cover all of them).
         max_download_rows: across databases, refuse to download more rows than this.
         blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
@@ -109,14 +123,19 @@ def build_row_diff_check(
     Returns:
         An ``AssetChecksDefinition`` that passes when the tables hold the same keys with the same
         values. Metadata: ``dw/missing``, ``dw/extra``, ``dw/changed``, ``dw/duplicated_source``,
-        ``dw/duplicated_target`` (keys), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
+        ``dw/duplicated_target``, ``dw/collided_source``, ``dw/collided_target`` (keys),
+        ``dw/collisions`` (normalized keys with their spellings), ``dw/timestamp_rule`` (with a
+        precision), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
         (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
-        ``dw/buckets_downloaded``, ``dw/rows_downloaded``.
+        ``dw/buckets_downloaded``, ``dw/rows_downloaded``. Across databases, a table whose row
+        count changed between the count and the hashing is read again (3 reads, 2 s apart);
+        still changing, the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
         ValueError: no key columns, a key column named twice, a bare string where a list of columns
-            is expected, a negative or non-finite tolerance, or an unknown ``timestamp_precision``.
+            is expected, a negative or non-finite tolerance, or an unknown ``timestamp_precision``
+            or ``timestamp_rounding``.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     key_columns = column_list("key_columns", key_columns, allow_empty=False)
@@ -125,9 +144,11 @@ def build_row_diff_check(
     compare_columns = None if compare_columns is None else column_list("compare_columns", compare_columns)
     at_least("sample_limit", sample_limit, 0)
     at_least("max_download_rows", max_download_rows, 1)
-    _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
+    _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
+    source_char_columns = None if source_char_columns is None else column_list("source_char_columns", source_char_columns)
+    target_char_columns = None if target_char_columns is None else column_list("target_char_columns", target_char_columns)
     sql.table(source_table), sql.table(target_table)
-    for c in [*key_columns, *(compare_columns or ())]:
+    for c in [*key_columns, *(compare_columns or ()), *(source_char_columns or ()), *(target_char_columns or ())]:
         sql.identifier(c)
 
     @dg.asset_check(
@@ -143,13 +164,25 @@ def build_row_diff_check(
     def _row_diff(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         src = getattr(context.resources, source_resource_key).get_database()
         opts = dict(compare_columns=compare_columns, rel_tolerance=rel_tolerance, abs_tolerance=abs_tolerance,
-                    timestamp_precision=timestamp_precision, case_insensitive_keys=case_insensitive_keys,
-                    trim_trailing_blanks=trim_trailing_blanks, sample_limit=sample_limit)
+                    timestamp_precision=timestamp_precision, timestamp_rounding=timestamp_rounding,
+                    case_insensitive_keys=case_insensitive_keys, trim_trailing_blanks=trim_trailing_blanks,
+                    source_char_columns=source_char_columns, target_char_columns=target_char_columns,
+                    sample_limit=sample_limit)
         if _same_database(context.resources, source_resource_key, target_resource_key):
             result = row_diff(src, source_table, target_table, key_columns, **opts)
         else:
             tgt = getattr(context.resources, target_resource_key).get_database()
-            result = row_diff_across(src, tgt, source_table, target_table, key_columns, max_download_rows=max_download_rows, **opts)
+            for attempt in range(_READ_ATTEMPTS):  # a table that changed while read is read again
+                result = row_diff_across(src, tgt, source_table, target_table, key_columns,
+                                         max_download_rows=max_download_rows, **opts)
+                if not result.unstable:
+                    break
+                if attempt + 1 < _READ_ATTEMPTS:
+                    time.sleep(_READ_WAIT_S)
+            if result.unstable:
+                return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                           description=f"inconclusive after {_READ_ATTEMPTS} reads: {'; '.join(result.unstable)}",
+                                           metadata={**row_diff_metadata(result), INCONCLUSIVE_KEY: True})
         return dg.AssetCheckResult(passed=result.identical, severity=severity, description=row_diff_summary(result),
                                    metadata=row_diff_metadata(result))
 

@@ -4,9 +4,11 @@ Across two databases (:func:`row_diff_across`) each side computes, per bucket of
 ``hash(key) mod buckets``, the row count and the sum of 48-bit row hashes (md5 over a row string
 with an explicit per-column NULL marker and a length prefix, so ``NULL`` ≠ ``''`` and ``'1','11'``
 ≠ ``'11','1'``; summed, never XOR-ed, so duplicates count). Only buckets whose (count, sum)
-differ are downloaded and diffed in Python. Buckets are by hash of the key, never by string
-ranges, so the two engines' string collations cannot disagree on the split
-(the bucketed-checksum method of data-diff/reladiff, with sums instead of XOR).
+differ are downloaded and diffed in Python. Buckets are by hash of the key as compared (trimmed,
+lower-cased with ``case_insensitive_keys``, aware timestamps in UTC: a key the diff matches lands
+in the same bucket on both sides), never by string ranges, so the two engines' string collations
+cannot disagree on the split (the bucketed-checksum method of data-diff/reladiff, with sums
+instead of XOR).
 """
 
 from collections.abc import Sequence
@@ -14,17 +16,23 @@ from typing import NamedTuple
 
 import sqlglot
 
-from dw_dagster.checks.rowdiff.joindiff import _HEX48, _MD5_HEX, _collisions, _counts_and_null_keys, _diff_typed
-from dw_dagster.checks.rowdiff.rules import RowDiffResult, _compare_columns, _options, _trimmed
+from dw_dagster.checks.rowdiff.joindiff import (
+    _HEX48,
+    _MD5_HEX,
+    _collision_warning,
+    _collisions,
+    _counts_and_null_keys,
+    _diff_typed,
+)
+from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
-from dw_dagster.databases.catalog import column_types
 
 
-def _row_string(columns: Sequence[str]) -> str:
-    """Per column: 'N' for NULL, else 'V' + length + ':' + text; joined with '|' (DuckDB dialect)."""
+def _row_string(exprs: Sequence[str]) -> str:
+    """Per expression: 'N' for NULL, else 'V' + length + ':' + text; joined with '|' (DuckDB dialect)."""
     parts = []
-    for c in columns:
-        v = f"CAST({sql.identifier(c).sql('duckdb')} AS VARCHAR)"
+    for e in exprs:
+        v = f"CAST({e} AS VARCHAR)"
         parts.append(f"(CASE WHEN {v} IS NULL THEN 'N' ELSE 'V' || CAST(LENGTH({v}) AS VARCHAR) || ':' || {v} END)")
     return " || '|' || ".join(parts)
 
@@ -46,18 +54,21 @@ class _Hashes(NamedTuple):
     to_int: str
 
 
-def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], native: bool) -> _Hashes:
+def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], native: bool, own: dict[str, str],
+            other: dict[str, str], case_insensitive: bool) -> _Hashes:
     """DuckDB's native ``hash`` when both sides are DuckDB (about 27× faster than md5 strings,
-    reference §1.4), else md5 over :func:`_row_string` with its first 48 bits as the integer."""
+    reference §1.4), else md5 over :func:`_row_string` with its first 48 bits as the integer. The
+    key is hashed as compared (:func:`~.rules._key_expr`), aware timestamps as UTC wall clocks."""
+    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    keys = [_key_expr(q(c), c, own, other, case_insensitive) for c in key_columns]
+    row = [*keys, *(_utc(q(c), own.get(c)) for c in columns)]
     if native:
-        q = lambda cs: ", ".join(sql.identifier(c).sql("duckdb") for c in cs)  # noqa: E731
-        return _Hashes(f"hash({q(key_columns)})", f"(hash({q([*key_columns, *columns])}) >> 16)", "{h}")
-    return _Hashes(_md5_hex_sql(db.dialect, _row_string(key_columns)),
-                   _md5_hex_sql(db.dialect, _row_string([*key_columns, *columns])), _HEX48[db.dialect])
+        return _Hashes(f"hash({', '.join(keys)})", f"(hash({', '.join(row)}) >> 16)", "{h}")
+    return _Hashes(_md5_hex_sql(db.dialect, _row_string(keys)), _md5_hex_sql(db.dialect, _row_string(row)), _HEX48[db.dialect])
 
 
-def _from(db: Database, table: str) -> str:
-    return sqlglot.transpile(f"SELECT 1 FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0][len("SELECT 1 FROM "):]
+def _from(db: Database, rel: str) -> str:
+    return sqlglot.transpile(f"SELECT 1 FROM {rel} AS dw_x", read="duckdb", write=db.dialect)[0][len("SELECT 1 FROM "):]
 
 
 def _bucket_sql(db: Database, table: str, h: _Hashes, buckets: int) -> str:
@@ -94,7 +105,9 @@ def _download_sql(db: Database, table: str, h: _Hashes, key_columns: Sequence[st
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
                     key_columns: Sequence[str], compare_columns: Sequence[str] | None = None, *,
                     rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,
-                    case_insensitive_keys: bool = False, trim_trailing_blanks: bool = False, buckets: int | None = None,
+                    timestamp_rounding: str = "tolerate", case_insensitive_keys: bool = False,
+                    trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
+                    target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
@@ -123,8 +136,9 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         source_table, target_table: ``schema.table`` names in their databases.
         key_columns: the key (compound keys allowed; NULL-safe).
         compare_columns: columns to compare; default every non-key column the two tables share.
-        rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, trim_trailing_blanks:
-            as in :func:`row_diff`.
+        rel_tolerance, abs_tolerance, timestamp_precision, timestamp_rounding, case_insensitive_keys,
+        trim_trailing_blanks, source_char_columns, target_char_columns: as in :func:`row_diff`; each
+            name is resolved against its own side's catalog.
         buckets: bucket count (default: chosen from the row counts as above).
         max_download_rows: refuse (raise) rather than download more rows than this in step 3.
         sample_limit: how many differing keys to keep (the counts cover all of them).
@@ -139,27 +153,33 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             BigQuery have one).
         DatabaseError: a table or column is missing, a query fails, or the rows to download
             exceed ``max_download_rows``.
+        CatalogError: a configured column name matches two columns differing only in case.
     """
     import pyarrow as pa
 
     native = source.dialect == target.dialect == "duckdb" and not portable
-    st = _trimmed(column_types(source, source_table), trim_trailing_blanks)
-    tt = _trimmed(column_types(target, target_table), trim_trailing_blanks)
-    compare_columns, left_out = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
-    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
-    n_s, warn_s, q_ns = _counts_and_null_keys(source, source_table, key_columns, "source")
-    n_t, warn_t, q_nt = _counts_and_null_keys(target, target_table, key_columns, "target")
-    warnings, queries = left_out + warn_s + warn_t, [q_ns, q_nt]
-    if case_insensitive_keys:
-        for db, table, side, types in ((source, source_table, "source", st), (target, target_table, "target", tt)):
-            w, q = _collisions(db, table, key_columns, side, types)
-            warnings += w
+    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
+    plan = _plan(source, target, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
+                 source_char_columns, target_char_columns)
+    key_columns, compare_columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
+    n_s, warn_s, q_ns = _counts_and_null_keys(source, plan.source_rel, key_columns, "source", plan.labels)
+    n_t, warn_t, q_nt = _counts_and_null_keys(target, plan.target_rel, key_columns, "target", plan.labels)
+    warnings, queries = plan.warnings + warn_s + warn_t, [q_ns, q_nt]
+    collisions, collided = [], []
+    for db, rel, side, own, other in ((source, plan.source_rel, "source", st, tt), (target, plan.target_rel, "target", tt, st)):
+        found, total, q = _collisions(db, rel, key_columns, side, own, other, case_insensitive_keys)
+        collisions += found
+        collided.append(total)
+        warnings += [_collision_warning(c) for c in found]
+        if q:
             queries.append(q)
     if buckets is None:
         want = max(n_s, n_t) / 16
         buckets = 1 << max(10, min(20, round(max(want, 1)).bit_length()))
-    hs, ht = _hashes(source, key_columns, compare_columns, native), _hashes(target, key_columns, compare_columns, native)
-    qs, qt = _bucket_sql(source, source_table, hs, buckets), _bucket_sql(target, target_table, ht, buckets)
+    ci = case_insensitive_keys
+    hs = _hashes(source, key_columns, compare_columns, native, st, tt, ci)
+    ht = _hashes(target, key_columns, compare_columns, native, tt, st, ci)
+    qs, qt = _bucket_sql(source, plan.source_rel, hs, buckets), _bucket_sql(target, plan.target_rel, ht, buckets)
     queries += [qs, qt]
     local = LocalDuckDB()
     try:
@@ -181,7 +201,13 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             "SELECT COALESCE(s.dw_b, t.dw_b) FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.dw_b = t.dw_b "
             "WHERE s.dw_n IS DISTINCT FROM t.dw_n OR s.dw_sum IS DISTINCT FROM t.dw_sum ORDER BY 1")]
         result = RowDiffResult(queries=queries, warnings=warnings, buckets_compared=buckets,
-                               buckets_downloaded=len(differing), rows_downloaded=0)
+                               buckets_downloaded=len(differing), rows_downloaded=0, collisions=collisions,
+                               collided_source=collided[0], collided_target=collided[1],
+                               timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
+        (in_s, in_t), = local.fetch_all("SELECT (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bs), (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bt)")
+        result.unstable = [f"{side} {table} changed while read: {n:,} rows counted, {b:,} hashed"
+                           for side, table, n, b in (("source", source_table, n_s, in_s), ("target", target_table, n_t, in_t))
+                           if int(n) != int(b)]
         if not differing:
             return result
         all_rows = len(differing) > buckets // 2
@@ -192,8 +218,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             raise DatabaseError(f"{len(differing)} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
         wanted = None if all_rows else differing
         downloaded = []
-        for db, table, h in ((source, source_table, hs), (target, target_table, ht)):
-            q = _download_sql(db, table, h, key_columns, compare_columns, buckets, wanted)
+        for db, rel, h in ((source, plan.source_rel, hs), (target, plan.target_rel, ht)):
+            q = _download_sql(db, rel, h, key_columns, compare_columns, buckets, wanted)
             result.queries.append(q)
             downloaded.append(list(db.fetch_batches(q)))
         schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
@@ -208,4 +234,4 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     result.missing, result.extra, result.changed = diff.missing, diff.extra, diff.changed
     result.duplicated_source, result.duplicated_target = diff.duplicated_source, diff.duplicated_target
     result.changed_columns, result.sample = diff.changed_columns, diff.sample
-    return result
+    return _relabel(result, plan.labels)

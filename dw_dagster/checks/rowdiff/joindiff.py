@@ -11,84 +11,128 @@ from collections.abc import Sequence
 import sqlglot
 
 from dw_dagster.checks.rowdiff.rules import (
-    TEXT_TYPES,
+    KeyCollision,
     RowDiffEntry,
     RowDiffResult,
-    _compare_columns,
     _differs,
-    _is,
+    _folds,
     _key_expr,
     _Options,
     _options,
-    _trimmed,
+    _plan,
+    _relabel,
+    timestamp_rule,
 )
 from dw_dagster.databases import Database, sql
-from dw_dagster.databases.catalog import column_types
 
 
 def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str],
                  source_types: dict[str, str], target_types: dict[str, str], *, rel_tolerance: float = 1e-9,
                  abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,
-                 case_insensitive_keys: bool = False) -> str:
+                 case_insensitive_keys: bool = False, timestamp_rounding: str = "tolerate") -> str:
     """The in-database diff query (DuckDB dialect; transpile for others). Returns differing keys only."""
-    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
+    return _diff_sql(sql.table(source_table).sql("duckdb"), sql.table(target_table).sql("duckdb"), key_columns,
+                     compare_columns, source_types, target_types, opts)
 
-    def side(table: str, types: dict[str, str], other: dict[str, str]) -> str:
-        key_expr = lambda c, _: _key_expr(q(c), c, types, other, case_insensitive_keys)  # noqa: E731
-        keys = ", ".join(f"{key_expr(c, types)} AS {q(c)}" for c in key_columns)
+
+def _raw_key(key_columns: Sequence[str], types: dict[str, str], other: dict[str, str], ci: bool, ref=None) -> str | None:
+    """The original spelling of the key columns a normalization folds (text, '|'-joined), or None
+    when no key column is folded (then no two distinct keys can collide)."""
+    ref = ref or (lambda c: sql.identifier(c).sql("duckdb"))
+    folded = [c for c in key_columns if _folds(c, types, ci)]
+    if not folded:
+        return None
+    return " || '|' || ".join(f"COALESCE(CAST({ref(c)} AS VARCHAR), '')" for c in folded)
+
+
+def _diff_sql(src: str, tgt: str, key_columns: Sequence[str], compare_columns: Sequence[str],
+              source_types: dict[str, str], target_types: dict[str, str], opts: _Options) -> str:
+    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    ci = opts.case_insensitive_keys
+
+    def side(rel: str, types: dict[str, str], other: dict[str, str]) -> str:
+        key_expr = lambda c: _key_expr(q(c), c, types, other, ci)  # noqa: E731
+        keys = ", ".join(f"{key_expr(c)} AS {q(c)}" for c in key_columns)
         # PostgreSQL and BigQuery accept only equalities in a FULL JOIN's condition, so the
         # NULL-safe match is an equality on (key as text with NULL as '', is-NULL flag).
-        safe = "".join(f", COALESCE(CAST({key_expr(c, types)} AS VARCHAR), '') AS dw_kc{i}, "
-                       f"CASE WHEN {key_expr(c, types)} IS NULL THEN 1 ELSE 0 END AS dw_kn{i}"
+        safe = "".join(f", COALESCE(CAST({key_expr(c)} AS VARCHAR), '') AS dw_kc{i}, "
+                       f"CASE WHEN {key_expr(c)} IS NULL THEN 1 ELSE 0 END AS dw_kn{i}"
                        for i, c in enumerate(key_columns))
+        raw = _raw_key(key_columns, types, other, ci)
+        spellings = f", COUNT(DISTINCT {raw}) AS dw_r" if raw else ", 1 AS dw_r"
         vals = "".join(f", MIN({q(c)}) AS {q(c)}" for c in compare_columns)
-        groups = ", ".join(key_expr(c, types) for c in key_columns)
-        return f"SELECT {keys}{safe}, COUNT(*) AS dw_n{vals} FROM {sql.table(table).sql('duckdb')} GROUP BY {groups}"
+        groups = ", ".join(key_expr(c) for c in key_columns)
+        return f"SELECT {keys}{safe}, COUNT(*) AS dw_n{spellings}{vals} FROM {rel} AS x GROUP BY {groups}"
 
     on = " AND ".join(f"s.dw_kc{i} = t.dw_kc{i} AND s.dw_kn{i} = t.dw_kn{i}" for i in range(len(key_columns)))
-    flags = [_differs(c, source_types.get(c.lower()), target_types.get(c.lower()), rel_tolerance, abs_tolerance,
-                      timestamp_precision) for c in compare_columns]
+    flags = [_differs(c, source_types.get(c.lower()), target_types.get(c.lower()), opts.rel_tolerance, opts.abs_tolerance,
+                      opts.timestamp_precision, opts.timestamp_rounding) for c in compare_columns]
     sel_keys = ", ".join(f"COALESCE(s.{q(c)}, t.{q(c)}) AS {q(c)}" for c in key_columns)
     sel_flags = "".join(f", {f} AS dw_d{i}" for i, f in enumerate(flags))
     where = " OR ".join(["s.dw_n IS NULL", "t.dw_n IS NULL", "s.dw_n > 1", "t.dw_n > 1", *flags])
     order = ", ".join(f"{i + 1} NULLS FIRST" for i in range(len(key_columns)))
-    return (f"WITH s AS ({side(source_table, source_types, target_types)}), t AS ({side(target_table, target_types, source_types)}) "
-            f"SELECT {sel_keys}, s.dw_n AS dw_sn, t.dw_n AS dw_tn{sel_flags} "
+    return (f"WITH s AS ({side(src, source_types, target_types)}), t AS ({side(tgt, target_types, source_types)}) "
+            f"SELECT {sel_keys}, s.dw_n AS dw_sn, t.dw_n AS dw_tn, s.dw_r AS dw_sr, t.dw_r AS dw_tr{sel_flags} "
             f"FROM s FULL OUTER JOIN t ON {on} WHERE {where} ORDER BY {order}")
 
 
-def _counts_and_null_keys(db: Database, table: str, key_columns: Sequence[str], side: str) -> tuple[int, list[str], str]:
-    """Row count of ``table`` and the NULL-key warnings, in one pushed-down query."""
+def _counts_and_null_keys(db: Database, rel: str, key_columns: Sequence[str], side: str,
+                          labels: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    """Row count of the relation ``rel`` (DuckDB dialect) and the NULL-key warnings, in one pushed-down query."""
     parts = "".join(f", COUNT(*) - COUNT({sql.identifier(c).sql('duckdb')})" for c in key_columns)
-    q = sqlglot.transpile(f"SELECT COUNT(*){parts} FROM {sql.table(table).sql('duckdb')}", read="duckdb", write=db.dialect)[0]
+    q = sqlglot.transpile(f"SELECT COUNT(*){parts} FROM {rel} AS x", read="duckdb", write=db.dialect)[0]
     (row,) = db.fetch_all(q)
-    return int(row[0]), [_null_key_warning(c, n, side) for c, n in zip(key_columns, row[1:]) if n], q
+    labels = labels or {}
+    return int(row[0]), [_null_key_warning(labels.get(c, c), n, side) for c, n in zip(key_columns, row[1:]) if n], q
 
 
 def _null_key_warning(column: str, nulls: int, side: str) -> str:
     return f"key column {column} has {nulls} NULL(s) on the {side} side; compared NULL-safely"
 
 
-def _collisions(db: Database, table: str, key_columns: Sequence[str], side: str, types: dict[str, str]) -> tuple[list[str], str]:
+def _collisions(db: Database, rel: str, key_columns: Sequence[str], side: str, types: dict[str, str],
+                other: dict[str, str], case_insensitive: bool, limit: int = 20) -> tuple[list[KeyCollision], int, str | None]:
+    """Normalized keys of one side held by two or more distinct original keys (the first ``limit``,
+    with the first and last spelling) and how many there are in all, from one pushed-down query;
+    ([], 0, None) when no key column is normalized."""
     q_ = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
-    text = lambda c: types.get(c.lower()) is None or _is(TEXT_TYPES, types.get(c.lower()))  # noqa: E731
-    lowered = ", ".join(f"LOWER({q_(c)})" if text(c) else q_(c) for c in key_columns)
-    raw = " || '|' || ".join(f"COALESCE(CAST({q_(c)} AS VARCHAR), '')" for c in key_columns)
+    raw = _raw_key(key_columns, types, other, case_insensitive)
+    if raw is None:
+        return [], 0, None
+    norm = ", ".join(_key_expr(q_(c), c, types, other, case_insensitive) for c in key_columns)
     q = sqlglot.transpile(
-        f"SELECT {lowered}, COUNT(DISTINCT {raw}) FROM {sql.table(table).sql('duckdb')} GROUP BY {lowered} "
-        f"HAVING COUNT(DISTINCT {raw}) > 1 ORDER BY 1 LIMIT 20", read="duckdb", write=db.dialect)[0]
-    return [f"{side} keys collide when case is ignored: {list(r[:-1])} ({r[-1]} spellings)" for r in db.fetch_all(q)], q
+        f"SELECT {norm}, MIN({raw}), MAX({raw}), COUNT(DISTINCT {raw}), COUNT(*) OVER () FROM {rel} AS x GROUP BY {norm} "
+        f"HAVING COUNT(DISTINCT {raw}) > 1 ORDER BY {', '.join(str(i + 1) for i in range(len(key_columns)))} LIMIT {int(limit)}",
+        read="duckdb", write=db.dialect)[0]
+    n = len(key_columns)
+    rows = db.fetch_all(q)
+    return ([KeyCollision(side=side, key=list(r[:n]), spellings=[r[n], r[n + 1]], count=int(r[n + 2])) for r in rows],
+            int(rows[0][n + 3]) if rows else 0, q)
 
 
-def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, flags: Sequence[bool],
-           compare_columns: Sequence[str], sample_limit: int) -> None:
+def _collision_warning(c: KeyCollision) -> str:
+    return (f"{c.side} keys collide after normalization: {c.spellings[0]!r} and {c.spellings[1]!r}"
+            f"{f' (and {c.count - 2} more)' if c.count > 2 else ''} are both {c.key}; not paired with the other side")
+
+
+def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, sr: int | None, tr: int | None,
+           flags: Sequence[bool], compare_columns: Sequence[str], sample_limit: int) -> None:
     sn, tn = int(sn or 0), int(tn or 0)
-    cols = [c for c, f in zip(compare_columns, flags) if f] if sn and tn else []
-    if sn > 1:
-        result.duplicated_source += 1
-    if tn > 1:
-        result.duplicated_target += 1
-    if not tn:
+    collided = int(sr or 0) > 1 or int(tr or 0) > 1
+    cols = [c for c, f in zip(compare_columns, flags) if f] if sn and tn and not collided else []
+    if collided:  # two distinct keys folded into one: neither a duplicate nor a pair
+        status = "collision"
+        result.collided_source += int(sr or 0) > 1
+        result.collided_target += int(tr or 0) > 1
+    else:
+        if sn > 1:
+            result.duplicated_source += 1
+        if tn > 1:
+            result.duplicated_target += 1
+    if collided:
+        pass  # status set above
+    elif not tn:
         status = "missing"
         result.missing += 1
     elif not sn:
@@ -105,8 +149,8 @@ def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, fla
         result.sample.append(RowDiffEntry(key=key, status=status, columns=cols, source_rows=sn, target_rows=tn))
 
 
-def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance,
-                        abs_tolerance, timestamp_precision, case_insensitive_keys, sample_limit) -> "RowDiffResult | None":
+def _duckdb_single_pass(db, src, tgt, key_columns, compare_columns, st, tt, opts: _Options,
+                        sample_limit) -> "RowDiffResult | None":
     """DuckDB fast path, one statement in two steps. First the two tables are joined on the key
     carrying only a 64-bit hash of the compared columns (about half the cost of joining the rows
     themselves at 10M rows): that gives the join's side counts, the NULL keys, and the candidate
@@ -118,16 +162,15 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
 
     def key_expr(alias: str, c: str, types: dict[str, str]) -> str:
-        return _key_expr(f"{alias}.{q(c)}", c, types, tt if types is st else st, case_insensitive_keys)
+        return _key_expr(f"{alias}.{q(c)}", c, types, tt if types is st else st, opts.case_insensitive_keys)
 
     n = len(key_columns)
-    flags = [_differs(c, st.get(c.lower()), tt.get(c.lower()), rel_tolerance, abs_tolerance, timestamp_precision)
-             for c in compare_columns]
+    flags = [_differs(c, st.get(c.lower()), tt.get(c.lower()), opts.rel_tolerance, opts.abs_tolerance,
+                      opts.timestamp_precision, opts.timestamp_rounding) for c in compare_columns]
     on = " AND ".join(f"{key_expr('s', c, st)} IS NOT DISTINCT FROM {key_expr('t', c, tt)}" for c in key_columns)
     fields = [f"'k{i}': COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)})" for i, c in enumerate(key_columns)]
     fields += ["'sm': s.dw_m", "'tm': t.dw_m"] + [f"'d{i}': {f}" for i, f in enumerate(flags)]
     cond = " OR ".join(["s.dw_m IS NULL", "t.dw_m IS NULL", *flags])
-    src, tgt = sql.table(source_table).sql("duckdb"), sql.table(target_table).sql("duckdb")
     order = ", ".join(f"COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)}) NULLS FIRST" for c in key_columns)
     row_hash = f"hash({', '.join('x.' + q(c) for c in compare_columns)})" if compare_columns else "0"
 
@@ -149,7 +192,7 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
     unnest = ", ".join(f"u.c.k{i} AS k{i}" for i in range(n))
     nulls = "".join(f", (SELECT dw_n{a}{i} FROM dw_p)" for a in ("s", "t") for i in range(n))
     query = (f"WITH dw_p AS ({step1}), dw_c AS (SELECT {unnest} FROM (SELECT UNNEST(dw_cand) AS c FROM dw_p) AS u) "
-             f"SELECT (SELECT COUNT(*) FROM {src}), (SELECT COUNT(*) FROM {tgt}), (SELECT dw_js FROM dw_p), (SELECT dw_jt FROM dw_p), "
+             f"SELECT (SELECT COUNT(*) FROM {src} AS x), (SELECT COUNT(*) FROM {tgt} AS x), (SELECT dw_js FROM dw_p), (SELECT dw_jt FROM dw_p), "
              f"LIST({{{', '.join(fields)}}} ORDER BY {order}) FILTER (WHERE {cond}){nulls} "
              f"FROM {candidates_of(src, st)} AS s FULL OUTER JOIN {candidates_of(tgt, tt)} AS t ON {on}")
     # Arrow, not Python objects: the list of differing rows can hold millions of entries.
@@ -206,65 +249,81 @@ def _duckdb_single_pass(db, source_table, target_table, key_columns, compare_col
 
 def row_diff(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
              compare_columns: Sequence[str] | None = None, *, rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12,
-             timestamp_precision: str | None = None, case_insensitive_keys: bool = False,
-             trim_trailing_blanks: bool = False, sample_limit: int = 100) -> RowDiffResult:
-    """Diff two tables in the same database by key (see the module docstring).
+             timestamp_precision: str | None = None, timestamp_rounding: str = "tolerate",
+             case_insensitive_keys: bool = False, trim_trailing_blanks: bool = False,
+             source_char_columns: Sequence[str] | None = None, target_char_columns: Sequence[str] | None = None,
+             sample_limit: int = 100) -> RowDiffResult:
+    """Diff two tables in the same database by key (see the module docstring and :mod:`.rules`).
 
     Args:
         db: the database holding both tables.
         source_table, target_table: ``schema.table`` names.
-        key_columns: the key (compound keys allowed; NULL-safe).
+        key_columns: the key (compound keys allowed; NULL-safe). Every name is resolved against
+            the catalog (exact, then the engine's folding rule, then a unique case-insensitive
+            match) and quoted as the catalog spells it.
         compare_columns: columns to compare; default every non-key column the two tables share.
         rel_tolerance, abs_tolerance: for floating-point columns only.
-        timestamp_precision: ``DATE_TRUNC`` unit applied to timestamps before comparing.
+        timestamp_precision: unit timestamps are compared at (``"millisecond"``...), or None (exact).
+        timestamp_rounding: with a precision, ``"tolerate"`` (default: truncations within one
+            unit), ``"floor"`` or ``"round"``; the rule used is ``result.timestamp_rule``.
         case_insensitive_keys: compare text keys with ``LOWER``; colliding keys are reported.
         trim_trailing_blanks: compare every text column and key with trailing blanks trimmed, as
-            ``CHAR`` columns always are. Needed where a blank-padded ``CHAR`` export landed in a
-            engine that reports it as ``VARCHAR`` (DuckDB has no padded ``CHAR`` type).
+            ``CHAR`` columns always are. Hides a real trailing-blank change in a ``VARCHAR``:
+            prefer ``source_char_columns`` / ``target_char_columns``.
+        source_char_columns, target_char_columns: columns (keys or compared) with ``CHAR``
+            semantics on that side, where the engine reports a padded export as ``VARCHAR``
+            (DuckDB has no padded ``CHAR`` type): only those are trimmed.
         sample_limit: how many differing keys to keep (the counts cover all of them).
 
     Returns:
-        A :class:`RowDiffResult`; ``queries`` holds the SQL run.
+        A :class:`RowDiffResult`; ``queries`` holds the SQL run. Key collisions after
+        normalization are ``collided_source``/``collided_target`` and ``collisions`` (with spellings).
 
     Raises:
-        DatabaseError: a table or key column is missing, or a query fails.
+        DatabaseError: a table or a key, compared or declared column is missing, or a query fails.
+        CatalogError: a configured column name matches two columns differing only in case.
     """
-    st, tt = _trimmed(column_types(db, source_table), trim_trailing_blanks), _trimmed(column_types(db, target_table), trim_trailing_blanks)
-    compare_columns, left_out = _compare_columns(source_table, target_table, key_columns, compare_columns, st, tt)
-    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys)
-    result, fast = _diff_typed(db, source_table, target_table, key_columns, compare_columns, st, tt, opts, sample_limit)
-    result.warnings += left_out
-    for table, side in ((source_table, "source"), (target_table, "target")):
+    opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
+    plan = _plan(db, db, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
+                 source_char_columns, target_char_columns)
+    keys, cols, st, tt = plan.keys, plan.columns, plan.st, plan.tt
+    result, fast = _diff_typed(db, plan.source_rel, plan.target_rel, keys, cols, st, tt, opts, sample_limit)
+    result.warnings += plan.warnings
+    for rel, side, own, other in ((plan.source_rel, "source", st, tt), (plan.target_rel, "target", tt, st)):
         if not fast:  # the single pass already counted NULL keys
-            _, w, wq = _counts_and_null_keys(db, table, key_columns, side)
+            _, w, wq = _counts_and_null_keys(db, rel, keys, side, plan.labels)
             result.warnings += w
             result.queries.append(wq)
-        if case_insensitive_keys:
-            w, wq = _collisions(db, table, key_columns, side, st if side == "source" else tt)
-            result.warnings += w
-            result.queries.append(wq)
-    return result
+        if not fast or result.collided_source or result.collided_target:
+            found, _, cq = _collisions(db, rel, keys, side, own, other, case_insensitive_keys)
+            result.collisions += found
+            result.warnings += [_collision_warning(c) for c in found]
+            if cq:
+                result.queries.append(cq)
+    result.timestamp_rule = timestamp_rule(timestamp_precision, timestamp_rounding)
+    return _relabel(result, plan.labels)
 
 
-def _diff_typed(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
+def _diff_typed(db: Database, src: str, tgt: str, key_columns: Sequence[str],
                 compare_columns: Sequence[str], st: dict[str, str], tt: dict[str, str], opts: _Options,
                 sample_limit: int) -> tuple[RowDiffResult, bool]:
-    """The diff with the column types given (``st``/``tt`` may come from other databases than ``db``:
-    :func:`row_diff_across` passes the types of the tables the rows were downloaded from).
-    Returns the result and whether DuckDB's single pass produced it (it counts NULL keys itself)."""
+    """The diff of two relations (DuckDB-dialect ``FROM`` items) with the column types given
+    (``st``/``tt`` may come from other databases than ``db``: :func:`row_diff_across` passes the
+    types of the tables the rows were downloaded from). Returns the result and whether DuckDB's
+    single pass produced it (it counts NULL keys itself, and finds no collision: a collision makes
+    a normalized key repeat, which sends the diff to the grouped query)."""
     if db.dialect == "duckdb":
-        result = _duckdb_single_pass(db, source_table, target_table, key_columns, compare_columns, st, tt, *opts, sample_limit)
+        result = _duckdb_single_pass(db, src, tgt, key_columns, compare_columns, st, tt, opts, sample_limit)
         if result is not None:
             return result, True
-    q = sqlglot.transpile(
-        row_diff_sql(source_table, target_table, key_columns, compare_columns, st, tt, rel_tolerance=opts.rel_tolerance,
-                     abs_tolerance=opts.abs_tolerance, timestamp_precision=opts.timestamp_precision,
-                     case_insensitive_keys=opts.case_insensitive_keys), read="duckdb", write=db.dialect)[0]
+    q = sqlglot.transpile(_diff_sql(src, tgt, key_columns, compare_columns, st, tt, opts), read="duckdb",
+                          write=db.dialect)[0]
     result = RowDiffResult(queries=[q])
     n = len(key_columns)
     for batch in db.fetch_batches(q):
         for row in zip(*(c.to_pylist() for c in batch.columns)):
-            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2 :], compare_columns, sample_limit)
+            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2], row[n + 3], row[n + 4 :], compare_columns,
+                   sample_limit)
     return result, False
 
 

@@ -5,13 +5,28 @@ Typed comparison (in the database, per column):
 - integers and decimals exactly (never cast to floating point);
 - floating point on either side within ``abs_tolerance + rel_tolerance × max(|a|, |b|)``
   (so ``0.1+0.2`` equals ``0.30`` and ``-0.0`` equals ``0.00``);
-- timestamps truncated to ``timestamp_precision`` (``"millisecond"``, ...) when given;
-- ``CHAR`` against ``VARCHAR`` with trailing blanks trimmed;
-- keys compared case-insensitively when asked, with keys that collide under that rule reported.
+- every time-zone-aware timestamp (key or not) as its UTC wall clock, so a ``TIMESTAMPTZ``
+  against a naive UTC-by-contract ``TIMESTAMP`` gives the same answer in every session time zone;
+- timestamps at ``timestamp_precision`` (``"millisecond"``, ...) when given, under
+  ``timestamp_rounding``: ``"tolerate"`` (default: equal when their truncations differ by at most
+  one unit, so a loader that rounded and one that truncated both match), ``"floor"`` (truncations
+  equal) or ``"round"`` (values rounded half up to the unit equal);
+- ``CHAR`` against ``VARCHAR`` with trailing blanks trimmed: columns the catalog types ``CHAR``,
+  and those declared so per side (``source_char_columns`` / ``target_char_columns``) where the
+  engine has no padded type (DuckDB);
+- keys compared case-insensitively when asked; two distinct keys of one side that become equal
+  under a normalization (case folding, ``CHAR`` trimming) are a **key collision**, reported with
+  both spellings, never paired with a row of the other side nor counted as a duplicate.
+
+Columns are named as configured and resolved against each engine's own catalog
+(:func:`~dw_dagster.databases.catalog.resolve_column`), then quoted as the catalog spells them;
+each table is read through a projection that renames its columns to internal aliases
+(``dwkey0``, ``dwcol0``...), so two columns differing only in case stay two columns.
 """
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -43,10 +58,19 @@ _DOUBLE_MAX = "1.7976931348623157e308"
 
 class RowDiffEntry(BaseModel):
     key: list[Any]
-    status: str = Field(description="missing (source only), extra (target only), changed, duplicate")
+    status: str = Field(description="missing (source only), extra (target only), changed, duplicate, collision")
     columns: list[str] = Field(default_factory=list, description="changed columns")
     source_rows: int
     target_rows: int
+
+
+class KeyCollision(BaseModel):
+    """Two or more distinct keys of one side that are equal once normalized (case folding, trimming)."""
+
+    side: str = Field(description="source or target")
+    key: list[Any] = Field(description="the normalized key")
+    spellings: list[Any] = Field(description="the first and the last original spelling (key columns joined by '|')")
+    count: int = Field(description="distinct original spellings")
 
 
 class RowDiffResult(BaseModel):
@@ -57,17 +81,23 @@ class RowDiffResult(BaseModel):
     changed: int = 0
     duplicated_source: int = 0
     duplicated_target: int = 0
+    collided_source: int = Field(default=0, description="normalized keys held by two or more distinct source keys")
+    collided_target: int = 0
+    collisions: list[KeyCollision] = Field(default_factory=list, description="a sample, with the spellings")
+    timestamp_rule: str | None = Field(default=None, description="how timestamps were compared, when a precision was given")
     changed_columns: dict[str, int] = Field(default_factory=dict)
     sample: list[RowDiffEntry] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     queries: list[str] = Field(default_factory=list)
+    unstable: list[str] = Field(default_factory=list, description="across databases: a table that changed while read")
     buckets_compared: int | None = None
     buckets_downloaded: int | None = None
     rows_downloaded: int | None = None
 
     @property
     def identical(self) -> bool:
-        return not (self.missing or self.extra or self.changed or self.duplicated_source or self.duplicated_target)
+        return not (self.missing or self.extra or self.changed or self.duplicated_source or self.duplicated_target
+                    or self.collided_source or self.collided_target)
 
 
 def _is(kind: Sequence[str], ty: str | None) -> bool:
@@ -88,12 +118,13 @@ def _scale(ty: str | None) -> int:
 
 def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case_insensitive: bool) -> str:
     """A key column as compared: CHAR padding trimmed, text lower-cased when keys are
-    case-insensitive (only text columns), and a numeric key whose type differs from the other
-    side's (INTEGER against DECIMAL(10,2)) cast to one DECIMAL(38, s) so values, not spellings, match."""
+    case-insensitive (only text columns), a numeric key whose type differs from the other
+    side's (INTEGER against DECIMAL(10,2)) cast to one DECIMAL(38, s) so values, not spellings,
+    match, and an aware timestamp as its UTC wall clock (whatever the session's time zone)."""
     ty, ty_o = own.get(c.lower()), other.get(c.lower())
     e = ref
     if _text_vs_other(ty, ty_o):  # an INTEGER key against a VARCHAR one: matched as text
-        e = f"CAST({e} AS VARCHAR)"
+        e = f"CAST({_utc(e, ty)} AS VARCHAR)"
         ty = "VARCHAR"
     if _is(CHAR_TYPES, ty):
         e = f"RTRIM({e})"
@@ -101,9 +132,18 @@ def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case
         e = f"LOWER({e})"
     if _is(NUMERIC_TYPES, ty) and _is(NUMERIC_TYPES, ty_o) and ty != ty_o:
         e = f"CAST({e} AS DECIMAL(38, {max(_scale(ty), _scale(ty_o))}))"
-    if is_aware(ty) and ty_o and ty_o.startswith("TIMESTAMP") and not is_aware(ty_o):
-        e = f"CAST({e} AT TIME ZONE 'UTC' AS TIMESTAMP)"  # an aware key against a naive (UTC by contract) one
-    return e
+    return _utc(e, ty)
+
+
+def _utc(ref: str, ty: str | None) -> str:
+    """An aware timestamp as its naive UTC wall clock; anything else as it is."""
+    return f"CAST({ref} AT TIME ZONE 'UTC' AS TIMESTAMP)" if is_aware(ty) else ref
+
+
+def _folds(c: str, own: dict[str, str], case_insensitive: bool) -> bool:
+    """Whether the key column's normalization can make two distinct values equal (trim, case)."""
+    ty = own.get(c.lower())
+    return _is(CHAR_TYPES, ty) or (case_insensitive and (ty is None or _is(TEXT_TYPES, ty)))
 
 
 def _text_vs_other(ty: str | None, ty_o: str | None) -> bool:
@@ -112,22 +152,45 @@ def _text_vs_other(ty: str | None, ty_o: str | None) -> bool:
     return bool(ty and ty_o) and _is(TEXT_TYPES, ty) != _is(TEXT_TYPES, ty_o)
 
 
-def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None) -> str:
+# Half of each unit, to round half up by truncating ``x + half`` (microseconds cannot be rounded
+# on engines that hold microseconds: they are floored).
+_HALF_UNIT = {"millisecond": "500 MICROSECOND", "second": "500 MILLISECOND", "minute": "30 SECOND",
+              "hour": "30 MINUTE", "day": "12 HOUR"}
+
+TIMESTAMP_ROUNDINGS = ("tolerate", "floor", "round")
+
+
+def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None, timestamp_precision: str | None,
+                rounding: str = "floor") -> str:
     ref = f"{alias}.{sql.identifier(col).sql('duckdb')}"
     if _text_vs_other(ty_self, ty_other):
-        return f"CAST({ref} AS VARCHAR)"
+        return f"CAST({_utc(ref, ty_self)} AS VARCHAR)"
     if _is(CHAR_TYPES, ty_self) or _is(CHAR_TYPES, ty_other):
         return f"RTRIM({ref})"
+    ref = _utc(ref, ty_self)
     if timestamp_precision and ty_self and ty_self.startswith("TIMESTAMP"):
         if ty_self == "TIMESTAMP_NS":  # DuckDB rounds nanoseconds to microseconds on the cast DATE_TRUNC makes: floor first
             ref = f"MAKE_TIMESTAMP((EPOCH_NS({ref}) - ((EPOCH_NS({ref}) % 1000) + 1000) % 1000) // 1000)"
+        if rounding == "round" and timestamp_precision in _HALF_UNIT:
+            ref = f"({ref} + INTERVAL {_HALF_UNIT[timestamp_precision]})"
         return f"DATE_TRUNC('{timestamp_precision}', {ref})"
     return ref
 
 
-def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: float, timestamp_precision: str | None) -> str:
-    a = _value_expr("s", col, ts, tt, timestamp_precision)
-    b = _value_expr("t", col, tt, ts, timestamp_precision)
+def timestamp_rule(timestamp_precision: str | None, rounding: str) -> str | None:
+    """The timestamp comparison in words, for the result (None without a precision)."""
+    if not timestamp_precision:
+        return None
+    words = {"tolerate": f"equal when truncated to the {timestamp_precision} they differ by at most one {timestamp_precision}",
+             "floor": f"equal when truncated to the {timestamp_precision} they are equal",
+             "round": f"equal when rounded half up to the {timestamp_precision} they are equal"}
+    return f"{timestamp_precision}, {rounding}: {words[rounding]}; aware timestamps compared in UTC"
+
+
+def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: float, timestamp_precision: str | None,
+             rounding: str = "floor") -> str:
+    a = _value_expr("s", col, ts, tt, timestamp_precision, rounding)
+    b = _value_expr("t", col, tt, ts, timestamp_precision, rounding)
     if (_is(FLOAT_TYPES, ts) or _is(FLOAT_TYPES, tt)) and not _text_vs_other(ts, tt):
         if _is(SINGLE_FLOAT_TYPES, ts) or _is(SINGLE_FLOAT_TYPES, tt):
             rel_tol = max(rel_tol, 2.0 ** -23)  # a 4-byte float holds 24 significant bits
@@ -138,31 +201,42 @@ def _differs(col: str, ts: str | None, tt: str | None, rel_tol: float, abs_tol: 
         return (f"(CASE WHEN {a} IS NULL OR {b} IS NULL THEN {a} IS DISTINCT FROM {b} WHEN {fa} = {fb} THEN FALSE "
                 f"ELSE NOT (ABS({fa} - {fb}) <= {_DOUBLE_MAX} "
                 f"AND ABS({fa} - {fb}) <= {abs_tol!r} + {rel_tol!r} * GREATEST(ABS({fa}), ABS({fb}))) END)")
+    if (timestamp_precision and rounding == "tolerate" and ts and tt and ts.startswith("TIMESTAMP")
+            and tt.startswith("TIMESTAMP")):
+        unit = f"INTERVAL 1 {timestamp_precision.upper()}"
+        return (f"(CASE WHEN {a} IS NULL OR {b} IS NULL THEN {a} IS DISTINCT FROM {b} "
+                f"ELSE NOT ({a} = {b} OR {a} = {b} + {unit} OR {a} + {unit} = {b}) END)")
     return f"({a} IS DISTINCT FROM {b})"
 
 
-def _trimmed(types: ColumnTypes, trim: bool) -> ColumnTypes:
-    """With ``trim``, text columns are treated as ``CHAR`` (compared with trailing blanks trimmed)."""
-    return ColumnTypes({c: "CHAR" if trim and _is(TEXT_TYPES, ty) else ty for c, ty in types.items()},
-                       getattr(types, "names", None))
+def _trimmed(types: ColumnTypes, trim: bool, char_columns: Sequence[str] = ()) -> ColumnTypes:
+    """Text columns treated as ``CHAR`` (compared with trailing blanks trimmed): every one with
+    ``trim``, else those in ``char_columns`` (keys of ``types``)."""
+    chars = {c.lower() for c in char_columns}
+    return ColumnTypes({c: "CHAR" if (trim or c.lower() in chars) and _is(TEXT_TYPES, ty) else ty
+                        for c, ty in types.items()}, getattr(types, "names", None))
 
 
 TIMESTAMP_PRECISIONS = ("microsecond", "millisecond", "second", "minute", "hour", "day")
 
 
 def _options(rel_tolerance: float, abs_tolerance: float, timestamp_precision: str | None,
-             case_insensitive_keys: bool) -> "_Options":
+             case_insensitive_keys: bool, timestamp_rounding: str = "tolerate") -> "_Options":
     """The typed-comparison settings, checked (they end up in SQL).
 
     Raises:
-        ValueError: a tolerance that is negative or not finite, or an unknown ``timestamp_precision``.
+        ValueError: a tolerance that is negative or not finite, an unknown ``timestamp_precision``
+            or ``timestamp_rounding``.
     """
     for name, v in (("rel_tolerance", rel_tolerance), ("abs_tolerance", abs_tolerance)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name} must be a finite number ≥ 0, got {v!r}")
     if timestamp_precision is not None and timestamp_precision not in TIMESTAMP_PRECISIONS:
         raise ValueError(f"timestamp_precision must be one of {', '.join(TIMESTAMP_PRECISIONS)} or None, got {timestamp_precision!r}")
-    return _Options(float(rel_tolerance), float(abs_tolerance), timestamp_precision, bool(case_insensitive_keys))
+    if timestamp_rounding not in TIMESTAMP_ROUNDINGS:
+        raise ValueError(f"timestamp_rounding must be one of {', '.join(TIMESTAMP_ROUNDINGS)}, got {timestamp_rounding!r}")
+    return _Options(float(rel_tolerance), float(abs_tolerance), timestamp_precision, bool(case_insensitive_keys),
+                    timestamp_rounding)
 
 
 class _Options(NamedTuple):
@@ -170,29 +244,115 @@ class _Options(NamedTuple):
     abs_tolerance: float
     timestamp_precision: str | None
     case_insensitive_keys: bool
+    timestamp_rounding: str = "tolerate"
 
 
-def _compare_columns(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str] | None,
-                     st: ColumnTypes, tt: ColumnTypes) -> tuple[list[str], list[str]]:
-    """The columns to compare (each in its own spelling) and warnings about columns left out."""
+class _Plan(NamedTuple):
+    """What a diff reads: per side a DuckDB-dialect relation that projects the resolved catalog
+    columns under internal aliases (keys ``dwkey0``..., compared columns ``dwcol0``...), the alias
+    → type maps, and the alias → configured name labels for the result."""
+
+    keys: list[str]
+    columns: list[str]
+    source_rel: str
+    target_rel: str
+    st: ColumnTypes
+    tt: ColumnTypes
+    labels: dict[str, str]
+    warnings: list[str]
+
+
+def _names(spec: Any, side: str) -> list[str]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        raise ValueError(f"{side}_char_columns is a list of column names, not a string")
+    return list(spec)
+
+
+def _plan(source: Any, target: Any, source_table: str, target_table: str, key_columns: Sequence[str],
+          compare_columns: Sequence[str] | None, trim: bool = False, source_char_columns: Sequence[str] | None = None,
+          target_char_columns: Sequence[str] | None = None) -> _Plan:
+    """Resolve the configured names against each side's catalog and build the two projections.
+
+    Raises:
+        ValueError: a bare string where a list is expected, or a key column named twice.
+        DatabaseError: a table, key column or compared column is missing on a side.
+        CatalogError: a configured name matches two columns differing only in case.
+    """
+    from dw_dagster.databases.catalog import quoted, resolve_column, table_columns
+
     if isinstance(key_columns, str) or isinstance(compare_columns, str):
         raise ValueError("key_columns and compare_columns are lists of column names, not a string")
     keys_l = [k.lower() for k in key_columns]
     if len(set(keys_l)) != len(keys_l):
         raise ValueError(f"key_columns names a column twice: {list(key_columns)}")
-    for k in keys_l:
-        if k not in st or k not in tt:
-            raise DatabaseError(f"key column {k} is not in both {source_table} and {target_table}")
+    s_chars, t_chars = _names(source_char_columns, "source"), _names(target_char_columns, "target")
+    sc, tc = table_columns(source, source_table), table_columns(target, target_table)
+    s_names, t_names = [n for n, _ in sc], [n for n, _ in tc]
+    s_ty, t_ty = dict(sc), dict(tc)
+
+    def both(name: str, what: str) -> tuple[str, str]:
+        a = resolve_column(s_names, name, source.dialect, source_table)
+        b = resolve_column(t_names, name, target.dialect, target_table)
+        if a is None or b is None:
+            raise DatabaseError(f"{what} {name} is not in both {source_table} and {target_table}")
+        return a, b
+
+    keys = [both(k, "key column") for k in key_columns]
+    warnings: list[str] = []
     if compare_columns is None:
-        names = getattr(st, "names", {})
-        only = [f"column {names.get(c, c)} is only in {source_table}; not compared" for c in st if c not in tt and c not in keys_l]
-        only += [f"column {getattr(tt, 'names', {}).get(c, c)} is only in {target_table}; not compared"
-                 for c in tt if c not in st and c not in keys_l]
-        return [names.get(c, c) for c in st if c in tt and c not in keys_l], only
-    for c in compare_columns:
-        if c.lower() not in st or c.lower() not in tt:
-            raise DatabaseError(f"compared column {c} is not in both {source_table} and {target_table}")
-    return list(compare_columns), []
+        used_s, used_t = {a for a, _ in keys}, {b for _, b in keys}
+        pairs, labels_c = [], []
+        for n in s_names:
+            if n in used_s:
+                continue
+            m = resolve_column([c for c in t_names if c not in used_t], n, target.dialect, target_table)
+            if m is None:
+                warnings.append(f"column {n} is only in {source_table}; not compared")
+                continue
+            pairs.append((n, m))
+            labels_c.append(n)
+            used_t.add(m)
+        warnings += [f"column {n} is only in {target_table}; not compared" for n in t_names if n not in used_t]
+    else:
+        pairs = [both(c, "compared column") for c in compare_columns]
+        labels_c = list(compare_columns)
+    key_alias = [f"dwkey{i}" for i in range(len(keys))]
+    col_alias = [f"dwcol{i}" for i in range(len(pairs))]
+    labels = dict(zip(key_alias, key_columns)) | dict(zip(col_alias, labels_c))
+    aliases = [*key_alias, *col_alias]
+
+    def rel(table: str, names: list[str]) -> str:
+        cols = ", ".join(f"{quoted(n).sql('duckdb')} AS {a}" for n, a in zip(names, aliases))
+        return f"(SELECT {cols} FROM {sql.table(table).sql('duckdb')})"
+
+    s_cols, t_cols = [a for a, _ in [*keys, *pairs]], [b for _, b in [*keys, *pairs]]
+
+    def declared(chars: list[str], names: list[str], dialect: str, table: str) -> list[str]:
+        out = []
+        for c in chars:
+            r = resolve_column(names, c, dialect, table)
+            if r is None or r not in names:
+                raise DatabaseError(f"declared CHAR column {c} is not among the compared columns of {table}")
+            out.append(aliases[names.index(r)])
+        return out
+
+    st = _trimmed(ColumnTypes({a: s_ty[n] for a, n in zip(aliases, s_cols)}), trim,
+                  declared(s_chars, s_cols, source.dialect, source_table))
+    tt = _trimmed(ColumnTypes({a: t_ty[n] for a, n in zip(aliases, t_cols)}), trim,
+                  declared(t_chars, t_cols, target.dialect, target_table))
+    return _Plan(key_alias, col_alias, rel(source_table, s_cols), rel(target_table, t_cols), st, tt, labels, warnings)
+
+
+def _relabel(result: "RowDiffResult", labels: dict[str, str]) -> "RowDiffResult":
+    """Internal aliases back to the configured names in the counts, the sample and the warnings."""
+    result.changed_columns = {labels.get(c, c): n for c, n in result.changed_columns.items()}
+    for e in result.sample:
+        e.columns = [labels.get(c, c) for c in e.columns]
+    alias = re.compile(r"\bdw(?:key|col)\d+\b")
+    result.warnings = [alias.sub(lambda m: labels.get(m.group(0), m.group(0)), w) for w in result.warnings]
+    return result
 
 
 def key_digest(values: Sequence[Any]) -> str:
