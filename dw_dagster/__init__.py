@@ -40,6 +40,7 @@ from dw_dagster.integrations.mage import MageClient, MageResource
 from dw_dagster.detection.lightup import build_lightup_compare_check, build_lightup_incident_sensor
 from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster.repair.migrations import generate_migration
 from dw_dagster.repair.migrations import apply_migration, verify_migration
 from dw_dagster.repair.migrations import AddColumn, DropColumn, LossyRetypeError, Migration, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
@@ -185,6 +186,7 @@ __all__ = [
     "lineage_graph",
     "load_domains",
     "load_partition",
+    "partition_window_utc",
     "manifest_graph",
     "migration_step",
     "page_incident",

@@ -330,8 +330,7 @@ def _when(t: dt.datetime) -> str:
 
 
 def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str) -> str:
-    window = ", ".join(cs.window) + (f" (deferred, not existing yet: {', '.join(cs.deferred_partitions)})"
-                                     if cs.deferred_partitions else "")
+    window = ", ".join(cs.window) + "".join(f" ({line})" for line in cs.not_run_lines())
     if note:
         form = f"<p class=note>{esc(note)}</p>"
     else:

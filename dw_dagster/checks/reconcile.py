@@ -115,6 +115,7 @@ def slice_aggregate_sql(
     key_columns: Sequence[str] = (),
     nonfinite: Sequence[bool] = (),
     quote: bool = False,
+    where: exp.Expression | None = None,
 ) -> str:
     """Per slice: rows, distinct keys, duplicated keys and ``SUM`` of each measure, for ``dialect``.
 
@@ -123,7 +124,8 @@ def slice_aggregate_sql(
     then over the finite values). With ``key_columns`` the rows are first grouped by slice and key
     (GROUP BY treats NULLs as one value, so keys are NULL-safe), then counted per slice; without,
     ``dw_keys`` and ``dw_dup_keys`` are NULL and it is a single ``GROUP BY``. ``quote`` quotes
-    every column name as given (names already resolved against the catalog).
+    every column name as given (names already resolved against the catalog). ``where`` (a sqlglot
+    condition, e.g. from :func:`ranges_condition`) limits the rows compared.
     """
     flags = list(nonfinite) + [False] * (len(measures) - len(nonfinite))
     slices = [_col(c, quote) for c in slice_by]
@@ -134,6 +136,7 @@ def slice_aggregate_sql(
         inner = (
             exp.select(*(c.as_(a) for c, a in zip(slices, alias)), exp.Count(this=exp.Star()).as_("dw_n"), *inner_aggs)
             .from_(sql.table(table))
+            .where(where)
             .group_by(*slices, *keys)
             .subquery("dw_k")
         )
@@ -150,10 +153,73 @@ def slice_aggregate_sql(
         parts = _measure_aggs(_col(m, quote), i, dialect, flags[i], False)
         aggs += [p.this.as_(p.alias.replace("dw_s", "dw_sum_").replace("dw_nan", "dw_nan_").replace("dw_pinf", "dw_pinf_")
                             .replace("dw_ninf", "dw_ninf_")) for p in parts]
-    q = exp.select(*slices, *aggs).from_(sql.table(table))
+    q = exp.select(*slices, *aggs).from_(sql.table(table)).where(where)
     if slices:
         q = q.group_by(*slices)
     return q.sql(dialect=dialect)
+
+
+def ranges_condition(column: str, ranges: Sequence[tuple[dt.datetime, dt.datetime]]) -> exp.Expression:
+    """``column`` in any of the half-open ranges ``[start, end)`` (naive UTC), as a sqlglot condition.
+
+    An empty ``ranges`` is a condition no row meets (``1 = 0``).
+    """
+    col = sql.column(column)
+    parts = [exp.and_(col >= sql.literal(a), col < sql.literal(b)) for a, b in ranges]
+    if not parts:
+        return exp.EQ(this=exp.Literal.number(1), expression=exp.Literal.number(0))
+    return exp.or_(*parts) if len(parts) > 1 else parts[0]
+
+
+def comparison_scope(
+    partitions_def: dg.PartitionsDefinition,
+    partition_column: str,
+    *,
+    window: Sequence[str] | None = None,
+    closed_only: bool = False,
+    now: dt.datetime | None = None,
+) -> tuple[exp.Expression | None, dict[str, Any]]:
+    """Which rows a check compares: those of ``window``'s partitions, and/or of closed partitions only.
+
+    Args:
+        partitions_def: the target asset's time-window partitions.
+        partition_column: the column whose naive-UTC values the partitions' windows are ranges of.
+        window: partition keys (a repair's window): only their rows are compared; None: every partition.
+        closed_only: leave out rows at or after the start of the first partition whose time window
+            has not ended (still filling), and rows of partitions that do not exist yet.
+        now: the current time (aware, or naive UTC; default: the clock).
+
+    Returns:
+        (the condition, or None for every row; the scope in words and values, for the result's
+        metadata: ``{"partitions": [...]}`` and/or ``{"compared_up_to": ISO time}``).
+
+    Raises:
+        ValueError: ``partitions_def`` is not time-partitioned, or a window key is not its key.
+    """
+    from dw_dagster.core.windows import partition_window_utc
+
+    now = now or dt.datetime.now(dt.timezone.utc)
+    now_naive = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
+    conds, scope = [], {}
+    if window is not None:
+        ranges = [partition_window_utc(partitions_def, k) for k in sorted(window)]
+        conds.append(ranges_condition(partition_column, ranges))
+        scope["partitions"] = sorted(window)
+    if closed_only:
+        if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+            raise ValueError("closed partitions need a time-window partitions definition")
+        # the current partition starts at or before now; its rows (and any later) are still arriving
+        aware = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+        try:
+            current = partitions_def.get_partition_key_for_timestamp(aware.timestamp())
+            cutoff_naive = min(partition_window_utc(partitions_def, current)[0], now_naive)
+        except Exception:  # now is outside the definition's calendar (Dagster raises several kinds)
+            cutoff_naive = now_naive
+        conds.append(sql.column(partition_column) < sql.literal(cutoff_naive))
+        scope["compared_up_to"] = cutoff_naive.isoformat()
+    if not conds:
+        return None, scope
+    return (exp.and_(*conds) if len(conds) > 1 else conds[0]), scope
 
 
 def _norm_slice_value(v: Any) -> Any:
@@ -315,11 +381,13 @@ def reconcile(
     slice_by: Sequence[str],
     measures: Sequence[str],
     key_columns: Sequence[str] = (),
+    where: exp.Expression | None = None,
     *,
     stable_read_attempts: int = 3,
     retry_wait_s: float = 2.0,
 ) -> ReconciliationResult:
-    """Run the slice aggregates on both sides and compare them (``key_columns`` adds key counts).
+    """Run the slice aggregates on both sides and compare them (``key_columns`` adds key counts;
+    ``where``, from :func:`comparison_scope`, limits both sides to the same rows).
 
     Every name is resolved against its side's catalog and quoted as spelled there (see the module
     docstring), and NaN/±Inf are counted apart from the finite sums.
@@ -338,15 +406,16 @@ def reconcile(
     """
     sides = [_resolve(db, table, slice_by, measures, key_columns) for db, table in ((source_db, source_table),
                                                                                     (target_db, target_table))]
-    s_sql, t_sql = (slice_aggregate_sql(table, names[0], names[1], db.dialect, names[2], nonfinite=nf, quote=True)
+    s_sql, t_sql = (slice_aggregate_sql(table, names[0], names[1], db.dialect, names[2], nonfinite=nf, quote=True,
+                                       where=where)
                     for (db, table), (names, nf) in zip(((source_db, source_table), (target_db, target_table)), sides))
     plan = ((source_db, s_sql, source_table, sides[0][1], "source"), (target_db, t_sql, target_table, sides[1][1], "target"))
     unstable: list[str] = []
     attempts = max(1, int(stable_read_attempts))
     for attempt in range(attempts):
-        before = [_count(db, table) for db, _, table, _, _ in plan]
+        before = [_count(db, table, where) for db, _, table, _, _ in plan]
         aggregates = [_aggregates(db, q, table, nf, len(slice_by), measures) for db, q, table, nf, _ in plan]
-        after = [_count(db, table) for db, _, table, _, _ in plan]
+        after = [_count(db, table, where) for db, _, table, _, _ in plan]
         why = [f"{side} {table} changed while read: {b:,} rows before, {sum(v[0] for v in a.values()):,} read, {f:,} after"
                for (_, _, table, _, side), b, a, f in zip(plan, before, aggregates, after)
                if not b == f == sum(v[0] for v in a.values())]
@@ -367,8 +436,9 @@ def reconcile(
     )
 
 
-def _count(db: Database, table: str) -> int:
-    (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).sql(dialect=db.dialect))
+def _count(db: Database, table: str, where: exp.Expression | None = None) -> int:
+    q = exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).where(where)
+    (row,) = db.fetch_all(q.sql(dialect=db.dialect))
     return int(row[0] or 0)
 
 
@@ -456,6 +526,9 @@ def build_reconciliation_checks(
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
     description: str | None = None,
+    partition_column: str | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    closed_partitions_only: bool = False,
 ) -> dg.AssetChecksDefinition:
     """A source-vs-target reconciliation asset check, attached to the target asset.
 
@@ -475,12 +548,20 @@ def build_reconciliation_checks(
         name: the check name.
         blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
         severity: severity of a failed result.
+        partition_column, partitions_def: the column (naive UTC values) the asset's time-window
+            partitions are ranges of. With them, a run of a repair's ``verify`` stage (tagged
+            with its change set) compares only the rows of the change set's window: partitions
+            it left out (outside the definition, deferred) are not held against the repair.
+        closed_partitions_only: compare only rows before the start of the partition still in
+            progress (needs ``partition_column`` and ``partitions_def``); the result states the
+            cut-off in ``dw/compared_up_to``, so a partition still loading is never "rows short".
 
     Returns:
         An ``AssetChecksDefinition``. Result metadata: ``dw/slices`` (table), ``dw/gap_rows``
         (rows), ``dw/worst_gap_pct`` (%), ``dw/worst_slice``, ``dw/read_attempts``, ``dw/queries``
-        (the SQL run). When a table changed while it was read on every attempt (see
-        :func:`reconcile`) the result is a WARN marked ``dw/inconclusive`` that opens no incident.
+        (the SQL run), and when scoped ``dw/compared_partitions`` / ``dw/compared_up_to``. When a
+        table changed while it was read on every attempt (see :func:`reconcile`) the result is a
+        WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be an identifier.
@@ -501,8 +582,12 @@ def build_reconciliation_checks(
     slice_by, measures = column_list("slice_by", slice_by), column_list("measures", measures)
     key_columns = column_list("key_columns", key_columns)
     sql.table(source_table), sql.table(target_table)
-    for c in [*slice_by, *measures, *key_columns]:
+    for c in [*slice_by, *measures, *key_columns, *([partition_column] if partition_column else [])]:
         sql.identifier(c)
+    if (partition_column is None) != (partitions_def is None):
+        raise ValueError("partition_column and partitions_def go together")
+    if closed_partitions_only and not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        raise ValueError("closed_partitions_only needs partition_column and a time-window partitions_def")
     spec_meta = {
         "dw/check_kind": RECONCILIATION_KIND,
         "dw/source_table": source_table,
@@ -529,13 +614,21 @@ def build_reconciliation_checks(
     def _reconciliation(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         src = getattr(context.resources, source_resource_key).get_database()
         tgt = getattr(context.resources, target_resource_key).get_database()
-        result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns)
+        where, scope = None, {}
+        if partitions_def is not None and partition_column is not None:
+            window = _repair_window(context) if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) else None
+            if window is not None or closed_partitions_only:
+                where, scope = comparison_scope(partitions_def, partition_column, window=window,
+                                                closed_only=closed_partitions_only)
+        result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns, where)
+
         if result.inconclusive:  # a table changed on every read: say so, never as a gap
             return dg.AssetCheckResult(
                 passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"inconclusive after {result.attempts} reads: {result.unstable[-1]}",
-                metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True},
+                metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True, **(
+                    {"dw/compared_up_to": scope["compared_up_to"]} if "compared_up_to" in scope else {})},
             )
         failing = result.failing
         desc = (
@@ -543,11 +636,33 @@ def build_reconciliation_checks(
             if not failing
             else "; ".join(_describe(s) for s in failing[:5])
         )
+        if "partitions" in scope:
+            desc += f" (compared partitions {', '.join(scope['partitions'])}: the repair's window)"
+        if "compared_up_to" in scope:
+            desc += f" (compared rows before {scope['compared_up_to']} UTC: closed partitions only)"
+        metadata = reconciliation_metadata(result, measures)
+        if "partitions" in scope:
+            metadata["dw/compared_partitions"] = ", ".join(scope["partitions"])
+        if "compared_up_to" in scope:
+            metadata["dw/compared_up_to"] = scope["compared_up_to"]
         return dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,
             description=desc,
-            metadata=reconciliation_metadata(result, measures),
+            metadata=metadata,
         )
 
     return _reconciliation
+
+
+def _repair_window(context: dg.AssetCheckExecutionContext) -> list[str] | None:
+    """The window of the change set whose ``verify`` stage this run is, else None."""
+    from dw_dagster.core import keys as c
+    from dw_dagster.core.records import load_change_set
+
+    tags = context.run.tags
+    cs_id = tags.get(c.CHANGE_SET_TAG)
+    if not cs_id or tags.get(c.STAGE_TAG) != "verify":
+        return None
+    cs = load_change_set(context.instance, cs_id, tags.get("dw/change_set_version"))
+    return list(cs.window) if cs is not None and cs.window else None

@@ -407,7 +407,8 @@ def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_
                       if e.confidence is not None else "")
                    + f"\n    change set: {e.change_set_id or 'none'}"
                    + (f" ({e.decision}{' by ' + e.approver if e.approver else ''})" if e.decision else "")
-                   + (f" window {e.window[0]}..{e.window[-1]}" if e.window else "") + f"; {receipt}")
+                   + (f" window {e.window[0]}..{e.window[-1]}" if e.window else "") + f"; {receipt}"
+                   + "".join(f"\n    not run: {n.words()}" for n in e.not_run))
 
 
 @main.command("fake-lightup")

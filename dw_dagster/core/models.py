@@ -285,6 +285,29 @@ class ManualStep(_Record):
 _RESERVED_STAGE_KINDS = frozenset({"window", "snapshot", "restore", "rebuild", "verify", "receipt"})
 
 
+class PartitionNote(_Record):
+    """A partition a cause reaches that a change set does not run, and why.
+
+    ``rows``: the cause's rows in it (late rows missing from the target, say); ``available_at``:
+    for a deferred partition, when it will exist or close (aware UTC), else None.
+    """
+
+    partition: str
+    reason: str = Field(description="'before the first partition', 'does not exist yet', 'still in progress', ...")
+    rows: int = 0
+    available_at: dt.datetime | None = None
+
+    def words(self) -> str:
+        """One line: ``2026-11-30 (3 rows): does not exist yet, until 2026-12-01T00:00:00+00:00``."""
+        until = f", until {self.available_at.isoformat()}" if self.available_at is not None else ""
+        return f"{self.partition} ({self.rows} row{'s' if self.rows != 1 else ''}): {self.reason}{until}"
+
+
+#: ChangeSet fields added after records were first sealed: left out of the hash while empty, so
+#: the versions of earlier records still verify
+_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps")
+
+
 class ChangeSet(_Record):
     """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
 
@@ -321,7 +344,11 @@ class ChangeSet(_Record):
                                       "(dw_dagster.core.domains: pipeline_code, rerun_window, rebuild_models, add_test...)")
     undo_plan: UndoPlan | None = Field(default=None, description="how the window is put back, when it can be")
     deferred_partitions: list[str] = Field(default_factory=list, description="partitions the cause reaches that "
-                                           "do not exist yet; reported, not run")
+                                           "do not exist yet or are still in progress; reported, not run")
+    outside_partitions: list[PartitionNote] = Field(default_factory=list, description="partitions the cause reaches "
+                                                    "that the asset's definition will never hold, with their rows")
+    deferred_details: list[PartitionNote] = Field(default_factory=list, description="the deferred partitions with "
+                                                  "their rows and when each will exist or close")
     steps: list[ChangeStep] = Field(default_factory=list, description="warehouse changes (schema migration, "
                                     "replay of parked rows) run in order after the window and before the rebuild")
     manual_steps: list[ManualStep] = Field(default_factory=list, description="steps a person takes outside "
@@ -329,9 +356,9 @@ class ChangeSet(_Record):
 
     @staticmethod
     def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:
-        """``content`` without ``drop``, and without ``manual_steps`` when empty (so change sets
-        recorded before manual steps existed keep their version)."""
-        return {k: v for k, v in content.items() if k not in drop and not (k == "manual_steps" and not v)}
+        """``content`` without ``drop``, and without the fields added later (``_LATER_FIELDS``) when
+        empty, so change sets recorded before those fields existed keep their version."""
+        return {k: v for k, v in content.items() if k not in drop and not (k in _LATER_FIELDS and not v)}
 
     @staticmethod
     def content_version(content: dict[str, Any]) -> str:
@@ -361,6 +388,23 @@ class ChangeSet(_Record):
         if actual != self.version:
             raise TamperedRecord(f"change set {self.id}: its content hashes to {actual[:12]}…, not to its version "
                                  f"{self.version[:12]}…; the record was altered after it was proposed")
+
+    def not_run(self) -> list[PartitionNote]:
+        """The partitions the cause reaches that this change set does not run: outside the asset's
+        definition, then deferred (an older record's bare ``deferred_partitions`` included)."""
+        deferred = self.deferred_details or [PartitionNote(partition=k, reason="does not exist yet")
+                                             for k in self.deferred_partitions]
+        return [*self.outside_partitions, *deferred]
+
+    def not_run_lines(self) -> list[str]:
+        """:meth:`not_run` in words, one line per kind: ``outside the asset's partitions: ...``, ``deferred: ...``."""
+        lines = []
+        if self.outside_partitions:
+            lines.append("outside the asset's partitions, not run: " + "; ".join(n.words() for n in self.outside_partitions))
+        deferred = self.not_run()[len(self.outside_partitions):]
+        if deferred:
+            lines.append("deferred, not run: " + "; ".join(n.words() for n in deferred))
+        return lines
 
     def content_key(self) -> str:
         """The hash of the content without its times (``created_at``, ``expires_at``): the same
@@ -441,6 +485,11 @@ class Receipt(_Record):
                          "'halted after window-1: autonomy withdrawn ...'")
     approver_identity: str = Field(default="", description="how the approver was verified, in words")
     change_set_stages: dict[str, str] = Field(default_factory=dict, description="stage → its end state in the ledger")
+
+    def partitions_not_run(self) -> list[PartitionNote]:
+        """The partitions the change set named but did not run (outside the definition, deferred),
+        as the receipt's ``evidence_summary["partitions_not_run"]`` records them."""
+        return [PartitionNote.model_validate(n) for n in self.evidence_summary.get("partitions_not_run", [])]
 
     def content_hash(self, markdown: str) -> str:
         """SHA-256 of the receipt's JSON *and* its markdown (what the asset page shows), so an edit

@@ -10,8 +10,9 @@ module changes.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 import dagster as dg
 
@@ -43,43 +44,126 @@ def window_run_request(
     )
 
 
-class WindowSplit(NamedTuple):
+@dataclass(frozen=True)
+class WindowSplit:
     """Partition keys sorted into what a change set may run now and what it must report.
 
-    ``window``: existing keys, in order, at most the cap; ``over``: existing keys beyond the cap;
-    ``deferred``: keys of a time-partitioned definition that do not exist *yet* (later than its
-    last partition, not past its end); ``outside``: keys the definition will never hold (before its
-    start, past its end, or not in its format / not among its static keys).
+    ``window``: existing, closed keys, in order, at most the cap; ``over``: such keys beyond the
+    cap; ``deferred``: keys of a time-partitioned definition that do not exist *yet* (later than
+    its last partition, not past its end) or exist but are still in progress (``end_offset``: the
+    newest partition's time window has not ended); ``outside``: keys the definition will never
+    hold (before its start, past its end, not in its format, not among its static keys).
+    ``available_at`` gives, per deferred key, when it will exist or close (aware UTC);
+    ``reasons`` says in words why each deferred or outside key is not in the window.
     """
 
     window: list[str]
     outside: list[str]
     over: list[str]
     deferred: list[str]
+    available_at: dict[str, dt.datetime] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
 
 
-def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str], max_partitions: int) -> WindowSplit:
-    """Sort ``wanted`` partition keys into window / outside / over the cap / deferred (never dropped, never invented)."""
-    import datetime as dt
+def partition_window_utc(partitions_def: dg.PartitionsDefinition, key: str) -> tuple[dt.datetime, dt.datetime]:
+    """The time window ``[start, end)`` of ``key`` as naive UTC datetimes.
 
-    existing = partitions_def.get_partition_keys()
+    Works for any time-window definition (hourly, daily, weekly, in any ``timezone``), including
+    the repeated hour of a fall-back day (Dagster's ``2026-11-01-01:00-0500`` key) and the
+    23-hour day of a spring-forward change; the load code and the diagnosis use it so both speak
+    of the same rows.
+
+    Raises:
+        ValueError: ``partitions_def`` is not time-partitioned, or ``key`` is not in its format.
+    """
+    if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        raise ValueError(f"{type(partitions_def).__name__} has no time windows")
+    tw = partitions_def.time_window_for_partition_key(key)
+    return (tw.start.astimezone(dt.timezone.utc).replace(tzinfo=None),
+            tw.end.astimezone(dt.timezone.utc).replace(tzinfo=None))
+
+
+def _exists_at(pdef: dg.TimeWindowPartitionsDefinition, start: dt.datetime, end: dt.datetime) -> dt.datetime:
+    """When the partition ``[start, end)`` is created: when the window ``end_offset`` partitions
+    before it ends (its own end without an offset, its start with an offset of one)."""
+    t = end
+    for _ in range(max(0, pdef.end_offset)):
+        t = start
+        prev = pdef.get_prev_partition_window(start, respect_bounds=False)
+        if prev is None:
+            break
+        start = prev.start
+    for _ in range(max(0, -pdef.end_offset)):
+        nxt = pdef.get_next_partition_window(t, respect_bounds=False)
+        if nxt is None:
+            break
+        t = nxt.end
+    return t.astimezone(dt.timezone.utc)
+
+
+def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str], max_partitions: int,
+                 *, now: dt.datetime | None = None) -> WindowSplit:
+    """Sort ``wanted`` partition keys into window / outside / over the cap / deferred (never dropped, never invented).
+
+    Args:
+        partitions_def: the asset's partitions.
+        wanted: the keys a cause reaches, in any order, repeated or not.
+        max_partitions: the domain's window cap.
+        now: the current time (aware, or naive UTC; default: the clock), to tell a partition still
+            in progress from a closed one and when a missing one will exist.
+
+    Returns:
+        A :class:`WindowSplit`; every wanted key is in exactly one of its four lists.
+    """
+    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+    timed = isinstance(partitions_def, dg.TimeWindowPartitionsDefinition)
+    existing = partitions_def.get_partition_keys(current_time=now) if timed else partitions_def.get_partition_keys()
     valid = set(existing)
-    inside = sorted(k for k in set(wanted) if k in valid)
-    outside, deferred = [], []
-    for k in sorted(set(wanted) - valid):
-        if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
-            try:
-                start = dt.datetime.strptime(k, partitions_def.fmt)
-            except ValueError:
+    inside, outside, deferred = [], [], []
+    available: dict[str, dt.datetime] = {}
+    reasons: dict[str, str] = {}
+    last_start = partitions_def.time_window_for_partition_key(existing[-1]).start if timed and existing else None
+    first_start = partitions_def.time_window_for_partition_key(existing[0]).start if timed and existing else None
+    for k in sorted(set(wanted)):
+        if not timed:
+            if k in valid:
+                inside.append(k)
+            else:
                 outside.append(k)
-                continue
-            last = dt.datetime.strptime(existing[-1], partitions_def.fmt) if existing else None
-            end = partitions_def.end.replace(tzinfo=None) if partitions_def.end is not None else None
-            if last is not None and start > last and (end is None or start < end):
+                reasons[k] = "not one of the definition's partitions"
+            continue
+        try:
+            tw = partitions_def.time_window_for_partition_key(k)
+            canonical = partitions_def.get_partition_key_for_timestamp(tw.start.timestamp())
+        except Exception:  # not in the definition's format (Dagster raises several kinds)
+            outside.append(k)
+            reasons[k] = "not a partition key of this definition"
+            continue
+        if canonical != k:
+            outside.append(k)
+            reasons[k] = f"not a partition key of this definition (its window is partition {canonical})"
+        elif k in valid:
+            if tw.end > now:  # end_offset: the partition exists but its time window is not over
                 deferred.append(k)
-                continue
-        outside.append(k)
-    return WindowSplit(inside[:max_partitions], outside, inside[max_partitions:], deferred)
+                available[k] = tw.end.astimezone(dt.timezone.utc)
+                reasons[k] = "still in progress"
+            else:
+                inside.append(k)
+        elif first_start is not None and tw.start < first_start:
+            outside.append(k)
+            reasons[k] = "before the first partition"
+        elif partitions_def.end is not None and tw.start >= partitions_def.end:
+            outside.append(k)
+            reasons[k] = "after the definition's end"
+        elif last_start is None or tw.start > last_start:
+            deferred.append(k)
+            available[k] = _exists_at(partitions_def, tw.start, tw.end)
+            reasons[k] = "does not exist yet"
+        else:
+            outside.append(k)
+            reasons[k] = "excluded by the definition"
+    return WindowSplit(inside[:max_partitions], outside, inside[max_partitions:], deferred, available, reasons)
 
 
 def bound_window(

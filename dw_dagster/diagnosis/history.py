@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dw_dagster.core.models import CauseFinding
+from dw_dagster.core.models import CauseFinding, PartitionNote
 from dw_dagster.core import records
 
 _PAST = {"approve": "approved", "reject": "rejected"}
@@ -40,6 +40,8 @@ class IncidentHistoryEntry(BaseModel):
     change_set_version: str | None = None
     change_set_summary: str | None = None
     window: list[str] = Field(default_factory=list)
+    not_run: list[PartitionNote] = Field(default_factory=list, description="partitions the cause reached that the "
+                                         "change set did not run: outside the asset's partitions or deferred, with their rows")
     decision: str | None = Field(default=None, description="approved, rejected, or None while pending")
     approver: str | None = None
     receipt_id: str | None = None
@@ -107,6 +109,7 @@ def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None
             explained_rows=p.explained_rows if p else None, unexplained_rows=d.unexplained_rows if d else None,
             change_set_id=cs.id if cs else None, change_set_version=cs.version if cs else None,
             change_set_summary=cs.summary if cs else None, window=list(cs.window) if cs else [],
+            not_run=cs.not_run() if cs else [],
             decision=_PAST.get(dec.decision, dec.decision) if dec else None, approver=dec.approver if dec else None,
             receipt_id=rec.id if rec else None, verified=rec.verified if rec else None,
             fixed_at=rec.created_at if rec else None, status=status, state=row.state if row else None,

@@ -501,7 +501,7 @@ class RecordedLoadDiagnoser(IncrementalLoadDiagnoser):
     Attributes:
         source_table, target_table: ``schema.table`` of the source and of the asset's table.
         key_column: the key the asset merges on.
-        partition_column: the column whose UTC day is the asset's partition.
+        partition_column: the column (naive UTC) whose values the asset's partitions' time windows are ranges of.
         arrival_column: when a row reached the source.
         watermark_key, lookback_key: the settings file's keys for the watermark column and the lookback hours.
         (the other attributes: :class:`IncrementalLoadDiagnoser`)

@@ -402,7 +402,8 @@ def approval_request_message(
     summary = (f"*{esc(cs.summary)}*\n"
                f"*Asset:* `{esc(asset)}`   *Cause:* `{esc(cs.cause_kind)}`   *Incident:* `{esc(cs.incident_id)}`\n"
                f"*Window:* {esc(_list(cs.window))}   *Rows to recover:* {cs.expected_recovered_rows:,}\n"
-               f"*Rebuild:* {esc(_list(['/'.join(k) for k in cs.rebuild_assets]))}")
+               + "".join(f"*Not run:* {esc(line)}\n" for line in cs.not_run_lines())
+               + f"*Rebuild:* {esc(_list(['/'.join(k) for k in cs.rebuild_assets]))}")
     if cs.new_tests:
         summary += f"\n*New tests:* {esc(_list(cs.new_tests))}"
     if blast_radius is not None:

@@ -22,8 +22,9 @@ import dagster as dg
 
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import PIPELINE_CODE, REBUILD_MODELS, RERUN_WINDOW, Domain
-from dw_dagster.core.models import CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, UndoPlan, stable_hash, utcnow
-from dw_dagster.core.windows import split_window
+from dw_dagster.core.models import (CauseFinding, ChangeSet, Diagnosis, FileChange, Incident, PartitionNote, UndoPlan,
+                                    stable_hash, utcnow)
+from dw_dagster.core.windows import WindowSplit, split_window
 from dw_dagster.errors import DwDagsterError
 
 
@@ -99,6 +100,32 @@ class DbtCountTest:
         )
 
 
+def partition_notes(split: WindowSplit, finding: CauseFinding) -> tuple[list[PartitionNote], list[PartitionNote]]:
+    """(outside, deferred) notes of a window split, each with the finding's rows in that partition.
+
+    The rows are the partition's ``explained_rows`` in ``finding.details["per_partition"]`` (0 when
+    the finding has no per-partition breakdown).
+    """
+    rows = {p["partition"]: int(p.get("explained_rows", 0)) for p in finding.details.get("per_partition", [])}
+
+    def note(k: str) -> PartitionNote:
+        return PartitionNote(partition=k, reason=split.reasons.get(k, "not in the window"), rows=rows.get(k, 0),
+                             available_at=split.available_at.get(k))
+
+    return [note(k) for k in split.outside], [note(k) for k in split.deferred]
+
+
+def _not_run_words(outside: Sequence[PartitionNote], deferred: Sequence[PartitionNote]) -> str:
+    parts = []
+    if outside:
+        parts.append(f"{sum(n.rows for n in outside)} row(s) in {len(outside)} partition(s) outside the asset's "
+                     f"partitions left as they are ({'; '.join(n.words() for n in outside)})")
+    if deferred:
+        parts.append(f"{sum(n.rows for n in deferred)} row(s) in {len(deferred)} deferred partition(s) "
+                     f"({'; '.join(n.words() for n in deferred)})")
+    return ("; not run: " + "; ".join(parts)) if parts else ""
+
+
 def propose_watermark_fix(
     *,
     incident: Incident,
@@ -125,7 +152,10 @@ def propose_watermark_fix(
         domain: the owning domain (approvers, window cap, expiry).
         pipeline_root: the pipeline repository (working copy) the diff applies to.
         pipeline_file: path of the load's pipeline YAML, relative to ``pipeline_root``.
-        partitions_def: the target asset's partitions; keys outside it are refused.
+        partitions_def: the target asset's partitions: the window is the finding's keys that exist
+            and are closed; keys outside the definition are listed with their rows in
+            ``outside_partitions``, keys not existing yet or still in progress (``end_offset``) in
+            ``deferred_partitions`` / ``deferred_details`` with when they exist or close; none is run.
         rebuild_assets: downstream asset keys to rebuild after the window, in any order.
         verify_checks: ``[*asset key path, check name]`` of the checks that prove the repair.
         dbt_test: the new dbt test to add, if any.
@@ -133,18 +163,18 @@ def propose_watermark_fix(
             proposed lookback in hours (a pipeline file's, or an asset's own settings file's).
 
     Raises:
-        ProposalError: no window, a key outside the partitions definition, or a window over the
-            domain's cap (the proposal is never silently trimmed).
+        ProposalError: no partition to run now, or a window over the domain's cap (the proposal
+            is never silently trimmed).
     """
     now = now or utcnow()
-    window, outside, over, deferred = split_window(partitions_def, finding.window, domain.max_window_partitions)
-    if outside:
-        raise ProposalError(f"partitions {outside} are not in the asset's partitions definition")
-    if over:
-        raise ProposalError(f"window of {len(window) + len(over)} partitions exceeds domain {domain.name!r} cap "
+    split = split_window(partitions_def, finding.window, domain.max_window_partitions)  # which exist: the clock, as Dagster
+    window, outside_notes, deferred_notes = split.window, *partition_notes(split, finding)
+    if split.over:
+        raise ProposalError(f"window of {len(window) + len(split.over)} partitions exceeds domain {domain.name!r} cap "
                             f"of {domain.max_window_partitions}")
     if not window:
-        raise ProposalError("the finding names no partition to rerun")
+        raise ProposalError("the finding names no partition to rerun now" + (
+            ": " + "; ".join(n.words() for n in outside_notes + deferred_notes) if outside_notes or deferred_notes else ""))
     root = Path(pipeline_root)
     path = root / pipeline_file
     if not path.exists():
@@ -160,6 +190,8 @@ def propose_watermark_fix(
         changes[dbt_test.path] = (None, dbt_test.sql(provisional_id))
         new_tests.append(dbt_test.path)
     diff = unified_diff(changes)
+    not_run = sum(n.rows for n in outside_notes + deferred_notes)
+    recovered = max(0, finding.explained_rows - not_run)
     files = [FileChange(path=p, before_sha256=_sha(b) if b is not None else None, after_sha256=_sha(a)) for p, (b, a) in sorted(changes.items())]
     content = dict(
         id=provisional_id,
@@ -174,8 +206,9 @@ def propose_watermark_fix(
         summary=(
             f"Read {'/'.join(incident.asset_key)} by {arrival} with a {lookback} h lookback (was "
             f"{finding.details['watermark_column']} with a strict '>'), rerun {len(window)} partition(s) "
-            f"{window[0]}..{window[-1]} to recover {finding.explained_rows} rows, rebuild "
+            f"{window[0]}..{window[-1]} to recover {recovered} rows, rebuild "
             f"{len(rebuild_assets)} downstream model(s)" + (f", add {len(new_tests)} dbt test(s)" if new_tests else "")
+            + _not_run_words(outside_notes, deferred_notes)
         ),
         target_asset=list(incident.asset_key),
         window=window,
@@ -184,9 +217,11 @@ def propose_watermark_fix(
         rebuild_assets=[list(k) for k in rebuild_assets],
         new_tests=new_tests,
         verify_checks=[list(k) for k in verify_checks],
-        expected_recovered_rows=finding.explained_rows,
+        expected_recovered_rows=recovered,
         # the new dbt test travels in the diff, so it is pipeline code, merged by its owner
-        deferred_partitions=deferred,
+        deferred_partitions=[n.partition for n in deferred_notes],
+        deferred_details=deferred_notes,
+        outside_partitions=outside_notes,
         undo_plan=undo.model_copy(update={"window": list(window)}) if undo is not None else None,
         change_classes=[PIPELINE_CODE, RERUN_WINDOW] + ([REBUILD_MODELS] if rebuild_assets else []),
         undo=(
@@ -204,8 +239,8 @@ def change_set_markdown(cs: ChangeSet) -> str:
         f"### Change set {cs.id}, proposed {cs.created_at:%Y-%m-%d %H:%M} UTC (version {cs.version})",
         f"{cs.summary}.",
         f"- **Cause**: {cs.cause_kind}; incident {cs.incident_id}",
-        f"- **Window**: {', '.join(cs.window)}" + (f" (deferred, not existing yet: {', '.join(cs.deferred_partitions)})"
-                                                   if cs.deferred_partitions else ""),
+        f"- **Window**: {', '.join(cs.window)}",
+        *(f"- **{line.split(': ', 1)[0].capitalize()}**: {line.split(': ', 1)[1]}" for line in cs.not_run_lines()),
         f"- **Rebuild**: {', '.join('/'.join(k) for k in cs.rebuild_assets)}",
         f"- **New tests**: {', '.join(cs.new_tests) or 'none'}",
         f"- **Approvers** ({cs.domain}): {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()}",

@@ -65,6 +65,10 @@ def receipt_markdown(r: Receipt) -> str:
         f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
         "- **Runs**: " + (", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()) or "none"),
     ]
+    not_run = r.partitions_not_run()
+    if not_run:
+        lines.append(f"- **Not run** ({sum(n.rows for n in not_run)} row(s) of the cause): "
+                     + "; ".join(n.words() for n in not_run))
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
     if r.rows_before or r.rows_after:
@@ -140,6 +144,11 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     diag = next((d for d in records.diagnoses(instance, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id), None)
     primary = diag.primary if diag else None
     touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
+    # the partitions the cause reached that the change set did not run (outside, deferred), with their rows
+    not_run_notes = cs.not_run()
+    not_run_summary = ({"partitions_not_run": [n.model_dump(mode="json") for n in not_run_notes],
+                        "rows_not_run": sum(n.rows for n in not_run_notes),
+                        "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
@@ -148,9 +157,10 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                 id=f"rc-{uuid.uuid4().hex[:12]}", asset_key=asset, change_set_id=cs.id, change_set_version=cs.version,
                 incident_id=cs.incident_id, cause_kind=cs.cause_kind,
                 cause_summary=primary.summary if primary else cs.summary,
-                evidence_summary={"explained_rows": primary.explained_rows, "unexplained_rows": primary.unexplained_rows,
+                evidence_summary=({"explained_rows": primary.explained_rows, "unexplained_rows": primary.unexplained_rows,
                                   "confidence": primary.confidence,
-                                  **{k: v for k, v in primary.details.items() if not isinstance(v, list)}} if primary else {},
+                                  **{k: v for k, v in primary.details.items() if not isinstance(v, list)}} if primary else {})
+                | not_run_summary,
                 diff=cs.diff, approver=approval.approver, approved_at=approval.decided_at,
                 signature_valid=signature_valid(approval),
                 partitions=(materialized if windows else cs.window) if asset == cs.target_asset else [],

@@ -55,9 +55,12 @@ def _sort_key(cell: tuple) -> tuple:
 class PartitionLoad:
     """The latest load of one partition, as the loader recorded it (naive UTC times).
 
-    ``partition_key`` is the ISO day of ``start`` (the gap is counted per day of the partition
-    column). Several loads may share a key when each covered part of the day (the runs of an
-    unpartitioned incremental model, each responsible for a range of the watermark).
+    ``partition_key`` is the asset's own partition key (an hour, a day in the definition's zone, a
+    week...) and ``[start, end)`` its time window converted to naive UTC (see
+    :func:`dw_dagster.core.windows.partition_window_utc`): late rows, the gap and the window are all
+    counted per key over that window, never per UTC date. Several loads may share a key when each
+    covered part of it (the runs of an unpartitioned incremental model, each responsible for a
+    range of the watermark).
     """
 
     partition_key: str
@@ -65,6 +68,22 @@ class PartitionLoad:
     end: dt.datetime
     source_snapshot_ts: dt.datetime | None
     run_id: str | None = None
+
+
+def partition_spans(loads: Sequence[PartitionLoad]) -> list[tuple[str, dt.datetime, dt.datetime]]:
+    """``(partition_key, start, end)`` per stretch of the partition column the loads cover (naive UTC).
+
+    Loads of one key whose ranges overlap or touch are merged, so a row is counted once per key;
+    the spans of different keys never overlap when each key is its own time window.
+    """
+    out: list[tuple[str, dt.datetime, dt.datetime]] = []
+    for key in sorted({ld.partition_key for ld in loads}):
+        for a, b in sorted((ld.start, ld.end) for ld in loads if ld.partition_key == key):
+            if out and out[-1][0] == key and a <= out[-1][2]:
+                out[-1] = (key, out[-1][1], max(out[-1][2], b))
+            else:
+                out.append((key, a, b))
+    return out
 
 
 def diagnose_late_rows(
@@ -92,7 +111,7 @@ def diagnose_late_rows(
         source, target: the source database and the warehouse.
         source_table, target_table: ``schema.table`` on each side.
         key_column: the merge key: late rows are matched with the target by it (NULL-safe, as text).
-        partition_column: the column whose UTC day is the daily partition.
+        partition_column: the column the partitions' time windows are ranges of (naive UTC values).
         watermark_column: the column the load compares with the HWM.
         arrival_column: when a row reached the source (``posted_ts``, ``ingested_at``).
         loads: the latest load of each partition with its source snapshot (max arrival when it ran).
@@ -159,24 +178,25 @@ def diagnose_late_rows(
                             unexplained_rows=gap_rows or 0, evidence=evidence,
                             details={"high_watermark": str(high_watermark), "late_rows": 0})
 
-    # Measure the gap in the partitions that hold late rows, per partition and group.
+    # Measure the gap in the partitions that hold late rows, per partition key and group: rows are
+    # counted in each partition's own [start, end) (its hour, its zone's day, its week), never per
+    # UTC date, so the gap, the late rows and the window all speak in the asset's partition keys.
     parts = sorted({k[0] for k in cells})
+    spans = partition_spans([ld for ld in loads if ld.partition_key in parts])
     # a partition may be covered by several loads (an unpartitioned model's runs, split by day)
-    lo = min(ld.start for ld in loads if ld.partition_key in parts)
-    hi = max(ld.end for ld in loads if ld.partition_key in parts)
+    lo = min(a for _, a, _ in spans)
+    hi = max(b for _, _, b in spans)
+    parts_rel = sql.values_table("p", ["partition_key", "partition_start", "partition_end"], spans).sql("duckdb")
     gap_tmpl = (
-        f"SELECT CAST({pc} AS DATE) AS d{''.join(', ' + c for c in g_cols)}, COUNT(*) AS n FROM {{t}} "
-        f"WHERE {pc} >= {_lit(lo)} AND {pc} < {_lit(hi)} GROUP BY 1{''.join(', ' + str(i + 2) for i in range(n_g))}"
+        f"SELECT p.partition_key{''.join(', x.' + c for c in g_cols)}, COUNT(*) AS n FROM {{t}} AS x "
+        f"JOIN {parts_rel} ON x.{pc} >= p.partition_start AND x.{pc} < p.partition_end "
+        f"WHERE x.{pc} >= {_lit(lo)} AND x.{pc} < {_lit(hi)} GROUP BY p.partition_key{''.join(', x.' + c for c in g_cols)}"
     )
     src_count_sql = _to(gap_tmpl.format(t=_t(source_table)), source.dialect)
     tgt_count_sql = _to(gap_tmpl.format(t=_t(target_table)), target.dialect)
 
     def counts(db: Database, q: str) -> dict[tuple, int]:
-        out = {}
-        for r in db.fetch_all(q):
-            d = r[0].date() if isinstance(r[0], dt.datetime) else r[0]
-            out[(d.isoformat(), *r[1 : 1 + n_g])] = int(r[1 + n_g])
-        return out
+        return {(str(r[0]), *r[1 : 1 + n_g]): int(r[1 + n_g]) for r in db.fetch_all(q)}
 
     src_counts, tgt_counts = counts(source, src_count_sql), counts(target, tgt_count_sql)
 

@@ -26,6 +26,7 @@ from dw_dagster import (
     dbt_executable,
     load_metadata,
     load_partition,
+    partition_window_utc,
     prepare_manifest,
 )
 from dw_dagster.examples.store_sales import home as h
@@ -85,8 +86,8 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         src, wh = pos_source.get_database(), warehouse.get_database()
         results = []
         for pk in sorted(context.partition_keys):
-            tw = DAILY.time_window_for_partition_key(pk)
-            res = load_partition(src, wh, spec, pk, tw.start.replace(tzinfo=None), tw.end.replace(tzinfo=None))
+            start, end = partition_window_utc(DAILY, pk)  # the zone's day as naive UTC, whatever the zone
+            res = load_partition(src, wh, spec, pk, start, end)
             context.log.info(f"{pk}: read {res.rows_read} rows above {res.watermark_low} on {res.watermark_column}; "
                              f"inserted {res.rows_inserted}, updated {res.rows_updated}")
             results.append(res)
