@@ -57,6 +57,7 @@ class Proc:
     returncode: int | None = None
     stop_seconds: float | None = None
     killed: bool = False
+    worker_name: str = ""  # a celery worker's node name (``dw1-ab12cd@host``), read from its "ready." line
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -172,6 +173,8 @@ def celery_workers(n: int, env: Mapping[str, str], root: Path, timeout: float = 
             procs.append(p)
         for p in procs:
             _wait_log(p, " ready.", timeout)
+            line = next(ln for ln in p.log_path.read_text().splitlines() if ln.endswith(" ready."))
+            p.worker_name = line.rsplit(" ", 2)[-2]
         yield procs
 
 
