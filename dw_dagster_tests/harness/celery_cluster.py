@@ -117,8 +117,6 @@ class CodeServer:
 @contextmanager
 def code_server(module: str, location: str, env: Mapping[str, str], root: Path, timeout: float = 120) -> Iterator[CodeServer]:
     """``dagster api grpc -m module -a defs`` on a free port, and ``root/workspace.yaml`` naming it."""
-    from dagster._grpc.client import DagsterGrpcClient
-
     port = free_port()
     p = _start("code_server", [str(BIN / "dagster"), "api", "grpc", "-m", module, "-a", "defs", "-h", "127.0.0.1",
                                "-p", str(port), "--location-name", location], env, root)
@@ -126,16 +124,7 @@ def code_server(module: str, location: str, env: Mapping[str, str], root: Path, 
     ws.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {"host": "127.0.0.1", "port": port,
                                                                  "location_name": location}}]}))
     try:
-        client, deadline = DagsterGrpcClient(port=port, host="127.0.0.1"), time.monotonic() + timeout
-        while True:
-            try:
-                if client.health_check_query() == "SERVING":
-                    break
-            except Exception:  # noqa: BLE001 - not listening yet
-                pass
-            if p.proc.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"the code server did not start\n{p.log_tail()}")
-            time.sleep(0.5)
+        _wait_log(p, "Started Dagster code server", timeout)
         yield CodeServer(p, port, location, ws)
     finally:
         p.stop(signal.SIGINT)
