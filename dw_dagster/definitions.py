@@ -190,6 +190,7 @@ def build_dw_definitions(
     dbt_translator=None,
     base_dir: str | Path | None = None,
     scope: Mapping[str, Any] | None = None,
+    executor: dg.ExecutorDefinition | None = None,
 ) -> dg.Definitions:
     """The complete dw_dagster loop for the watched assets of ``config``, as one ``Definitions``.
 
@@ -211,6 +212,12 @@ def build_dw_definitions(
             working directory.
         scope: template values for a YAML file besides ``env`` (name → value, e.g.
             ``{"home": "/srv/sales"}`` for ``{{ home }}``); only with a path.
+        executor: the executor that runs the steps of the loop's jobs (repair stages, checks,
+            receipts, undo, step jobs) and the default of the result, always behind
+            :func:`~dw_dagster.guarded_executor`; default Dagster's in-process executor. Pass
+            ``dagster_celery.celery_executor`` (configured with its broker), ``dagster_k8s``'s
+            ``k8s_job_executor`` or ``dg.multiprocess_executor`` to spread the steps over workers
+            (README, "Scaling out"); it must be one the run's job can be reconstructed for.
 
     Returns:
         ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
@@ -410,13 +417,14 @@ def build_dw_definitions(
     windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
                 and (a.pipeline.incremental_load is not None or a.pipeline.recorded_load is not None)]
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
-    window_job = build_window_job("dw_rerun_window", windowed, partitions_def) if windowed else None
+    guarded = guarded_executor(executor or dg.in_process_executor)
+    window_job = build_window_job("dw_rerun_window", windowed, partitions_def, executor=guarded) if windowed else None
     downstream = dg.AssetSelection.assets(*watched).downstream(include_self=False)
-    rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream)
-    verify_job = build_verify_job("dw_verify", list(dict.fromkeys(verify_keys)))
-    receipt_job = build_receipt_job()
-    undo_jobs = build_undo_jobs(db_keys)
-    step_jobs = build_step_jobs(step_runners, resource_keys=db_keys)
+    rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream, executor=guarded)
+    verify_job = build_verify_job("dw_verify", list(dict.fromkeys(verify_keys)), executor=guarded)
+    receipt_job = build_receipt_job(executor=guarded if executor is not None else None)
+    undo_jobs = build_undo_jobs(db_keys, executor=guarded)
+    step_jobs = build_step_jobs(step_runners, resource_keys=db_keys, executor=guarded)
     stop_job, resume_job = build_control_jobs(domains)
     sensors = [
         build_check_incident_sensor(check_keys=list(dict.fromkeys(detect_keys)), diagnosis_job_name=diagnosis_job.name,
@@ -436,7 +444,7 @@ def build_dw_definitions(
                           stop_job, resume_job, *undo_jobs, *step_jobs.values()) if j is not None],
         sensors=[*sensors, *more_sensors],
         resources=resources,
-        executor=guarded_executor(dg.in_process_executor),
+        executor=guarded,
     )
     built.append(defs)
     return defs

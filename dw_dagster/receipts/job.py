@@ -210,15 +210,20 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
 _receipt_jobs: dict[str, dg.JobDefinition] = {}
 
 
-def build_receipt_job(name: str = RECEIPT_JOB_NAME) -> dg.JobDefinition:
+def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
-    The same object for the same name, so it can be passed to the sensor and to ``Definitions``."""
+
+    Without ``executor`` (the guarded in-process one), the same object for the same name, so it can
+    be passed to the sensor and to ``Definitions``; with one (e.g. ``guarded_executor(celery_executor)``)
+    a new job each call."""
+    if executor is not None:
+        return _build_receipt_job(name, executor)
     if name not in _receipt_jobs:
         _receipt_jobs[name] = _build_receipt_job(name)
     return _receipt_jobs[name]
 
 
-def _build_receipt_job(name: str) -> dg.JobDefinition:
+def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     from dw_dagster.repair.guard import guarded_executor, hold_stage
 
     @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
@@ -243,7 +248,7 @@ def _build_receipt_job(name: str) -> dg.JobDefinition:
         context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
                          f"verified={receipts[0].verified}")
 
-    @dg.job(name=name, tags={"dw/kind": "receipt"}, executor_def=guarded_executor(dg.in_process_executor),
+    @dg.job(name=name, tags={"dw/kind": "receipt"}, executor_def=executor or guarded_executor(dg.in_process_executor),
             description="Write dw_dagster receipts on every asset a repair touched.")
     def receipt_job():
         write_receipts_op()

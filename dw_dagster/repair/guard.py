@@ -365,6 +365,14 @@ class _GuardedExecutor(dg.Executor):
     def __init__(self, inner: dg.Executor) -> None:
         self._inner = inner
 
+    def __getattr__(self, name: str):
+        # Executors whose execution loop reads its settings back from the run's executor (dagster-celery
+        # calls ``plan_context.executor.app_args()``) find them on the wrapped executor.
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
     @property
     def retries(self):
         return self._inner.retries

@@ -209,7 +209,8 @@ def _step_op_fn(kind: str, runner: StepRunner):
     return _apply
 
 
-def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], name: str | None = None) -> dg.JobDefinition:
+def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], name: str | None = None,
+                   executor: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """One job that applies ``kind`` steps (op :func:`step_op_name`, config :class:`StepConfig`).
 
     Args:
@@ -217,6 +218,7 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
         runner: ``(context, change set, step, database) -> dict``; raise :class:`StepRefused` to refuse.
         resource_keys: the database resources steps may name.
         name: the job name (default ``dw_step_<kind>``).
+        executor: runs the job's step (default the guarded in-process executor).
     """
     op = dg.op(name=step_op_name(kind), required_resource_keys=set(resource_keys), tags={"kind": "dw"},
                description=f"Apply one approved {kind} step of a dw_dagster change set.")(_step_op_fn(kind, runner))
@@ -224,7 +226,7 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
     from dw_dagster.repair.guard import guarded_executor
 
     @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={"dw/kind": "step", "dw/step_kind": kind},
-            executor_def=guarded_executor(dg.in_process_executor),
+            executor_def=executor or guarded_executor(dg.in_process_executor),
             description=f"Apply an approved {kind} step of a dw_dagster change set (run by the remediation sensor).")
     def _job():
         op()
@@ -233,13 +235,15 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
 
 
 def build_step_jobs(runners: Mapping[str, StepRunner] | None = None, *, resource_keys: Sequence[str] = ("warehouse",),
-                    include_migration: bool = True) -> dict[str, dg.JobDefinition]:
+                    include_migration: bool = True, executor: dg.ExecutorDefinition | None = None,
+                    ) -> dict[str, dg.JobDefinition]:
     """The step jobs to pass to :func:`~dw_dagster.repair.sensor.build_remediation_sensor` (``step_jobs``).
 
     Args:
         runners: step kind → runner (e.g. ``{"replay": run_replay_step}``).
         resource_keys: the database resources the steps name.
         include_migration: add the ``migration`` and ``migration_rollback`` runners unless given.
+        executor: runs the jobs' steps (default the guarded in-process executor).
 
     Returns:
         Step kind → job (add the jobs to your ``Definitions``).
@@ -247,7 +251,7 @@ def build_step_jobs(runners: Mapping[str, StepRunner] | None = None, *, resource
     all_runners: dict[str, StepRunner] = (
         {MIGRATION: run_migration_step, MIGRATION_ROLLBACK: run_migration_rollback_step} if include_migration else {})
     all_runners.update(runners or {})
-    return {kind: build_step_job(kind, r, resource_keys) for kind, r in all_runners.items()}
+    return {kind: build_step_job(kind, r, resource_keys, executor=executor) for kind, r in all_runners.items()}
 
 
 def steps_markdown(cs: ChangeSet) -> str:

@@ -252,10 +252,12 @@ def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
     context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}.")
 
 
-def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+def build_undo_jobs(resource_keys: Sequence[str], *, executor: dg.ExecutorDefinition | None = None
+                    ) -> tuple[dg.JobDefinition, dg.JobDefinition]:
     """The ``dw_undo_snapshot`` and ``dw_undo_restore`` jobs (ops ``dw_snapshot_window`` /
     ``dw_restore_window``; Dagster wants op and job names distinct), needing ``resource_keys`` (the
-    warehouse resources undo plans name); pass them to :func:`build_remediation_sensor`'s ``undo_jobs``."""
+    warehouse resources undo plans name); pass them to :func:`build_remediation_sensor`'s ``undo_jobs``.
+    ``executor`` (default the guarded in-process one) runs their steps."""
     keys = set(resource_keys)
 
     snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
@@ -263,7 +265,7 @@ def build_undo_jobs(resource_keys: Sequence[str]) -> tuple[dg.JobDefinition, dg.
 
     from dw_dagster.repair.guard import guarded_executor
 
-    executor = guarded_executor(dg.in_process_executor)
+    executor = executor or guarded_executor(dg.in_process_executor)
 
     @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, executor_def=executor,
             description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")

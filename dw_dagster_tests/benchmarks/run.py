@@ -13,6 +13,8 @@ and has 0.5 % of the amounts changed.
 
 ``volume_tick_5000`` (one volume-sensor tick over 5,000 DuckDB tables), ``blast_radius_20k``
 (graph build and one downstream query on a 20,000-node dbt manifest, peer ``dbt ls``),
+``blast_radius_100k`` (the same on a ~100,000-member manifest grown from one dbt parsed, peer dbt's
+own selection on that manifest, :mod:`.blast_radius_100k`),
 ``ledger_lookup_5000_assets`` and ``remediation_tick_10k_change_sets`` (the ledger's lookups against
 the event-log scans they replaced, :mod:`.ledger_bench`) and ``mcp_tools_demo`` (the median latency of
 each MCP read tool on the store-sales demo's instance against the same read through the CLI,
@@ -190,6 +192,12 @@ def bench_blast_radius(work: Path, rows: int, repeat: int) -> dict:
     return out
 
 
+def bench_blast_radius_100k(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.blast_radius_100k import bench_blast_radius_100k as run
+
+    return run(work, repeat)  # ~100,000 manifest members whatever --scale says
+
+
 def bench_ledger_lookup(work: Path, rows: int, repeat: int) -> dict:
     from dw_dagster_tests.benchmarks.ledger_bench import bench_ledger_lookup as run
 
@@ -210,7 +218,8 @@ def bench_mcp_tools(work: Path, rows: int, repeat: int) -> dict:
 
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
-           "blast_radius_20k": bench_blast_radius, "ledger_lookup_5000_assets": bench_ledger_lookup,
+           "blast_radius_20k": bench_blast_radius, "blast_radius_100k": bench_blast_radius_100k,
+           "ledger_lookup_5000_assets": bench_ledger_lookup,
            "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools}
 
 

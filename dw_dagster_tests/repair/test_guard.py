@@ -353,3 +353,73 @@ def test_the_remediation_tick_and_find_change_set_read_no_event_log(world, monke
     assert asked == [["window-1"], ["verify"], ["receipt"], [], []] and gap(wh) == 0
     assert ledger_for(instance).change_set_row(cs.id).state == "applied"
 
+
+
+# -- an executor that reads its own settings back from the run's executor (as dagster-celery does) ----
+
+SEEN_BY_EXECUTOR: list[str] = []
+
+
+class _SelfReadingExecutor(dg.Executor):
+    """Runs in process, but its loop asks ``plan_context.executor`` for a setting, as dagster-celery's
+    ``core_celery_execution_loop`` calls ``plan_context.executor.app_args()``."""
+
+    def __init__(self, inner: dg.Executor) -> None:
+        self.inner = inner
+
+    @property
+    def retries(self):
+        return self.inner.retries
+
+    def app_args(self) -> dict:
+        return {"broker": "memory://"}
+
+    def execute(self, plan_context, execution_plan):
+        SEEN_BY_EXECUTOR.append(plan_context.executor.app_args()["broker"])
+        yield from self.inner.execute(plan_context, execution_plan)
+
+
+_self_reading = dg.ExecutorDefinition(
+    name="self_reading", config_schema=dg.in_process_executor.config_schema,
+    executor_creation_fn=lambda ctx: _SelfReadingExecutor(dg.in_process_executor.executor_creation_fn(ctx)))
+
+
+@dg.op
+def _one() -> int:
+    return 1
+
+
+def _self_reading_job():
+    from dw_dagster.repair.guard import guarded_executor
+
+    @dg.job(executor_def=guarded_executor(_self_reading))
+    def self_reading_job():
+        _one()
+
+    return self_reading_job
+
+
+def _window_job_on_self_reading():
+    from dw_dagster.repair.guard import guarded_executor
+
+    @dg.job(executor_def=guarded_executor(_self_reading), tags={"dw/kind": "window"})
+    def window_on_self_reading():
+        _one()
+
+    return window_on_self_reading
+
+
+def test_an_executor_reading_its_settings_from_the_run_runs_behind_the_guard(tmp_path):
+    """The guard wraps the executor the run sees; the wrapped executor's own settings stay reachable
+    (dagster-celery failed with "'_GuardedExecutor' object has no attribute 'app_args'"), and a
+    repair job on it without a ticket is still refused before its step."""
+    SEEN_BY_EXECUTOR.clear()
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        ok = dg.execute_job(dg.reconstructable(_self_reading_job), instance=instance)
+        assert ok.success and SEEN_BY_EXECUTOR == ["memory://"]
+        refused = dg.execute_job(dg.reconstructable(_window_job_on_self_reading), instance=instance, raise_on_error=False)
+        assert not refused.success and SEEN_BY_EXECUTOR == ["memory://"]
+        assert not [e for e in refused.all_events if e.is_step_start]
+        text = " ".join(f"{e.message} {e.dagster_event.event_specific_data}" for e in instance.all_logs(refused.run_id)
+                        if e.dagster_event and e.dagster_event.event_type_value in ("RUN_FAILURE", "PIPELINE_FAILURE"))
+        assert "dw_dagster refused" in text and "no dw/ticket" in text

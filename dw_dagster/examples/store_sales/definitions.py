@@ -46,13 +46,15 @@ class _Translator(DagsterDbtTranslator):
         return super().get_asset_spec(manifest, unique_id, project).replace_attributes(group_name=GROUP)
 
 
-def build_definitions(home: Path | None = None) -> dg.Definitions:
+def build_definitions(home: Path | None = None, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
     """The code location for one home directory (created when missing).
 
     Re-run after a merge to pick up a new dbt test (the manifest is re-read).
 
     Args:
         home: the location's home (default ``$DW_STORE_SALES_HOME``, see :func:`.home.home_dir`).
+        executor: the executor of the loop's jobs (default in-process; see
+            :func:`dw_dagster.build_dw_definitions`), e.g. ``dagster_celery.celery_executor``.
 
     Returns:
         The example's assets and jobs merged with the loop of ``dataops.yaml``.
@@ -119,7 +121,7 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
         },
     )
     loop = build_dw_definitions(CONFIG, base_dir=home, scope={"home": str(home)}, assets=[store_sales_line],
-                                dbt_translator=translator)
+                                dbt_translator=translator, executor=executor)
     return dg.Definitions.merge(own, loop)
 
 

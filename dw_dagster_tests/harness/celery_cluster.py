@@ -1,0 +1,230 @@
+"""A small Dagster deployment across processes: a code server, ``dagster-daemon``, celery workers.
+
+What production runs on several machines, started here as child processes on one:
+
+- :func:`code_server` — ``dagster api grpc`` serving one code location on a free loopback port,
+  and the ``workspace.yaml`` pointing at it (the daemon and this process share the one server);
+- :func:`dagster_daemon` — ``dagster-daemon run`` on that workspace: its queued-run coordinator
+  daemon dequeues the runs the instance's run coordinator queued and the default run launcher
+  starts each in a run worker process of the code server;
+- :func:`celery_workers` — ``celery -A dagster_celery.app worker`` processes on the RabbitMQ
+  broker: the celery executor of a run worker sends each step there;
+- :class:`QueuedSensorDaemon` — the in-process sensor ticking of
+  :class:`~dw_dagster.testing.local_daemon.LocalSensorDaemon`, but each run request becomes a run
+  created from the code server's job snapshot and *submitted* to the instance's run coordinator
+  (as Dagster's sensor daemon submits it), instead of being executed in this process.
+
+Every process is started in its own process group with its log in a file; on exit it is stopped
+the way an operator stops it (SIGTERM: celery's warm shutdown; SIGINT for the daemon and the code
+server), waited for, and only killed if it outlives the grace period (then recorded in
+``Proc.killed``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from dw_dagster.testing.local_daemon import RUN_KEY_TAG, SENSOR_NAME_TAG, LocalSensorDaemon
+from dw_dagster_tests.harness.dagster_dev import BIN, free_port
+
+#: the RabbitMQ broker every machine here runs (guest/guest on loopback)
+BROKER = "pyamqp://guest:guest@127.0.0.1:5672//"
+TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+
+class ClusterError(RuntimeError):
+    """A process of the deployment did not start or a run did not end; the message carries its log."""
+
+
+@dataclass
+class Proc:
+    """One child process: its command, log file and how it ended."""
+
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    returncode: int | None = None
+    stop_seconds: float | None = None
+    killed: bool = False
+    worker_name: str = ""  # a celery worker's node name (``dw1-ab12cd@host``), read from its "ready." line
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return f"{self.name} log {self.log_path}:\n" + "\n".join(
+                self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"(no log for {self.name}: {e})"
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = 60.0) -> None:
+        """Send ``sig`` to the process, wait up to ``grace`` s, then kill its process group."""
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.killed = True
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.returncode, self.stop_seconds = self.proc.returncode, round(time.monotonic() - t0, 2)
+        try:  # children left in the group (a celery pool child, a run worker) would be stragglers
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return
+        self.killed = True
+        os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _start(name: str, args: list[str], env: Mapping[str, str], root: Path) -> Proc:
+    log_path = root / f"{name}.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(args, env=dict(env), cwd=str(root), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    log.close()
+    return Proc(name, proc, log_path)
+
+
+def _wait_log(p: Proc, needle: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in p.log_path.read_text(errors="replace"):
+            return
+        if p.proc.poll() is not None:
+            raise ClusterError(f"{p.name} exited ({p.proc.returncode}) before '{needle}'\n{p.log_tail()}")
+        time.sleep(0.3)
+    raise ClusterError(f"{p.name}: no '{needle}' within {timeout} s\n{p.log_tail()}")
+
+
+@dataclass
+class CodeServer:
+    proc: Proc
+    port: int
+    location: str
+    workspace: Path
+
+
+@contextmanager
+def code_server(module: str, location: str, env: Mapping[str, str], root: Path, timeout: float = 120) -> Iterator[CodeServer]:
+    """``dagster api grpc -m module -a defs`` on a free port, and ``root/workspace.yaml`` naming it."""
+    port = free_port()
+    p = _start("code_server", [str(BIN / "dagster"), "api", "grpc", "-m", module, "-a", "defs", "-h", "127.0.0.1",
+                               "-p", str(port), "--location-name", location], env, root)
+    ws = root / "workspace.yaml"
+    ws.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {"host": "127.0.0.1", "port": port,
+                                                                 "location_name": location}}]}))
+    try:
+        _wait_log(p, "Started Dagster code server", timeout)
+        yield CodeServer(p, port, location, ws)
+    finally:
+        p.stop(signal.SIGINT)
+
+
+@contextmanager
+def dagster_daemon(workspace: Path, env: Mapping[str, str], root: Path, timeout: float = 120) -> Iterator[Proc]:
+    """``dagster-daemon run -w workspace``; ready once its queued-run coordinator daemon runs."""
+    p = _start("dagster_daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env, root)
+    try:
+        _wait_log(p, "QueuedRunCoordinatorDaemon", timeout)
+        yield p
+    finally:
+        p.stop(signal.SIGINT)
+
+
+@contextmanager
+def celery_workers(n: int, env: Mapping[str, str], root: Path, timeout: float = 120) -> Iterator[list[Proc]]:
+    """``n`` celery workers of ``dagster_celery.app`` (one pool process each) on :data:`BROKER`.
+
+    Each is named ``dw<k>-<random>@<host>`` (the name the celery executor records in its
+    "Executing steps ... in celery worker" engine events), so a step another machine's worker ran
+    would show. Yields once every worker logged that it is ready; stops them with SIGTERM (celery's
+    warm shutdown: a running task finishes first).
+    """
+    tag = uuid.uuid4().hex[:6]
+    env = {**env, "DAGSTER_CELERY_BROKER_HOST": "127.0.0.1"}
+    with ExitStack() as stack:
+        procs = []
+        for k in range(1, n + 1):
+            p = _start(f"celery_worker_{k}", [str(BIN / "celery"), "-A", "dagster_celery.app", "worker", "-Q", "dagster",
+                                             "-n", f"dw{k}-{tag}@%h", "--concurrency", "1", "--prefetch-multiplier", "1",
+                                             "--loglevel", "INFO", "--without-gossip", "--without-mingle"], env, root)
+            stack.callback(p.stop, signal.SIGTERM)
+            procs.append(p)
+        for p in procs:
+            _wait_log(p, " ready.", timeout)
+            line = next(ln for ln in p.log_path.read_text().splitlines() if ln.endswith(" ready."))
+            p.worker_name = line.rsplit(" ", 2)[-2]
+        yield procs
+
+
+class QueuedSensorDaemon(LocalSensorDaemon):
+    """:class:`LocalSensorDaemon` whose run requests go through the instance's run coordinator.
+
+    Each request becomes a run made from the code server's job (its snapshot, execution plan and
+    origin, as Dagster's sensor daemon makes it) and is submitted with ``instance.submit_run``:
+    the coordinator configured in ``dagster.yaml`` (dw_dagster's ``GuardedRunCoordinator``, a
+    ``QueuedRunCoordinator``) admits or refuses it, ``dagster-daemon`` dequeues it and the run
+    launcher starts it in a run worker, whose executor runs its steps. A tick waits for each run
+    to end, as the in-process daemon does.
+    """
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, workspace_context, location: str,
+                 run_timeout: float = 300.0) -> None:
+        super().__init__(defs, instance)
+        self.workspace_context, self.location, self.run_timeout = workspace_context, location, run_timeout
+        self.launched: list[str] = []  # run ids submitted, in order
+
+    def _execute(self, sensor_name: str, rr: dg.RunRequest) -> tuple[str, bool]:
+        from dagster._core.definitions.selector import JobSubsetSelector
+        from dagster._core.storage.tags import PARTITION_NAME_TAG
+        from dagster._core.utils import make_new_run_id
+
+        request = self.workspace_context.create_request_context()
+        loc = request.get_code_location(self.location)
+        (repo,) = loc.get_repositories().values()
+        job_name = rr.job_name or self.defs.resolve_sensor_def(sensor_name).job_name
+        remote_job = loc.get_job(JobSubsetSelector(location_name=loc.name, repository_name=repo.name, job_name=job_name,
+                                                   op_selection=None, asset_selection=rr.asset_selection,
+                                                   asset_check_selection=rr.asset_check_keys))
+        run_config = dict(rr.run_config or {})
+        plan = loc.get_execution_plan(remote_job, run_config, step_keys_to_execute=None, known_state=None,
+                                      instance=self.instance)
+        tags = {**(remote_job.run_tags or {}), **(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
+        if rr.run_key:
+            tags[RUN_KEY_TAG] = rr.run_key
+        if rr.partition_key:
+            tags[PARTITION_NAME_TAG] = rr.partition_key
+        run = self.instance.create_run(
+            job_name=job_name, run_id=make_new_run_id(), run_config=run_config,
+            resolved_op_selection=remote_job.resolved_op_selection, step_keys_to_execute=None,
+            status=dg.DagsterRunStatus.NOT_STARTED, op_selection=None, root_run_id=None, parent_run_id=None, tags=tags,
+            job_snapshot=remote_job.job_snapshot, execution_plan_snapshot=plan.execution_plan_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot, remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_selection=frozenset(rr.asset_selection) if rr.asset_selection is not None else None,
+            asset_check_selection=frozenset(rr.asset_check_keys) if rr.asset_check_keys is not None else None,
+            asset_graph=repo.asset_graph)
+        self.instance.submit_run(run.run_id, request)
+        self.launched.append(run.run_id)
+        deadline = time.monotonic() + self.run_timeout
+        while time.monotonic() < deadline:
+            ended = self.instance.get_run_by_id(run.run_id)
+            if ended.status in TERMINAL:
+                if ended.status != dg.DagsterRunStatus.SUCCESS and not any(
+                        e.dagster_event and e.dagster_event.is_step_start for e in self.instance.all_logs(run.run_id)):
+                    self.refusals.append(next((e.message for e in self.instance.all_logs(run.run_id)
+                                               if "dw_dagster refused" in (e.message or "")), ended.status.value))
+                return run.run_id, ended.status == dg.DagsterRunStatus.SUCCESS
+            time.sleep(0.5)
+        raise ClusterError(f"run {run.run_id} of {job_name} did not end within {self.run_timeout} s "
+                           f"(status {self.instance.get_run_by_id(run.run_id).status.value})")
