@@ -259,9 +259,10 @@ class PipelineConfig(dg.Model, dg.Resolvable):
 
 class MageSourceConfig(dg.Model, dg.Resolvable):
     """The Mage pipelines around an asset's table (needs ``integrations.mage``): the one that writes
-    it, and those that read it downstream. The diagnosis lists their runs in the incident's window
-    (status, start, end, block runs); a change set names the downstream ones as reruns for the
-    engineer after its data steps, and the verify stage waits for those reruns."""
+    it, and those that read it downstream. The dead-letter sink's diagnosis lists their runs in the
+    incident's window (status, start, end, block runs); its change set names the downstream ones as
+    reruns for the engineer after its data steps, and the verify stage's ``mage_rerun`` check waits
+    for those reruns."""
 
     writes: str | None = Field(None, description="uuid of the Mage pipeline that writes the table (e.g. the stream)")
     reads: list[str] = Field(default_factory=list, description="uuids of the Mage pipelines that read the table "

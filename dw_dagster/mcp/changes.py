@@ -178,6 +178,15 @@ class StepView(BaseModel):
     expected_rows: int | None
 
 
+class ManualStepView(BaseModel):
+    kind: str = Field(description="e.g. mage_rerun")
+    target: str = Field(description="what the engineer acts on (a Mage pipeline)")
+    after: list[str] = Field(description="the stages it follows")
+    summary: str
+    command: str = Field(description="how to do it (the mage-agent run_pipeline call)")
+    url: str | None = Field(description="where to do it in the system's UI")
+
+
 class RemediationProposal(BaseModel):
     """The change set proposed for an incident: what the owner reviews before anything runs."""
 
@@ -193,6 +202,8 @@ class RemediationProposal(BaseModel):
     new_tests: list[str]
     verify_checks: list[list[str]] = Field(description="[asset key path..., check name] that must pass for the receipt")
     steps: list[StepView] = Field(description="warehouse changes run between the window and the rebuild")
+    manual_steps: list[ManualStepView] = Field(default_factory=list, description="what the engineer does outside "
+                                               "dw_dagster (rerun a Mage pipeline); the verify stage waits for it")
     expected_recovered_rows: int
     undo: str
     expires_at: dt.datetime = Field(description="unanswered by then, it expires; it is never granted")
@@ -218,6 +229,8 @@ def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: boo
         window=cs.window, deferred_partitions=cs.deferred_partitions, rebuild_order=cs.rebuild_assets, new_tests=cs.new_tests,
         verify_checks=cs.verify_checks, steps=[StepView(kind=s.kind, summary=s.summary, sql=s.sql, rollback_sql=s.rollback_sql,
                                                         expected_rows=s.expected_rows) for s in cs.steps],
+        manual_steps=[ManualStepView(kind=m.kind, target=m.target, after=m.after, summary=m.summary, command=m.command,
+                                     url=m.url) for m in cs.manual_steps],
         expected_recovered_rows=cs.expected_recovered_rows, undo=cs.undo, expires_at=cs.expires_at,
         diagnosis_run_id=run_id, approval=approval,
         approval_request=(f"the notification sensor (dw_notification_sensor, location {', '.join(slack)}) posts the "

@@ -130,3 +130,64 @@ def test_mage_unreachable_is_evidence_and_the_diagnosis_goes_on(mage):
 
     ev = read_mage_evidence(not_configured, SOURCE, (T0, T1))
     assert "no Mage URL" in ev.details["error"] and ev.details["green_throughout"] is None
+
+
+def _sink(db):
+    """A small sink: gift-card orders of 2026-11-24 from 10:00 on have shipping_country NULL and are parked."""
+    db.execute("CREATE SCHEMA shop")
+    db.execute("CREATE SCHEMA analytics")
+    db.execute("CREATE TABLE shop.orders (order_id INT, order_ts TIMESTAMP, payment_method VARCHAR, shipping_country VARCHAR)")
+    rows = [(i, T0 + dt.timedelta(hours=i % 24, minutes=i), "gift_card" if i % 3 == 0 else "card",
+             None if i % 3 == 0 and i % 24 >= 10 else "DE") for i in range(1, 61)]
+    db.execute("INSERT INTO shop.orders VALUES " + ", ".join(
+        f"({i}, TIMESTAMP '{ts}', '{pm}', {'NULL' if c is None else repr(c)})" for i, ts, pm, c in rows))
+    db.execute("CREATE TABLE analytics.orders (order_id INT NOT NULL, order_ts TIMESTAMP, payment_method VARCHAR, "
+               "shipping_country VARCHAR NOT NULL)")
+    db.execute("INSERT INTO analytics.orders SELECT * FROM shop.orders WHERE shipping_country IS NOT NULL")
+    db.execute("CREATE TABLE analytics.orders_dlq (order_id INT, payload VARCHAR, error_reason VARCHAR, failed_at TIMESTAMP)")
+    db.execute("INSERT INTO analytics.orders_dlq SELECT order_id, '{}', 'shipping_country: missing required field', "
+               "order_ts FROM shop.orders WHERE shipping_country IS NULL")
+    return sum(1 for r in rows if r[3] is None)
+
+
+def _diagnoser(mage_source):
+    import functools
+
+    import dagster as dg
+
+    from dw_dagster.diagnosis.sink_diagnoser import DeadLetterDiagnoser
+    from dw_dagster.pipelines.sink import sink_table_from_catalog
+
+    return DeadLetterDiagnoser(
+        target_asset=dg.AssetKey("orders"), source_table="shop.orders", source_resource_key="shop",
+        target_resource_key="warehouse", partition_column="order_ts", group_column="payment_method",
+        sink_table=functools.partial(sink_table_from_catalog, table="analytics.orders",
+                                     dead_letter_table="analytics.orders_dlq", key="order_id"),
+        volume_check=dg.AssetCheckKey(dg.AssetKey("orders"), "daily_volume"), manifest_path=None, dbt_asset_keys={},
+        domains_file={"domains": [{"name": "d", "assets": [["orders"]], "approvers": ["a@x"]}]}, verify_checks=[],
+        history=False, mage=mage_source)
+
+
+def test_the_dead_letter_diagnosis_carries_the_mage_runs_and_completes_when_mage_is_down(mage, duck, tmp_path):
+    import dagster as dg
+
+    from dw_dagster.core.models import Incident
+
+    parked = _sink(duck)
+    mage.state.add_run("orders_stream", "running", h(-5))
+    incident = Incident(id="inc-1", asset_key=["orders"], source="manual", detected_at=h(30), summary="short",
+                        window_start=h(0), window_end=h(24))
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        plain, f0 = _diagnoser(None).diagnose(instance, duck, duck, incident)
+        diag, f = _diagnoser(SOURCE).diagnose(instance, duck, duck, incident, mage_client=lambda: client(mage))
+        assert f0.explained_rows == f.explained_rows == parked > 0 and f0.confidence == f.confidence == 1.0
+        assert diag.id == plain.id  # the id hashes what the warehouse says, not Mage's moving runs
+        assert f.summary.startswith(f0.summary) and "Mage: the stream ran green throughout" in f.summary
+        assert f.details["mage"]["statuses"] == {"orders_stream": ["running"], "finance_daily": []}
+        url = mage.url
+        mage.stop()
+        down, fd = _diagnoser(SOURCE).diagnose(instance, duck, duck, incident,
+                                              mage_client=lambda: MageClient(url, policy=FAST))
+    assert down.id == plain.id and fd.explained_rows == parked and fd.confidence == 1.0
+    assert "the Mage runs could not be read" in fd.summary and GREEN_SENTENCE not in fd.summary
+    assert fd.evidence[-1].description.startswith("Mage could not be read") and fd.details["mage"]["error"]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from dw_dagster.core.http import RetryPolicy
-from dw_dagster.integrations.mage import MageApiError, MageClient
+from dw_dagster.integrations.mage import MageApiError, MageClient, MageRun
 from dw_dagster.integrations.mage_runs import runs_in_window, wait_for_run_after
 from dw_dagster.diagnosis.mage_evidence import GREEN_SENTENCE, PROBLEM_FACTOR, MageSource, read_mage_evidence
 from dw_dagster.repair.mage_rerun import wait_for_reruns
@@ -342,7 +342,8 @@ def test_diagnosis_evidence_and_the_verify_wait_on_the_real_server(real):
     """The diagnosis's Mage evidence over the two set-up runs, then the verify stage's wait for a rerun
     that fails (run after the other tests: it adds a run to the pipeline)."""
     c = real.client()
-    window = (real.started - dt.timedelta(minutes=1), dt.datetime.now(UTC))
+    ended = max(MageRun.model_validate(r).ended_at for r in (real.ok, real.bad))  # later tests rerun the pipeline
+    window = (real.started - dt.timedelta(minutes=1), ended + dt.timedelta(seconds=1))
     ev = read_mage_evidence(c, MageSource(writes=real.uuid), window)
     assert ev.details["statuses"] == {real.uuid: ["completed", "failed"]}
     assert ev.details["green_throughout"] is False and ev.confidence_factor == PROBLEM_FACTOR
