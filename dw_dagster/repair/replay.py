@@ -328,12 +328,13 @@ def parked_states(db: Database, spec: ReplaySpec) -> dict[str, int]:
         dw_dagster.databases.DatabaseError: a table is missing or the query failed.
     """
     k = _q(spec.key)
-    db.execute(ledger_ddl(spec, db.dialect))
-    db.execute(resolved_ddl(spec, db.dialect))
-    q = _to(f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
-            f"AND l.source_position = d.source_position) THEN 'replayed' "
-            f"ELSE COALESCE((SELECT MIN(r.state) FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
-            f"AND r.source_position = d.source_position), 'pending') END AS dw_state, COUNT(*) "
+    # read only (a verification check calls it): a ledger or resolved table not created yet is empty
+    replayed = (f"WHEN EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
+                f"AND l.source_position = d.source_position) THEN 'replayed' " if _ledger_exists(db, spec) else "")
+    resolved = _table_exists(db, resolved_table_name(spec))
+    state = (f"(SELECT MIN(r.state) FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
+             f"AND r.source_position = d.source_position)" if resolved else "NULL")
+    q = _to(f"SELECT CASE {replayed}WHEN {state} IS NOT NULL THEN {state} ELSE 'pending' END AS dw_state, COUNT(*) "
             f"FROM {_t(spec.dead_letter_table)} AS d WHERE {_selection_filter(spec)} GROUP BY 1", db.dialect)
     out = dict.fromkeys(PARKED_STATES, 0)
     for state, n in db.fetch_all(q):
@@ -380,8 +381,12 @@ def _required_now(db: Database, spec: ReplaySpec) -> list[str]:
 
 
 def _ledger_exists(db: Database, spec: ReplaySpec) -> bool:
+    return _table_exists(db, spec.ledger_table)
+
+
+def _table_exists(db: Database, table: str) -> bool:
     try:
-        db.fetch_all(_to(f"SELECT 1 FROM {_t(spec.ledger_table)} WHERE 1 = 0", db.dialect))
+        db.fetch_all(_to(f"SELECT 1 FROM {_t(table)} WHERE 1 = 0", db.dialect))
     except DatabaseError:
         return False
     return True

@@ -70,7 +70,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
     Returns:
         ``[parked_rows_replayed, no_new_dead_letters]`` (names configurable). The first reports
         ``dw/parked_keys``, ``dw/present_once``, ``dw/missing``, ``dw/duplicated``,
-        ``dw/parked_states`` (the selection's parked rows per recorded state: replayed,
+        ``dw/parked_states_json`` (the selection's parked rows per recorded state: replayed,
         superseded, duplicate, already_landed, pending) (and under a
         change set ``dw/replayed_rows`` / ``dw/expected_rows``); the second ``dw/parked_rows`` and
         ``dw/since_utc``. Both put their SQL in ``dw/query``.
@@ -92,7 +92,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
         states = parked_states(db, spec)
         md = {"dw/parked_keys": v.parked_keys, "dw/present_once": v.present_once, "dw/missing": v.missing,
               "dw/duplicated": v.duplicated, "dw/query": dg.MetadataValue.md(f"```sql\n{v.sql}\n```"),
-              "dw/parked_states": dg.MetadataValue.json(states)}
+              "dw/parked_states_json": dg.MetadataValue.json(states)}
         if cs is not None:
             done = [r for r in step_results(context.instance, cs) if r.get("kind") == REPLAY and not r.get("refused")]
             md["dw/replayed_rows"] = sum(r.get("inserted_rows", 0) for r in done)
