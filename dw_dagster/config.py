@@ -74,6 +74,10 @@ class ReconciliationConfig(dg.Model, dg.Resolvable):
     measures: list[str] = Field(default_factory=list, description="columns whose exact sums are compared")
     key_columns: list[str] = Field(default_factory=list)
     name: str = "reconciliation"
+    partition_column: str | None = Field(None, description="the column (naive UTC) the asset's time-window partitions "
+                                         "are ranges of: a repair's verify run then compares only its window's rows")
+    closed_partitions_only: bool = Field(False, description="compare only rows before the partition still in progress "
+                                         "(needs partition_column); the cut-off is stated in the result")
 
 
 class RowDiffConfig(dg.Model, dg.Resolvable):

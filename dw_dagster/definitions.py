@@ -130,7 +130,20 @@ def _day(text: str | None):
     return lambda: day
 
 
-def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None) -> list[dg.AssetChecksDefinition]:
+def _partition_scope(r, partitions_def) -> dict[str, Any]:
+    """The reconciliation check's partition scope from its configuration (none without a partition column)."""
+    if r.partition_column is None:
+        if r.closed_partitions_only:
+            raise DwConfigError(f"checks.reconciliation {r.name}: closed_partitions_only needs partition_column")
+        return {}
+    if partitions_def is None:
+        raise DwConfigError(f"checks.reconciliation {r.name}: partition_column needs the asset's time-window partitions")
+    return {"partition_column": r.partition_column, "partitions_def": partitions_def,
+            "closed_partitions_only": r.closed_partitions_only}
+
+
+def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None,
+                partitions_def: dg.PartitionsDefinition | None = None) -> list[dg.AssetChecksDefinition]:
     from dw_dagster.checks import (
         build_dead_letter_check,
         build_freshness_check,
@@ -147,7 +160,8 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None) -> l
         out.append(build_reconciliation_checks(
             asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
             target_table=a.table, slice_by=r.slice_by, measures=r.measures, key_columns=r.key_columns,
-            source_resource_key=r.source.database, target_resource_key=a.database, name=r.name))
+            source_resource_key=r.source.database, target_resource_key=a.database, name=r.name,
+            **_partition_scope(r, partitions_def)))
     if c.row_diff is not None:
         r = c.row_diff
         out.append(build_row_diff_check(
@@ -328,7 +342,7 @@ def build_dw_definitions(
         view = pending_view_name(ReplaySpec(target_table=a.table, dead_letter_table=sink.dead_letter_table,
                                             ledger_table=sink.dead_letter_table + LEDGER_SUFFIX, key=sink.key,
                                             columns=[], expected_rows=0)) if sink else None
-        own = _checks_for(a, view, sink_table.prepare if sink_table is not None else None)
+        own = _checks_for(a, view, sink_table.prepare if sink_table is not None else None, partitions_def)
         checks += own
         names = [next(iter(c.check_keys)).name for c in own]
         detect_keys += [dg.AssetCheckKey(key, n) for n in (a.detect if a.detect is not None else names)]

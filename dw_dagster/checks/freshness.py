@@ -15,6 +15,11 @@ Two rules:
   recent deadline before now, data up to ``deadline − max_lag`` must be there. The deadline is
   computed in local time with ``zoneinfo`` and converted to UTC, so it stays at 06:00 local on
   both sides of a daylight-saving change.
+
+``max_lag`` is **absolute (elapsed) time**: ``timedelta(days=1)`` is 24 hours, also across a
+23- or 25-hour day. For calendar days give ``max_lag_days=N``: the reference (the deadline, or
+now) moved back N wall-clock days in ``deadline_timezone`` (06:00 on the day after spring-forward
+→ 06:00 the day before, 23 hours earlier), then back by ``max_lag`` (default 0) if both are given.
 """
 
 import datetime as dt
@@ -73,16 +78,31 @@ def last_deadline(now_utc: dt.datetime, deadline: dt.time, timezone: str) -> dt.
 DEFAULT_FUTURE_TOLERANCE = dt.timedelta(minutes=5)
 
 
+def calendar_days_before(t_utc: dt.datetime, days: int, timezone: str) -> dt.datetime:
+    """The same wall-clock time ``days`` calendar days before ``t_utc`` in ``timezone``, as UTC
+    (a local time that does not exist that day resolves forward, as ``zoneinfo`` does)."""
+    tz = ZoneInfo(timezone)
+    local = t_utc.astimezone(tz)
+    back = dt.datetime.combine(local.date() - dt.timedelta(days=days), local.time(), tzinfo=tz).replace(fold=local.fold)
+    return back.astimezone(UTC)
+
+
 def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int, now_utc: dt.datetime,
-                       max_lag: dt.timedelta, deadline: dt.time | None = None, deadline_timezone: str = "UTC",
-                       future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE) -> FreshnessResult:
+                       max_lag: dt.timedelta | None, deadline: dt.time | None = None, deadline_timezone: str = "UTC",
+                       future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE,
+                       max_lag_days: int | None = None) -> FreshnessResult:
     """Apply the rule in the module docstring (no non-NULL value means no timestamp, whatever MAX said).
 
-    ``future_tolerance=None`` accepts timestamps in the future (a table of scheduled events)."""
+    ``max_lag`` is elapsed time; ``max_lag_days`` calendar days in ``deadline_timezone`` (both:
+    the days first, then the elapsed time). ``future_tolerance=None`` accepts timestamps in the
+    future (a table of scheduled events)."""
     if non_null == 0:
         max_ts_utc = None
     dl = last_deadline(now_utc, deadline, deadline_timezone) if deadline else None
-    required = (dl or now_utc) - max_lag
+    required = dl or now_utc
+    if max_lag_days:
+        required = calendar_days_before(required, max_lag_days, deadline_timezone)
+    required -= max_lag or dt.timedelta(0)
     lag = (now_utc - max_ts_utc).total_seconds() if max_ts_utc else None
     if max_ts_utc is None:
         passed, reason = False, "no timestamp observed" + (" (table is empty)" if rows == 0 else f" ({rows} rows, all NULL)")
@@ -99,15 +119,17 @@ def evaluate_freshness(max_ts_utc: dt.datetime | None, rows: int, non_null: int,
                            lag_seconds=lag, required_after_utc=required, deadline_utc=dl, passed=passed, reason=reason)
 
 
-def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.timedelta, now_utc: dt.datetime | None = None,
+def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.timedelta | None,
+              now_utc: dt.datetime | None = None,
               naive_timezone: str = "UTC", deadline: dt.time | None = None, deadline_timezone: str = "UTC",
-              future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE) -> tuple[FreshnessResult, str]:
+              future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE,
+              max_lag_days: int | None = None) -> tuple[FreshnessResult, str]:
     """Query ``MAX``/``COUNT`` of the column and judge it; returns (result, the SQL run)."""
     q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=sql.column(timestamp_column), t=sql.table(table))
     mx, rows, nn = db.fetch_all(q)[0]
     now = (now_utc or dt.datetime.now(UTC)).astimezone(UTC)
     return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone,
-                              future_tolerance), q
+                              future_tolerance, max_lag_days), q
 
 
 def build_freshness_check(
@@ -115,7 +137,7 @@ def build_freshness_check(
     asset: dg.AssetKey | str | Sequence[str],
     table: str,
     timestamp_column: str,
-    max_lag: dt.timedelta,
+    max_lag: dt.timedelta | None = None,
     resource_key: str = "warehouse",
     name: str = "freshness",
     naive_timezone: str = "UTC",
@@ -125,6 +147,7 @@ def build_freshness_check(
     future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    max_lag_days: int | None = None,
 ) -> dg.AssetChecksDefinition:
     """An asset check on the age of the newest ``timestamp_column`` value (see the module docstring).
 
@@ -134,7 +157,12 @@ def build_freshness_check(
         timestamp_column: the column whose newest value is the table's age (UTC; see ``naive_timezone``).
         resource_key: key of a :class:`~dw_dagster.databases.DatabaseResource`.
         name: the check name.
-        max_lag: the largest allowed age (or, with ``deadline``, how far before the deadline data must reach).
+        max_lag: the largest allowed age (or, with ``deadline``, how far before the deadline data
+            must reach), as **absolute elapsed time**: ``timedelta(days=1)`` is 24 h, also on a
+            23- or 25-hour DST day.
+        max_lag_days: the same in **calendar days** of ``deadline_timezone``: the reference time
+            moved back this many wall-clock days (23 h across spring-forward, 25 h across
+            fall-back); with ``max_lag`` too, that is subtracted after. One of the two is needed.
         naive_timezone: the zone of a column without time zone (default UTC, by contract).
         deadline, deadline_timezone: a daily local deadline, e.g. ``time(6)`` in ``"America/New_York"``.
         now: the clock (UTC), for tests; default the current time.
@@ -147,8 +175,9 @@ def build_freshness_check(
 
     Raises:
         UnsafeIdentifierError: ``table`` or ``timestamp_column`` cannot be an identifier.
-        ValueError: ``max_lag`` or ``future_tolerance`` negative or not a ``timedelta``, ``deadline``
-            not a ``datetime.time``, or an unknown time zone name.
+        ValueError: ``max_lag`` or ``future_tolerance`` negative or not a ``timedelta``, neither
+            ``max_lag`` nor ``max_lag_days`` given, ``max_lag_days`` not a whole number ≥ 0,
+            ``deadline`` not a ``datetime.time``, or an unknown time zone name.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
     """
     sql.table(table), sql.identifier(timestamp_column)
@@ -162,26 +191,33 @@ def build_freshness_check(
             raise ValueError(f"{arg} must be a datetime.timedelta, got {v!r}")
     if deadline is not None and not isinstance(deadline, dt.time):
         raise ValueError(f"deadline must be a datetime.time such as time(6), got {deadline!r}")
-    if max_lag is None or max_lag < dt.timedelta(0):
+    if max_lag is None and max_lag_days is None:
+        raise ValueError("give max_lag (elapsed time) or max_lag_days (calendar days in deadline_timezone)")
+    if max_lag is not None and max_lag < dt.timedelta(0):
         raise ValueError(f"max_lag must not be negative, got {max_lag}")
+    if max_lag_days is not None and (isinstance(max_lag_days, bool) or not isinstance(max_lag_days, int) or max_lag_days < 0):
+        raise ValueError(f"max_lag_days must be a whole number of days >= 0, got {max_lag_days!r}")
+    lag_words = " + ".join(([f"{max_lag_days} calendar day(s) in {deadline_timezone}"] if max_lag_days is not None else [])
+                           + ([f"{max_lag} elapsed"] if max_lag is not None else []))
     if future_tolerance is not None and future_tolerance < dt.timedelta(0):
         raise ValueError(f"future_tolerance must not be negative, got {future_tolerance}")
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
                     metadata={"dw/check_kind": FRESHNESS_KIND, "dw/table": table, "dw/timestamp_column": timestamp_column},
-                    description=f"Newest {table}.{timestamp_column} at most {max_lag} old"
+                    description=f"Newest {table}.{timestamp_column} at most {lag_words} old"
                     + (f" at {deadline.isoformat('minutes')} {deadline_timezone}" if deadline else "") + ".")
     def _freshness(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
         r, q = freshness(db, table, timestamp_column, max_lag=max_lag, now_utc=now() if now else None,
                          naive_timezone=naive_timezone, deadline=deadline, deadline_timezone=deadline_timezone,
-                         future_tolerance=future_tolerance)
+                         future_tolerance=future_tolerance, max_lag_days=max_lag_days)
         return dg.AssetCheckResult(passed=r.passed, severity=severity, description=r.reason, metadata={
             "dw/max_timestamp_utc": dg.MetadataValue.text(r.max_timestamp_utc.isoformat()) if r.max_timestamp_utc else dg.MetadataValue.null(),
             "dw/lag_seconds": dg.MetadataValue.float(r.lag_seconds) if r.lag_seconds is not None else dg.MetadataValue.null(),
             "dw/required_after_utc": r.required_after_utc.isoformat(),
             "dw/rows": r.rows,
             "dw/reason": r.reason,
+            "dw/max_lag": lag_words,
             "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
         })
 

@@ -39,7 +39,9 @@ VOLUME_KIND = "volume"
 
 
 class DayScore(BaseModel):
-    """One day's row count and its baseline band (rows); ``status`` is ok, low, high, no_rows or insufficient_history."""
+    """One day's row count and its baseline band (rows); ``status`` is ok, low, high, no_rows,
+    insufficient_history, or filling (a day not over yet whose count is below its band: its rows
+    are still arriving, so it is not scored as a drop)."""
 
     day: dt.date
     rows: int
@@ -54,7 +56,7 @@ class DayScore(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return self.status in ("ok",)
+        return self.status in ("ok", "filling")
 
 
 def daily_counts_sql(table: str, timestamp_column: str | exp.Expression, start: dt.date, end: dt.date, dialect: str) -> str:
@@ -238,12 +240,15 @@ def volume_scores(
     evaluate_days: int = 7,
     as_of: dt.date | None = None,
     training_days: int = 28,
+    now: dt.datetime | None = None,
     **kwargs,
 ) -> tuple[list[DayScore], str]:
     """Count rows per day in the warehouse and score the last ``evaluate_days`` days up to ``as_of``.
 
     ``as_of`` defaults to the latest day with rows in the table (UTC). Days between the table's
     first day and ``as_of`` with no rows count as 0; days before its first day are not history.
+    A scored day that has not ended at ``now`` (aware, default the clock; today in UTC) and is
+    below its band is ``filling``, not ``low``/``no_rows``: a bucket still filling is no drop.
 
     Returns:
         (scores, the SQL that counted the rows).
@@ -264,7 +269,11 @@ def volume_scores(
     for d, n in db.fetch_all(q):
         counts[_as_date(d)] = int(n)
     evaluate = [as_of - dt.timedelta(days=i) for i in reversed(range(evaluate_days))]
-    return score_days(counts, evaluate, training_days=training_days, **kwargs), q
+    scores = score_days(counts, evaluate, training_days=training_days, **kwargs)
+    today = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).date()
+    scores = [sc.model_copy(update={"status": "filling"}) if sc.day >= today and sc.status in ("low", "no_rows") else sc
+              for sc in scores]
+    return scores, q
 
 
 def build_volume_check(
@@ -283,8 +292,13 @@ def build_volume_check(
     as_of: Callable[[], dt.date] | None = None,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    clock: Callable[[], dt.datetime] | None = None,
 ) -> dg.AssetChecksDefinition:
     """An asset check: the last ``evaluate_days`` days' row counts against each day's own baseline.
+
+    Today (UTC, by ``clock``) is still filling: when it is scored and below its band its status
+    is ``filling`` and the check passes on it (the description says so); above its band it is
+    still ``high``.
 
     Args:
         asset: the asset whose table is counted.
@@ -302,6 +316,7 @@ def build_volume_check(
             reported as a failed result with WARN severity (never a silent pass).
         as_of: returns the last day to score (e.g. the newest partition); default the latest
             day with rows.
+        clock: returns the current time (aware UTC); default the system clock; for tests.
 
     Returns:
         An ``AssetChecksDefinition`` whose result carries a per-day table (``dw/days``).
@@ -338,14 +353,16 @@ def build_volume_check(
         db = getattr(context.resources, resource_key).get_database()
         scores, q = volume_scores(db, table, timestamp_column, evaluate_days=evaluate_days, as_of=as_of() if as_of else None,
                                   training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct,
-                                  min_history=min_history, method=method)
+                                  min_history=min_history, method=method, now=clock() if clock else None)
         bad = [s for s in scores if not s.passed]
+        filling = [s for s in scores if s.status == "filling"]
         only_history = bool(bad) and all(s.status == "insufficient_history" for s in bad)
         return dg.AssetCheckResult(
             passed=not bad,
             severity=dg.AssetCheckSeverity.WARN if only_history else severity,
-            description="every scored day inside its baseline" if not bad else
-            "; ".join(f"{s.day}: {s.rows} rows, {s.status}" + (f" ({s.deviation_pct} %)" if s.deviation_pct is not None else "") for s in bad),
+            description=("every scored day inside its baseline" if not bad else
+                         "; ".join(f"{s.day}: {s.rows} rows, {s.status}" + (f" ({s.deviation_pct} %)" if s.deviation_pct is not None else "") for s in bad))
+            + "".join(f"; {s.day}: {s.rows} rows so far, still filling (not scored as a drop)" for s in filling),
             metadata={
                 "dw/days": metadata_table(
                     [{**d.model_dump(), "day": d.day.isoformat()} for d in scores],

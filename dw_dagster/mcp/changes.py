@@ -197,7 +197,11 @@ class RemediationProposal(BaseModel):
     diff: str = Field(description="unified diff against the pipeline repository (git apply -p1)")
     files: list[str] = Field(description="files the diff edits or adds")
     window: list[str] = Field(description="partition keys the repair reruns (capped by the domain)")
-    deferred_partitions: list[str] = Field(description="partitions the cause reaches that do not exist yet")
+    deferred_partitions: list[str] = Field(description="partitions the cause reaches that do not exist yet or are "
+                                           "still in progress; not run")
+    not_run: list[str] = Field(default_factory=list, description="each partition the cause reaches that the change set "
+                               "does not run (outside the asset's partitions, deferred), with its rows, the reason and, "
+                               "for a deferred one, when it exists or closes")
     rebuild_order: list[list[str]] = Field(description="asset keys rebuilt after the window, in order")
     new_tests: list[str]
     verify_checks: list[list[str]] = Field(description="[asset key path..., check name] that must pass for the receipt")
@@ -226,7 +230,8 @@ def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: boo
         approval = f"change set {cs.id} is {brief.state}" + (f" ({brief.note})" if brief.note else "")
     return RemediationProposal(
         incident_id=incident_id, proposed_now=proposed_now, change_set=brief, diff=cs.diff, files=[f.path for f in cs.files],
-        window=cs.window, deferred_partitions=cs.deferred_partitions, rebuild_order=cs.rebuild_assets, new_tests=cs.new_tests,
+        window=cs.window, deferred_partitions=cs.deferred_partitions, not_run=[n.words() for n in cs.not_run()],
+        rebuild_order=cs.rebuild_assets, new_tests=cs.new_tests,
         verify_checks=cs.verify_checks, steps=[StepView(kind=s.kind, summary=s.summary, sql=s.sql, rollback_sql=s.rollback_sql,
                                                         expected_rows=s.expected_rows) for s in cs.steps],
         manual_steps=[ManualStepView(kind=m.kind, target=m.target, after=m.after, summary=m.summary, command=m.command,

@@ -69,6 +69,9 @@ def receipt_markdown(r: Receipt) -> str:
     if not_run:
         lines.append(f"- **Not run** ({sum(n.rows for n in not_run)} row(s) of the cause): "
                      + "; ".join(n.words() for n in not_run))
+    parked = r.evidence_summary.get("parked_rows_by_state") or {}
+    if parked:
+        lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
     if r.rows_before or r.rows_after:
@@ -146,9 +149,22 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
     # the partitions the cause reached that the change set did not run (outside, deferred), with their rows
     not_run_notes = cs.not_run()
+    # parked rows of a dead-letter replay, per recorded state (replayed, superseded, duplicate, ...)
+    parked: dict[str, int] = {}
+    if cs.steps:
+        from dw_dagster.repair.steps import step_results
+
+        for res in step_results(instance, cs):
+            for state, n in (res.get("states") or {}).items():
+                parked[state] = parked.get(state, 0) + int(n)
+    if parked:
+        not_run_summary_extra = {"parked_rows_by_state": parked}
+    else:
+        not_run_summary_extra = {}
     not_run_summary = ({"partitions_not_run": [n.model_dump(mode="json") for n in not_run_notes],
                         "rows_not_run": sum(n.rows for n in not_run_notes),
                         "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
+    not_run_summary = {**not_run_summary, **not_run_summary_extra}
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first

@@ -36,8 +36,16 @@ rejected; the ledger says which of them were replayed, by which change set, and 
 ``<dead letter table>_pending`` (:func:`ensure_replay_tables`) holds the ones still waiting — what
 the location's dead-letter check counts, so a replayed row stops alerting.
 
+**Every parked row ends in a recorded state.** The rows the replay rightly skips are written to
+``<dead letter table>_resolved`` (key, ``source_position``, state, change set, time): an older
+parked change of a key whose latest one was replayed or had landed is ``superseded`` (or
+``duplicate`` when its payload equals that row's), the latest parked row of a key that reached the
+target by a newer accepted change is ``already_landed``. The pending view leaves them out, so the
+dead-letter check passes after a good repair; :func:`parked_states` counts the selection per state
+(:data:`PARKED_STATES`), for the replay check and the receipt.
+
 Undo (:func:`undo_replay`): delete the target rows of the keys this change set replayed (from
-the ledger), then its ledger rows.
+the ledger), then its ledger rows and its resolved rows.
 """
 
 import datetime as dt
@@ -62,6 +70,12 @@ from dw_dagster.repair.steps import StepRefused
 REPLAY = "replay"
 REPLAY_UNDO = "replay_undo"
 LEDGER_SUFFIX = "_replayed"
+RESOLVED_SUFFIX = "_resolved"
+#: where every parked row of a replay's selection ends: replayed (in the ledger), superseded by a
+#: later parked change of its key, an exact duplicate of the row replayed (same payload), already
+#: landed (its key reached the target by a newer accepted change), or still pending (it failed
+#: again, or was not due)
+PARKED_STATES = ("replayed", "superseded", "duplicate", "already_landed", "pending")
 
 
 class ReplayRefused(StepRefused):
@@ -178,6 +192,8 @@ class ReplayResult(BaseModel):
     before: ReplayCounts
     after: ReplayCounts
     sql: list[str] = Field(default_factory=list)
+    states: dict[str, int] = Field(default_factory=dict, description="the selection's parked rows per recorded state "
+                                   "after the replay (:data:`PARKED_STATES`)")
 
 
 class ReplayVerification(BaseModel):
@@ -272,6 +288,60 @@ def ledger_ddl(spec: ReplaySpec, dialect: str, key_type: str | None = None) -> s
                "source_position VARCHAR NOT NULL, change_set_id VARCHAR NOT NULL, replayed_at TIMESTAMP NOT NULL)", dialect)
 
 
+def resolved_table_name(spec: ReplaySpec) -> str:
+    """``<dead letter table>_resolved``: the parked rows the replay skipped, each with its state."""
+    return spec.dead_letter_table + RESOLVED_SUFFIX
+
+
+def resolved_ddl(spec: ReplaySpec, dialect: str, key_type: str | None = None) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for the resolved rows, in ``dialect``."""
+    key_type = key_type or dict(spec.columns).get(spec.key, "BIGINT")
+    return _to(f"CREATE TABLE IF NOT EXISTS {_t(resolved_table_name(spec))} ({_q(spec.key)} {key_type} NOT NULL, "
+               "source_position VARCHAR NOT NULL, state VARCHAR NOT NULL, change_set_id VARCHAR NOT NULL, "
+               "resolved_at TIMESTAMP NOT NULL)", dialect)
+
+
+def _resolve_sql(spec: ReplaySpec, change_set_id: str, now: dt.datetime) -> str:
+    """Record the state of each selected parked row the replay skipped (DuckDB dialect text)."""
+    k = _q(spec.key)
+    anchor = (f"SELECT s.dw_key, s.dw_position, CAST(s.dw_payload AS VARCHAR) AS dw_payload, "
+              f"CASE WHEN EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = s.dw_key "
+              f"AND l.source_position = s.dw_position) THEN 'replayed' "
+              f"WHEN EXISTS (SELECT 1 FROM {_t(spec.target_table)} AS o WHERE o.{k} = s.dw_key) THEN 'landed' END AS dw_how "
+              f"FROM ({selected_sql(spec)}) AS s")
+    state = ("CASE WHEN d.source_position = a.dw_position THEN 'already_landed' "
+             "WHEN CAST(d.payload AS VARCHAR) = a.dw_payload THEN 'duplicate' ELSE 'superseded' END")
+    return (f"INSERT INTO {_t(resolved_table_name(spec))} ({k}, source_position, state, change_set_id, resolved_at) "
+            f"SELECT DISTINCT d.{k}, d.source_position, {state}, {_lit(change_set_id)}, {_lit(now)} "
+            f"FROM {_t(spec.dead_letter_table)} AS d JOIN ({anchor}) AS a ON a.dw_key = d.{k} "
+            f"WHERE {_selection_filter(spec)} AND a.dw_how IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
+            f"AND l.source_position = d.source_position) "
+            f"AND NOT EXISTS (SELECT 1 FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
+            f"AND r.source_position = d.source_position)")
+
+
+def parked_states(db: Database, spec: ReplaySpec) -> dict[str, int]:
+    """The selection's parked rows per state (:data:`PARKED_STATES`; rows, every state present).
+
+    Raises:
+        dw_dagster.databases.DatabaseError: a table is missing or the query failed.
+    """
+    k = _q(spec.key)
+    # read only (a verification check calls it): a ledger or resolved table not created yet is empty
+    replayed = (f"WHEN EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
+                f"AND l.source_position = d.source_position) THEN 'replayed' " if _ledger_exists(db, spec) else "")
+    resolved = _table_exists(db, resolved_table_name(spec))
+    state = (f"(SELECT MIN(r.state) FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
+             f"AND r.source_position = d.source_position)" if resolved else "NULL")
+    q = _to(f"SELECT CASE {replayed}WHEN {state} IS NOT NULL THEN {state} ELSE 'pending' END AS dw_state, COUNT(*) "
+            f"FROM {_t(spec.dead_letter_table)} AS d WHERE {_selection_filter(spec)} GROUP BY 1", db.dialect)
+    out = dict.fromkeys(PARKED_STATES, 0)
+    for state, n in db.fetch_all(q):
+        out[str(state)] = int(n or 0)
+    return out
+
+
 def pending_view_name(spec: ReplaySpec) -> str:
     """``<dead letter table>_pending``: the parked rows not replayed yet."""
     return spec.dead_letter_table + "_pending"
@@ -280,16 +350,20 @@ def pending_view_name(spec: ReplaySpec) -> str:
 def ensure_replay_tables(db: Database, spec: ReplaySpec) -> str:
     """Create the ledger (if missing) and the view of parked rows still waiting (replace); returns the view's name.
 
-    The view holds the dead-letter table's rows whose (key, ``source_position``) is not in the
-    ledger: what a dead-letter check should count, so that a replayed row stops alerting while
-    the dead-letter table keeps the record.
+    The view holds the dead-letter table's rows whose (key, ``source_position``) is neither in the
+    ledger nor resolved (superseded, duplicate, already landed): what a dead-letter check should
+    count, so that a replayed or rightly skipped row stops alerting while the dead-letter table
+    keeps the record.
     """
     view = pending_view_name(spec)
     k = _q(spec.key)
     db.execute(ledger_ddl(spec, db.dialect))
+    db.execute(resolved_ddl(spec, db.dialect))
     db.execute(_to(f"CREATE OR REPLACE VIEW {_t(view)} AS SELECT d.* FROM {_t(spec.dead_letter_table)} AS d "
                    f"WHERE NOT EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
-                   "AND l.source_position = d.source_position)", db.dialect))
+                   "AND l.source_position = d.source_position) "
+                   f"AND NOT EXISTS (SELECT 1 FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
+                   "AND r.source_position = d.source_position)", db.dialect))
     return view
 
 
@@ -307,8 +381,12 @@ def _required_now(db: Database, spec: ReplaySpec) -> list[str]:
 
 
 def _ledger_exists(db: Database, spec: ReplaySpec) -> bool:
+    return _table_exists(db, spec.ledger_table)
+
+
+def _table_exists(db: Database, table: str) -> bool:
     try:
-        db.fetch_all(_to(f"SELECT 1 FROM {_t(spec.ledger_table)} WHERE 1 = 0", db.dialect))
+        db.fetch_all(_to(f"SELECT 1 FROM {_t(table)} WHERE 1 = 0", db.dialect))
     except DatabaseError:
         return False
     return True
@@ -387,6 +465,11 @@ def replay_dead_letter(db: Database, spec: ReplaySpec, change_set_id: str, *,
             db.execute(ledger_ins)
             db.execute(target_ins)
         statements = [ledger_ins, target_ins]
+    # the rows the replay rightly skipped end in a recorded state, never "pending" for good
+    db.execute(resolved_ddl(spec, d))
+    resolve = _to(_resolve_sql(spec, change_set_id, now), d)
+    db.execute(resolve)
+    statements.append(resolve)
     after = _counts(db, counts_q)
     rejected_reasons: dict[str, int] = {}
     sample: list[Any] = []
@@ -402,7 +485,7 @@ def replay_dead_letter(db: Database, spec: ReplaySpec, change_set_id: str, *,
         inserted_rows=after.replayed_here_in_target - before.replayed_here_in_target,
         already_replayed_rows=before.replayed_here_in_target, rejected_rows=after.rejected,
         rejected_reasons=rejected_reasons, rejected_sample=sample, required_columns=required,
-        before=before, after=after, sql=[counts_q, *statements])
+        before=before, after=after, sql=[counts_q, *statements], states=parked_states(db, spec))
 
 
 def verify_replay(db: Database, spec: ReplaySpec, *, sample_size: int = 20) -> ReplayVerification:
@@ -445,11 +528,14 @@ def undo_replay(db: Database, spec: ReplaySpec, change_set_id: str) -> int:
     delete_t = _to(f"DELETE FROM {_t(spec.target_table)} WHERE {k} IN "
                    f"(SELECT {k} FROM {_t(spec.ledger_table)} WHERE change_set_id = {cs})", d)
     delete_l = _to(f"DELETE FROM {_t(spec.ledger_table)} WHERE change_set_id = {cs}", d)
+    db.execute(resolved_ddl(spec, d))
+    delete_r = _to(f"DELETE FROM {_t(resolved_table_name(spec))} WHERE change_set_id = {cs}", d)
     if isinstance(db, DuckDBDatabase):
-        db.execute(f"BEGIN TRANSACTION; {delete_t}; {delete_l}; COMMIT")
+        db.execute(f"BEGIN TRANSACTION; {delete_t}; {delete_l}; {delete_r}; COMMIT")
     else:
         db.execute(delete_t)
         db.execute(delete_l)
+        db.execute(delete_r)
     return n
 
 
@@ -458,7 +544,8 @@ def undo_sql(spec: ReplaySpec, change_set_id: str, dialect: str = "duckdb") -> l
     k, cs = _q(spec.key), _lit(change_set_id)
     return [_to(f"DELETE FROM {_t(spec.target_table)} WHERE {k} IN "
                 f"(SELECT {k} FROM {_t(spec.ledger_table)} WHERE change_set_id = {cs})", dialect),
-            _to(f"DELETE FROM {_t(spec.ledger_table)} WHERE change_set_id = {cs}", dialect)]
+            _to(f"DELETE FROM {_t(spec.ledger_table)} WHERE change_set_id = {cs}", dialect),
+            _to(f"DELETE FROM {_t(resolved_table_name(spec))} WHERE change_set_id = {cs}", dialect)]
 
 
 def replay_step(spec: ReplaySpec, *, resource_key: str, change_set_id: str, dialect: str = "duckdb",
@@ -498,7 +585,8 @@ def run_replay_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeS
     result = replay_dead_letter(db, spec, cs.id)
     data = result.model_dump(mode="json")
     context.log.info(f"replayed {result.inserted_rows} row(s) into {spec.target_table} "
-                     f"({result.already_replayed_rows} replayed before, {result.rejected_rows} stay parked)")
+                     f"({result.already_replayed_rows} replayed before, {result.rejected_rows} stay parked); parked rows "
+                     f"by state: {', '.join(f'{k} {v}' for k, v in result.states.items())}")
     if result.rejected_rows:
         raise ReplayRefused(f"{result.rejected_rows} parked row(s) failed again and stay parked "
                             f"({', '.join(f'{n} × {r!r}' for r, n in result.rejected_reasons.items())}); "
@@ -507,8 +595,8 @@ def run_replay_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeS
 
 
 __all__ = [
-    "LEDGER_SUFFIX", "REPLAY", "ReplayCounts", "ReplayRefused", "ReplayResult", "ReplaySpec", "ReplayVerification",
-    "classify", "ensure_replay_tables", "ledger_ddl", "pending_view_name", "replay_dead_letter", "replay_step", "run_replay_step", "selected_sql", "undo_replay",
+    "LEDGER_SUFFIX", "PARKED_STATES", "REPLAY", "RESOLVED_SUFFIX", "ReplayCounts", "ReplayRefused", "ReplayResult", "ReplaySpec", "ReplayVerification",
+    "classify", "ensure_replay_tables", "ledger_ddl", "parked_states", "pending_view_name", "resolved_table_name", "replay_dead_letter", "replay_step", "run_replay_step", "selected_sql", "undo_replay",
     "undo_sql", "verify_replay",
 ]
 

@@ -18,7 +18,7 @@ from dw_dagster.databases import Database
 from dw_dagster.core.models import ChangeSet
 from dw_dagster.core import records
 from dw_dagster.repair.guard import TICKET_TAG
-from dw_dagster.repair.replay import REPLAY, ReplaySpec, verify_replay
+from dw_dagster.repair.replay import REPLAY, ReplaySpec, parked_states, verify_replay
 from dw_dagster.repair.steps import STEP_RESULT_KEY, first_step_started, step_results
 from dw_dagster.pipelines.sink import SinkTable
 
@@ -69,7 +69,9 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
 
     Returns:
         ``[parked_rows_replayed, no_new_dead_letters]`` (names configurable). The first reports
-        ``dw/parked_keys``, ``dw/present_once``, ``dw/missing``, ``dw/duplicated`` (and under a
+        ``dw/parked_keys``, ``dw/present_once``, ``dw/missing``, ``dw/duplicated``,
+        ``dw/parked_states_json`` (the selection's parked rows per recorded state: replayed,
+        superseded, duplicate, already_landed, pending) (and under a
         change set ``dw/replayed_rows`` / ``dw/expected_rows``); the second ``dw/parked_rows`` and
         ``dw/since_utc``. Both put their SQL in ``dw/query``.
     """
@@ -87,8 +89,10 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
         cs = change_set_of_run(context)
         spec = _replay_spec(cs) or ReplaySpec.for_sink_table(table_of(db), expected_rows=0)
         v = verify_replay(db, spec)
+        states = parked_states(db, spec)
         md = {"dw/parked_keys": v.parked_keys, "dw/present_once": v.present_once, "dw/missing": v.missing,
-              "dw/duplicated": v.duplicated, "dw/query": dg.MetadataValue.md(f"```sql\n{v.sql}\n```")}
+              "dw/duplicated": v.duplicated, "dw/query": dg.MetadataValue.md(f"```sql\n{v.sql}\n```"),
+              "dw/parked_states_json": dg.MetadataValue.json(states)}
         if cs is not None:
             done = [r for r in step_results(context.instance, cs) if r.get("kind") == REPLAY and not r.get("refused")]
             md["dw/replayed_rows"] = sum(r.get("inserted_rows", 0) for r in done)
@@ -97,7 +101,8 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
             passed=v.passed, metadata=md,
             description=(f"{v.present_once:,} of {v.parked_keys:,} parked {t.key}(s) present exactly once in {spec.target_table}"
                          + (f"; {v.missing:,} missing (e.g. {v.missing_sample[:5]})" if v.missing else "")
-                         + (f"; {v.duplicated:,} more than once" if v.duplicated else "")))
+                         + (f"; {v.duplicated:,} more than once" if v.duplicated else "")
+                         + "; parked rows: " + ", ".join(f"{n:,} {st}" for st, n in states.items() if n)))
 
     @dg.asset_check(asset=key, name=no_new_name, required_resource_keys={resource_key},
                     metadata={"dw/check_kind": "dead_letter", "dw/table": t.dead_letter_table},

@@ -137,3 +137,29 @@ def test_partition_windows_as_naive_utc():
     assert (start, end - start) == (dt.datetime(2026, 3, 8, 8), dt.timedelta(hours=23))
     with pytest.raises(ValueError):
         partition_window_utc(dg.StaticPartitionsDefinition(["a"]), "a")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_late_rows_per_partition_key_across_duckdb_and_postgres(duck, postgres, case):
+    """The source in DuckDB, the warehouse table in PostgreSQL: the same answer as in one database."""
+    pdef, late = CASES[case]
+    keys = list(pdef.get_partition_keys())
+    loads, hwm, n_late = _scenario(duck, "lx", pdef, keys, late)
+    schema = f"lx_{case[:12]}_tgt"
+    postgres.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    postgres.execute(f"CREATE SCHEMA {schema}")
+    postgres.execute(f"CREATE TABLE {schema}.sales (id INTEGER, sold_at TIMESTAMP, posted_at TIMESTAMP)")
+    landed = duck.fetch_all("SELECT id, sold_at, posted_at FROM lx_tgt.sales ORDER BY id")
+    postgres.execute(f"INSERT INTO {schema}.sales VALUES " + ", ".join(
+        f"({i}, TIMESTAMP '{a.isoformat(sep=' ')}', TIMESTAMP '{b.isoformat(sep=' ')}')" for i, a, b in landed))
+    try:
+        gap = sum(n_late.values())
+        f = diagnose_late_rows(duck, postgres, source_table="lx_src.sales", target_table=f"{schema}.sales",
+                               key_column="id", partition_column="sold_at", watermark_column="sold_at",
+                               arrival_column="posted_at", loads=loads, high_watermark=hwm, gap_rows=gap)
+        one = _diagnose(duck, "lx", loads, hwm, gap)
+        assert (f.explained_rows, f.confidence, f.window) == (gap, 1.0, sorted(late)) == (
+            one.explained_rows, one.confidence, one.window)
+        assert f.details["per_partition"] == one.details["per_partition"]
+    finally:
+        postgres.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

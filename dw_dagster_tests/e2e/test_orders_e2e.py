@@ -232,6 +232,11 @@ def test_verification_checks_and_receipts(loop):
     md = checks["parked_rows_replayed"].metadata
     assert (md["dw/parked_keys"], md["dw/present_once"], md["dw/replayed_rows"], md["dw/expected_rows"]) == (PARKED,) * 4
     assert checks["no_new_dead_letters"].metadata["dw/parked_rows"] == 0
+    # every parked row of the selection in a recorded state, counted by the check and the receipt
+    states = md["dw/parked_states_json"]
+    assert states["replayed"] == PARKED and states["pending"] == 0
+    assert r.evidence_summary["parked_rows_by_state"]["replayed"] == PARKED
+    assert sum(r.evidence_summary["parked_rows_by_state"].values()) == sum(states.values())
     (m,) = records.receipts(instance, dg.AssetKey("fct_daily_gmv"))
     names = {o.check_name for o in m.checks}
     assert "gift_card_gmv" in names and "not_null_fct_daily_gmv_order_date" in names and all(o.passed for o in m.checks)

@@ -82,6 +82,7 @@ def test_a_proposal_from_remediate_runs_nothing_until_a_listed_person_approves(f
     cs_id = out["change_set"]["id"]
     assert out["proposed_now"] is True and out["change_set"]["state"] == "proposed"
     assert out["change_set"]["approvers"] == [OWNER] and out["window"] == ["2026-11-26", "2026-11-27"]
+    assert out["not_run"] == [] and out["deferred_partitions"] == []  # every partition the cause reaches exists
     assert "+watermark_column: posted_ts" in out["diff"] and OWNER in out["approval"] and "cannot" in out["approval"]
     run = instance.get_run_by_id(out["diagnosis_run_id"])  # the location's diagnosis job, as the sensor launches it
     assert run.job_name == "dw_diagnose_incident" and run.tags["dw/launched_by"] == "dw-dagster mcp remediate"

@@ -16,10 +16,13 @@ from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.orders import cdc
 from dw_dagster.examples.orders import generator as g
 from dw_dagster.examples.orders import sink as sk
+from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.repair.replay import (
     ReplayRefused,
     ReplaySpec,
     classify,
+    ensure_replay_tables,
+    parked_states,
     replay_dead_letter,
     replay_step,
     undo_replay,
@@ -73,7 +76,8 @@ def test_after_the_relax_every_parked_row_lands_once_and_a_rerun_inserts_nothing
     assert (v.parked_keys, v.present_once, v.missing, v.duplicated, v.passed) == (PARKED, PARKED, 0, 0, True)
     again = replay_dead_letter(db, spec(), "cs-a")
     assert (again.inserted_rows, again.already_replayed_rows, again.rejected_rows) == (0, PARKED, 0)
-    assert count(db) == before + PARKED and len(again.sql) == 1  # only the classification ran
+    # only the classification and the (idempotent) recording of skipped rows ran: nothing inserted
+    assert count(db) == before + PARKED and len(again.sql) == 2 and again.states["replayed"] == PARKED
     assert count(db, "analytics.orders_dlq") == PARKED  # the dead-letter table stays the record
     assert db.fetch_all("SELECT count(*), count(DISTINCT order_id), min(change_set_id) "
                         "FROM analytics.orders_dlq_replayed")[0] == (PARKED, PARKED, "cs-a")
@@ -165,6 +169,36 @@ def test_the_latest_parked_change_of_a_key_wins_and_a_bad_value_stays_parked(db,
     assert (v.missing, v.missing_sample, v.passed) == (1, [second], False)
 
 
+def test_every_parked_row_ends_in_a_recorded_state(db):
+    db.execute(RELAX)
+    view = ensure_replay_tables(db, spec(0))
+    keys = [r[0] for r in db.fetch_all("SELECT order_id FROM analytics.orders_dlq ORDER BY order_id LIMIT 3")]
+    newer, dup, landed = keys
+    payload = json.loads(db.fetch_all(f"SELECT payload FROM analytics.orders_dlq WHERE order_id = {newer}")[0][0])
+    later = sql.literal(json.dumps({**payload, "status": "refunded"})).sql("duckdb")
+    # `newer`: a later parked update supersedes its first parked row; `dup`: the same change parked
+    # twice (a redelivery: same payload, a later position); `landed`: reached the target meanwhile
+    db.execute(f"INSERT INTO analytics.orders_dlq SELECT order_id, {later}, error_reason, failed_at, "
+               f"'replay:9999999999:000000001', source_ts, 'update' FROM analytics.orders_dlq WHERE order_id = {newer}")
+    db.execute("INSERT INTO analytics.orders_dlq SELECT order_id, payload, error_reason, failed_at, "
+               f"'replay:9999999999:000000002', source_ts, op FROM analytics.orders_dlq WHERE order_id = {dup}")
+    db.execute(f"INSERT INTO analytics.orders SELECT {COLS} FROM ({sk.replay_select_sql()}) WHERE order_id = {landed}")
+    assert count(db, view) == PARKED + 2  # every parked row waits
+    res = replay_dead_letter(db, spec(PARKED - 1), "cs-a")  # the landed key is not due
+    assert res.inserted_rows == PARKED - 1
+    expect = {"replayed": PARKED - 1, "superseded": 1, "duplicate": 1, "already_landed": 1, "pending": 0}
+    assert res.states == expect == parked_states(db, spec(0))
+    assert count(db, view) == 0  # nothing left pending: the dead-letter check over the view passes
+    reasons, _ = parked_rows(db, view, "failed_at", "error_reason", dt.datetime(2000, 1, 1))
+    assert reasons == []
+    got = {tuple(r) for r in db.fetch_all("SELECT order_id, state FROM analytics.orders_dlq_resolved")}
+    assert got == {(newer, "superseded"), (dup, "duplicate"), (landed, "already_landed")}
+    # a re-run records nothing twice; the undo puts every row back to pending
+    assert replay_dead_letter(db, spec(PARKED - 1), "cs-a").states == expect
+    undo_replay(db, spec(0), "cs-a")
+    assert parked_states(db, spec(0))["pending"] == PARKED + 2 and count(db, view) == PARKED + 2
+
+
 def test_undo_removes_exactly_the_replayed_keys(db):
     db.execute(RELAX)
     before = rows(db)
@@ -187,7 +221,10 @@ def test_selection_bounds(db):
 def test_pushed_down_sql_for_each_warehouse(db):
     db.execute(RELAX)
     res = replay_dead_letter(db, spec(), "cs-a")
-    ledger, target = res.sql[1:]
+    ledger, target, resolve = res.sql[1:]
+    assert resolve.startswith("INSERT INTO analytics.orders_dlq_resolved") and "'superseded'" in resolve
+    for dialect in ("bigquery", "snowflake"):  # the recording of skipped rows transpiles too
+        sqlglot.parse_one(sqlglot.transpile(resolve, read="duckdb", write=dialect)[0], read=dialect)
     assert ledger.startswith("INSERT INTO analytics.orders_dlq_replayed") and "FROM analytics.orders_dlq AS d" in ledger
     assert target.startswith("INSERT INTO analytics.orders (order_id,") and "TRY_CAST(" in target
     step = replay_step(spec(), resource_key="warehouse", change_set_id="cs-a", dialect="bigquery",

@@ -148,6 +148,16 @@ def _shorten(items: list[str], n: int = 8) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def _iso_day(part: str | None) -> dt.date | None:
+    """The day a partition's text names (``2026-03-02``), or None when it is not an ISO date."""
+    if part is None or len(part) != 10:
+        return None
+    try:
+        return dt.date.fromisoformat(part)
+    except ValueError:
+        return None
+
+
 def build_volume_sensor(
     *,
     tables: Sequence[VolumeTable],
@@ -158,6 +168,7 @@ def build_volume_sensor(
     min_history: int = 7,
     history_length: int = 28,
     min_band_pct: float = 2.0,
+    min_same_weekday: int = 3,
     record_unchanged_every_seconds: float = 86_400,
     row_counts: Literal["metadata", "count"] = "metadata",
     minimum_interval_seconds: int = 300,
@@ -186,6 +197,13 @@ def build_volume_sensor(
         history_length: earlier recorded counts (partitions) in a baseline; default 28.
         min_band_pct: floor on the band half-width in % of the baseline mean (default 2 %), so a
             near-constant count does not alert on noise.
+        min_same_weekday: for a spec counting one day's partition (an ISO date) with at least
+            ``min_history`` earlier recorded days, the baseline is the earlier recorded days of
+            the same weekday when at least this many are in the history, else every earlier
+            recorded day: the volume check's rule (weekly
+            seasonality: a quiet weekend is scored against weekends, a weekday against its own
+            weekday). 0 turns it off. The band's floor (``min_band_pct``) and its lower bound
+            (never below 0 rows) are the check's too.
         record_unchanged_every_seconds: an unchanged count is recorded again after this many
             seconds (default 86,400 s: once a day); changed counts are recorded every tick.
         row_counts: ``"metadata"`` (default; catalog row counts where exact) or ``"count"``
@@ -195,6 +213,10 @@ def build_volume_sensor(
             each new incident requests one run of it. None: incidents only.
         default_status: STOPPED unless told otherwise.
         clock: returns the tick time (aware UTC); for tests.
+
+    A day partition that has not ended at tick time (``days_ago(0)``: today so far) is still
+    filling: a count below its band is recorded with the status ``filling``, never ``low`` or
+    ``no_rows``, and opens no incident (a count above its band is still ``high``).
 
     Returns:
         A ``SensorDefinition``. Its cursor is ``{"v": 1, "epoch", "tick", "tables"}``, a token
@@ -230,6 +252,8 @@ def build_volume_sensor(
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
     if row_counts not in ("metadata", "count"):
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
+    if min_same_weekday < 0:
+        raise ValueError(f"min_same_weekday must be >= 0, got {min_same_weekday}")
     if not 1 <= min_history <= history_length:
         raise ValueError(f"need 1 <= min_history <= history_length, got {min_history} and {history_length}")
     dbs = dict(databases or {})
@@ -240,7 +264,8 @@ def build_volume_sensor(
     cache = _HistoryCache()
     watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
-    def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory) -> tuple[str, BaselineScore | None, int | None]:
+    def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory,
+               now: dt.datetime) -> tuple[str, BaselineScore | None, int | None]:
         """(status, score, change vs the previous recorded count of the same partition)."""
         last = h.last
         if s.partition_column is None:
@@ -253,12 +278,22 @@ def build_volume_sensor(
                 return "insufficient_history", None, None
             change = rows - (previous or 0)
             return ("grew" if change > 0 else "ok"), None, change
-        baseline = [r for p, r in h.entries if s.partition_column is None or p != part][-history_length:]
-        sc = score_against_baseline(rows, baseline, sensitivity=sensitivity, min_history=min_history,
+        earlier = [(p, r) for p, r in h.entries if s.partition_column is None or p != part][-history_length:]
+        baseline = [r for _, r in earlier]
+        day = _iso_day(part) if s.partition_column is not None else None
+        need = min_history
+        if day is not None and min_same_weekday and len(earlier) >= min_history:
+            # enough history to score at all: the same weekday when it has enough days of its own
+            same = [r for p, r in earlier if (d := _iso_day(p)) is not None and d.weekday() == day.weekday()]
+            if len(same) >= min_same_weekday:
+                baseline, need = same, min(min_history, len(same))
+        sc = score_against_baseline(rows, baseline, sensitivity=sensitivity, min_history=need,
                                     min_band_pct=min_band_pct, method=method)
         status = sc.status
         if status == "no_rows" and not (sc.lower or 0) > 0:
             status = "ok"  # empty, as its baseline allows
+        if status in ("low", "no_rows") and day is not None and day >= now.astimezone(dt.timezone.utc).date():
+            status = "filling"  # the day has not ended: its rows are still arriving
         return status, sc, change
 
     def _incident(s: VolumeTable, rows: int, part: str | None, status: str, sc: BaselineScore | None,
@@ -356,7 +391,7 @@ def build_volume_sensor(
             if not (changed or due):
                 outcomes.append(_Outcome(s, "unchanged", rows))
                 continue
-            status, sc, change = _score(s, rows, part, h)
+            status, sc, change = _score(s, rows, part, h, now)
             md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: status,
                                   VOLUME_SOURCE_KEY: cnt.source}
             if part is not None:
