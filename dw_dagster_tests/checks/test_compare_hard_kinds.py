@@ -384,7 +384,9 @@ def test_inconclusive_check_opens_no_incident(tmp_path):
                           jobs=[dg.define_asset_job("c", selection=dg.AssetSelection.checks(check))],
                           resources={"source_db": DatabaseResource(url=duck.path),
                                      "warehouse": _AlwaysReloading(path=duck.path)})
-    import dw_dagster.checks.reconcile as rec
+    import sys
+
+    rec = sys.modules["dw_dagster.checks.reconcile"]  # the package's `reconcile` is the function
 
     with dg.instance_for_test() as instance, pytest.MonkeyPatch.context() as mp:
         mp.setattr(rec.time, "sleep", lambda s: None)  # the check waits 2 s between its three reads

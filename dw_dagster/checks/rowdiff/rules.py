@@ -280,7 +280,7 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
         DatabaseError: a table, key column or compared column is missing on a side.
         CatalogError: a configured name matches two columns differing only in case.
     """
-    from dw_dagster.databases.catalog import quoted, resolve_column, table_columns
+    from dw_dagster.databases.catalog import display_name, quoted, resolve_column, table_columns
 
     if isinstance(key_columns, str) or isinstance(compare_columns, str):
         raise ValueError("key_columns and compare_columns are lists of column names, not a string")
@@ -309,12 +309,13 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
                 continue
             m = resolve_column([c for c in t_names if c not in used_t], n, target.dialect, target_table)
             if m is None:
-                warnings.append(f"column {n} is only in {source_table}; not compared")
+                warnings.append(f"column {display_name(n, source.dialect)} is only in {source_table}; not compared")
                 continue
             pairs.append((n, m))
-            labels_c.append(n)
+            labels_c.append(display_name(n, source.dialect))
             used_t.add(m)
-        warnings += [f"column {n} is only in {target_table}; not compared" for n in t_names if n not in used_t]
+        warnings += [f"column {display_name(n, target.dialect)} is only in {target_table}; not compared"
+                     for n in t_names if n not in used_t]
     else:
         pairs = [both(c, "compared column") for c in compare_columns]
         labels_c = list(compare_columns)
