@@ -436,3 +436,19 @@ def test_nan_and_infinities_on_every_warehouse(warehouse):
     assert (by["A"].passed, by["B"].passed) == (False, True)
     assert (float(by["A"].source_sums["m"]), float(by["A"].target_sums["m"])) == (3.0, 3.5)
     assert by["A"].source_nonfinite == {"m": [1, 0, 0]} and by["B"].target_nonfinite == {"m": [1, 1, 1]}
+
+
+def test_aware_against_naive_on_every_warehouse(warehouse):
+    # an aware column (TIMESTAMPTZ; TIMESTAMP_TZ on Snowflake, TIMESTAMP on BigQuery) against a
+    # naive UTC-by-contract one (DATETIME on BigQuery): ids 1, 2 equal in UTC, id 3 an hour off
+    import datetime as dt
+
+    utc = dt.timezone.utc
+    s = warehouse.make_table("s", {"id": "INTEGER", "ts": "TIMESTAMPTZ"},
+                             [(1, dt.datetime(2024, 3, 10, 6, 30, tzinfo=utc)), (2, dt.datetime(2024, 11, 3, 5, 45, tzinfo=utc)),
+                              (3, dt.datetime(2024, 7, 1, 23, 10, tzinfo=utc))])
+    t = warehouse.make_table("t", {"id": "INTEGER", "ts": "TIMESTAMP"},
+                             [(1, dt.datetime(2024, 3, 10, 6, 30)), (2, dt.datetime(2024, 11, 3, 5, 45)),
+                              (3, dt.datetime(2024, 7, 2, 0, 10))])
+    r = row_diff(warehouse.db, s, t, ["id"])
+    assert _answer(r) == (0, 0, 1, 0, 0, 0, 0, {"ts": 1}, [([3], "changed", ["ts"])])

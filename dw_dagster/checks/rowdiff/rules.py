@@ -270,6 +270,13 @@ def _names(spec: Any, side: str) -> list[str]:
     return list(spec)
 
 
+def _typed(columns: list[tuple[str, str]], dialect: str) -> dict[str, str]:
+    """Column → type, with BigQuery's ``TIMESTAMP`` (an instant, unlike ``DATETIME``) marked aware."""
+    if dialect != "bigquery":
+        return dict(columns)
+    return {n: "TIMESTAMP WITH TIME ZONE" if ty == "TIMESTAMP" else ty for n, ty in columns}
+
+
 def _plan(source: Any, target: Any, source_table: str, target_table: str, key_columns: Sequence[str],
           compare_columns: Sequence[str] | None, trim: bool = False, source_char_columns: Sequence[str] | None = None,
           target_char_columns: Sequence[str] | None = None) -> _Plan:
@@ -290,7 +297,7 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
     s_chars, t_chars = _names(source_char_columns, "source"), _names(target_char_columns, "target")
     sc, tc = table_columns(source, source_table), table_columns(target, target_table)
     s_names, t_names = [n for n, _ in sc], [n for n, _ in tc]
-    s_ty, t_ty = dict(sc), dict(tc)
+    s_ty, t_ty = _typed(sc, source.dialect), _typed(tc, target.dialect)
 
     def both(name: str, what: str) -> tuple[str, str]:
         a = resolve_column(s_names, name, source.dialect, source_table)
