@@ -356,7 +356,7 @@ def test_target_reloaded_while_read_is_retried_then_inconclusive(tmp_path, postg
     # emptied during the first read only: the second read is stable and matches (3 rows each side)
     res = reconcile(duck, _Reloading(db, t, rows, 1), "s", t, ["region"], ["amt"], retry_wait_s=0)
     assert (res.passed, res.inconclusive, res.attempts, len(res.unstable)) == (True, False, 2, 1)
-    assert "target" in res.unstable[0] and "3 rows before, 0 read, 3 after" in res.unstable[0]
+    assert "target" in res.unstable[0] and "0 rows read, 3 right after" in res.unstable[0]
     # emptied during every read: inconclusive, never "100 % short"
     res = reconcile(duck, _Reloading(db, t, rows, 5), "s", t, ["region"], ["amt"], stable_read_attempts=3, retry_wait_s=0)
     assert (res.passed, res.inconclusive, res.attempts) == (False, True, 3)
