@@ -367,7 +367,6 @@ def reconcile(
     for attempt in range(attempts):
         (s_sql, s_agg), (t_sql, t_agg) = (_read_side(db, table, names, measures) for db, table, names, _ in sides)
         aggregates = [s_agg, t_agg]
-        s_agg, t_agg = aggregates
         if s_agg.keys() == t_agg.keys() and all(s_agg[k][0] == t_agg[k][0] for k in s_agg):
             break  # no row gap in any slice: a change mid-read would have made one, so no recount
         after = _counts(source_db, target_db, source_table, target_table)
