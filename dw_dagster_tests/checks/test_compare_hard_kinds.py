@@ -452,3 +452,28 @@ def test_aware_against_naive_on_every_warehouse(warehouse):
                               (3, dt.datetime(2024, 7, 2, 0, 10))])
     r = row_diff(warehouse.db, s, t, ["id"])
     assert _answer(r) == (0, 0, 1, 0, 0, 0, 0, {"ts": 1}, [([3], "changed", ["ts"])])
+
+
+def test_mixed_case_timestamp_column_in_volume_and_null_rate(postgres, pg_schema):
+    # "LoadedAt" created quoted (aware), read in a New York session: 3 rows on 2024-03-09 UTC
+    # (one at 02:00 UTC, the evening of the 8th in New York), 2 on 2024-03-10 UTC; Note NULL once.
+    import datetime as dt
+
+    from dw_dagster.checks.null_rate import null_rates
+    from dw_dagster.checks.volume import volume_scores
+
+    postgres.execute(f'CREATE TABLE {pg_schema}.e ("LoadedAt" TIMESTAMPTZ, "Note" TEXT); INSERT INTO {pg_schema}.e VALUES '
+                     "('2024-03-09 02:00+00', 'a'), ('2024-03-09 12:00+00', 'b'), ('2024-03-09 23:30+00', 'c'), "
+                     "('2024-03-10 01:00+00', NULL), ('2024-03-10 13:00+00', 'd')")
+    pg = _pg_in("America/New_York")
+    try:
+        (s,), _ = volume_scores(pg, f"{pg_schema}.e", "LoadedAt", evaluate_days=1, as_of=dt.date(2024, 3, 10),
+                                training_days=1, min_band_pct=0)
+        assert s.rows == 2
+        (s,), _ = volume_scores(pg, f"{pg_schema}.e", "loadedat", evaluate_days=1, as_of=dt.date(2024, 3, 9),
+                                training_days=1, min_band_pct=0)
+        assert s.rows == 3
+        rates, _ = null_rates(pg, f"{pg_schema}.e", ["Note"])
+        assert [r.current_pct for r in rates] == [20.0]
+    finally:
+        pg.dispose()
