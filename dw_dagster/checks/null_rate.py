@@ -22,7 +22,7 @@ from sqlglot import exp
 from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
-from dw_dagster.databases import Database
+from dw_dagster.databases import Database, DatabaseError
 
 NULL_RATE_KIND = "null_rate"
 
@@ -51,8 +51,9 @@ def _pct(n: int, d: int) -> float | None:
 
 def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | exp.Expression | None,
                   current_start: dt.datetime | None, baseline_start: dt.datetime | None,
-                  end: dt.datetime | None, dialect: str) -> str:
-    """One query: per column, rows and NULLs in the current and the baseline window.
+                  end: dt.datetime | None, dialect: str, quote: bool = False) -> str:
+    """One query: per column, rows and NULLs in the current and the baseline window (``quote``:
+    every column name quoted as given, names already resolved against the catalog).
 
     ``timestamp_column`` is a column name or the UTC expression of
     :func:`dw_dagster.checks.utc.utc_timestamp`; ``None`` measures the whole table."""
@@ -60,7 +61,7 @@ def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | ex
     if timestamp_column is None:
         parts = ["COUNT(*) AS cur_rows", "0 AS base_rows"]
         for i, c in enumerate(columns):
-            q = sql.identifier(c).sql("duckdb")
+            q = _ident(c, quote)
             parts += [f"COUNT(*) - COUNT({q}) AS cur_nulls_{i}", f"0 AS base_nulls_{i}"]
         return sql.render(f"SELECT {', '.join(parts)} FROM {t}", dialect)
     ts = (sql.column(timestamp_column) if isinstance(timestamp_column, str) else timestamp_column).sql("duckdb")
@@ -68,7 +69,7 @@ def null_rate_sql(table: str, columns: Sequence[str], timestamp_column: str | ex
     base = f"{ts} >= :base AND {ts} < :cur"
     parts = [f"COUNT(CASE WHEN {cur} THEN 1 END) AS cur_rows", f"COUNT(CASE WHEN {base} THEN 1 END) AS base_rows"]
     for i, c in enumerate(columns):
-        q = sql.identifier(c).sql("duckdb")
+        q = _ident(c, quote)
         parts += [f"COUNT(CASE WHEN {cur} AND {q} IS NULL THEN 1 END) AS cur_nulls_{i}",
                   f"COUNT(CASE WHEN {base} AND {q} IS NULL THEN 1 END) AS base_nulls_{i}"]
     return sql.render(f"SELECT {', '.join(parts)} FROM {t} WHERE {ts} >= :base AND {ts} < :end", dialect,
@@ -91,6 +92,36 @@ def score_null_rates(row: Sequence[int], columns: Sequence[str], tolerance_pct: 
     return out
 
 
+def _ident(name: str, quote: bool) -> str:
+    if not quote:
+        return sql.identifier(name).sql("duckdb")
+    from dw_dagster.databases.catalog import quoted
+
+    return quoted(name).sql("duckdb")
+
+
+def _resolved(db: Database, table: str, columns: Sequence[str]) -> list[str]:
+    """The catalog's spelling of each configured column (DuckDB and BigQuery match any case
+    themselves: the names as configured, no catalog read).
+
+    Raises:
+        DatabaseError: a column is not in the table.
+        CatalogError: a name matches two columns differing only in case.
+    """
+    if db.dialect in ("duckdb", "bigquery"):
+        return list(columns)
+    from dw_dagster.databases.catalog import resolve_column, table_columns
+
+    names = [n for n, _ in table_columns(db, table)]
+    out = []
+    for c in columns:
+        r = resolve_column(names, c, db.dialect, table)
+        if r is None:
+            raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
+        out.append(r)
+    return out
+
+
 def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_column: str | None = None,
                as_of: dt.date | None = None, current_days: int = 1, baseline_days: int = 28,
                tolerance_pct: float = 1.0, relative_tolerance: float = 0.5) -> tuple[list[ColumnNullRate], str]:
@@ -98,8 +129,9 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
 
     ``as_of`` is the last day of the current window (UTC); by default the latest day with rows.
     """
+    names = _resolved(db, table, columns)
     if timestamp_column is None:
-        q = null_rate_sql(table, columns, None, None, None, None, db.dialect)
+        q = null_rate_sql(table, names, None, None, None, None, db.dialect, quote=True)
     else:
         ts = utc_timestamp(db, table, timestamp_column)
         if as_of is None:
@@ -109,7 +141,7 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
             as_of = as_of.date() if isinstance(as_of, dt.datetime) else as_of
         end = dt.datetime.combine(as_of + dt.timedelta(days=1), dt.time())
         cur = end - dt.timedelta(days=current_days)
-        q = null_rate_sql(table, columns, ts, cur, cur - dt.timedelta(days=baseline_days), end, db.dialect)
+        q = null_rate_sql(table, names, ts, cur, cur - dt.timedelta(days=baseline_days), end, db.dialect, quote=True)
     (row,) = db.fetch_all(q)
     return score_null_rates(row, columns, tolerance_pct, relative_tolerance), q
 

@@ -8,10 +8,11 @@ allows a relative tolerance only where a side returns a float. Gap in % is
 
 Column names are resolved against each side's own catalog (exact, then the engine's folding rule,
 then a unique case-insensitive match; two columns differing only in case and a name matching
-neither exactly is an error) and quoted as the catalog spells them. A measure that can hold NaN
-or ±Inf (floating point everywhere, ``NUMERIC`` on PostgreSQL) has those rows counted apart per
-slice (``[NaN, +Inf, -Inf]``) and its sum taken over the finite values only, so a NaN on both
-sides neither fails the slice nor hides a difference in the finite values.
+neither exactly is an error) and quoted as the catalog spells them (DuckDB and BigQuery match
+any case themselves: no catalog read there). A measure whose sum comes back NaN or ±Inf on a side
+(floating point anywhere, ``NUMERIC`` on PostgreSQL) is read again there with those rows counted
+apart per slice (``[NaN, +Inf, -Inf]``) and its sum taken over the finite values only, so a NaN on
+both sides neither fails the slice nor hides a difference in the finite values.
 
 The method is the "metric reconciliation" of Soda and dbt-audit-helper's ``compare_row_counts``
 extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
@@ -343,25 +344,25 @@ def compare_slice_aggregates(
     return out
 
 
-def _can_be_nonfinite(ty: str, dialect: str) -> bool:
-    from dw_dagster.checks.rowdiff.rules import FLOAT_TYPES, _is
-
-    return _is(FLOAT_TYPES, ty) or (dialect == "postgres" and _is(("NUMERIC", "DECIMAL"), ty))
+# Engines that match a column name in any case themselves (quoted or not), where no two columns
+# can differ only in case: a configured name needs no catalog read there.
+_CASE_INSENSITIVE = ("duckdb", "bigquery")
 
 
 def _resolve(db: Database, table: str, slice_by: Sequence[str], measures: Sequence[str],
-             key_columns: Sequence[str]) -> tuple[tuple[list[str], list[str], list[str]], list[bool]]:
-    """The catalog's names for the configured slice, measure and key columns on one side, and
-    which measures can hold NaN/±Inf.
+             key_columns: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """The catalog's names for the configured slice, measure and key columns on one side (on DuckDB
+    and BigQuery, which match any case themselves, the names as configured).
 
     Raises:
         DatabaseError: a column is not in the table.
         CatalogError: a name matches two columns differing only in case.
     """
+    if db.dialect in _CASE_INSENSITIVE:
+        return list(slice_by), list(measures), list(key_columns)
     from dw_dagster.databases.catalog import resolve_column, table_columns
 
-    cols = table_columns(db, table)
-    names, types = [n for n, _ in cols], dict(cols)
+    names = [n for n, _ in table_columns(db, table)]
 
     def one(c: str) -> str:
         r = resolve_column(names, c, db.dialect, table)
@@ -369,8 +370,30 @@ def _resolve(db: Database, table: str, slice_by: Sequence[str], measures: Sequen
             raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
         return r
 
-    ms = [one(m) for m in measures]
-    return ([one(c) for c in slice_by], ms, [one(c) for c in key_columns]), [_can_be_nonfinite(types[m], db.dialect) for m in ms]
+    return [one(c) for c in slice_by], [one(m) for m in measures], [one(c) for c in key_columns]
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, Decimal):
+        return v.is_finite()
+    return True
+
+
+def _read_side(db: Database, table: str, names: tuple[list[str], list[str], list[str]], measures: Sequence[str],
+               where: exp.Expression | None = None) -> tuple[str, Aggregates]:
+    """One side's per-slice aggregates. A measure whose sum comes back NaN or ±Inf in some slice
+    is read again with its NaN/+Inf/-Inf rows counted apart and its sum over the finite values (a
+    finite sum means no such row, so the common case costs one query)."""
+    slice_by, ms, keys = names
+    q = slice_aggregate_sql(table, slice_by, ms, db.dialect, keys, quote=True, where=where)
+    agg = _aggregates(db, q, table, (), len(slice_by), measures)
+    special = [any(not _finite(v[3][i]) for v in agg.values()) for i in range(len(ms))]
+    if any(special):
+        q = slice_aggregate_sql(table, slice_by, ms, db.dialect, keys, nonfinite=special, quote=True, where=where)
+        agg = _aggregates(db, q, table, special, len(slice_by), measures)
+    return q, agg
 
 
 def reconcile(
@@ -390,12 +413,14 @@ def reconcile(
     ``where``, from :func:`comparison_scope`, limits both sides to the same rows).
 
     Every name is resolved against its side's catalog and quoted as spelled there (see the module
-    docstring), and NaN/±Inf are counted apart from the finite sums.
+    docstring; DuckDB and BigQuery match any case themselves and need no catalog read), and
+    NaN/±Inf are counted apart from the finite sums (a second read of a side only when one of its
+    sums comes back NaN or infinite).
 
     A table that changes while it is read (a target truncated and reloaded between the source read
-    and the target read) must not read as "100 % short": each side's ``COUNT(*)`` is taken before
-    both aggregate reads and after them, and the read is stable only when, per side, the two counts
-    and the aggregate's total rows agree. An unstable read is retried (up to
+    and the target read) must not read as "100 % short": each side's ``COUNT(*)`` is taken right
+    after both aggregate reads, and the read is stable only when, per side, it equals the rows the
+    aggregate read. An unstable read is retried (up to
     ``stable_read_attempts``, ``retry_wait_s`` apart); when none is stable the result is
     ``inconclusive`` (it neither passes nor counts as a failure; the check reports it as such).
 
@@ -404,21 +429,18 @@ def reconcile(
         dw_dagster.databases.catalog.CatalogError: a name matches two columns differing only in case.
         dw_dagster.databases.sql.UnsafeIdentifierError: a table or column name cannot be used.
     """
-    sides = [_resolve(db, table, slice_by, measures, key_columns) for db, table in ((source_db, source_table),
-                                                                                    (target_db, target_table))]
-    s_sql, t_sql = (slice_aggregate_sql(table, names[0], names[1], db.dialect, names[2], nonfinite=nf, quote=True,
-                                       where=where)
-                    for (db, table), (names, nf) in zip(((source_db, source_table), (target_db, target_table)), sides))
-    plan = ((source_db, s_sql, source_table, sides[0][1], "source"), (target_db, t_sql, target_table, sides[1][1], "target"))
+    sides = [(db, table, _resolve(db, table, slice_by, measures, key_columns), side)
+             for db, table, side in ((source_db, source_table, "source"), (target_db, target_table, "target"))]
     unstable: list[str] = []
     attempts = max(1, int(stable_read_attempts))
     for attempt in range(attempts):
-        before = [_count(db, table, where) for db, _, table, _, _ in plan]
-        aggregates = [_aggregates(db, q, table, nf, len(slice_by), measures) for db, q, table, nf, _ in plan]
-        after = [_count(db, table, where) for db, _, table, _, _ in plan]
-        why = [f"{side} {table} changed while read: {b:,} rows before, {sum(v[0] for v in a.values()):,} read, {f:,} after"
-               for (_, _, table, _, side), b, a, f in zip(plan, before, aggregates, after)
-               if not b == f == sum(v[0] for v in a.values())]
+        (s_sql, s_agg), (t_sql, t_agg) = (_read_side(db, table, names, measures, where) for db, table, names, _ in sides)
+        aggregates = [s_agg, t_agg]
+        if s_agg.keys() == t_agg.keys() and all(s_agg[k][0] == t_agg[k][0] for k in s_agg):
+            break  # no row gap in any slice: a change mid-read would have made one, so no recount
+        after = _counts(source_db, target_db, source_table, target_table, where)
+        why = [f"{side} {table} changed while read: {sum(v[0] for v in a.values()):,} rows read, {f:,} right after"
+               for (_, table, _, side), a, f in zip(sides, aggregates, after) if f != sum(v[0] for v in a.values())]
         if not why:
             break
         unstable.append(f"attempt {attempt + 1}: " + "; ".join(why))
@@ -436,10 +458,19 @@ def reconcile(
     )
 
 
-def _count(db: Database, table: str, where: exp.Expression | None = None) -> int:
-    q = exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).where(where)
-    (row,) = db.fetch_all(q.sql(dialect=db.dialect))
-    return int(row[0] or 0)
+def _counts(source_db: Database, target_db: Database, source_table: str, target_table: str,
+            where: exp.Expression | None = None) -> list[int]:
+    """``COUNT(*)`` of both tables (of the rows ``where`` keeps): one query when both are in one
+    database, else one per side."""
+    count = lambda t: exp.select(exp.Count(this=exp.Star())).from_(sql.table(t)).where(where).subquery()  # noqa: E731
+    if source_db is target_db:
+        (row,) = source_db.fetch_all(exp.select(count(source_table), count(target_table)).sql(dialect=source_db.dialect))
+        return [int(v or 0) for v in row]
+    out = []
+    for db, t in ((source_db, source_table), (target_db, target_table)):
+        (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(t)).where(where).sql(dialect=db.dialect))
+        out.append(int(row[0] or 0))
+    return out
 
 
 def _aggregates(db: Database, q: str, table: str, nonfinite: Sequence[bool], n_slice: int, measures: Sequence[str]) -> Aggregates:

@@ -9,7 +9,6 @@ it is (UTC by contract). BigQuery's ``TIMESTAMP`` already buckets and compares i
 
 from sqlglot import exp
 
-from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError
 
 AWARE_TYPES = ("TIMESTAMPTZ", "TIMESTAMP_TZ", "TIMESTAMP_LTZ")
@@ -24,15 +23,21 @@ def is_aware(data_type: str | None) -> bool:
 def utc_timestamp(db: Database, table: str, column: str) -> exp.Expression:
     """``column`` of ``table`` as a naive UTC timestamp expression (see the module docstring).
 
+    The name is resolved against the engine's catalog (exact, then its folding rule, then a
+    unique case-insensitive match) and quoted as the catalog spells it, so a mixed-case column
+    created quoted (``"LoadedAt"`` on PostgreSQL) is read, not folded away.
+
     Raises:
         DatabaseError: the table does not exist or has no such column.
+        CatalogError: the name matches two columns differing only in case.
     """
-    from dw_dagster.databases.catalog import column_types
+    from dw_dagster.databases.catalog import quoted, resolve_column, table_columns
 
-    types = column_types(db, table)
-    if column.lower() not in types:
-        raise DatabaseError(f"{db.name}: column {column} is not in {table} (columns: {', '.join(types)})")
-    col = sql.column(column)
-    if is_aware(types[column.lower()]):
+    cols = table_columns(db, table)
+    name = resolve_column([n for n, _ in cols], column, db.dialect, table)
+    if name is None:
+        raise DatabaseError(f"{db.name}: column {column} is not in {table} (columns: {', '.join(n for n, _ in cols)})")
+    col = exp.Column(this=quoted(name))
+    if is_aware(dict(cols)[name]):
         return exp.cast(exp.AtTimeZone(this=col, zone=exp.Literal.string("UTC")), exp.DataType.build("TIMESTAMP"))
     return col

@@ -343,6 +343,19 @@ def resolve_column(columns: Sequence[str], name: str, dialect: str, table: str =
     return same[0] if same else None
 
 
+def display_name(name: str, dialect: str) -> str:
+    """How to show a catalog name back to a user: in lower case when that spelling, written
+    unquoted, names the same column on the engine (``A`` on Snowflake, ``ID`` on DuckDB), else as
+    the catalog spells it (``QTY`` next to ``Qty`` on PostgreSQL, ``Net Sales``)."""
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
+    if not plain or name == name.lower():
+        return name
+    fold = _FOLDING.get(dialect)
+    if fold is not None:
+        return name.lower() if fold(name.lower()) == name else name
+    return name.lower() if name == name.upper() else name
+
+
 def quoted(name: str) -> exp.Identifier:
     """A catalog name as an always-quoted identifier (its case kept on every engine).
 

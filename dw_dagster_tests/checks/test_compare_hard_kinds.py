@@ -356,7 +356,7 @@ def test_target_reloaded_while_read_is_retried_then_inconclusive(tmp_path, postg
     # emptied during the first read only: the second read is stable and matches (3 rows each side)
     res = reconcile(duck, _Reloading(db, t, rows, 1), "s", t, ["region"], ["amt"], retry_wait_s=0)
     assert (res.passed, res.inconclusive, res.attempts, len(res.unstable)) == (True, False, 2, 1)
-    assert "target" in res.unstable[0] and "3 rows before, 0 read, 3 after" in res.unstable[0]
+    assert "target" in res.unstable[0] and "0 rows read, 3 right after" in res.unstable[0]
     # emptied during every read: inconclusive, never "100 % short"
     res = reconcile(duck, _Reloading(db, t, rows, 5), "s", t, ["region"], ["amt"], stable_read_attempts=3, retry_wait_s=0)
     assert (res.passed, res.inconclusive, res.attempts) == (False, True, 3)
@@ -384,7 +384,9 @@ def test_inconclusive_check_opens_no_incident(tmp_path):
                           jobs=[dg.define_asset_job("c", selection=dg.AssetSelection.checks(check))],
                           resources={"source_db": DatabaseResource(url=duck.path),
                                      "warehouse": _AlwaysReloading(path=duck.path)})
-    import dw_dagster.checks.reconcile as rec
+    import sys
+
+    rec = sys.modules["dw_dagster.checks.reconcile"]  # the package's `reconcile` is the function
 
     with dg.instance_for_test() as instance, pytest.MonkeyPatch.context() as mp:
         mp.setattr(rec.time, "sleep", lambda s: None)  # the check waits 2 s between its three reads
@@ -434,3 +436,44 @@ def test_nan_and_infinities_on_every_warehouse(warehouse):
     assert (by["A"].passed, by["B"].passed) == (False, True)
     assert (float(by["A"].source_sums["m"]), float(by["A"].target_sums["m"])) == (3.0, 3.5)
     assert by["A"].source_nonfinite == {"m": [1, 0, 0]} and by["B"].target_nonfinite == {"m": [1, 1, 1]}
+
+
+def test_aware_against_naive_on_every_warehouse(warehouse):
+    # an aware column (TIMESTAMPTZ; TIMESTAMP_TZ on Snowflake, TIMESTAMP on BigQuery) against a
+    # naive UTC-by-contract one (DATETIME on BigQuery): ids 1, 2 equal in UTC, id 3 an hour off
+    import datetime as dt
+
+    utc = dt.timezone.utc
+    s = warehouse.make_table("s", {"id": "INTEGER", "ts": "TIMESTAMPTZ"},
+                             [(1, dt.datetime(2024, 3, 10, 6, 30, tzinfo=utc)), (2, dt.datetime(2024, 11, 3, 5, 45, tzinfo=utc)),
+                              (3, dt.datetime(2024, 7, 1, 23, 10, tzinfo=utc))])
+    t = warehouse.make_table("t", {"id": "INTEGER", "ts": "TIMESTAMP"},
+                             [(1, dt.datetime(2024, 3, 10, 6, 30)), (2, dt.datetime(2024, 11, 3, 5, 45)),
+                              (3, dt.datetime(2024, 7, 2, 0, 10))])
+    r = row_diff(warehouse.db, s, t, ["id"])
+    assert _answer(r) == (0, 0, 1, 0, 0, 0, 0, {"ts": 1}, [([3], "changed", ["ts"])])
+
+
+def test_mixed_case_timestamp_column_in_volume_and_null_rate(postgres, pg_schema):
+    # "LoadedAt" created quoted (aware), read in a New York session: 3 rows on 2024-03-09 UTC
+    # (one at 02:00 UTC, the evening of the 8th in New York), 2 on 2024-03-10 UTC; Note NULL once.
+    import datetime as dt
+
+    from dw_dagster.checks.null_rate import null_rates
+    from dw_dagster.checks.volume import volume_scores
+
+    postgres.execute(f'CREATE TABLE {pg_schema}.e ("LoadedAt" TIMESTAMPTZ, "Note" TEXT); INSERT INTO {pg_schema}.e VALUES '
+                     "('2024-03-09 02:00+00', 'a'), ('2024-03-09 12:00+00', 'b'), ('2024-03-09 23:30+00', 'c'), "
+                     "('2024-03-10 01:00+00', NULL), ('2024-03-10 13:00+00', 'd')")
+    pg = _pg_in("America/New_York")
+    try:
+        (s,), _ = volume_scores(pg, f"{pg_schema}.e", "LoadedAt", evaluate_days=1, as_of=dt.date(2024, 3, 10),
+                                training_days=1, min_band_pct=0)
+        assert s.rows == 2
+        (s,), _ = volume_scores(pg, f"{pg_schema}.e", "loadedat", evaluate_days=1, as_of=dt.date(2024, 3, 9),
+                                training_days=1, min_band_pct=0)
+        assert s.rows == 3
+        rates, _ = null_rates(pg, f"{pg_schema}.e", ["Note"])
+        assert [r.current_pct for r in rates] == [20.0]
+    finally:
+        pg.dispose()

@@ -119,19 +119,15 @@ def _collision_warning(c: KeyCollision) -> str:
 def _tally(result: RowDiffResult, key: list, sn: int | None, tn: int | None, sr: int | None, tr: int | None,
            flags: Sequence[bool], compare_columns: Sequence[str], sample_limit: int) -> None:
     sn, tn = int(sn or 0), int(tn or 0)
-    collided = int(sr or 0) > 1 or int(tr or 0) > 1
+    s_collides, t_collides = int(sr or 0) > 1, int(tr or 0) > 1
+    collided = s_collides or t_collides
     cols = [c for c, f in zip(compare_columns, flags) if f] if sn and tn and not collided else []
+    result.duplicated_source += sn > 1 and not collided
+    result.duplicated_target += tn > 1 and not collided
     if collided:  # two distinct keys folded into one: neither a duplicate nor a pair
         status = "collision"
-        result.collided_source += int(sr or 0) > 1
-        result.collided_target += int(tr or 0) > 1
-    else:
-        if sn > 1:
-            result.duplicated_source += 1
-        if tn > 1:
-            result.duplicated_target += 1
-    if collided:
-        pass  # status set above
+        result.collided_source += s_collides
+        result.collided_target += t_collides
     elif not tn:
         status = "missing"
         result.missing += 1

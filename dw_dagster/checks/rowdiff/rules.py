@@ -270,6 +270,13 @@ def _names(spec: Any, side: str) -> list[str]:
     return list(spec)
 
 
+def _typed(columns: list[tuple[str, str]], dialect: str) -> dict[str, str]:
+    """Column → type, with BigQuery's ``TIMESTAMP`` (an instant, unlike ``DATETIME``) marked aware."""
+    if dialect != "bigquery":
+        return dict(columns)
+    return {n: "TIMESTAMP WITH TIME ZONE" if ty == "TIMESTAMP" else ty for n, ty in columns}
+
+
 def _plan(source: Any, target: Any, source_table: str, target_table: str, key_columns: Sequence[str],
           compare_columns: Sequence[str] | None, trim: bool = False, source_char_columns: Sequence[str] | None = None,
           target_char_columns: Sequence[str] | None = None) -> _Plan:
@@ -280,7 +287,7 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
         DatabaseError: a table, key column or compared column is missing on a side.
         CatalogError: a configured name matches two columns differing only in case.
     """
-    from dw_dagster.databases.catalog import quoted, resolve_column, table_columns
+    from dw_dagster.databases.catalog import display_name, quoted, resolve_column, table_columns
 
     if isinstance(key_columns, str) or isinstance(compare_columns, str):
         raise ValueError("key_columns and compare_columns are lists of column names, not a string")
@@ -290,7 +297,7 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
     s_chars, t_chars = _names(source_char_columns, "source"), _names(target_char_columns, "target")
     sc, tc = table_columns(source, source_table), table_columns(target, target_table)
     s_names, t_names = [n for n, _ in sc], [n for n, _ in tc]
-    s_ty, t_ty = dict(sc), dict(tc)
+    s_ty, t_ty = _typed(sc, source.dialect), _typed(tc, target.dialect)
 
     def both(name: str, what: str) -> tuple[str, str]:
         a = resolve_column(s_names, name, source.dialect, source_table)
@@ -309,12 +316,13 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
                 continue
             m = resolve_column([c for c in t_names if c not in used_t], n, target.dialect, target_table)
             if m is None:
-                warnings.append(f"column {n} is only in {source_table}; not compared")
+                warnings.append(f"column {display_name(n, source.dialect)} is only in {source_table}; not compared")
                 continue
             pairs.append((n, m))
-            labels_c.append(n)
+            labels_c.append(display_name(n, source.dialect))
             used_t.add(m)
-        warnings += [f"column {n} is only in {target_table}; not compared" for n in t_names if n not in used_t]
+        warnings += [f"column {display_name(n, target.dialect)} is only in {target_table}; not compared"
+                     for n in t_names if n not in used_t]
     else:
         pairs = [both(c, "compared column") for c in compare_columns]
         labels_c = list(compare_columns)
