@@ -170,6 +170,7 @@ def build_volume_sensor(
     min_band_pct: float = 2.0,
     min_same_weekday: int = 3,
     record_unchanged_every_seconds: float = 86_400,
+    confirm_empty_seconds: float = 120,
     row_counts: Literal["metadata", "count"] = "metadata",
     minimum_interval_seconds: int = 300,
     diagnosis_job_name: str | None = None,
@@ -206,6 +207,10 @@ def build_volume_sensor(
             (never below 0 rows) are the check's too.
         record_unchanged_every_seconds: an unchanged count is recorded again after this many
             seconds (default 86,400 s: once a day); changed counts are recorded every tick.
+        confirm_empty_seconds: a table (or partition) that held rows and reads empty is scored only
+            when a tick at least this many seconds later still reads it empty (default 120 s): an
+            empty reading right after a truncate-and-reload is a table being written, not a drop.
+            Until then it is ``unconfirmed``: no incident, no observation, never in the baseline.
         row_counts: ``"metadata"`` (default; catalog row counts where exact) or ``"count"``
             (``COUNT(*)`` batches on every warehouse; counts views too).
         minimum_interval_seconds: seconds between ticks (default 300).
@@ -225,8 +230,8 @@ def build_volume_sensor(
         unchanged tables, missing tables, warehouse errors).
 
     Raises:
-        ValueError: no tables, duplicate spec ids, an unknown ``method`` or ``row_counts``, or
-            ``min_history`` < 1 or > ``history_length``.
+        ValueError: no tables, duplicate spec ids, an unknown ``method`` or ``row_counts``,
+            ``min_history`` < 1 or > ``history_length``, or a negative ``confirm_empty_seconds``.
 
     Examples:
         .. code-block:: python
@@ -252,6 +257,8 @@ def build_volume_sensor(
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
     if row_counts not in ("metadata", "count"):
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
+    if confirm_empty_seconds < 0:
+        raise ValueError(f"confirm_empty_seconds must be >= 0, got {confirm_empty_seconds}")
     if min_same_weekday < 0:
         raise ValueError(f"min_same_weekday must be >= 0, got {min_same_weekday}")
     if not 1 <= min_history <= history_length:
@@ -262,6 +269,7 @@ def build_volume_sensor(
     for s in specs:
         by_db.setdefault(s.database, []).append(s)
     cache = _HistoryCache()
+    empties: dict[tuple[str, str | None], float] = {}  # (table, partition) -> when it first read empty
     watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
     def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory,
@@ -391,6 +399,17 @@ def build_volume_sensor(
             if not (changed or due):
                 outcomes.append(_Outcome(s, "unchanged", rows))
                 continue
+            if s.partition_column is None:
+                before = last[1] if last else None
+            else:
+                before = next((r for p, r in reversed(h.entries) if p == part), None)
+            if rows == 0 and before and not s.dead_letter:
+                first = empties.setdefault((s.id, part), now_ts)
+                if now_ts - first < confirm_empty_seconds:
+                    outcomes.append(_Outcome(s, "unconfirmed", rows, f"empty after {before:,} rows; scored if still "
+                                             f"empty {confirm_empty_seconds:.0f} s after the first empty reading"))
+                    continue
+            empties.pop((s.id, part), None)
             status, sc, change = _score(s, rows, part, h, now)
             md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: status,
                                   VOLUME_SOURCE_KEY: cnt.source}
@@ -447,17 +466,21 @@ def build_volume_sensor(
                 context.log.exception(f"{name}: re-diagnosis requests failed")
                 notes_txt = f"re-diagnosis not requested: {type(e).__name__}: {_first_line(e)}"
                 wh_errors.append(notes_txt)
-        recorded = sum(1 for o in outcomes if o.status not in ("unchanged", "missing", "error"))
+        recorded = sum(1 for o in outcomes if o.status not in ("unchanged", "missing", "error", "unconfirmed"))
         new_key = (key[0], key[1] + 1) if recorded or previous_key is None else key
         cache.put(previous_key, new_key, new_history)
 
         by_status: dict[str, int] = {}
         for o in outcomes:
             by_status[o.status] = by_status.get(o.status, 0) + 1
-        recorded_txt = ", ".join(f"{n} {st}" for st, n in sorted(by_status.items()) if st not in ("unchanged", "missing", "error"))
+        recorded_txt = ", ".join(f"{n} {st}" for st, n in sorted(by_status.items())
+                                 if st not in ("unchanged", "missing", "error", "unconfirmed"))
         parts = [f"{len(specs)} tables: {recorded} recorded" + (f" ({recorded_txt})" if recorded_txt else "")
                  + f", {by_status.get('unchanged', 0)} unchanged"]
         anomalies = [f"{o.spec.id} {o.status} ({o.rows:,} rows; {o.detail})" for o in outcomes if o.status in ANOMALY_STATUSES]
+        unconfirmed = [f"{o.spec.id} ({o.detail})" for o in outcomes if o.status == "unconfirmed"]
+        if unconfirmed:
+            parts.append("read empty, not scored yet: " + _shorten(unconfirmed))
         if anomalies:
             parts.append("anomalies: " + _shorten(anomalies))
         missing = [o.spec.id for o in outcomes if o.status == "missing"]
