@@ -251,7 +251,8 @@ def main() -> None:
         while (o := q.get()) is not None:
             o["ours_s"] = round(o["ours_s"], 3)
             o["peer_s"] = None if o["peer_s"] is None else round(o["peer_s"], 3)
-            o["ratio"] = None if not o["peer_s"] else round(o["ours_s"] / o["peer_s"], 3)
+            r = None if not o["peer_s"] else o["ours_s"] / o["peer_s"]
+            o["ratio"] = None if r is None else round(r, 3) if r >= 0.001 else float(f"{r:.2g}")  # 0.0003, not 0.0
             if "build_goal_s" in o:  # absolute goals (seconds) on query and build, and dbt's own answer
                 o["meets_goal"] = bool(o["ours_s"] <= o["goal"] and o["build_s"] <= o["build_goal_s"]
                                        and o.get("identical_to_dbt_ls", True))

@@ -60,7 +60,7 @@ class CeleryLoop:
     gap_before: dict[str, float] = field(default_factory=dict)
     gap_after: dict[str, float] = field(default_factory=dict)
     worker_names: list[str] = field(default_factory=list)
-    stopped: dict[str, tuple] = field(default_factory=dict)  # process → (returncode, seconds, killed)
+    stopped: dict[str, tuple] = field(default_factory=dict)  # process → (returncode, seconds, killed, leftover)
     database_dropped: bool | None = None
     timeline: dict[str, float] = field(default_factory=dict)
 
@@ -175,7 +175,7 @@ def loop(tmp_path_factory) -> CeleryLoop:
         procs = {"dagster_daemon": dmn, "code_server": server.proc, **{w.name: w for w in workers}}
         t_stop = time.monotonic()
     # leaving the block stopped the daemon, the workers and the code server, then dropped the database
-    res.stopped = {n: (p.returncode, p.stop_seconds, p.killed) for n, p in procs.items()}
+    res.stopped = {n: (p.returncode, p.stop_seconds, p.killed, p.leftover) for n, p in procs.items()}
     res.database_dropped = not _database_exists(res.postgres_url)
     mark("stopped", f"in {time.monotonic() - t_stop:.1f} s: {res.stopped}")
     return res
@@ -188,8 +188,11 @@ def test_every_repair_stage_ran_once_in_order_through_the_queue(loop):
     for stage, run in loop.runs.items():
         assert run["status"] == "SUCCESS" and run["tags"][c.STAGE_TAG] == stage
         assert run["tags"]["dagster/sensor_name"] == "dw_remediation_sensor" and run["origin"]
-        ev = run["events"]
-        assert ev.index("RUN_ENQUEUED") < ev.index("RUN_DEQUEUED") < ev.index("RUN_START") < ev.index("RUN_SUCCESS"), stage
+        # queued at submission, launched by the daemon's dequeue (RUN_STARTING), then run by a run worker
+        order = [ev.index(t.value) for t in (dg.DagsterEventType.RUN_ENQUEUED, dg.DagsterEventType.RUN_STARTING,
+                                               dg.DagsterEventType.RUN_START, dg.DagsterEventType.RUN_SUCCESS)
+                 for ev in [run["events"]]]
+        assert order == sorted(order), (stage, run["events"])
     window = loop.runs["window-1"]
     assert (window["job"], window["tags"][RANGE_START_TAG], window["tags"][RANGE_END_TAG]) == (
         "dw_rerun_window", "2026-11-26", "2026-11-27")
@@ -229,8 +232,8 @@ def test_receipts_verified_on_the_four_assets_and_no_gap_left(loop):
 def test_workers_daemon_and_code_server_stopped_cleanly(loop):
     """SIGTERM (celery's warm shutdown) and SIGINT end every process; nothing is killed; the database is dropped."""
     assert set(loop.stopped) == {"dagster_daemon", "code_server", "celery_worker_1", "celery_worker_2"}
-    for name, (code, seconds, killed) in loop.stopped.items():
-        assert not killed and seconds < 60, (name, code, seconds)
+    for name, (code, seconds, killed, leftover) in loop.stopped.items():
+        assert not killed and seconds < 60, (name, code, seconds, leftover)
         if name.startswith("celery"):
             assert code == 0, (name, code)
     assert loop.database_dropped is True

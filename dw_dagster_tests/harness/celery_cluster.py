@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -58,6 +58,7 @@ class Proc:
     stop_seconds: float | None = None
     killed: bool = False
     worker_name: str = ""  # a celery worker's node name (``dw1-ab12cd@host``), read from its "ready." line
+    leftover: list[str] = field(default_factory=list)  # command lines of group members alive after it ended
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -77,13 +78,30 @@ class Proc:
                 self.killed = True
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
-        self.returncode, self.stop_seconds = self.proc.returncode, round(time.monotonic() - t0, 2)
-        try:  # children left in the group (a celery pool child, a run worker) would be stragglers
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return
-        self.killed = True
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.returncode = self.proc.returncode
+        deadline = time.monotonic() + 10  # children (a celery pool process, a run worker) end just after
+        while (left := _group_members(self.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.stop_seconds = round(time.monotonic() - t0, 2)
+        if left:
+            self.leftover, self.killed = list(left.values()), True
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _group_members(pgid: int) -> dict[int, str]:
+    """Live processes of process group ``pgid`` (Linux /proc): pid → command line."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def _start(name: str, args: list[str], env: Mapping[str, str], root: Path) -> Proc:
