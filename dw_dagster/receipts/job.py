@@ -65,6 +65,11 @@ def receipt_markdown(r: Receipt) -> str:
         f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
         "- **Runs**: " + (", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()) or "none"),
     ]
+    if not r.verified:
+        failed = [f"{'/'.join(o.asset_key)}:{o.check_name}" for o in r.checks if not o.passed]
+        why = (f"check(s) {', '.join(failed)} did not pass in the verify run (every check on a touched asset must)"
+               if failed else r.outcome if r.outcome != "applied" else "no check of the change set ran in the verify run")
+        lines.insert(2, f"- **Not verified because**: {why}")
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
     if r.rows_before or r.rows_after:
