@@ -39,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import dagster as dg
 
@@ -81,6 +81,7 @@ class RunFacts:
     op_selection: tuple[str, ...] | None = None
     job_tags: Mapping[str, str] | None = None
     skipped_steps: tuple[str, ...] | None = ()
+    plan_snapshot_id: str | None = None
 
     @classmethod
     def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None,
@@ -95,7 +96,7 @@ class RunFacts:
         return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
                    asset_selection=selection, run_config=dict(run.run_config or {}), check_selection=checks,
                    op_selection=ops, job_tags=dict(job_tags) if job_tags is not None else None,
-                   skipped_steps=skipped_steps(run, plan))
+                   skipped_steps=skipped_steps(run, plan), plan_snapshot_id=run.execution_plan_snapshot_id)
 
 
 def skipped_steps(run: dg.DagsterRun, plan=None) -> tuple[str, ...] | None:
@@ -274,6 +275,10 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
     led = ledger_for(instance)
     kind = repair_kind(facts)
     ticket = facts.tags.get(TICKET_TAG)
+    if ticket and facts.skipped_steps is None and facts.plan_snapshot_id:  # steps named: compare with the plan stored
+        snap = instance.get_execution_plan_snapshot(facts.plan_snapshot_id)
+        if snap is not None and snap.step_keys_to_execute is not None:
+            facts = replace(facts, skipped_steps=tuple(sorted({s.key for s in snap.steps} - set(snap.step_keys_to_execute))))
     if ticket:
         from dw_dagster.repair.control import active_stop
 

@@ -48,7 +48,7 @@ def test_a_dispatched_ticket_binds_no_run_that_skips_steps(world, skipped):
     assert facts.skipped_steps == ()  # the run the daemon makes runs its whole plan
     # GraphQL launchRun with stepKeys: [] or a subset (None: a door that cannot compare with the plan)
     with pytest.raises(RunRefused, match="skipped_steps differ"):
-        admit_run(instance, dataclasses.replace(facts, skipped_steps=skipped))
+        admit_run(instance, dataclasses.replace(facts, skipped_steps=skipped, plan_snapshot_id=None))
     assert ledger_for(instance).stage_by_ticket(rr.tags[TICKET_TAG]).run_id is None  # the ticket is still the sensor's
     admit_run(instance, facts)  # the exact dispatched run still binds it
 
