@@ -63,7 +63,8 @@ class SourceRef(dg.Model, dg.Resolvable):
 
     database: str = Field(description="a name under databases")
     table: str = Field(description="schema.table")
-    asset: str | None = Field(None, description="the source table's asset key (the check depends on it)")
+    asset: str | None = Field(None, description="the source table's asset key (the check depends on it); leave "
+                              "it out when the source table is not a Dagster asset")
 
 
 class ReconciliationConfig(dg.Model, dg.Resolvable):

@@ -158,14 +158,14 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None,
     if c.reconciliation is not None:
         r = c.reconciliation
         out.append(build_reconciliation_checks(
-            asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
+            asset=key, source_asset=_key(r.source.asset) if r.source.asset else None, source_table=r.source.table,
             target_table=a.table, slice_by=r.slice_by, measures=r.measures, key_columns=r.key_columns,
             source_resource_key=r.source.database, target_resource_key=a.database, name=r.name,
             **_partition_scope(r, partitions_def)))
     if c.row_diff is not None:
         r = c.row_diff
         out.append(build_row_diff_check(
-            asset=key, source_asset=_key(r.source.asset) if r.source.asset else key, source_table=r.source.table,
+            asset=key, source_asset=_key(r.source.asset) if r.source.asset else None, source_table=r.source.table,
             target_table=a.table, key_columns=r.key_columns, compare_columns=r.compare_columns,
             source_resource_key=r.source.database, target_resource_key=a.database, name=r.name,
             timestamp_precision=r.timestamp_precision, timestamp_rounding=r.timestamp_rounding,

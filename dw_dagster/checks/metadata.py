@@ -47,3 +47,11 @@ def at_least(argument: str, value: Any, minimum: float, *, strictly: bool = Fals
         raise ValueError(f"{argument} must be {kind}, got {value!r}")
     if value < minimum or (strictly and value == minimum):
         raise ValueError(f"{argument} must be {'>' if strictly else '≥'} {minimum:g}, got {value!r}")
+
+
+def source_deps(asset: dg.AssetKey | str | Sequence[str], source_asset: object) -> list[dg.AssetKey]:
+    """The check's extra dependency: the source asset, unless there is none or it is the asset itself."""
+    if source_asset is None:
+        return []
+    src = dg.AssetKey.from_coercible(source_asset)
+    return [] if src == dg.AssetKey.from_coercible(asset) else [src]

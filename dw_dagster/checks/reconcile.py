@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from dw_dagster.databases import sql
-from dw_dagster.checks.metadata import column_list
+from dw_dagster.checks.metadata import column_list, source_deps
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
 
@@ -545,7 +545,7 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
 def build_reconciliation_checks(
     *,
     asset: dg.AssetKey | str | Sequence[str],
-    source_asset: dg.AssetKey | str | Sequence[str],
+    source_asset: dg.AssetKey | str | Sequence[str] | None,
     source_table: str,
     target_table: str,
     slice_by: Sequence[str],
@@ -569,7 +569,8 @@ def build_reconciliation_checks(
 
     Args:
         asset: the target asset the check is attached to.
-        source_asset: the upstream asset the target copies.
+        source_asset: the upstream asset the target copies; ``None`` (or the checked asset itself)
+            when the source table is not a Dagster asset, so the check has no extra dependency.
         source_table, target_table: ``schema.table`` names on each side (quoted by sqlglot).
         slice_by: columns to group by (e.g. ``["region"]``); empty for one whole-table slice.
         measures: numeric columns whose sums must match exactly (DECIMAL/integer) or within
@@ -629,12 +630,12 @@ def build_reconciliation_checks(
         "dw/source_resource_key": source_resource_key,
         "dw/target_resource_key": target_resource_key,
     }
-    src_key = dg.AssetKey.from_coercible(source_asset)
+    src_deps = source_deps(asset, source_asset)
 
     @dg.asset_check(
         asset=asset,
         name=name,
-        additional_deps=[src_key],
+        additional_deps=src_deps,
         blocking=blocking,
         required_resource_keys={source_resource_key, target_resource_key},
         metadata=spec_meta,

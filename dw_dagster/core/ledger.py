@@ -409,6 +409,12 @@ class Ledger:
                                   "re-executed run cannot take it (a stage runs once)")
             if row.state != ISSUED:
                 raise LedgerError(f"stage {row.stage} of {row.change_set_id} is {row.state}")
+            d = conn.execute(sa.select(decisions_t.c.active, decisions_t.c.withdrawn_reason).where(
+                decisions_t.c.approval_id == row.approval_id)).first()
+            if (d is None or not d.active) and row.stage != "receipt-halt":  # the halt receipt runs *because* it stopped
+                why = f" ({d.withdrawn_reason})" if d is not None and d.withdrawn_reason else ""
+                raise LedgerError(f"stage {row.stage} of {row.change_set_id} was issued under decision {row.approval_id}, "
+                                  f"which no longer counts{why}")
             if row.job_name and job_name != row.job_name:
                 raise LedgerError(f"the ticket of stage {row.stage} of {row.change_set_id} is for job {row.job_name}, "
                                   f"not {job_name}")
@@ -455,6 +461,37 @@ class Ledger:
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED).values(
                 ticket=new, issued_at=time.time()))
+            return new if res.rowcount == 1 else None
+
+    def revoke_ticket(self, ticket: str) -> bool:
+        """Take back an issued ticket no run took (its decision stopped counting): the stage row goes,
+        so nothing can present the ticket, and a later approval issues the stage anew. False when a
+        run took it meanwhile."""
+        with self._tx() as conn:
+            res = conn.execute(stages_t.delete().where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED))
+            return res.rowcount == 1
+
+    def retry_stage(self, ticket: str, max_attempts: int = 3) -> str | None:
+        """Issue a stage that ended without its own code completing it (its run was terminated or
+        crashed) once more, with a new ticket: only for stages that change no data (the receipt).
+
+        Returns:
+            The new ticket, or None when the stage is not failed/abandoned any more or has been tried
+            ``max_attempts`` times (the attempts are counted in its result).
+        """
+        new = secrets.token_hex(16)
+        with self._tx() as conn:
+            r = conn.execute(sa.select(stages_t).where(stages_t.c.ticket == ticket)).first()
+            if r is None or r.state not in (STAGE_FAILED, ABANDONED):
+                return None
+            earlier = json.loads(r.result) if r.result else {}
+            attempts = int(earlier.get("attempts", 1)) if isinstance(earlier, dict) else 1
+            if attempts >= max_attempts:
+                return None
+            res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.state == r.state).values(
+                ticket=new, run_id=None, state=ISSUED, started_at=None, finished_at=None, issued_at=time.time(),
+                result=json.dumps({"attempts": attempts + 1, "earlier": earlier})))
             return new if res.rowcount == 1 else None
 
     def abandon_stage(self, ticket: str, reason: str) -> bool:

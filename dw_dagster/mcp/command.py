@@ -112,7 +112,8 @@ def mcp_command(http, workspace, locations, manifests, domains, dagster_home, oa
         raise click.BadParameter(f"no workspace file at {workspace}", param_hint="-w")
     settings = ServerSettings(dagster_home=dagster_home, workspace=workspace, manifests=list(manifests), domains=domains,
                               locations=list(locations) or None)
-    logging.getLogger("dw_dagster").setLevel(log_level)
+    for name in ("dw_dagster", "alembic"):  # alembic: Dagster's storage says INFO each time it opens
+        logging.getLogger(name).setLevel(log_level)
     if http is None:
         build_server(settings).run()  # stdio: fd 1 carries the protocol; anything printed goes to stderr
         return

@@ -72,6 +72,11 @@ def receipt_markdown(r: Receipt) -> str:
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
+    if not r.verified:
+        failed = [f"{'/'.join(o.asset_key)}:{o.check_name}" for o in r.checks if not o.passed]
+        why = (f"check(s) {', '.join(failed)} did not pass in the verify run (every check on a touched asset must)"
+               if failed else r.outcome if r.outcome != "applied" else "no check of the change set ran in the verify run")
+        lines.insert(2, f"- **Not verified because**: {why}")
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
     if r.rows_before or r.rows_after:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import dagster as dg
 
@@ -80,10 +80,14 @@ class RunFacts:
     check_selection: tuple[str, ...] | None = None
     op_selection: tuple[str, ...] | None = None
     job_tags: Mapping[str, str] | None = None
+    skipped_steps: tuple[str, ...] | None = ()
+    plan_snapshot_id: str | None = None
 
     @classmethod
     def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None,
-               job_tags: Mapping[str, str] | None = None) -> RunFacts:
+               job_tags: Mapping[str, str] | None = None, plan=None) -> RunFacts:
+        """``plan``: the run's execution plan or its snapshot, to see which steps it skips (without
+        it, a run that names its steps counts as skipping some, unknown which)."""
         selection = tuple(sorted(asset_str(k) for k in run.asset_selection)) if run.asset_selection else None
         keys = tuple(asset_keys) if asset_keys is not None else (selection or ())
         checks = (tuple(sorted(k.to_user_string() for k in run.asset_check_selection))
@@ -91,7 +95,29 @@ class RunFacts:
         ops = tuple(sorted(run.op_selection)) if run.op_selection else None
         return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
                    asset_selection=selection, run_config=dict(run.run_config or {}), check_selection=checks,
-                   op_selection=ops, job_tags=dict(job_tags) if job_tags is not None else None)
+                   op_selection=ops, job_tags=dict(job_tags) if job_tags is not None else None,
+                   skipped_steps=skipped_steps(run, plan), plan_snapshot_id=run.execution_plan_snapshot_id)
+
+
+def skipped_steps(run: dg.DagsterRun, plan=None) -> tuple[str, ...] | None:
+    """The steps of ``run``'s execution plan it will not execute (``()`` for a whole-plan run, None
+    when it names steps and no plan is at hand to compare with).
+
+    Args:
+        run: the run.
+        plan: its ``ExecutionPlan`` or ``ExecutionPlanSnapshot``, or None.
+    """
+    chosen = None
+    if plan is not None:
+        chosen = getattr(plan, "step_keys_to_execute", None)
+    if chosen is None:
+        chosen = run.step_keys_to_execute
+    if chosen is None:
+        return ()
+    if plan is None:
+        return None
+    every = {s.key for s in plan.steps}
+    return tuple(sorted(every - set(chosen)))
 
 
 def job_tags_of(job) -> dict[str, str]:
@@ -146,11 +172,12 @@ def repair_kind(facts: RunFacts) -> str | None:
 
 
 def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None, *,
-              check_selection=None, op_selection=None) -> dict:
+              check_selection=None, op_selection=None, skipped_steps=()) -> dict:
     """What a run will do, as a ticket binds it: the job, every partition tag (:func:`partition_tags`),
     its asset selection and asset-check selection (sorted key strings, or None for the whole job),
-    its op selection, and the SHA-256 of its run config (the ``loggers`` section, which changes no
-    data, left out).
+    its op selection, the steps of its execution plan it would skip (``stepKeys`` of a GraphQL
+    launch: the sensor's runs skip none, so a run that would skip the stage's own ops is another
+    run), and the SHA-256 of its run config (the ``loggers`` section, which changes no data, left out).
 
     Args:
         job_name: the job.
@@ -159,6 +186,7 @@ def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | Non
         run_config: the run config as a dict, or None.
         check_selection: ``AssetCheckKey`` s or their strings, or None.
         op_selection: op names, or None.
+        skipped_steps: the plan's step keys the run would not execute; None when unknown.
     """
     import hashlib
     import json
@@ -170,6 +198,7 @@ def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | Non
     config = {k: v for k, v in (run_config or {}).items() if k != "loggers"}
     return {"job": job_name, "partitions": partition_tags(tags), "assets": selection, "checks": checks,
             "ops": sorted(op_selection) if op_selection else None,
+            "skipped_steps": sorted(skipped_steps) if skipped_steps is not None else None,
             "config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()}
 
 
@@ -246,6 +275,10 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
     led = ledger_for(instance)
     kind = repair_kind(facts)
     ticket = facts.tags.get(TICKET_TAG)
+    if ticket and facts.skipped_steps is None and facts.plan_snapshot_id:  # steps named: compare with the plan stored
+        snap = instance.get_execution_plan_snapshot(facts.plan_snapshot_id)
+        if snap is not None and snap.step_keys_to_execute is not None:
+            facts = replace(facts, skipped_steps=tuple(sorted({s.key for s in snap.steps} - set(snap.step_keys_to_execute))))
     if ticket:
         from dw_dagster.repair.control import active_stop
 
@@ -257,7 +290,8 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
         try:
             led.bind_ticket(ticket, facts.run_id, facts.job_name,
                             run_shape(facts.job_name, facts.tags, facts.asset_selection, facts.run_config,
-                                      check_selection=facts.check_selection, op_selection=facts.op_selection))
+                                      check_selection=facts.check_selection, op_selection=facts.op_selection,
+                                      skipped_steps=facts.skipped_steps))
         except LedgerError as e:
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: {e}") from e
         return
@@ -384,7 +418,7 @@ class _GuardedExecutor(dg.Executor):
                        for o in s.step_outputs if o.properties is not None and o.properties.asset_key is not None
                        and o.properties.is_asset})
         admit_run(instance, RunFacts.of_run(run, keys if not run.asset_selection else None,
-                                            job_tags=job_tags_of(plan_context.job.get_definition())))
+                                            job_tags=job_tags_of(plan_context.job.get_definition()), plan=execution_plan))
         failed = False
         for event in self._inner.execute(plan_context, execution_plan):
             if event.is_step_failure:
@@ -434,8 +468,10 @@ class GuardedRunCoordinator(_Queued):
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         run = context.dagster_run
         try:
+            plan = (self._instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+                    if run.execution_plan_snapshot_id else None)
             admit_run(self._instance, RunFacts.of_run(run, _planned_assets(self._instance, run),
-                                                      job_tags=run_job_tags(self._instance, run)))
+                                                      job_tags=run_job_tags(self._instance, run), plan=plan))
         except RunRefused as e:
             self._instance.report_run_failed(run, message=e.description)
             return self._instance.get_run_by_id(run.run_id)

@@ -292,6 +292,15 @@ def build_remediation_sensor(
             if not stages or state == HALTED:
                 self.waiting.append(f"{cs.id}: {status.reason}")
                 return
+            # a ticket no run took dies with the decision (a held copy of it, e.g. from a dry run of this
+            # sensor, must not start the stage now); a later approval issues the stage anew
+            revoked = [n for n, s in stages.items() if n != HALT_RECEIPT and s.state == ISSUED
+                       and self.led.revoke_ticket(s.ticket)]
+            if revoked:
+                stages = self.led.stages(cs.id, cs.version)
+                if not stages:
+                    self.waiting.append(f"{cs.id}: {status.reason}; the issued stage {', '.join(revoked)} was taken back")
+                    return
             if any(s.state in (ISSUED, STARTED) for n, s in stages.items() if n != HALT_RECEIPT):
                 self.waiting.append(f"{cs.id}: {status.reason}; the stage in flight finishes first")
                 return
@@ -305,6 +314,8 @@ def build_remediation_sensor(
                 self.waiting.append(f"{cs.id}: repair halted ({status.reason}); writing a receipt of what was done")
             elif halt.state in (ISSUED,):
                 self._dispatch(cs, halt.approval_id, HALT_RECEIPT, receipt_job, run_config=_receipt_config(cs), ticket=halt.ticket)
+            elif self._retry_receipt(cs, halt):
+                return
             elif halt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED) and not latest:
                 self.led.set_change_set_state(cs.id, cs.version, SUPERSEDED, from_states=[RUNNING, APPROVED, PROPOSED],
                                               note=f"halted ({status.reason}); a newer version waits for its own decision")
@@ -327,6 +338,8 @@ def build_remediation_sensor(
                 if st is not None and st.state == SUCCEEDED:
                     continue
                 if st is not None and st.state in (STAGE_FAILED, ABANDONED):
+                    if stage == "receipt" and self._retry_receipt(cs, st):
+                        return
                     self._failed(cs, approval, stages, stage, st)
                     return
                 if st is not None and st.state == STARTED:
@@ -348,6 +361,17 @@ def build_remediation_sensor(
                 receipt = stages.get("receipt")
                 if not ((receipt.result or {}).get("verified") is True if receipt is not None else False):
                     self.led.release_incident(cs.id, cs.version, f"change set {cs.id} applied, but its receipt is not verified")
+
+        def _retry_receipt(self, cs: ChangeSet, st) -> bool:
+            """A receipt stage whose run ended before its op recorded the end (terminated, crashed,
+            deleted, or its op failed) is dispatched again: a receipt changes no data, and each attempt
+            appends its own receipts to the chain. Up to three attempts, then the change set fails."""
+            ticket = self.led.retry_stage(st.ticket)
+            if ticket is None:
+                return False
+            self._dispatch(cs, st.approval_id, st.stage, receipt_job, run_config=_receipt_config(cs), ticket=ticket)
+            self.waiting.append(f"{cs.id}: the {st.stage} run ended before it wrote the receipts; dispatched again")
+            return True
 
         def _fresh(self, cs: ChangeSet, stage: str, st):
             """An issued ticket no run took for a while, and that no live run carries (a dry run of

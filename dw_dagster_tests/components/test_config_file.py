@@ -158,3 +158,29 @@ def test_the_examples_configurations_validate():
         cfg = load_dataops_config(module.CONFIG, scope={"home": "/h"})
         assert cfg.databases["warehouse"].url == "duckdb:////h/data/warehouse.duckdb"
         assert [a.key for a in cfg.assets] == [module.TARGET_ASSET.to_user_string()]
+
+
+def test_a_source_that_is_no_asset_needs_no_asset_key(tmp_path):
+    """``source.asset`` left out: the check has no extra dependency (it once depended on its own
+    asset and Dagster refused the definitions), and it compares the real tables."""
+    import duckdb
+
+    for name, schema, rows in (("source", "src", [("N", 5), ("S", 3)]), ("warehouse", "wh", [("N", 5), ("S", 2)])):
+        with duckdb.connect(str(tmp_path / f"{name}.duckdb")) as con:
+            con.execute(f"CREATE SCHEMA {schema}")
+            con.execute(f"CREATE TABLE {schema}.sales (region VARCHAR, n INTEGER)")
+            con.executemany(f"INSERT INTO {schema}.sales SELECT ?, range FROM range(?)", rows)
+    (tmp_path / "dataops.yaml").write_text(CONFIG.replace(", asset: src/sales}", "}").split("integrations:")[0])
+    (tmp_path / "domains.yaml").write_text(DOMAINS)
+
+    @dg.asset(name="sales")
+    def sales() -> None:
+        """The team's own asset (the table is already loaded)."""
+
+    defs = dg.Definitions.merge(dg.Definitions(assets=[sales]),
+                                build_dw_definitions(tmp_path / "dataops.yaml", scope={"home": str(tmp_path)}))
+    check = next(c for c in defs.asset_checks if dg.AssetCheckKey(dg.AssetKey("sales"), "reconciliation") in c.check_keys)
+    assert not list(check.check_specs)[0].additional_deps
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(raise_on_error=False)
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["dw/gap_rows"].value == 1

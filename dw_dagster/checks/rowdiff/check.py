@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from dw_dagster.checks.metadata import at_least, column_list, metadata_table
+from dw_dagster.checks.metadata import at_least, column_list, metadata_table, source_deps
 from dw_dagster.checks.reconcile import INCONCLUSIVE_KEY
 from dw_dagster.checks.rowdiff.hashdiff import row_diff_across
 from dw_dagster.checks.rowdiff.joindiff import row_diff
@@ -74,7 +74,7 @@ def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
 def build_row_diff_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
-    source_asset: dg.AssetKey | str | Sequence[str],
+    source_asset: dg.AssetKey | str | Sequence[str] | None,
     source_table: str,
     target_table: str,
     key_columns: Sequence[str],
@@ -105,7 +105,8 @@ def build_row_diff_check(
 
     Args:
         asset: the target asset the check is attached to.
-        source_asset: the upstream asset the target copies (an additional dependency of the check).
+        source_asset: the upstream asset the target copies (an additional dependency of the check);
+            ``None`` (or the checked asset itself) when the source table is not a Dagster asset.
         source_table, target_table: ``schema.table`` names (quoted by sqlglot; a name that cannot be
             an identifier is refused when the check is built).
         key_columns: the key (compound keys allowed; NULL-safe).
@@ -154,7 +155,7 @@ def build_row_diff_check(
     @dg.asset_check(
         asset=asset,
         name=name,
-        additional_deps=[dg.AssetKey.from_coercible(source_asset)],
+        additional_deps=source_deps(asset, source_asset),
         blocking=blocking,
         required_resource_keys={source_resource_key, target_resource_key},
         metadata={"dw/check_kind": ROW_DIFF_KIND, "dw/source_table": source_table, "dw/target_table": target_table,
