@@ -9,10 +9,12 @@ the frozen dataclasses at the end (:class:`StageRow`, :class:`ChangeSetRow`, :cl
 """
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 
 SCHEMA_VERSION = 1
 _meta = sa.MetaData()
@@ -229,3 +231,37 @@ def _row(cls, r) -> Any:
     if cls is StageRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else None
     return cls(**d)
+
+
+# -- where an instance's ledger lives -------------------------------------------------------------
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False}, poolclass=sa.pool.NullPool)
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record):  # pragma: no cover - exercised by every test
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 60000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn):  # pragma: no cover
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlocks
+
+    return engine
+
+
+def ledger_url(instance: Any) -> str | None:
+    """The SQLAlchemy URL of ``instance``'s ledger, or None for an in-memory instance."""
+    rs = instance.run_storage
+    url = getattr(rs, "postgres_url", None)
+    if url:
+        return url
+    conn_string = getattr(rs, "_conn_string", None)
+    if conn_string and conn_string.startswith("sqlite:///"):
+        path = conn_string[len("sqlite:///"):]
+        folder = os.path.dirname(path)
+        return f"sqlite:///{os.path.join(folder, 'dw_ledger.db')}"
+    return None
