@@ -125,7 +125,10 @@ def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.ti
               future_tolerance: dt.timedelta | None = DEFAULT_FUTURE_TOLERANCE,
               max_lag_days: int | None = None) -> tuple[FreshnessResult, str]:
     """Query ``MAX``/``COUNT`` of the column and judge it; returns (result, the SQL run)."""
-    q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=sql.column(timestamp_column), t=sql.table(table))
+    from dw_dagster.checks.utc import catalog_column
+
+    ts = catalog_column(db, table, timestamp_column)  # as the catalog spells it ("LoadedAt" stays itself)
+    q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=ts, t=sql.table(table))
     mx, rows, nn = db.fetch_all(q)[0]
     now = (now_utc or dt.datetime.now(UTC)).astimezone(UTC)
     return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone,

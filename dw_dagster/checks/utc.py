@@ -31,13 +31,42 @@ def utc_timestamp(db: Database, table: str, column: str) -> exp.Expression:
         DatabaseError: the table does not exist or has no such column.
         CatalogError: the name matches two columns differing only in case.
     """
+    col, ty = resolved_column(db, table, column)
+    if is_aware(ty):
+        return exp.cast(exp.AtTimeZone(this=col, zone=exp.Literal.string("UTC")), exp.DataType.build("TIMESTAMP"))
+    return col
+
+
+def resolved_column(db: Database, table: str, column: str) -> tuple[exp.Column, str]:
+    """``column`` of ``table`` resolved against the engine's catalog (exact, then its folding rule,
+    then a unique case-insensitive match) and quoted as the catalog spells it, with its type.
+
+    Returns:
+        (the quoted column expression, its catalog type as text).
+
+    Raises:
+        DatabaseError: the table does not exist or has no such column.
+        CatalogError: the name matches two columns differing only in case.
+    """
     from dw_dagster.databases.catalog import quoted, resolve_column, table_columns
 
     cols = table_columns(db, table)
     name = resolve_column([n for n, _ in cols], column, db.dialect, table)
     if name is None:
         raise DatabaseError(f"{db.name}: column {column} is not in {table} (columns: {', '.join(n for n, _ in cols)})")
-    col = exp.Column(this=quoted(name))
-    if is_aware(dict(cols)[name]):
-        return exp.cast(exp.AtTimeZone(this=col, zone=exp.Literal.string("UTC")), exp.DataType.build("TIMESTAMP"))
-    return col
+    return exp.Column(this=quoted(name)), dict(cols)[name]
+
+
+def catalog_column(db: Database, table: str, column: str) -> exp.Column:
+    """``column`` as the engine will find it: on DuckDB and BigQuery (which match names in any case)
+    the name as given; elsewhere resolved against the catalog and quoted (:func:`resolved_column`).
+
+    Raises:
+        DatabaseError: the table does not exist or has no such column (catalog engines).
+        CatalogError: the name matches two columns differing only in case.
+    """
+    if db.dialect in ("duckdb", "bigquery"):
+        from dw_dagster.databases import sql
+
+        return sql.column(column)
+    return resolved_column(db, table, column)[0]
