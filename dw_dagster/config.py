@@ -123,9 +123,18 @@ class FreshnessConfig(dg.Model, dg.Resolvable):
     """Age of the newest row."""
 
     timestamp_column: str
-    max_lag_hours: float = Field(gt=0)
+    max_lag_hours: float | None = Field(None, gt=0, description="elapsed hours (24 is 24 h, even across DST)")
+    max_lag_days: int | None = Field(None, ge=1, description="calendar days in deadline_timezone (wall clock "
+                                     "across DST); with max_lag_hours, both must hold")
+    deadline_timezone: str = "UTC"
     naive_timezone: str = "UTC"
     name: str = "freshness"
+
+    @model_validator(mode="after")
+    def _one_lag(self) -> "FreshnessConfig":
+        if self.max_lag_hours is None and self.max_lag_days is None:
+            raise ValueError("give max_lag_hours (elapsed) or max_lag_days (calendar days)")
+        return self
 
 
 class DeadLetterConfig(dg.Model, dg.Resolvable):

@@ -185,7 +185,9 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None,
     if c.freshness is not None:
         f = c.freshness
         out.append(build_freshness_check(
-            asset=key, table=a.table, timestamp_column=f.timestamp_column, max_lag=dt.timedelta(hours=f.max_lag_hours),
+            asset=key, table=a.table, timestamp_column=f.timestamp_column,
+            max_lag=dt.timedelta(hours=f.max_lag_hours) if f.max_lag_hours is not None else None,
+            max_lag_days=f.max_lag_days, deadline_timezone=f.deadline_timezone,
             resource_key=a.database, name=f.name, naive_timezone=f.naive_timezone))
     if c.dead_letter is not None:
         d = c.dead_letter

@@ -184,3 +184,17 @@ def test_a_source_that_is_no_asset_needs_no_asset_key(tmp_path):
     result = defs.resolve_implicit_global_asset_job_def().execute_in_process(raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.metadata["dw/gap_rows"].value == 1
+
+
+@pytest.mark.parametrize("freshness, ok", [("{timestamp_column: sold_at, max_lag_days: 1, deadline_timezone: America/Los_Angeles}", True),
+                                           ("{timestamp_column: sold_at, max_lag_hours: 26}", True),
+                                           ("{timestamp_column: sold_at}", False)])
+def test_freshness_takes_calendar_days_or_elapsed_hours(folder, freshness, ok):
+    text = CONFIG.replace("slice_by: [region]}", f"slice_by: [region]}}\n      freshness: {freshness}")
+    (folder / "dataops.yaml").write_text(text)
+    if not ok:
+        with pytest.raises(DwConfigError, match="freshness.*max_lag_hours .*or max_lag_days|max_lag_days"):
+            build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})
+        return
+    defs = build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})
+    assert any(dg.AssetCheckKey(dg.AssetKey("sales"), "freshness") in c.check_keys for c in defs.asset_checks)
