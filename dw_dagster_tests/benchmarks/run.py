@@ -20,6 +20,11 @@ the event-log scans they replaced, :mod:`.ledger_bench`) and ``mcp_tools_demo`` 
 each MCP read tool on the store-sales demo's instance against the same read through the CLI,
 :mod:`.mcp_tools`) have fixed sizes and absolute goals in seconds (``goal_unit: "s"``).
 
+``rowdiff_pg_duckdb_10m`` and ``slice_compare_pg_duckdb_10m`` (:mod:`.pg_duckdb`) diff and
+slice-compare a source table in the PostgreSQL server on 127.0.0.1:5432 against its copy in DuckDB
+(peers: reladiff ``hashdiff`` and two bare ``GROUP BY``s), each at ``rows`` × 0.1, 0.3 and 1 with
+the seconds per million rows in ``curve``.
+
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
 
