@@ -137,8 +137,8 @@ def bench_rowdiff_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
     from dw_dagster.checks.rowdiff import row_diff_across
     from dw_dagster_tests.benchmarks.run import _ours_peak, _timed
 
-    sizes = _setup(work, rows)
-    try:
+    try:  # the database is dropped even when loading it fails half-way
+        sizes = _setup(work, rows)
         pg, duck = _databases(work)
         ours_t, ours_keys, stats = {}, {}, {}
         for n in sizes:
@@ -185,8 +185,8 @@ def bench_slice_compare_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
     from dw_dagster.checks.reconcile import reconcile
     from dw_dagster_tests.benchmarks.run import _ours_peak, _timed
 
-    sizes = _setup(work, rows)
-    try:
+    try:  # the database is dropped even when loading it fails half-way
+        sizes = _setup(work, rows)
         pg, duck = _databases(work)
         ours_t, peer_t = {}, {}
         for n in sizes:
