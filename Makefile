@@ -39,7 +39,7 @@ test: install browser-deps
 
 ## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).
 bench: install
-	$(BIN)/python -m pip install --quiet 'reladiff[duckdb]'
+	$(BIN)/python -m pip install --quiet 'reladiff[duckdb,postgresql]'
 	$(BIN)/python -m dw_dagster_tests.benchmarks.run $(BENCH_ARGS)
 
 ## Load the example code location the way `dagster dev` does.

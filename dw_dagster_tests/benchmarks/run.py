@@ -20,6 +20,11 @@ the event-log scans they replaced, :mod:`.ledger_bench`) and ``mcp_tools_demo`` 
 each MCP read tool on the store-sales demo's instance against the same read through the CLI,
 :mod:`.mcp_tools`) have fixed sizes and absolute goals in seconds (``goal_unit: "s"``).
 
+``rowdiff_pg_duckdb_10m`` and ``slice_compare_pg_duckdb_10m`` (:mod:`.pg_duckdb`) diff and
+slice-compare a source table in the PostgreSQL server on 127.0.0.1:5432 against its copy in DuckDB
+(peers: reladiff ``hashdiff`` and two bare ``GROUP BY``s), each at ``rows`` × 0.1, 0.3 and 1 with
+the seconds per million rows in ``curve``.
+
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
 
@@ -216,11 +221,24 @@ def bench_mcp_tools(work: Path, rows: int, repeat: int) -> dict:
     return bench_mcp_tools_demo(work, repeat)  # the store-sales demo at scale 0.002 whatever --scale says
 
 
+def bench_rowdiff_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.pg_duckdb import bench_rowdiff_pg_duckdb as run
+
+    return run(work, rows, repeat)  # PostgreSQL on loopback against DuckDB, at three sizes up to rows
+
+
+def bench_slice_compare_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.pg_duckdb import bench_slice_compare_pg_duckdb as run
+
+    return run(work, rows, repeat)  # PostgreSQL on loopback against DuckDB, at three sizes up to rows
+
+
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
            "blast_radius_20k": bench_blast_radius, "blast_radius_100k": bench_blast_radius_100k,
            "ledger_lookup_5000_assets": bench_ledger_lookup,
-           "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools}
+           "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools,
+           "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb}
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:
