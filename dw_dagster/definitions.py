@@ -76,9 +76,33 @@ def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Pat
 
     manifest = Path(project_dir) / "target" / "manifest.json"
     if not manifest.exists():
-        DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
-                       dbt_executable=dbt_executable()).cli(["parse", "--quiet"], target_path=Path("target")).wait()
+        cli = DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
+                             dbt_executable=dbt_executable())
+        _parse_atomically(cli, Path(project_dir), manifest.parent)
     return manifest
+
+
+def _parse_atomically(cli, project_dir: Path, target: Path) -> None:
+    """``dbt parse`` into a folder of this process's own, then the new ``manifest.json`` renamed over
+    ``target``'s: every process of a deployment (code server, daemon, run workers) may import the
+    definitions at once, and none may read a manifest another is half-way through writing.
+    dbt's partial-parse state is copied in first and back after, so a parse stays incremental."""
+    import shutil
+    import uuid
+
+    target.mkdir(parents=True, exist_ok=True)
+    aside = project_dir / f".dw_parse-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        aside.mkdir()
+        state = target / "partial_parse.msgpack"
+        if state.exists():
+            shutil.copy2(state, aside / state.name)
+        cli.cli(["--quiet", "parse"], target_path=aside).wait()
+        if (aside / state.name).exists():
+            os.replace(aside / state.name, state)
+        os.replace(aside / "manifest.json", target / "manifest.json")
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _prepare_if_dev(project) -> None:
@@ -93,7 +117,7 @@ def _prepare_if_dev(project) -> None:
     cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
     if any((Path(project.project_dir) / f).exists() for f in ("dependencies.yml", "packages.yml")):
         cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
-    cli.cli(["--quiet", "parse"], target_path=project.target_path).wait()
+    _parse_atomically(cli, Path(project.project_dir), Path(project.project_dir) / project.target_path)
 
 
 def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:
