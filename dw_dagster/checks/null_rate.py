@@ -100,28 +100,6 @@ def _ident(name: str, quote: bool) -> str:
     return quoted(name).sql("duckdb")
 
 
-def _resolved(db: Database, table: str, columns: Sequence[str]) -> list[str]:
-    """The catalog's spelling of each configured column (DuckDB and BigQuery match any case
-    themselves: the names as configured, no catalog read).
-
-    Raises:
-        DatabaseError: a column is not in the table.
-        CatalogError: a name matches two columns differing only in case.
-    """
-    if db.dialect in ("duckdb", "bigquery"):
-        return list(columns)
-    from dw_dagster.databases.catalog import resolve_column, table_columns
-
-    names = [n for n, _ in table_columns(db, table)]
-    out = []
-    for c in columns:
-        r = resolve_column(names, c, db.dialect, table)
-        if r is None:
-            raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
-        out.append(r)
-    return out
-
-
 def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_column: str | None = None,
                as_of: dt.date | None = None, current_days: int = 1, baseline_days: int = 28,
                tolerance_pct: float = 1.0, relative_tolerance: float = 0.5) -> tuple[list[ColumnNullRate], str]:
@@ -129,7 +107,9 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
 
     ``as_of`` is the last day of the current window (UTC); by default the latest day with rows.
     """
-    names = _resolved(db, table, columns)
+    from dw_dagster.databases.catalog import resolve_columns
+
+    names = resolve_columns(db, table, columns)
     if timestamp_column is None:
         q = null_rate_sql(table, names, None, None, None, None, db.dialect, quote=True)
     else:

@@ -344,33 +344,20 @@ def compare_slice_aggregates(
     return out
 
 
-# Engines that match a column name in any case themselves (quoted or not), where no two columns
-# can differ only in case: a configured name needs no catalog read there.
-_CASE_INSENSITIVE = ("duckdb", "bigquery")
-
-
 def _resolve(db: Database, table: str, slice_by: Sequence[str], measures: Sequence[str],
              key_columns: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
-    """The catalog's names for the configured slice, measure and key columns on one side (on DuckDB
-    and BigQuery, which match any case themselves, the names as configured).
+    """The catalog's names for the configured slice, measure and key columns on one side
+    (:func:`~dw_dagster.databases.catalog.resolve_columns`).
 
     Raises:
         DatabaseError: a column is not in the table.
         CatalogError: a name matches two columns differing only in case.
     """
-    if db.dialect in _CASE_INSENSITIVE:
-        return list(slice_by), list(measures), list(key_columns)
-    from dw_dagster.databases.catalog import resolve_column, table_columns
+    from dw_dagster.databases.catalog import resolve_columns
 
-    names = [n for n, _ in table_columns(db, table)]
-
-    def one(c: str) -> str:
-        r = resolve_column(names, c, db.dialect, table)
-        if r is None:
-            raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
-        return r
-
-    return [one(c) for c in slice_by], [one(m) for m in measures], [one(c) for c in key_columns]
+    names = resolve_columns(db, table, [*slice_by, *measures, *key_columns])
+    n, m = len(slice_by), len(measures)
+    return names[:n], names[n:n + m], names[n + m:]
 
 
 def _finite(v: Any) -> bool:

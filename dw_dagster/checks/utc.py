@@ -65,8 +65,9 @@ def catalog_column(db: Database, table: str, column: str) -> exp.Column:
         DatabaseError: the table does not exist or has no such column (catalog engines).
         CatalogError: the name matches two columns differing only in case.
     """
-    if db.dialect in ("duckdb", "bigquery"):
-        from dw_dagster.databases import sql
+    from dw_dagster.databases import sql
+    from dw_dagster.databases.catalog import CASE_INSENSITIVE_DIALECTS, quoted, resolve_columns
 
+    if db.dialect in CASE_INSENSITIVE_DIALECTS:
         return sql.column(column)
-    return resolved_column(db, table, column)[0]
+    return exp.Column(this=quoted(resolve_columns(db, table, [column])[0]))

@@ -356,6 +356,32 @@ def display_name(name: str, dialect: str) -> str:
     return name.lower() if name == name.upper() else name
 
 
+# Engines that match a column name in any case themselves (quoted or not), where no two columns
+# can differ only in case: a configured name needs no catalog read there.
+CASE_INSENSITIVE_DIALECTS = ("duckdb", "bigquery")
+
+
+def resolve_columns(db: Database, table: str, columns: Sequence[str]) -> list[str]:
+    """The catalog's spelling of each configured column of ``table`` (:func:`resolve_column`), in
+    order, from one catalog read; on engines that match any case themselves
+    (:data:`CASE_INSENSITIVE_DIALECTS`) the names as configured, with no read.
+
+    Raises:
+        DatabaseError: the table does not exist, or a column is not in it (naming its columns).
+        CatalogError: a name matches two columns differing only in case.
+    """
+    if db.dialect in CASE_INSENSITIVE_DIALECTS:
+        return list(columns)
+    names = [n for n, _ in table_columns(db, table)]
+    out = []
+    for c in columns:
+        r = resolve_column(names, c, db.dialect, table)
+        if r is None:
+            raise DatabaseError(f"{db.name}: column {c} is not in {table} (columns: {', '.join(names)})")
+        out.append(r)
+    return out
+
+
 def quoted(name: str) -> exp.Identifier:
     """A catalog name as an always-quoted identifier (its case kept on every engine).
 

@@ -140,6 +140,13 @@ class _Outcome:
     detail: str = ""
 
 
+def _previous(s: VolumeTable, h: TableHistory, part: str | None) -> int | None:
+    """The last recorded count of the table (unpartitioned) or of the same partition, or None."""
+    if s.partition_column is None:
+        return h.last[1] if h.last else None
+    return next((r for p, r in reversed(h.entries) if p == part), None)
+
+
 def _fmt(v: float | None) -> str:
     return "?" if v is None else f"{v:,.0f}"
 
@@ -275,11 +282,7 @@ def build_volume_sensor(
     def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory,
                now: dt.datetime) -> tuple[str, BaselineScore | None, int | None]:
         """(status, score, change vs the previous recorded count of the same partition)."""
-        last = h.last
-        if s.partition_column is None:
-            previous = last[1] if last else None
-        else:
-            previous = next((r for p, r in reversed(h.entries) if p == part), None)
+        previous = _previous(s, h, part)
         change = None if previous is None else rows - previous
         if s.dead_letter:
             if not h.entries:
@@ -399,10 +402,7 @@ def build_volume_sensor(
             if not (changed or due):
                 outcomes.append(_Outcome(s, "unchanged", rows))
                 continue
-            if s.partition_column is None:
-                before = last[1] if last else None
-            else:
-                before = next((r for p, r in reversed(h.entries) if p == part), None)
+            before = _previous(s, h, part)
             if rows == 0 and before and not s.dead_letter:
                 first = empties.setdefault((s.id, part), now_ts)
                 if now_ts - first < confirm_empty_seconds:
