@@ -470,7 +470,7 @@ class GuardedRunCoordinator(_Queued):
         try:
             plan = (self._instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
                     if run.execution_plan_snapshot_id else None)
-            admit_run(self._instance, RunFacts.of_run(run, _planned_assets(self._instance, run),
+            admit_run(self._instance, RunFacts.of_run(run, _planned_assets(run, plan),
                                                       job_tags=run_job_tags(self._instance, run), plan=plan))
         except RunRefused as e:
             self._instance.report_run_failed(run, message=e.description)
@@ -478,13 +478,13 @@ class GuardedRunCoordinator(_Queued):
         return super().submit_run(context)
 
 
-def _planned_assets(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str] | None:
-    """The assets a run will materialize: its asset selection, else what its execution plan outputs."""
+def _planned_assets(run: dg.DagsterRun, snap) -> list[str] | None:
+    """The assets a run will materialize: its asset selection, else what its execution plan
+    snapshot ``snap`` (None: the run has none) outputs."""
     if run.asset_selection:
         return None
-    if not run.execution_plan_snapshot_id:
+    if snap is None:
         return []
-    snap = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
     keys = set()
     for step in snap.steps:
         for out in step.outputs:
