@@ -28,8 +28,10 @@ Usage: ``python -m dw_dagster_tests.benchmarks.volume_tick [--repeat N]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -110,19 +112,83 @@ def bench_volume_tick_5000(work: Path, repeat: int) -> dict:
 
 
 def bench_volume_tick_50000(work: Path, repeat: int, tables: int = 50_000) -> dict:
-    """``volume_tick_50000``: the same tick over 50,000 tables (goal 15 s), with what it writes.
+    """``volume_tick_50000``: the same tick over 50,000 tables (goal 15 s, peak ≤ 2 GB), with what it writes.
 
-    Besides the tick, stores the timed tick's events once into a fresh instance on SQLite files
-    (Dagster's default storage) and reports ``events_per_tick``, ``store_tick_s`` and
-    ``event_log_bytes_per_tick`` (the growth of ``DAGSTER_HOME``), and ``bytes_per_day_every_30s``
-    / ``events_per_day_every_30s``: a tick every 30 s with every table changing, today's design
-    (one observation per changed table).
+    Runs on a Dagster instance on SQLite files (Dagster's default storage; the row-count history
+    store is ``dw_ledger.db`` beside it), seeded through the store (three counts per table), with
+    ``observations="summary"`` (the default above 1,000 tables). Reports ``events_per_tick``,
+    ``store_tick_s`` (the daemon storing them) and ``event_log_bytes_per_tick`` (the growth of
+    ``DAGSTER_HOME``'s event log), ``history_store_bytes`` (the store's size; rewritten in place,
+    it does not grow with ticks), and per day at one tick every 30 s with every table changing:
+    ``events_per_day_every_30s`` / ``bytes_per_day_every_30s`` (the budget bounds the summary
+    observations: at most ``max_observations_per_tick`` plus anomalies, and in a steady state one
+    per table per day plus status changes) beside ``every_count_events_per_day_every_30s`` /
+    ``every_count_bytes_per_day_every_30s``: one observation per changed table (the design
+    before the store), at the measured bytes per event.
     """
     return bench_volume_tick(work, repeat, tables=tables, goal_s=15.0, measure_storage=True)
 
 
+def bench_volume_tick_curve(work: Path, repeat: int, sizes: tuple[int, ...] = (5_000, 15_000, 50_000)) -> dict:
+    """``volume_tick_50000`` with its curve: the tick at each of ``sizes`` tables, in ms per table.
+
+    Each size runs in a fresh child process (its own peak memory); the result is the largest
+    size's, with ``curve``: ``[{"tables", "ours_s", "peer_s", "ms_per_table", "peer_ms_per_table",
+    "peak_rss_mb", "events_per_tick"}, ...]``."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    curve, last = [], None
+    for n in sizes:
+        q = ctx.Queue()
+        p = ctx.Process(target=_curve_child, args=(str(work / f"n{n}"), repeat, n, q))
+        p.start()
+        last = q.get()
+        p.join()
+        curve.append({"tables": n, "ours_s": last["ours_s"], "peer_s": last["peer_s"],
+                      "ms_per_table": round(last["ours_s"] / n * 1000, 3),
+                      "peer_ms_per_table": round(last["peer_s"] / n * 1000, 3),
+                      "peak_rss_mb": last["peak_rss_mb"], "events_per_tick": last["events_per_tick"]})
+        print(f"  curve: {n:>6,} tables  {last['ours_s']:.2f} s  {curve[-1]['ms_per_table']} ms/table  "
+              f"peak {last['peak_rss_mb']} MB", flush=True)
+    assert last is not None
+    return {**last, "curve": curve}
+
+
+def _curve_child(work: str, repeat: int, tables: int, q) -> None:
+    import resource
+
+    Path(work).mkdir(parents=True)
+    out = bench_volume_tick_50000(Path(work), repeat, tables=tables)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    q.put(out)
+
+
+def _seed_store(instance, specs, yesterday: dt.date) -> None:
+    """Three earlier counts per table, written to the row-count history store as the sensor writes them."""
+    import time as _time
+
+    from dw_dagster.detection.volume.history import TableHistory
+    from dw_dagster.detection.volume.store import store_for
+
+    at = _time.time() - 3600
+    hs = {}
+    for i, s in enumerate(specs):
+        if s.partition_column:
+            entries = tuple(((yesterday - dt.timedelta(days=4 - k)).isoformat(), _rows(i) + d) for k, d in enumerate((0, 1, -1)))
+        else:
+            entries = tuple((None, 0 if s.dead_letter else _rows(i) + d) for d in (0, 1, -1))
+        hs[s.id] = TableHistory(entries=entries, recorded_at=at, observed_at=at, observed_status="ok", last_status="ok")
+    store_for(instance).save(hs)
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _file_bytes(path: Path) -> int:
+    """A SQLite file's bytes with its write-ahead log."""
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
 
 
 def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: float = GOAL_S,
@@ -145,9 +211,15 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
     for i, (kind, table) in enumerate(_names(tables)):
         specs.append(VolumeTable(table, ["warehouse", table.replace(".", "_")], dead_letter=kind == "dlq",
                                  partition_column="ts" if kind == "part" else None))
-    instance = dg.DagsterInstance.ephemeral()
+    stack = contextlib.ExitStack()
+    if measure_storage:  # Dagster's default storage, SQLite files (and the store in dw_ledger.db beside them)
+        home = work / "dagster_home"
+        home.mkdir()
+        instance = stack.enter_context(dg.instance_for_test(temp_dir=str(home)))
+    else:
+        instance = dg.DagsterInstance.ephemeral()
     t = time.perf_counter()
-    _seed(instance, specs, yesterday)
+    (_seed_store if measure_storage else _seed)(instance, specs, yesterday)
     seed_s = time.perf_counter() - t
 
     db = DuckDBDatabase(path)
@@ -218,21 +290,33 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
         "cursor_bytes": len(last.cursor or ""),
         "rebuild_tick_s": round(rebuild_tick_s, 3),
         "store_first_tick_s": round(store_first_tick_s, 3),
-        "setup_s": {"make_tables": round(make_s, 1), f"seed_{3 * tables}_observations": round(seed_s, 1)},
+        "setup_s": {"make_tables": round(make_s, 1),
+                    f"seed_{3 * tables}_{'counts_in_the_store' if measure_storage else 'observations'}": round(seed_s, 1)},
     }
-    if measure_storage:  # what the daemon would write for this tick, on Dagster's default SQLite storage
-        home = work / "dagster_home"
-        home.mkdir()
-        with dg.instance_for_test(temp_dir=str(home)) as fresh:
-            before = _dir_bytes(home)
-            t = time.perf_counter()
-            for ev in last.asset_events:
-                fresh.report_runless_asset_event(ev)
-            out["store_tick_s"] = round(time.perf_counter() - t, 2)
-            grown = _dir_bytes(home) - before
+    if measure_storage:  # what the daemon writes for this tick, on Dagster's default SQLite storage
+        from dw_dagster.detection.volume.store import store_for
+
+        ledger_file = home / "history" / "dw_ledger.db"
+        before, ledger_before = _dir_bytes(home) - _file_bytes(ledger_file), _file_bytes(ledger_file)
+        t = time.perf_counter()
+        for ev in last.asset_events:
+            instance.report_runless_asset_event(ev)
+        out["store_tick_s"] = round(time.perf_counter() - t, 2)
+        grown = _dir_bytes(home) - _file_bytes(ledger_file) - before
+        rows_stored, store_bytes = store_for(instance).size()
         per_day = 86_400 // 30
+        recorded = int(re.search(r": (\d+) recorded", last.skip_message or "").group(1))  # the tick's own summary
+        per_event = grown / max(1, len(last.asset_events))
+        # steady state: each table shown once a day (its daily count) plus the anomalies of each tick
+        steady = tables + len(incidents) * 2 * per_day
         out.update(events_per_tick=len(last.asset_events), event_log_bytes_per_tick=grown,
-                   events_per_day_every_30s=len(last.asset_events) * per_day, bytes_per_day_every_30s=grown * per_day)
+                   bytes_per_event=round(per_event), history_store_rows=rows_stored, history_store_bytes=store_bytes,
+                   ledger_file_bytes=_file_bytes(ledger_file), ledger_file_growth_in_timed_ticks=_file_bytes(ledger_file) - ledger_before,
+                   events_per_day_every_30s=min(len(last.asset_events) * per_day, steady),
+                   bytes_per_day_every_30s=round(min(len(last.asset_events) * per_day, steady) * per_event),
+                   every_count_events_per_day_every_30s=recorded * per_day,
+                   every_count_bytes_per_day_every_30s=round(recorded * per_day * per_event))
+    stack.close()
     print(f"{out['name']:<28} tables {tables:>6,}  ours {out['ours_s']:>7.3f} s  {out['peer']}: {out['peer_s']} s  "
           f"ratio {out['ratio']}  (goal ours ≤ {goal_s} s: {'met' if out['meets_goal'] else 'NOT met'}); "
           f"{len(volume_events)} observations, {len(incidents)} incidents per tick; first tick with history rebuild "
@@ -244,9 +328,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tables", type=int, default=TABLES, help="5,000 (volume_tick_5000); 50,000 adds the storage figures")
+    ap.add_argument("--curve", action="store_true", help="volume_tick_50000 at 5,000, 15,000 and 50,000 tables")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        out = (bench_volume_tick_5000(Path(d), args.repeat) if args.tables == TABLES
+        out = (bench_volume_tick_curve(Path(d), args.repeat) if args.curve
+               else bench_volume_tick_5000(Path(d), args.repeat) if args.tables == TABLES
                else bench_volume_tick_50000(Path(d), args.repeat, tables=args.tables))
         print(json.dumps(out, indent=2))
 

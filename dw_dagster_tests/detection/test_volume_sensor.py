@@ -10,6 +10,7 @@ import json
 
 import dagster as dg
 import pytest
+import sqlalchemy as sa
 
 from dw_dagster.core import keys as c
 from dw_dagster.databases import sql
@@ -21,6 +22,7 @@ from dw_dagster.core.models import BlastRadius, Diagnosis, utcnow
 from dw_dagster.core import records
 from dw_dagster.detection.volume import build_volume_sensor, watched_asset_keys
 from dw_dagster.detection.volume.history import VOLUME_TABLE_KEY
+from dw_dagster.detection.volume.store import history_t, store_for
 from dw_dagster.detection.volume import VolumeTable, days_ago, fetch_row_counts
 
 SENSOR = "dw_volume_sensor"
@@ -342,8 +344,9 @@ def test_unchanged_counts_are_recorded_once_a_day_not_every_tick(wh, instance):
 # -- the history lives in the observations --------------------------------------------------------
 
 
+@pytest.mark.parametrize("source", ["the history store", "observations"])
 @pytest.mark.parametrize("lost", ["missing", "garbage", "other process"])
-def test_a_lost_cursor_rebuilds_the_history_from_observations(wh, instance, lost):
+def test_a_lost_cursor_rebuilds_the_history_from_the_store_or_observations(wh, instance, lost, source):
     clock = Clock()
     specs = [VolumeTable("pos.sales_line", "store_sales_line")]
     first = build_volume_sensor(tables=specs, databases={"warehouse": wh}, min_history=5, clock=clock)
@@ -359,16 +362,23 @@ def test_a_lost_cursor_rebuilds_the_history_from_observations(wh, instance, lost
     second = build_volume_sensor(tables=specs, databases={"warehouse": wh}, min_history=5, clock=clock)
     daemon2 = daemon_for(second, instance)
     daemon2.cursors[SENSOR] = {"missing": None, "garbage": "{not json", "other process": cursor}[lost]
+    if source == "observations":  # a deployment upgraded from before the store: its history is in the event log only
+        with store_for(instance).engine.begin() as conn:
+            conn.execute(sa.delete(history_t))
     fill(wh, "pos.sales_line", 100)
     clock.advance(hours=1)
     tick = daemon2.tick(SENSOR)
-    assert "rebuilt the history of 1 tables from observations (1 with earlier counts)" in tick.skip_reason
+    n = (1, 0) if source == "the history store" else (0, 1)
+    assert (f"rebuilt the history of 1 tables ({n[0]} from the history store, {n[1]} from observations; "
+            "1 with earlier counts)") in tick.skip_reason
     assert ("Failed to interpret cursor '{not json'. Starting from scratch" in tick.skip_reason) == (lost == "garbage")
     last = volume_obs(instance, "store_sales_line")[-1]
     # scored against the five counts recorded before it, read back from the event log
     assert (last["dw/volume_status"], last["dw/volume_baseline_n"], last["dw/volume_change"]) == ("low", 6, -901)
     assert len(records.incidents(instance)) == 1
     assert json.loads(daemon2.cursors[SENSOR])["epoch"] != json.loads(cursor)["epoch"]
+    stored = store_for(instance).load(["warehouse:pos.sales_line"])["warehouse:pos.sales_line"]
+    assert [r for _, r in stored.entries] == [1000, 1010, 995, 1003, 1020, 1001, 100] and stored.last_status == "low"
 
 
 def test_the_cursor_is_a_small_token_and_a_repeated_tick_reuses_its_snapshot(wh, instance):

@@ -102,26 +102,45 @@ class TableHistory:
     """A table's recorded counts, oldest first, as cached between ticks.
 
     Attributes:
-        entries: ``(partition or None, rows)`` per recorded observation; a partitioned spec keeps
+        entries: ``(partition or None, rows)`` per recorded count; a partitioned spec keeps
             one entry (its newest count) per partition.
-        recorded_at: epoch seconds of the newest recorded observation (None: never recorded).
+        recorded_at: epoch seconds of the newest recorded count (None: never recorded).
+        observed_at: epoch seconds of the newest count shown as an ``AssetObservation`` (None: none
+            yet, or not known: a history rebuilt from observations sets it to ``recorded_at``).
+        observed_status: that observation's status.
+        unobserved: counts recorded since that observation and not shown one by one
+            (``observations="summary"``).
+        last_status: the status of the newest recorded count.
     """
 
     entries: tuple[tuple[str | None, int], ...] = ()
     recorded_at: float | None = None
+    observed_at: float | None = None
+    observed_status: str | None = None
+    unobserved: int = 0
+    last_status: str | None = None
 
     @property
     def last(self) -> tuple[str | None, int] | None:
         return self.entries[-1] if self.entries else None
 
 
-def _append(h: TableHistory, partition: str | None, rows: int, at: float, keep: int, partitioned: bool) -> TableHistory:
+def _append(h: TableHistory, partition: str | None, rows: int, at: float, keep: int, partitioned: bool,
+            status: str, observed: bool = True) -> TableHistory:
+    """``h`` with one more recorded count of ``status``; ``observed``: the count is shown as an
+    observation (else it is counted in ``unobserved``)."""
     if partitioned:
         entries = tuple(e for e in h.entries if e[0] != partition) + ((partition, rows),)
         entries = entries[-(keep + 1):]
     else:
         entries = (h.entries + ((None, rows),))[-keep:]
-    return TableHistory(entries=entries, recorded_at=at)
+    new = dataclasses.replace(h, entries=entries, recorded_at=at, last_status=status)
+    return _observed(new, at, status) if observed else dataclasses.replace(new, unobserved=h.unobserved + 1)
+
+
+def _observed(h: TableHistory, at: float, status: str) -> TableHistory:
+    """``h`` whose newest count was shown as an observation at ``at``."""
+    return dataclasses.replace(h, observed_at=at, observed_status=status, unobserved=0)
 
 
 def history_from_observations(
@@ -146,7 +165,7 @@ def history_from_observations(
     cap = 50 * (history_length + 1)
     for key, specs in by_key.items():
         want = {s.id: s for s in specs}
-        got: dict[str, list[tuple[str | None, int, float]]] = {tid: [] for tid in want}
+        got: dict[str, list[tuple[str | None, int, float, str | None]]] = {tid: [] for tid in want}
         done: set[str] = set()
         cursor, scanned = None, 0
         try:
@@ -161,14 +180,15 @@ def history_from_observations(
                         continue
                     part = getattr(md.get(VOLUME_PARTITION_KEY), "value", None)
                     rows = int(md[ROW_COUNT_KEY].value)
+                    status = getattr(md.get(VOLUME_STATUS_KEY), "value", None)
                     lst = got[tid]
                     if want[tid].partition_column is None:
-                        lst.append((None, rows, rec.timestamp))
+                        lst.append((None, rows, rec.timestamp, status))
                         if len(lst) >= history_length:
                             done.add(tid)
                     else:
-                        if all(p != part for p, _, _ in lst):
-                            lst.append((None if part is None else str(part), rows, rec.timestamp))
+                        if all(e[0] != part for e in lst):
+                            lst.append((None if part is None else str(part), rows, rec.timestamp, status))
                         if len(lst) >= history_length + 1:
                             done.add(tid)
                 if not res.has_more:
@@ -181,7 +201,8 @@ def history_from_observations(
             continue
         for tid, lst in got.items():
             if lst:
-                out[tid] = TableHistory(entries=tuple((p, r) for p, r, _ in reversed(lst)), recorded_at=lst[0][2])
+                out[tid] = TableHistory(entries=tuple((e[0], e[1]) for e in reversed(lst)), recorded_at=lst[0][2],
+                                        observed_at=lst[0][2], observed_status=lst[0][3], last_status=lst[0][3])
     return out
 
 

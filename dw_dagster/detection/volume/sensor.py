@@ -77,12 +77,24 @@ from dw_dagster.detection.volume.history import (
     _append,
     _cursor_text,
     _HistoryCache,
+    _observed,
     _parse_cursor,
     history_from_observations,
 )
+from dw_dagster.detection.volume import store as history_store
+from dw_dagster.detection.volume.store import VolumeHistoryStore, assets_with_records, store_for
 
 #: statuses that open an incident
 ANOMALY_STATUSES = frozenset({"low", "high", "no_rows", "grew"})
+
+#: outcomes of a tick that record no count
+_NOT_RECORDED = ("unchanged", "missing", "error", "unconfirmed", "history_pending")
+
+#: ``observations="auto"`` shows every recorded count up to this many tables, a summary above
+AUTO_SUMMARY_TABLES = 1000
+
+#: metadata key: counts recorded since the table's previous observation and not shown one by one
+VOLUME_UNOBSERVED_KEY = "dw/volume_unobserved_counts"
 
 
 # -- counting ---------------------------------------------------------------------------------
@@ -140,6 +152,16 @@ class _Outcome:
     detail: str = ""
 
 
+@dataclasses.dataclass
+class _Waiting:
+    """A count that may be shown in ``observations="summary"``, within the tick's budget."""
+
+    rank: tuple[int, float]  # (0 status changed, 1 due again, 2 never shown; shown longest ago first)
+    spec_id: str
+    status: str
+    event: dg.AssetObservation
+
+
 def _previous(s: VolumeTable, h: TableHistory, part: str | None) -> int | None:
     """The last recorded count of the table (unpartitioned) or of the same partition, or None."""
     if s.partition_column is None:
@@ -179,6 +201,8 @@ def build_volume_sensor(
     record_unchanged_every_seconds: float = 86_400,
     confirm_empty_seconds: float = 120,
     row_counts: Literal["metadata", "count"] = "metadata",
+    observations: Literal["auto", "every_count", "summary"] = "auto",
+    max_observations_per_tick: int = 1000,
     minimum_interval_seconds: int = 300,
     diagnosis_job_name: str | None = None,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -220,6 +244,18 @@ def build_volume_sensor(
             Until then it is ``unconfirmed``: no incident, no observation, never in the baseline.
         row_counts: ``"metadata"`` (default; catalog row counts where exact) or ``"count"``
             (``COUNT(*)`` batches on every warehouse; counts views too).
+        observations: which recorded counts are shown as ``AssetObservation``\\ s on the asset page
+            (every recorded count is kept in the row-count history store either way,
+            :mod:`.store`). ``"every_count"``: each one. ``"summary"``: every anomaly that opens an
+            incident, with the incident; a count whose status differs from the table's last
+            observation (an anomaly an open incident covers included); and a
+            table's current count once every ``record_unchanged_every_seconds`` (and when first
+            seen), with ``dw/volume_unobserved_counts`` (counts recorded since the previous
+            observation) - at most ``max_observations_per_tick`` of these per tick, status
+            changes first, then the tables shown longest ago; the others wait for the next tick.
+            ``"auto"`` (default): ``"every_count"`` up to 1,000 tables, ``"summary"`` above.
+        max_observations_per_tick: the budget of ``"summary"`` (anomalies and incidents are
+            never held back); default 1,000 (storing an event costs the daemon 1-6 ms).
         minimum_interval_seconds: seconds between ticks (default 300).
         diagnosis_job_name: a job built by :func:`dw_dagster.diagnosis.job.build_diagnosis_job`;
             each new incident requests one run of it. None: incidents only.
@@ -238,7 +274,8 @@ def build_volume_sensor(
 
     Raises:
         ValueError: no tables, duplicate spec ids, an unknown ``method`` or ``row_counts``,
-            ``min_history`` < 1 or > ``history_length``, or a negative ``confirm_empty_seconds``.
+            ``min_history`` < 1 or > ``history_length``, a negative ``confirm_empty_seconds``, an
+            unknown ``observations`` or ``max_observations_per_tick`` < 1.
 
     Examples:
         .. code-block:: python
@@ -264,6 +301,10 @@ def build_volume_sensor(
         raise ValueError(f"method must be 'zscore' or 'mad', got {method!r}")
     if row_counts not in ("metadata", "count"):
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
+    if observations not in ("auto", "every_count", "summary"):
+        raise ValueError(f"observations must be 'auto', 'every_count' or 'summary', got {observations!r}")
+    if max_observations_per_tick < 1:
+        raise ValueError(f"max_observations_per_tick must be >= 1, got {max_observations_per_tick}")
     if confirm_empty_seconds < 0:
         raise ValueError(f"confirm_empty_seconds must be >= 0, got {confirm_empty_seconds}")
     if min_same_weekday < 0:
@@ -276,6 +317,8 @@ def build_volume_sensor(
     for s in specs:
         by_db.setdefault(s.database, []).append(s)
     cache = _HistoryCache()
+    unread: set[str] = set()  # tables whose history is still to be read from observations (after a rebuild)
+    summary_mode = observations == "summary" or (observations == "auto" and len(specs) > AUTO_SUMMARY_TABLES)
     empties: dict[tuple[str, str | None], float] = {}  # (table, partition) -> when it first read empty
     watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
@@ -332,6 +375,67 @@ def build_volume_sensor(
             asset_key=list(s.asset_key.path), source="volume_sensor", check_name=None, detected_at=now,
             summary=summary, gap_rows=gap_rows, gap_pct=gap_pct, window_start=start, window_end=now)
 
+    def _store(context: dg.SensorEvaluationContext, notes: list[str]) -> VolumeHistoryStore | None:
+        try:
+            return store_for(context.instance)
+        except Exception as e:  # noqa: BLE001 - a storage the ledger cannot share: history from observations only
+            msg = f"no row-count history store ({type(e).__name__}: {_first_line(e)}); history kept in this process only"
+            context.log.warning(f"{name}: {msg}")
+            notes.append(msg)
+            return None
+
+    def _rebuild(context: dg.SensorEvaluationContext,
+                 store: VolumeHistoryStore | None) -> tuple[dict[str, TableHistory], set[str]]:
+        """(histories, ids read from the store); the tables the store lacks whose asset has any
+        event go to ``unread`` (read from observations by :func:`_read_unread`, tick by tick)."""
+        history = {s.id: TableHistory() for s in specs}
+        from_store: dict[str, TableHistory] = {}
+        if store is not None:
+            try:
+                from_store = store.load(history)
+            except Exception as e:  # noqa: BLE001
+                context.log.error(f"{name}: reading the row-count history store failed: {_first_line(e)}")
+        history.update(from_store)
+        rest = [s for s in specs if s.id not in from_store]
+        unread.clear()
+        if rest:
+            try:
+                seen = assets_with_records(context.instance, [s.asset_key for s in rest])
+            except Exception:  # noqa: BLE001 - read them all, as before the store
+                seen = {s.asset_key for s in rest}
+            unread.update(s.id for s in rest if s.asset_key in seen)
+        return history, set(from_store)
+
+    def _read_unread(context: dg.SensorEvaluationContext, history: dict[str, TableHistory]) -> list[str]:
+        """Read the histories of ``unread`` tables from their observations for at most
+        ``REBUILD_BUDGET_S`` seconds (whole assets at a time); returns the spec ids read."""
+        t0, done = time.perf_counter(), []
+        by_key: dict[dg.AssetKey, list[VolumeTable]] = {}
+        for s in specs:
+            if s.id in unread:
+                by_key.setdefault(s.asset_key, []).append(s)
+        for members in by_key.values():  # at least one asset per tick
+            history.update(history_from_observations(context.instance, members, history_length,
+                                                     on_error=context.log.warning))
+            for s in members:
+                unread.discard(s.id)
+                done.append(s.id)
+            if time.perf_counter() - t0 >= history_store.REBUILD_BUDGET_S:
+                break
+        return done
+
+    def _unchanged_event(s: VolumeTable, h: TableHistory, rows: int, part: str | None, now_ts: float) -> dg.AssetObservation:
+        since = dt.datetime.fromtimestamp(h.recorded_at or now_ts, dt.timezone.utc).isoformat(timespec="seconds")
+        md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: h.last_status,
+                              VOLUME_SOURCE_KEY: "unchanged", VOLUME_UNOBSERVED_KEY: h.unobserved}
+        if part is not None:
+            md[VOLUME_PARTITION_KEY] = part
+        if s.dead_letter:
+            md[VOLUME_DEAD_LETTER_KEY] = True
+        return dg.AssetObservation(asset_key=s.asset_key, metadata=md, description=(
+            f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "")
+            + f", {h.last_status}; unchanged since {since}"))
+
     def _evaluate(context: dg.SensorEvaluationContext):
         started = time.perf_counter()
         now = (clock or utcnow)()
@@ -342,19 +446,33 @@ def build_volume_sensor(
         if why:
             context.log.warning(why)
             notes.append(why)
+        store = _store(context, notes)
+        touched: set[str] = set()  # spec ids whose history this tick changed (written to the store)
         if history is None:
             reason = "no cursor" if context.cursor is None or context.cursor == "" else (
                 "unreadable cursor" if key is None else "history cache not in this process")
             t0 = time.perf_counter()
-            history = history_from_observations(context.instance, specs, history_length, on_error=context.log.warning)
+            history, n_store = _rebuild(context, store)
+            n_unread = len(unread)
+            history = dict(history)
+            read = _read_unread(context, history)
+            touched.update(sid for sid in read if history[sid].entries)
             known = sum(1 for h in history.values() if h.entries)
-            msg = (f"{reason}: rebuilt the history of {len(specs)} tables from observations "
-                   f"({known} with earlier counts) in {time.perf_counter() - t0:.2f} s")
+            msg = (f"{reason}: rebuilt the history of {len(specs)} tables ({len(n_store)} from the history store, "
+                   f"{len(read)} from observations; {known} with earlier counts) in {time.perf_counter() - t0:.2f} s")
+            if unread:
+                msg += f"; {len(unread)} of {n_unread} tables wait for their history from observations (next ticks)"
             context.log.info(f"{name}: {msg}")
             notes.append(msg)
             key, previous_key = (uuid.uuid4().hex[:16], 0), None
         else:
             previous_key = key
+            if unread:
+                history = dict(history)
+                read = _read_unread(context, history)
+                touched.update(sid for sid in read if history[sid].entries)
+                notes.append(f"read the history of {len(read)} more tables from observations"
+                             + (f"; {len(unread)} still wait" if unread else ""))
 
         outcomes: list[_Outcome] = []
         wh_errors: list[str] = []
@@ -383,12 +501,16 @@ def build_volume_sensor(
                 counts.update(found.counts)
 
         events: list[dg.AssetObservation] = []
+        waiting: list[_Waiting] = []
         requests: list[dg.RunRequest] = []
         new_history = dict(history)
         opened_assets: set[dg.AssetKey] = set()
         evidence: dict[str, str] = {}
         for s in specs:
             if s.id not in counts:
+                continue
+            if s.id in unread:
+                outcomes.append(_Outcome(s, "history_pending"))
                 continue
             cnt = counts[s.id]
             if cnt.rows is None:
@@ -399,7 +521,11 @@ def build_volume_sensor(
             last = h.last
             changed = last is None or last != (part, rows)
             due = h.recorded_at is None or now_ts - h.recorded_at >= record_unchanged_every_seconds
+            show_due = summary_mode and (h.observed_at is None or now_ts - h.observed_at >= record_unchanged_every_seconds)
             if not (changed or due):
+                if show_due and h.last_status is not None:  # shown again (or first) with its recorded status
+                    waiting.append(_Waiting((2 if h.observed_at is None else 1, h.observed_at or 0.0), s.id, h.last_status,
+                                            _unchanged_event(s, h, rows, part, now_ts)))
                 outcomes.append(_Outcome(s, "unchanged", rows))
                 continue
             before = _previous(s, h, part)
@@ -419,13 +545,15 @@ def build_volume_sensor(
                 md[VOLUME_CHANGE_KEY] = change
             if s.dead_letter:
                 md[VOLUME_DEAD_LETTER_KEY] = True
+            if summary_mode:
+                md[VOLUME_UNOBSERVED_KEY] = h.unobserved
             if sc is not None:
                 md[VOLUME_BASELINE_N_KEY] = sc.baseline_n
                 if sc.mean is not None:
                     md[VOLUME_MEAN_KEY], md[VOLUME_LOWER_KEY], md[VOLUME_UPPER_KEY] = sc.mean, sc.lower, sc.upper
                     if sc.deviation_pct is not None:
                         md[VOLUME_DEVIATION_KEY] = sc.deviation_pct
-            detail = ""
+            detail, opened_now = "", False
             if status in ANOMALY_STATUSES:
                 if s.asset_key in opened_assets:
                     detail = "incident opened this tick for the same asset"
@@ -440,7 +568,7 @@ def build_volume_sensor(
                         inc = _incident(s, rows, part, status, sc, change, h, now)
                         new = record_incident(context.instance, inc)  # the ledger: one open incident per asset
                         opened_assets.add(s.asset_key)
-                        detail = f"incident {inc.id}"
+                        detail, opened_now = f"incident {inc.id}", True
                         events.append(dg.AssetObservation(
                             asset_key=s.asset_key, description=f"incident {inc.id}: {inc.summary}"[:1000],
                             metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")),
@@ -450,33 +578,61 @@ def build_volume_sensor(
                             requests.append(diagnosis_request(inc, diagnosis_run_key(inc.id, 0), diagnosis_job_name,
                                                               {VOLUME_TABLE_TAG: s.id}))
             band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
-            events.append(dg.AssetObservation(
+            event = dg.AssetObservation(
                 asset_key=s.asset_key, metadata=md,
-                description=f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "") + f", {status}{band}"))
-            new_history[s.id] = _append(h, part, rows, now_ts, history_length, s.partition_column is not None)
+                description=f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "") + f", {status}{band}")
+            # summary: an anomaly that opens an incident is always shown; one an open incident already
+            # covers is shown like any count (on a status change, or once a day), not on every tick
+            shown = not summary_mode or opened_now
+            if shown:
+                events.append(event)
+            elif h.observed_status is not None and status != h.observed_status:
+                waiting.append(_Waiting((0, h.observed_at or 0.0), s.id, status, event))
+            elif show_due:
+                waiting.append(_Waiting((2 if h.observed_at is None else 1, h.observed_at or 0.0), s.id, status, event))
+            new_history[s.id] = _append(h, part, rows, now_ts, history_length, s.partition_column is not None,
+                                        status, observed=shown)
+            touched.add(s.id)
             outcomes.append(_Outcome(s, status, rows, detail))
 
         if diagnosis_job_name:  # incidents still waiting for their diagnosis (a lost tick, a dry run) and new evidence
             try:
-                again, notes = rediagnosis_requests(context.instance, watched, diagnosis_job_name, evidence,
-                                                    sources=["volume_sensor"], already={r.run_key for r in requests})
+                again, evidence_events = rediagnosis_requests(context.instance, watched, diagnosis_job_name, evidence,
+                                                              sources=["volume_sensor"],
+                                                              already={r.run_key for r in requests})
                 requests += again
-                events += notes
+                events += evidence_events
             except Exception as e:  # noqa: BLE001 - the counts of this tick are kept; retried next tick
                 context.log.exception(f"{name}: re-diagnosis requests failed")
                 notes_txt = f"re-diagnosis not requested: {type(e).__name__}: {_first_line(e)}"
                 wh_errors.append(notes_txt)
-        recorded = sum(1 for o in outcomes if o.status not in ("unchanged", "missing", "error", "unconfirmed"))
-        new_key = (key[0], key[1] + 1) if recorded or previous_key is None else key
+        waiting.sort(key=lambda w: w.rank)
+        for w in waiting[:max_observations_per_tick]:
+            events.append(w.event)
+            new_history[w.spec_id] = _observed(new_history[w.spec_id], now_ts, w.status)
+            touched.add(w.spec_id)
+        held_back = max(0, len(waiting) - max_observations_per_tick)
+        if held_back:
+            notes.append(f"{held_back} summary observations wait for the next tick (at most {max_observations_per_tick} a tick)")
+        if store is not None and touched:
+            try:
+                store.save({sid: new_history[sid] for sid in touched})
+            except Exception as e:  # noqa: BLE001 - the in-process history still has them; logged
+                msg = f"row-count history store not written: {type(e).__name__}: {_first_line(e)}"
+                context.log.error(f"{name}: {msg}")
+                wh_errors.append(msg)
+        recorded = sum(1 for o in outcomes if o.status not in _NOT_RECORDED)
+        new_key = (key[0], key[1] + 1) if touched or previous_key is None else key
         cache.put(previous_key, new_key, new_history)
 
         by_status: dict[str, int] = {}
         for o in outcomes:
             by_status[o.status] = by_status.get(o.status, 0) + 1
         recorded_txt = ", ".join(f"{n} {st}" for st, n in sorted(by_status.items())
-                                 if st not in ("unchanged", "missing", "error", "unconfirmed"))
+                                 if st not in _NOT_RECORDED)
         parts = [f"{len(specs)} tables: {recorded} recorded" + (f" ({recorded_txt})" if recorded_txt else "")
-                 + f", {by_status.get('unchanged', 0)} unchanged"]
+                 + f", {by_status.get('unchanged', 0)} unchanged"
+                 + (f"; {sum(1 for e in events if VOLUME_TABLE_KEY in e.metadata)} observations (summary)" if summary_mode else "")]
         anomalies = [f"{o.spec.id} {o.status} ({o.rows:,} rows; {o.detail})" for o in outcomes if o.status in ANOMALY_STATUSES]
         unconfirmed = [f"{o.spec.id} ({o.detail})" for o in outcomes if o.status == "unconfirmed"]
         if unconfirmed:
