@@ -411,6 +411,38 @@ def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_
                    + "".join(f"\n    not run: {n.words()}" for n in e.not_run))
 
 
+@main.command("volume-history")
+@click.argument("table", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the lines.")
+@click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 100_000), help="Tables at most.")
+@home_option
+def volume_history_cmd(table: str | None, as_json: bool, limit: int, dagster_home: str | None) -> None:
+    """The row counts the volume sensor recorded per table (its history store), newest last.
+
+    TABLE: part of a spec id (``warehouse:pos.sales_line``), case-insensitive; default: every table.
+    """
+    import datetime as dt
+
+    from dw_dagster.detection.volume.store import store_for
+
+    with _instance(dagster_home) as instance:
+        found = store_for(instance).search(table, limit=limit)
+    if as_json:
+        click.echo(json.dumps({sid: {"counts": [{"partition": p, "rows": r} for p, r in h.entries],
+                                     "recorded_at": h.recorded_at, "last_status": h.last_status,
+                                     "observed_at": h.observed_at, "unobserved_counts": h.unobserved}
+                               for sid, h in found.items()}, indent=2))
+        return
+    if not found:
+        click.echo("no recorded counts" + (f" for a table matching {table!r}" if table else ""))
+        return
+    for sid, h in found.items():
+        when = dt.datetime.fromtimestamp(h.recorded_at, dt.timezone.utc).isoformat()[:16] + "Z" if h.recorded_at else "?"
+        counts = ", ".join(f"{p}: {r:,}" if p else f"{r:,}" for p, r in h.entries[-10:])
+        more = f"{len(h.entries) - 10} earlier, " if len(h.entries) > 10 else ""
+        click.echo(f"{sid}  {h.last_status or '?'}  last recorded {when}\n    {more}{counts}")
+
+
 @main.command("fake-lightup")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Loopback port (0 = any free one).")
 @click.option("--credential-file", type=click.Path(dir_okay=False), default="lightup-api-credential.json", show_default=True,

@@ -3,10 +3,12 @@
 History, cursor and observations
 --------------------------------
 
-The history is kept in Dagster: each recorded count is an ``AssetObservation`` on the table's
-asset with ``dagster/row_count`` and ``dw/volume_table`` (plus status, band and change keys);
-the baseline of a table is its last ``history_length`` recorded counts (for a partitioned spec:
-the newest count of each of its last ``history_length`` other partitions).
+Every recorded count is kept in the row-count history store (:mod:`.store`: one row per table
+in the ledger's database, its last ``history_length`` counts) and shown on the table's asset as
+an ``AssetObservation`` with ``dagster/row_count`` and ``dw/volume_table`` (plus status, band and
+change keys) - each one, or a summary (``build_volume_sensor(observations=...)``). The baseline of
+a table is its last ``history_length`` recorded counts (for a partitioned spec: the newest count
+of each of its last ``history_length`` other partitions).
 
 Observation metadata: ``dagster/row_count`` (rows; of the partition for a partitioned spec),
 ``dw/volume_table`` (the spec id ``database:table[#partition_column]``), ``dw/volume_status``
@@ -33,16 +35,14 @@ measured too: 5,000 tables × 28 counts is 1.3 MB of JSON, 0.44-0.62 MB zlib-com
 Dagster stores the cursor with *every* tick (``TickData.cursor``; skipped ticks are kept 7 days
 by default), i.e. about 1.2 GB of tick rows per week at one tick per 5 minutes. So the rolling
 history lives in the sensor's process (a code server - ``dagster dev``, ``dagster code-server``,
-a container of a deployment - evaluates every tick of a sensor in the same long-lived process), and the cursor is a small token ``{"v": 1, "epoch": ..., "tick": n}``
-naming the in-memory snapshot it belongs to. The cache is used only when the cursor names the
-snapshot this process holds (the last two are kept, so a tick whose result the daemon failed to
-store is simply evaluated again); otherwise - no cursor, an unreadable cursor ("Starting from
-scratch" is logged), a restarted code server, another replica - the history is rebuilt from the
-observations in the instance, once, in that tick (newest ``history_length`` volume observations
-per asset, one event-log query per asset for most assets). That costs about 2 ms per asset
-(``volume_tick_5000``: 10.8-15.8 s for 5,000 assets on an in-memory instance on a loaded 2-core
-machine; 2.6 ms per asset on a SQLite instance on disk), once per code-server start; with Dagster's default 60 s sensor
-evaluation timeout, split much more than 20,000 tables over several sensors.
+a container of a deployment - evaluates every tick of a sensor in the same long-lived process),
+and the cursor is a small token ``{"v": 1, "epoch": ..., "tick": n}`` naming the in-memory
+snapshot it belongs to. The cache is used only when the cursor names the snapshot this process
+holds (the last two are kept, so a tick whose result the daemon failed to store is simply
+evaluated again); otherwise - no cursor, an unreadable cursor ("Starting from scratch" is
+logged), a restarted code server, another replica - the history is read back from the store
+(one query per 1,000 tables), and from the observations (:func:`history_from_observations`,
+~2 ms per asset) only for tables the store does not hold yet, spread over ticks (:mod:`.store`).
 """
 
 from __future__ import annotations

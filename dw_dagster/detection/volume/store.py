@@ -174,6 +174,17 @@ class VolumeHistoryStore:
                 conn.execute(stmt)
         return len(rows)
 
+    def search(self, contains: str | None = None, limit: int = 1000) -> dict[str, TableHistory]:
+        """Stored histories whose spec id contains ``contains`` (case-insensitive; None: all), by spec id,
+        at most ``limit`` (one indexed query; the ``LIKE`` pattern is a bound parameter)."""
+        q = sa.select(history_t).order_by(history_t.c.spec_id).limit(limit)
+        if contains:
+            escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            q = q.where(sa.func.lower(history_t.c.spec_id).like(f"%{escaped}%", escape="\\"))
+        with self.engine.connect() as conn:
+            found = [r.spec_id for r in conn.execute(q)]
+        return self.load(found)
+
     def size(self) -> tuple[int, int]:
         """(rows, bytes of their ``spec_id`` and ``entries`` text): what the store holds."""
         with self.engine.connect() as conn:
