@@ -4,8 +4,9 @@
 (:class:`VolumeTable`) from its warehouse's catalog, scores each changed count against that
 table's own baseline with the volume check's method
 (:func:`dw_dagster.checks.volume.score_against_baseline`: z-score or MAD band, sensitivity,
-``min_history``, a floor on the band width, never below 0 rows), records counts as
-``AssetObservation``\\ s, and opens one :class:`~dw_dagster.core.models.Incident`
+``min_history``, a floor on the band width, never below 0 rows), records counts in the
+row-count history store (:mod:`.store`) and shows them as ``AssetObservation``\\ s (each one, or a
+summary above 1,000 tables), and opens one :class:`~dw_dagster.core.models.Incident`
 (``source="volume_sensor"``) per anomaly.
 
 How the counts are read: :mod:`.counts`; how their history is kept between ticks: :mod:`.history`.
