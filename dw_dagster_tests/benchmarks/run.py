@@ -20,6 +20,9 @@ the event-log scans they replaced, :mod:`.ledger_bench`) and ``mcp_tools_demo`` 
 each MCP read tool on the store-sales demo's instance against the same read through the CLI,
 :mod:`.mcp_tools`) have fixed sizes and absolute goals in seconds (``goal_unit: "s"``).
 
+``volume_tick_50000`` (:mod:`.volume_tick`: the tick at 5,000, 15,000 and 50,000 tables with what it
+writes; run only with ``--only volume_tick_50000``).
+
 ``rowdiff_pg_duckdb_10m`` and ``slice_compare_pg_duckdb_10m`` (:mod:`.pg_duckdb`) diff and
 slice-compare a source table in the PostgreSQL server on 127.0.0.1:5432 against its copy in DuckDB
 (peers: reladiff ``hashdiff`` and two bare ``GROUP BY``s), each at ``rows`` × 0.1, 0.3 and 1 with
@@ -203,6 +206,12 @@ def bench_blast_radius_100k(work: Path, rows: int, repeat: int) -> dict:
     return run(work, repeat)  # ~100,000 manifest members whatever --scale says
 
 
+def bench_volume_tick_50000(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.volume_tick import bench_volume_tick_curve
+
+    return bench_volume_tick_curve(work, repeat)  # 5,000, 15,000 and 50,000 tables whatever --scale says
+
+
 def bench_ledger_lookup(work: Path, rows: int, repeat: int) -> dict:
     from dw_dagster_tests.benchmarks.ledger_bench import bench_ledger_lookup as run
 
@@ -238,7 +247,11 @@ BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_r
            "blast_radius_20k": bench_blast_radius, "blast_radius_100k": bench_blast_radius_100k,
            "ledger_lookup_5000_assets": bench_ledger_lookup,
            "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools,
-           "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb}
+           "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb,
+           "volume_tick_50000": bench_volume_tick_50000}
+
+#: run only when named with ``--only`` (each takes many minutes on the reference machine)
+BY_HAND = frozenset({"volume_tick_50000"})
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:
@@ -262,7 +275,7 @@ def main() -> None:
     rows = int(ROWS * args.scale)
     results = []
     ctx = mp.get_context("spawn")
-    for name in [args.only] if args.only else BENCHES:
+    for name in [args.only] if args.only else [n for n in BENCHES if n not in BY_HAND]:
         q = ctx.Queue()
         p = ctx.Process(target=_child, args=(name, rows, args.repeat, q))
         p.start()
