@@ -578,19 +578,20 @@ def build_volume_sensor(
                         if diagnosis_job_name and new:
                             requests.append(diagnosis_request(inc, diagnosis_run_key(inc.id, 0), diagnosis_job_name,
                                                               {VOLUME_TABLE_TAG: s.id}))
-            band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
-            event = dg.AssetObservation(
-                asset_key=s.asset_key, metadata=md,
-                description=f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "") + f", {status}{band}")
             # summary: an anomaly that opens an incident is always shown; one an open incident already
             # covers is shown like any count (on a status change, or once a day), not on every tick
             shown = not summary_mode or opened_now
-            if shown:
-                events.append(event)
-            elif h.observed_status is not None and status != h.observed_status:
-                waiting.append(_Waiting((0, h.observed_at or 0.0), s.id, status, event))
-            elif show_due:
-                waiting.append(_Waiting((2 if h.observed_at is None else 1, h.observed_at or 0.0), s.id, status, event))
+            rank = (None if shown else (0, h.observed_at or 0.0) if h.observed_status not in (None, status)
+                    else (2 if h.observed_at is None else 1, h.observed_at or 0.0) if show_due else None)
+            if shown or rank is not None:  # the event only when it may be shown (building one costs ~0.5 ms)
+                band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
+                event = dg.AssetObservation(
+                    asset_key=s.asset_key, metadata=md,
+                    description=f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "") + f", {status}{band}")
+                if shown:
+                    events.append(event)
+                else:
+                    waiting.append(_Waiting(rank, s.id, status, event))  # type: ignore[arg-type]
             new_history[s.id] = _append(h, part, rows, now_ts, history_length, s.partition_column is not None,
                                         status, observed=shown)
             touched.add(s.id)

@@ -33,12 +33,13 @@ the number of ticks.
 When it is written
 ------------------
 
-A tick's new histories are written at the start of the *next* tick, once its cursor shows the
-daemon stored the tick's result: a tick whose result the daemon failed to store (it evaluates
-again with the previous cursor) leaves nothing behind, as before. The write is one upsert
-statement per 1,000 changed tables (``INSERT ... ON CONFLICT (spec_id) DO UPDATE``; SQLite and
-PostgreSQL). A code server that stops between two ticks loses only the counts of its last tick;
-the next tick reads the warehouse again.
+The tick that records counts writes the histories it changed before it returns, in one
+transaction: one upsert (``INSERT ... ON CONFLICT (spec_id) DO UPDATE``, SQLite and PostgreSQL)
+compiled once and executed for the rows in batches of 1,000, so a restarted code server loses
+nothing. A tick the daemon evaluates again with the previous cursor (it failed to store the
+result) scores from the in-process snapshot that cursor names, not from the store, and writes the
+same tables again. A store that cannot be written is logged and named in the tick's summary; the
+in-process history keeps the counts.
 
 When it is read
 ---------------
@@ -163,15 +164,14 @@ class VolumeHistoryStore:
             from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
         else:
             raise ValueError(f"the volume history store needs SQLite or PostgreSQL, not {self.engine.dialect.name}")
-        with self.engine.begin() as conn:
+        stmt = insert(history_t)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[history_t.c.spec_id],
+            set_={c: stmt.excluded[c] for c in ("entries", "recorded_at", "observed_at", "observed_status",
+                                                "unobserved", "last_status", "updated_at")})
+        with self.engine.begin() as conn:  # one statement compiled once, executed for many rows (the driver's executemany)
             for start in range(0, len(rows), CHUNK):
-                chunk = rows[start:start + CHUNK]
-                stmt = insert(history_t).values(chunk)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=[history_t.c.spec_id],
-                    set_={c: stmt.excluded[c] for c in ("entries", "recorded_at", "observed_at", "observed_status",
-                                                        "unobserved", "last_status", "updated_at")})
-                conn.execute(stmt)
+                conn.execute(stmt, rows[start:start + CHUNK])
         return len(rows)
 
     def search(self, contains: str | None = None, limit: int = 1000) -> dict[str, TableHistory]:
