@@ -27,7 +27,7 @@ the seconds per million rows in ``curve``.
 
 ``volume_tick_3x5000`` (:mod:`.volume_tick_3x`: one volume-sensor tick over DuckDB, PostgreSQL and
 fakesnow in server mode, 5,000 tables each, with a curve at 500 and 1,500 tables per warehouse)
-takes about ten minutes and runs only with ``--only volume_tick_3x5000`` (:data:`ONLY_WHEN_NAMED`).
+takes about 20 minutes and runs only with ``--only volume_tick_3x5000`` (:data:`ONLY_WHEN_NAMED`).
 
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """

@@ -52,7 +52,8 @@ Goals: ``ours_s`` ≤ 15 s (``goal_unit`` "s") and peak RSS ≤ 2,000 MB (``peak
 reference machine has 2 cores shared with other work, and the fakesnow server and PostgreSQL
 run on the same cores as the tick.
 
-Run time: about 10 minutes (seeding 63,000 observations, the fakesnow peer), so it is not part of
+Run time: about 20 minutes here (seeding 63,000 observations: 5.5 min; the first ticks and storing
+their events: 4 min at 5,000 per warehouse; the fakesnow peer: 3.5 min), so it is not part of
 the default ``make bench``: ``python -m dw_dagster_tests.benchmarks.run --only volume_tick_3x5000``
 (or ``python -m dw_dagster_tests.benchmarks.volume_tick_3x [--repeat N] [--sizes 500,1500,5000]``).
 """
