@@ -101,7 +101,7 @@ WHY = {
               "so after the catalog query (which watched tables exist) the counts are COUNT(*) in UNION ALL "
               "batches of 100 tables",
     "postgres": "pg_class.reltuples and pg_stat_user_tables.n_live_tup are estimates (VACUUM/ANALYZE, the "
-                "statistics collector), so the counts are COUNT(*) in UNION ALL batches of 100 tables, "
+                "statistics collector), so the counts are COUNT(*) in UNION ALL batches of 25 tables "
                 "without a catalog query",
     "snowflake": "information_schema.tables.row_count is exact for tables: one catalog query counts every "
                  "plain and dead-letter table; the partitioned specs need COUNT(*) ... WHERE (one UNION ALL "

@@ -1,4 +1,5 @@
-"""The volume sensor's catalog queries on Snowflake (fakesnow) and BigQuery (bqemulator).
+"""The volume sensor's catalog queries on Snowflake (fakesnow) and BigQuery (bqemulator), and its
+``COUNT(*)`` batches on PostgreSQL (the server on loopback).
 
 What is tested where:
 
@@ -171,3 +172,29 @@ def test_bigquery_tables_query_is_one_union_over_datasets():
     assert b.rows is None and "not a native table" in b.error
     assert c.missing
     assert d.rows == 42
+
+
+def test_postgres_counts_in_batches_of_25_tables(postgres):
+    """PostgreSQL has no exact catalog row count: COUNT(*) batches, POSTGRES_COUNT_BATCH (25) tables each
+    by default (100-table UNION ALLs cost 5-8 times as much there), no catalog query; batch_size still wins."""
+    import uuid
+
+    from dw_dagster.detection.volume.counts import POSTGRES_COUNT_BATCH
+
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    n = 2 * POSTGRES_COUNT_BATCH + 3
+    postgres.execute(f"CREATE SCHEMA {schema}; " + "; ".join(
+        f"CREATE TABLE {schema}.t{i} AS SELECT g AS id FROM generate_series(1, {i}) AS g" for i in range(n)))
+    try:
+        specs = [VolumeTable(f"{schema}.t{i}", f"t{i}", database="pg") for i in range(n)]
+        spy = Spy(postgres)
+        found = fetch_row_counts(spy, specs)
+        assert len(spy.statements) == 3 and all("information_schema" not in q and "pg_" not in q for q in spy.statements)
+        assert [q.count("COUNT(*)") for q in spy.statements] == [25, 25, 3]
+        assert [found.counts[s.id].rows for s in specs] == list(range(n))
+        assert {found.counts[s.id].source for s in specs} == {"count(*)"}
+        spy.statements.clear()
+        fetch_row_counts(spy, specs, batch_size=100)
+        assert len(spy.statements) == 1
+    finally:
+        postgres.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -29,8 +29,14 @@ Where the counts come from (``row_counts="metadata"``, the default)
   statements of at most 100 tables, all on one connection. Measured on 5,000 small tables:
   catalog 22 ms; 5,000 single ``COUNT(*)`` statements 1.56 s; one 5,000-branch ``UNION ALL``
   2.15 s (planning grows faster than linearly); batches of 100: 0.33 s, of 500: 0.50 s.
+* **PostgreSQL**: ``pg_class.reltuples`` and ``pg_stat_user_tables.n_live_tup`` are estimates, so
+  ``COUNT(*)`` in ``UNION ALL`` batches, without a catalog query, of
+  :data:`POSTGRES_COUNT_BATCH` (25) tables: measured on PostgreSQL 15 over loopback with 5,000
+  small tables, batches of 10-50 took 0.31-0.69 s in all, of 100 2.5-3.7 s (``EXPLAIN ANALYZE``
+  of one: 15 ms planning, 57 ms execution for 100 scans of 0.005 ms each; not JIT, the same
+  with ``jit = off``), 5,000 single statements on one connection 1.1-1.8 s.
 * **Other dialects** and ``row_counts="count"``: ``COUNT(*)`` in ``UNION ALL`` batches of 100
-  tables, without a catalog query (exact everywhere, views included; on BigQuery an unfiltered
+  tables (25 on PostgreSQL), without a catalog query (exact everywhere, views included; on BigQuery an unfiltered
   ``COUNT(*)`` of a native table is answered from metadata and bills 0 bytes).
 
 ``COUNT(*)`` with a ``WHERE`` is issued only for a spec that names a ``partition_column``:
@@ -59,6 +65,11 @@ ROW_COUNT_KEY = "dagster/row_count"
 
 #: tables per ``UNION ALL`` count statement (measured: 100 is the fastest on DuckDB, see above)
 COUNT_BATCH = 100
+
+
+#: tables per ``UNION ALL`` count statement on PostgreSQL (measured: batches of 100 cost 5-8 times
+#: batches of 10-50 there, see above)
+POSTGRES_COUNT_BATCH = 25
 
 
 #: most distinct table names a Snowflake catalog branch names in ``table_name IN (...)``; with more,
@@ -441,7 +452,7 @@ def fetch_row_counts(
     *,
     now: dt.datetime | None = None,
     row_counts: Literal["metadata", "count"] = "metadata",
-    batch_size: int = COUNT_BATCH,
+    batch_size: int | None = None,
 ) -> WarehouseCounts:
     """Count the rows of every spec in ``tables`` on one warehouse, with as few statements as possible.
 
@@ -454,7 +465,8 @@ def fetch_row_counts(
         now: tick time (aware UTC), for partition selectors; default now.
         row_counts: ``"metadata"`` (catalog row counts where the warehouse has exact ones) or
             ``"count"`` (``COUNT(*)`` batches everywhere).
-        batch_size: tables per ``UNION ALL`` count statement.
+        batch_size: tables per ``UNION ALL`` count statement; default :data:`POSTGRES_COUNT_BATCH`
+            (25) on PostgreSQL, :data:`COUNT_BATCH` (100) elsewhere.
 
     Returns:
         A :class:`WarehouseCounts` with a :class:`TableCount` for every spec.
@@ -466,6 +478,8 @@ def fetch_row_counts(
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
     now = now or utcnow()
     dialect = db.dialect
+    if batch_size is None:
+        batch_size = POSTGRES_COUNT_BATCH if dialect == "postgres" else COUNT_BATCH
     counts: dict[str, TableCount] = {}
     catalog_error = None
     with _Session(db) as session:
