@@ -39,6 +39,11 @@ per warehouse per tick; true when one catalog query counts every whole table, ``
 = 0, and the only other statements are the ``COUNT(*) ... WHERE`` batches of the partitioned specs,
 which no catalog can answer).
 
+Where fakesnow's time goes (measured apart, 5,000 tables per schema): the catalog query 0.19-0.23 s
+(with the connector's login, 0.09 s); the one ``UNION ALL`` of the 100 partitioned specs' ``COUNT(*)
+... WHERE`` 2.1-2.6 s, nearly all of it fakesnow rewriting the statement with sqlglot (30 branches
+0.38 s): the emulator's cost, not a measure of Snowflake's.
+
 Peer (same run): ``SELECT COUNT(*) FROM <table>`` per table on one connection to each warehouse
 (duckdb, psycopg, the Snowflake connector), one warehouse after the other; ``peer_s`` is the sum.
 DuckDB and PostgreSQL are timed ``repeat`` times (median), fakesnow once per size (about 15-20 ms a
