@@ -28,6 +28,10 @@ slice-compare a source table in the PostgreSQL server on 127.0.0.1:5432 against 
 (peers: reladiff ``hashdiff`` and two bare ``GROUP BY``s), each at ``rows`` × 0.1, 0.3 and 1 with
 the seconds per million rows in ``curve``.
 
+``volume_tick_3x5000`` (:mod:`.volume_tick_3x`: one volume-sensor tick over DuckDB, PostgreSQL and
+fakesnow in server mode, 5,000 tables each, with a curve at 500 and 1,500 tables per warehouse)
+takes about 20 minutes and runs only with ``--only volume_tick_3x5000`` (:data:`ONLY_WHEN_NAMED`).
+
 Usage: ``python -m dw_dagster_tests.benchmarks.run [--scale S] [--repeat N] [--only NAME] [--out FILE]``
 """
 
@@ -230,6 +234,12 @@ def bench_mcp_tools(work: Path, rows: int, repeat: int) -> dict:
     return bench_mcp_tools_demo(work, repeat)  # the store-sales demo at scale 0.002 whatever --scale says
 
 
+def bench_volume_tick_3x(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.volume_tick_3x import bench_volume_tick_3x5000
+
+    return bench_volume_tick_3x5000(work, repeat)  # 3 warehouses × 500, 1,500 and 5,000 tables whatever --scale says
+
+
 def bench_rowdiff_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
     from dw_dagster_tests.benchmarks.pg_duckdb import bench_rowdiff_pg_duckdb as run
 
@@ -248,10 +258,10 @@ BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_r
            "ledger_lookup_5000_assets": bench_ledger_lookup,
            "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools,
            "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb,
-           "volume_tick_50000": bench_volume_tick_50000}
+           "volume_tick_50000": bench_volume_tick_50000, "volume_tick_3x5000": bench_volume_tick_3x}
 
 #: run only when named with ``--only`` (each takes many minutes on the reference machine)
-BY_HAND = frozenset({"volume_tick_50000"})
+ONLY_WHEN_NAMED = frozenset({"volume_tick_50000", "volume_tick_3x5000"})
 
 
 def _child(name: str, rows: int, repeat: int, q) -> None:
@@ -275,7 +285,7 @@ def main() -> None:
     rows = int(ROWS * args.scale)
     results = []
     ctx = mp.get_context("spawn")
-    for name in [args.only] if args.only else [n for n in BENCHES if n not in BY_HAND]:
+    for name in [args.only] if args.only else [n for n in BENCHES if n not in ONLY_WHEN_NAMED]:
         q = ctx.Queue()
         p = ctx.Process(target=_child, args=(name, rows, args.repeat, q))
         p.start()

@@ -39,6 +39,7 @@ import re
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TABLES = 5000
@@ -51,49 +52,100 @@ def _rows(i: int) -> int:
     return 20 + i % 50
 
 
-def _names(tables: int = TABLES) -> list[tuple[str, str]]:
+def _names(tables: int = TABLES, schema: str = "s") -> list[tuple[str, str]]:
     """(kind, table) for every table: plain, dlq or part (2 % dead-letter and 2 % partitioned tables)."""
     out = []
     dead, part = tables * DEAD_LETTER // TABLES, tables * PARTITIONED // TABLES
     for i in range(tables):
         kind = "dlq" if i < dead else "part" if i < dead + part else "plain"
-        out.append((kind, f"s.{kind}_{i:05d}"))
+        out.append((kind, f"{schema}.{kind}_{i:05d}"))
     return out
 
 
-def _make(path: Path, yesterday: dt.date, tables: int = TABLES) -> int:
-    import duckdb
+def create_sql(yesterday: dt.date, tables: int = TABLES, schema: str = "s",
+               name: Callable[[str], str] = str) -> tuple[list[str], int]:
+    """The ``CREATE TABLE`` statements of the benchmark's tables (valid in DuckDB and PostgreSQL) and their total rows.
 
-    # 16 KB blocks: with DuckDB's default 256 KB, each small table takes 257 KB of file (50,000: 13 GB)
-    con = duckdb.connect(str(path), config={"threads": 2, "default_block_size": "16384"})
-    con.execute("CREATE SCHEMA s")
-    con.execute("BEGIN")
-    total = 0
-    for i, (kind, table) in enumerate(_names(tables)):
+    ``name`` maps a table name (``schema.kind_i``) to the one written in the statement (a
+    catalog-qualified, upper-case name for fakesnow's DuckDB). Dead-letter tables start empty.
+    """
+    out, total = [], 0
+    for i, (kind, table) in enumerate(_names(tables, schema)):
         n = 0 if kind == "dlq" else _rows(i)
-        con.execute(f"CREATE TABLE {table} AS SELECT range AS id, TIMESTAMP '{yesterday} 10:00:00' AS ts FROM range({n})")
+        out.append(f"CREATE TABLE {name(table)} AS SELECT i AS id, TIMESTAMP '{yesterday} 10:00:00' AS ts "
+                   f"FROM generate_series(0, {n - 1}) AS g(i)")
         total += n
-    con.execute("COMMIT")
-    con.close()
-    return total
+    return out, total
 
 
-def _change(path: Path, yesterday: dt.date, tables: int = TABLES) -> None:
-    """Every table changes: one more row; 24 plain tables emptied; 25 dead-letter tables grow by 5 rows."""
+def change_sql(yesterday: dt.date, tables: int = TABLES, schema: str = "s", name: Callable[[str], str] = str,
+               empty: Callable[[str], str] = lambda t: f"DELETE FROM {t}") -> list[str]:
+    """Every table changes: one more row; 1 plain table in 200 is emptied (``empty(table)``, default
+    ``DELETE``); 1 dead-letter table in 4 grows by 5 rows. Valid in DuckDB and PostgreSQL."""
+    out = []
+    for i, (kind, table) in enumerate(_names(tables, schema)):
+        t = name(table)
+        if kind == "dlq":
+            if i % 4 == 0:
+                out.append(f"INSERT INTO {t} SELECT i, TIMESTAMP '{yesterday} 11:00:00' FROM generate_series(0, 4) AS g(i)")
+        elif kind == "plain" and i % 200 == 7:
+            out.append(empty(t))
+        else:
+            out.append(f"INSERT INTO {t} VALUES (-1, TIMESTAMP '{yesterday} 12:00:00')")
+    return out
+
+
+def expected_rows(tables: int = TABLES, schema: str = "s") -> dict[str, int]:
+    """Table → its row count after :func:`change_sql` (for a partitioned table: yesterday's rows, which are all its rows)."""
+    out = {}
+    for i, (kind, table) in enumerate(_names(tables, schema)):
+        if kind == "dlq":
+            out[table] = 5 if i % 4 == 0 else 0
+        elif kind == "plain" and i % 200 == 7:
+            out[table] = 0
+        else:
+            out[table] = _rows(i) + 1
+    return out
+
+
+def specs_for(tables: int = TABLES, schema: str = "s", database: str = "warehouse") -> list:
+    """The :class:`~dw_dagster.detection.volume.VolumeTable` specs of the tables, on warehouse key ``database``
+    (asset keys ``[database, schema_table]``)."""
+    from dw_dagster.detection.volume import VolumeTable
+
+    return [VolumeTable(table, [database, table.replace(".", "_")], database=database, dead_letter=kind == "dlq",
+                        partition_column="ts" if kind == "part" else None)
+            for kind, table in _names(tables, schema)]
+
+
+def _run_duckdb(path: Path, statements: list[str]) -> None:
+    """Run ``statements`` on the DuckDB file in one transaction."""
     import duckdb
 
     con = duckdb.connect(str(path), config={"threads": 2})
     con.execute("BEGIN")
-    for i, (kind, table) in enumerate(_names(tables)):
-        if kind == "dlq":
-            if i % 4 == 0:
-                con.execute(f"INSERT INTO {table} SELECT range, TIMESTAMP '{yesterday} 11:00:00' FROM range(5)")
-        elif kind == "plain" and i % 200 == 7:
-            con.execute(f"DELETE FROM {table}")
-        else:
-            con.execute(f"INSERT INTO {table} VALUES (-1, TIMESTAMP '{yesterday} 12:00:00')")
+    for statement in statements:
+        con.execute(statement)
     con.execute("COMMIT")
     con.close()
+
+
+def _make(path: Path, yesterday: dt.date, tables: int = TABLES, schema: str = "s") -> int:
+    import duckdb
+
+    # 16 KB blocks (fixed when the file is created): with DuckDB's default 256 KB, each small table
+    # takes 257 KB of file (50,000 tables: 13 GB)
+    con = duckdb.connect(str(path), config={"threads": 2, "default_block_size": "16384"})
+    con.execute(f"CREATE SCHEMA {schema}")
+    con.close()
+    statements, total = create_sql(yesterday, tables, schema)
+    _run_duckdb(path, statements)
+    return total
+
+
+def _change(path: Path, yesterday: dt.date, tables: int = TABLES, schema: str = "s") -> None:
+    """Every table changes (:func:`change_sql`): one more row; 24 plain tables emptied; 25 dead-letter tables grow by 5 rows."""
+    _run_duckdb(path, change_sql(yesterday, tables, schema))
 
 
 def _in_child(fn, *args):
@@ -199,7 +251,7 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
 
     from dw_dagster.databases import DuckDBDatabase
     from dw_dagster.detection.volume import build_volume_sensor
-    from dw_dagster.detection.volume import VolumeTable, fetch_row_counts
+    from dw_dagster.detection.volume import fetch_row_counts
 
     yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date()
     path = work / f"volume_{tables}.duckdb"
@@ -207,10 +259,7 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
     rows = _in_child(_make, path, yesterday, tables)
     make_s = time.perf_counter() - t
 
-    specs = []
-    for i, (kind, table) in enumerate(_names(tables)):
-        specs.append(VolumeTable(table, ["warehouse", table.replace(".", "_")], dead_letter=kind == "dlq",
-                                 partition_column="ts" if kind == "part" else None))
+    specs = specs_for(tables)
     stack = contextlib.ExitStack()
     if measure_storage:  # Dagster's default storage, SQLite files (and the store in dw_ledger.db beside them)
         home = work / "dagster_home"

@@ -1,4 +1,5 @@
-"""The volume sensor's catalog queries on Snowflake (fakesnow) and BigQuery (bqemulator).
+"""The volume sensor's catalog queries on Snowflake (fakesnow) and BigQuery (bqemulator), and its
+``COUNT(*)`` batches on PostgreSQL (the server on loopback).
 
 What is tested where:
 
@@ -90,6 +91,33 @@ def test_snowflake_sensor_tick_records_catalog_counts(warehouse):
         5, 2, "information_schema.tables.row_count")
 
 
+@pytest.mark.parametrize("warehouse", ["snowflake"], indirect=True)
+def test_snowflake_many_watched_tables_read_the_schema_without_naming_them(warehouse, monkeypatch):
+    """Above SNOWFLAKE_NAME_FILTER_MAX watched tables the catalog branch filters on the schema only
+    (fakesnow took 4.2 s to match 100 names among 5,000 tables, and never answered for 5,000):
+    still one query, tables the schema holds but nobody watches are ignored, a missing one is missing."""
+    import dw_dagster.detection.volume.counts as counts
+
+    s = warehouse.schema
+    for i, name in enumerate(("a1", "a2", "a3", "unwatched")):
+        warehouse.make_table(name, {"id": "BIGINT"}, [(j,) for j in range(i + 1)])
+    specs = [VolumeTable(f"{s}.{n}", n, database="wh") for n in ("a1", "a2", "a3", "gone")]
+    spy = Spy(warehouse.db)
+    monkeypatch.setattr(counts, "SNOWFLAKE_NAME_FILTER_MAX", 3)
+    found = fetch_row_counts(spy, specs)
+    (q,) = spy.statements
+    assert "information_schema.tables" in q and "table_name IN" not in q and "table_schema IN" in q
+    assert [found.counts[sp.id].rows for sp in specs] == [1, 2, 3, None]
+    assert found.counts[specs[3].id].missing and not any(found.counts[sp.id].missing for sp in specs[:3])
+
+    spy.statements.clear()
+    monkeypatch.setattr(counts, "SNOWFLAKE_NAME_FILTER_MAX", 4)  # four names: named in the query
+    found = fetch_row_counts(spy, specs)
+    (q,) = spy.statements
+    assert "table_name IN" in q and "UNWATCHED" not in q.upper()
+    assert [found.counts[sp.id].rows for sp in specs] == [1, 2, 3, None]
+
+
 @pytest.mark.parametrize("warehouse", ["bigquery"], indirect=True)
 def test_bigquery_emulator_has_no_tables_catalog_partition_counts_still_work(warehouse):
     specs = make(warehouse)
@@ -144,3 +172,29 @@ def test_bigquery_tables_query_is_one_union_over_datasets():
     assert b.rows is None and "not a native table" in b.error
     assert c.missing
     assert d.rows == 42
+
+
+def test_postgres_counts_in_batches_of_25_tables(postgres):
+    """PostgreSQL has no exact catalog row count: COUNT(*) batches, POSTGRES_COUNT_BATCH (25) tables each
+    by default (100-table UNION ALLs cost 5-8 times as much there), no catalog query; batch_size still wins."""
+    import uuid
+
+    from dw_dagster.detection.volume.counts import POSTGRES_COUNT_BATCH
+
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    n = 2 * POSTGRES_COUNT_BATCH + 3
+    postgres.execute(f"CREATE SCHEMA {schema}; " + "; ".join(
+        f"CREATE TABLE {schema}.t{i} AS SELECT g AS id FROM generate_series(1, {i}) AS g" for i in range(n)))
+    try:
+        specs = [VolumeTable(f"{schema}.t{i}", f"t{i}", database="pg") for i in range(n)]
+        spy = Spy(postgres)
+        found = fetch_row_counts(spy, specs)
+        assert len(spy.statements) == 3 and all("information_schema" not in q and "pg_" not in q for q in spy.statements)
+        assert [q.count("COUNT(*)") for q in spy.statements] == [25, 25, 3]
+        assert [found.counts[s.id].rows for s in specs] == list(range(n))
+        assert {found.counts[s.id].source for s in specs} == {"count(*)"}
+        spy.statements.clear()
+        fetch_row_counts(spy, specs, batch_size=100)
+        assert len(spy.statements) == 1
+    finally:
+        postgres.execute(f"DROP SCHEMA {schema} CASCADE")

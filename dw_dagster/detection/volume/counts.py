@@ -5,7 +5,14 @@ Where the counts come from (``row_counts="metadata"``, the default)
 
 * **Snowflake**: one query per warehouse, ``information_schema.tables.row_count`` (one
   ``UNION ALL`` branch per database named by three-part table names); exact for tables,
-  NULL for views (reported per table).
+  NULL for views (reported per table). A branch names its tables (``table_name IN (...)``) only
+  when it watches at most :data:`SNOWFLAKE_NAME_FILTER_MAX` of them; above that it reads every
+  table of the watched schemas and the names are matched here. Measured on fakesnow 0.12.1 (the
+  emulator used in the tests, ``information_schema.tables`` a view over DuckDB's catalog) with
+  5,000 tables in the schema: naming 10 tables 0.44 s, 100 tables 4.2 s, 300 tables 16.4 s, 5,000
+  tables not answered before the connector's retry (the query is sent again and refused as
+  "connection is busy"); the schema alone, 5,000 rows back, 0.10 s. On Snowflake a long ``IN``
+  list costs compilation time and the result holds about the watched tables anyway.
 * **BigQuery**: one query per warehouse, ``UNION ALL`` of ``<project>.<dataset>.__TABLES__``
   per dataset (``row_count``; ``type`` 1 = table). ``__TABLES__`` does not count rows still in
   the streaming buffer. The bqemulator used in the tests has no ``__TABLES__`` (404) and a
@@ -22,8 +29,14 @@ Where the counts come from (``row_counts="metadata"``, the default)
   statements of at most 100 tables, all on one connection. Measured on 5,000 small tables:
   catalog 22 ms; 5,000 single ``COUNT(*)`` statements 1.56 s; one 5,000-branch ``UNION ALL``
   2.15 s (planning grows faster than linearly); batches of 100: 0.33 s, of 500: 0.50 s.
+* **PostgreSQL**: ``pg_class.reltuples`` and ``pg_stat_user_tables.n_live_tup`` are estimates, so
+  ``COUNT(*)`` in ``UNION ALL`` batches, without a catalog query, of
+  :data:`POSTGRES_COUNT_BATCH` (25) tables: measured on PostgreSQL 15 over loopback with 5,000
+  small tables, batches of 10-50 took 0.31-0.69 s in all, of 100 2.5-3.7 s (``EXPLAIN ANALYZE``
+  of one: 15 ms planning, 57 ms execution for 100 scans of 0.005 ms each; not JIT, the same
+  with ``jit = off``), 5,000 single statements on one connection 1.1-1.8 s.
 * **Other dialects** and ``row_counts="count"``: ``COUNT(*)`` in ``UNION ALL`` batches of 100
-  tables, without a catalog query (exact everywhere, views included; on BigQuery an unfiltered
+  tables (25 on PostgreSQL), without a catalog query (exact everywhere, views included; on BigQuery an unfiltered
   ``COUNT(*)`` of a native table is answered from metadata and bills 0 bytes).
 
 ``COUNT(*)`` with a ``WHERE`` is issued only for a spec that names a ``partition_column``:
@@ -52,6 +65,16 @@ ROW_COUNT_KEY = "dagster/row_count"
 
 #: tables per ``UNION ALL`` count statement (measured: 100 is the fastest on DuckDB, see above)
 COUNT_BATCH = 100
+
+
+#: tables per ``UNION ALL`` count statement on PostgreSQL (measured: batches of 100 cost 5-8 times
+#: batches of 10-50 there, see above)
+POSTGRES_COUNT_BATCH = 25
+
+
+#: most distinct table names a Snowflake catalog branch names in ``table_name IN (...)``; with more,
+#: the branch filters on the schemas only (see the module docstring for the measurements)
+SNOWFLAKE_NAME_FILTER_MAX = 50
 
 
 #: seconds a tick waits for a DuckDB file another process holds the write lock of (then that
@@ -343,7 +366,8 @@ def _catalog_duckdb(session: _Session, specs: Sequence[VolumeTable]) -> dict[str
 def _catalog_snowflake(session: _Session, specs: Sequence[VolumeTable]) -> dict[str, tuple[int | None, str | None]]:
     """Spec id → (row_count, error) from ``information_schema.tables``, one query for all specs.
 
-    Names are matched as given and upper-cased (Snowflake folds unquoted names to upper case)."""
+    Names are matched as given and upper-cased (Snowflake folds unquoted names to upper case); a
+    branch watching more than :data:`SNOWFLAKE_NAME_FILTER_MAX` tables reads its whole schemas."""
     groups: dict[str | None, list[VolumeTable]] = {}
     for s in specs:
         groups.setdefault(s.parts[0] if len(s.parts) == 3 else None, []).append(s)
@@ -359,9 +383,12 @@ def _catalog_snowflake(session: _Session, specs: Sequence[VolumeTable]) -> dict[
             conds.append("table_schema IN (" + ", ".join(_literal_sql(v, "snowflake") for v in schemas) + ")")
         if any(len(s.parts) == 1 for s in members):
             conds.append("table_schema = CURRENT_SCHEMA()")
+        named = ""
+        if len({s.parts[-1].upper() for s in members}) <= SNOWFLAKE_NAME_FILTER_MAX:
+            named = f" AND table_name IN ({', '.join(_literal_sql(v, 'snowflake') for v in names)})"
         branches.append(
             f"SELECT {k} AS k, table_schema, table_name, row_count, CURRENT_SCHEMA() AS cur FROM {source} "
-            f"WHERE ({' OR '.join(conds)}) AND table_name IN ({', '.join(_literal_sql(v, 'snowflake') for v in names)})")
+            f"WHERE ({' OR '.join(conds)}){named}")
     rows = session.fetch(" UNION ALL ".join(branches))
     exact: dict[tuple, Any] = {}
     folded: dict[tuple, Any] = {}
@@ -425,7 +452,7 @@ def fetch_row_counts(
     *,
     now: dt.datetime | None = None,
     row_counts: Literal["metadata", "count"] = "metadata",
-    batch_size: int = COUNT_BATCH,
+    batch_size: int | None = None,
 ) -> WarehouseCounts:
     """Count the rows of every spec in ``tables`` on one warehouse, with as few statements as possible.
 
@@ -438,7 +465,8 @@ def fetch_row_counts(
         now: tick time (aware UTC), for partition selectors; default now.
         row_counts: ``"metadata"`` (catalog row counts where the warehouse has exact ones) or
             ``"count"`` (``COUNT(*)`` batches everywhere).
-        batch_size: tables per ``UNION ALL`` count statement.
+        batch_size: tables per ``UNION ALL`` count statement; default :data:`POSTGRES_COUNT_BATCH`
+            (25) on PostgreSQL, :data:`COUNT_BATCH` (100) elsewhere.
 
     Returns:
         A :class:`WarehouseCounts` with a :class:`TableCount` for every spec.
@@ -450,6 +478,8 @@ def fetch_row_counts(
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
     now = now or utcnow()
     dialect = db.dialect
+    if batch_size is None:
+        batch_size = POSTGRES_COUNT_BATCH if dialect == "postgres" else COUNT_BATCH
     counts: dict[str, TableCount] = {}
     catalog_error = None
     with _Session(db) as session:
