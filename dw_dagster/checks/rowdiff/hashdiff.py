@@ -78,22 +78,27 @@ def _bucket_sql(db: Database, table: str, h: _Hashes, buckets: int) -> str:
             f"{row} AS dw_h FROM (SELECT {h.key} AS dw_kx, {h.row} AS dw_rx FROM {_from(db, table)}) AS i) AS x GROUP BY dw_b")
 
 
-def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: Sequence[int]) -> str:
-    """``WHERE`` condition selecting the rows of the ``wanted`` buckets.
+def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: "str | tuple[int, int]") -> str:
+    """``WHERE`` condition selecting the rows of the ``wanted`` buckets: a comma-separated list
+    of bucket numbers, or an inclusive ``(low, high)`` range of them (a download pass when more
+    than half the buckets differ).
 
     On DuckDB the bucket list travels as one string literal split into a semi-join
     (``IN (SELECT UNNEST(STRING_SPLIT(...)))``): a list of 100,000 numbers as separate SQL tokens
     took 1.25 s to parse and bind per side at 10M rows, the literal 0.2 s for the whole query.
     Other engines get a plain ``IN`` list.
     """
-    listed = ",".join(str(int(b)) for b in wanted)
+    if isinstance(wanted, tuple):
+        return f"MOD({key_h}, {buckets}) BETWEEN {int(wanted[0])} AND {int(wanted[1])}"
+    if any(c not in "0123456789," for c in wanted):
+        raise ValueError(f"a bucket list holds only numbers and commas, got {wanted[:40]!r}")
     if db.dialect == "duckdb":
-        return f"MOD({key_h}, {buckets}) IN (SELECT CAST(UNNEST(STRING_SPLIT('{listed}', ',')) AS BIGINT))"
-    return f"MOD({key_h}, {buckets}) IN ({listed})"
+        return f"MOD({key_h}, {buckets}) IN (SELECT CAST(UNNEST(STRING_SPLIT('{wanted}', ',')) AS BIGINT))"
+    return f"MOD({key_h}, {buckets}) IN ({wanted})"
 
 
 def _download_sql(db: Database, table: str, h: _Hashes, key_columns: Sequence[str], columns: Sequence[str],
-                  buckets: int, wanted: Sequence[int] | None) -> str:
+                  buckets: int, wanted: "str | tuple[int, int] | None") -> str:
     exprs = ", ".join(sql.identifier(c).sql("duckdb") for c in [*key_columns, *columns])
     names = sqlglot.transpile(f"SELECT {exprs}", read="duckdb", write=db.dialect)[0][len("SELECT "):]
     if wanted is None:
@@ -102,13 +107,44 @@ def _download_sql(db: Database, table: str, h: _Hashes, key_columns: Sequence[st
             f"WHERE {_bucket_filter(db, h.to_int.format(h='dw_kx'), buckets, wanted)}")
 
 
+class _Fetched:
+    """What the diff fetched from and sent to the two databases: ``bytes`` is the Arrow buffer
+    size (``RecordBatch.nbytes``) of every result set fetched as Arrow (the bucket checksums and
+    the downloaded rows), ``rows`` the rows downloaded."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def batches(self, db: Database, query: str) -> list:
+        out = list(db.fetch_batches(query))
+        self.bytes += sum(b.nbytes for b in out)
+        return out
+
+
+def _sort_key(entry) -> tuple:
+    """Key order of the single-pass diff (NULLs first) for merging the passes' samples."""
+    return tuple((v is not None, v) for v in entry.key)
+
+
+def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> None:
+    """Add one download pass's diff to ``result``; the sample keeps the first ``sample_limit``
+    keys in key order over all passes (a key lands in one pass: passes split by bucket)."""
+    for f in ("missing", "extra", "changed", "duplicated_source", "duplicated_target"):
+        setattr(result, f, getattr(result, f) + getattr(part, f))
+    for c, n in part.changed_columns.items():
+        result.changed_columns[c] = result.changed_columns.get(c, 0) + n
+    if part.sample:
+        result.sample = sorted(result.sample + part.sample, key=_sort_key)[:sample_limit]
+
+
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
                     key_columns: Sequence[str], compare_columns: Sequence[str] | None = None, *,
                     rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,
                     timestamp_rounding: str = "tolerate", case_insensitive_keys: bool = False,
                     trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
-                    max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False) -> RowDiffResult:
+                    max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
+                    pass_rows: int = 2_000_000) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
@@ -122,7 +158,10 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
        buckets differ), with their native types, and diffed locally by :func:`row_diff`'s
        typed comparison using the types each table has in its own database, so tolerances,
        ``CHAR`` padding, timestamp precision and case-insensitive keys mean the same as in one
-       database, and the result has the same shape and ordering.
+       database, and the result has the same shape and ordering. The download runs in passes
+       of about ``pass_rows`` rows (:func:`_download_passes`), each diffed and dropped before
+       the next, so memory does not grow with the table: each extra pass costs one more scan
+       of each table.
 
     The row hashes are DuckDB's native ``hash`` when both sides are DuckDB (about 27× faster
     than md5, ``shared/reference/reconciliation_and_anomaly.md`` §1.4), else md5 over each
@@ -143,20 +182,30 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         max_download_rows: refuse (raise) rather than download more rows than this in step 3.
         sample_limit: how many differing keys to keep (the counts cover all of them).
         portable: use the md5 row hash even between two DuckDB databases.
+        pass_rows: rows (both sides together) downloaded and diffed per pass, about; bounds the
+            memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
+            local join over them).
 
     Returns:
-        A :class:`RowDiffResult` with ``buckets_compared``, ``buckets_downloaded`` and
-        ``rows_downloaded`` set; ``queries`` holds the SQL sent to the two databases.
+        A :class:`RowDiffResult` with ``buckets_compared``, ``buckets_downloaded``,
+        ``rows_downloaded``, ``download_passes``, ``bytes_fetched`` (Arrow buffer bytes of the
+        bucket checksums and rows fetched from the two databases; the per-side count, NULL-key
+        and collision queries' few values are not counted) and ``bytes_sent`` (UTF-8 bytes of
+        the SQL in ``queries``, which carries the bucket lists) set; ``queries`` holds the SQL
+        sent to the two databases.
 
     Raises:
         NotImplementedError: a dialect without a row hash here (DuckDB, PostgreSQL, Snowflake and
             BigQuery have one).
         DatabaseError: a table or column is missing, a query fails, or the rows to download
             exceed ``max_download_rows``.
+        ValueError: ``pass_rows`` is below 1.
         CatalogError: a configured column name matches two columns differing only in case.
     """
     import pyarrow as pa
 
+    if pass_rows < 1:
+        raise ValueError(f"pass_rows must be at least 1, got {pass_rows}")
     native = source.dialect == target.dialect == "duckdb" and not portable
     opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
     plan = _plan(source, target, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
@@ -181,12 +230,12 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     ht = _hashes(target, key_columns, compare_columns, native, tt, st, ci)
     qs, qt = _bucket_sql(source, plan.source_rel, hs, buckets), _bucket_sql(target, plan.target_rel, ht, buckets)
     queries += [qs, qt]
-    local = LocalDuckDB()
+    local, fetched = LocalDuckDB(), _Fetched()
     try:
         for name, db, q in (("dw_bs", source, qs), ("dw_bt", target, qt)):
             # one Arrow table registered and copied once (LocalDuckDB.load inserts batch by batch,
             # 1.5 s slower at 1M buckets, and matches column names by case; Snowflake's are upper case)
-            batches = list(db.fetch_batches(q))
+            batches = fetched.batches(db, q)
             src = "(SELECT NULL AS dw_b, NULL AS dw_n, NULL AS dw_sum WHERE FALSE)"
             if batches:
                 local.con.register(name + "_arrow", pa.Table.from_batches(batches))
@@ -197,41 +246,71 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             if batches:
                 local.con.unregister(name + "_arrow")
             del batches
-        differing = [r[0] for r in local.fetch_all(
-            "SELECT COALESCE(s.dw_b, t.dw_b) FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.dw_b = t.dw_b "
-            "WHERE s.dw_n IS DISTINCT FROM t.dw_n OR s.dw_sum IS DISTINCT FROM t.dw_sum ORDER BY 1")]
+        local.execute("CREATE TABLE dw_d AS SELECT COALESCE(s.dw_b, t.dw_b) AS dw_b, "
+                      "COALESCE(s.dw_n, 0) + COALESCE(t.dw_n, 0) AS dw_n, "
+                      "s.dw_n IS DISTINCT FROM t.dw_n OR s.dw_sum IS DISTINCT FROM t.dw_sum AS dw_diff "
+                      "FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.dw_b = t.dw_b")
+        (n_diff, diff_rows, all_rows_n), = local.fetch_all(
+            "SELECT COUNT(*) FILTER (WHERE dw_diff), COALESCE(SUM(dw_n) FILTER (WHERE dw_diff), 0), "
+            "COALESCE(SUM(dw_n), 0) FROM dw_d")
         result = RowDiffResult(queries=queries, warnings=warnings, buckets_compared=buckets,
-                               buckets_downloaded=len(differing), rows_downloaded=0, collisions=collisions,
+                               buckets_downloaded=int(n_diff), rows_downloaded=0, download_passes=0, collisions=collisions,
                                collided_source=collided[0], collided_target=collided[1],
                                timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
         (in_s, in_t), = local.fetch_all("SELECT (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bs), (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bt)")
         result.unstable = [f"{side} {table} changed while read: {n:,} rows counted, {b:,} hashed"
                            for side, table, n, b in (("source", source_table, n_s, in_s), ("target", target_table, n_t, in_t))
                            if int(n) != int(b)]
-        if not differing:
-            return result
-        all_rows = len(differing) > buckets // 2
-        only = "" if all_rows else f"WHERE dw_b IN (SELECT CAST(UNNEST(STRING_SPLIT('{','.join(map(str, differing))}', ',')) AS BIGINT))"
-        (size,) = local.fetch_all(f"SELECT COALESCE(SUM(dw_n), 0) FROM (SELECT dw_b, dw_n FROM dw_bs UNION ALL "
-                                  f"SELECT dw_b, dw_n FROM dw_bt) {only}")[0]
-        if size > max_download_rows:
-            raise DatabaseError(f"{len(differing)} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
-        wanted = None if all_rows else differing
+        if n_diff:
+            all_rows = n_diff > buckets // 2
+            size = int(all_rows_n if all_rows else diff_rows)
+            if size > max_download_rows:
+                raise DatabaseError(f"{n_diff} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
+            _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows, pass_rows, opts,
+                             sample_limit)
+    finally:
+        local.con.close()
+    result.bytes_fetched = fetched.bytes
+    result.bytes_sent = sum(len(q.encode()) for q in result.queries)
+    return _relabel(result, plan.labels)
+
+
+def _download_passes(result: RowDiffResult, local, fetched: _Fetched, source: Database, target: Database, plan,
+                     hs: _Hashes, ht: _Hashes, buckets: int, all_rows: bool, pass_rows: int, opts, sample_limit: int) -> None:
+    """Step 3 in passes of about ``pass_rows`` rows (both sides together; a pass holds at least
+    one bucket): the wanted buckets (the differing ones, or all when more than half differ), in
+    bucket order, are cut where their running row count crosses a multiple of ``pass_rows``;
+    each pass downloads its buckets' rows from both sides, diffs them and is dropped before the
+    next, so the rows held at once are bounded by ``pass_rows``, not by the table size. The bucket
+    lists are built as text in the local DuckDB, never as Python lists."""
+    import pyarrow as pa
+
+    keys, columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
+    local.execute(f"CREATE TABLE dw_p AS SELECT dw_b, CAST((SUM(dw_n) OVER (ORDER BY dw_b ROWS BETWEEN UNBOUNDED PRECEDING "
+                  f"AND CURRENT ROW) - dw_n) // {int(pass_rows)} AS BIGINT) AS dw_pass FROM dw_d "
+                  f"{'' if all_rows else 'WHERE dw_diff'}")
+    passes = local.fetch_all("SELECT dw_pass, MIN(dw_b), MAX(dw_b) FROM dw_p GROUP BY dw_pass ORDER BY dw_pass")
+    for number, low, high in passes:
+        if all_rows:
+            wanted = None if len(passes) == 1 else (int(low), int(high))
+        else:
+            (wanted,), = local.fetch_all(f"SELECT STRING_AGG(CAST(dw_b AS VARCHAR), ',' ORDER BY dw_b) FROM dw_p "
+                                         f"WHERE dw_pass = {int(number)}")
         downloaded = []
         for db, rel, h in ((source, plan.source_rel, hs), (target, plan.target_rel, ht)):
-            q = _download_sql(db, rel, h, key_columns, compare_columns, buckets, wanted)
+            q = _download_sql(db, rel, h, keys, columns, buckets, wanted)
             result.queries.append(q)
-            downloaded.append(list(db.fetch_batches(q)))
+            downloaded.append(fetched.batches(db, q))
         schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
+        if schema is None:
+            continue
         for name, batches in zip(("dw_s", "dw_t"), downloaded):
             tbl = pa.Table.from_batches(batches) if batches else schema.empty_table()
             local.con.register(name, tbl)
             result.rows_downloaded += tbl.num_rows
-        del downloaded
-        diff, _ = _diff_typed(local, "dw_s", "dw_t", key_columns, compare_columns, st, tt, opts, sample_limit)
-    finally:
-        local.con.close()
-    result.missing, result.extra, result.changed = diff.missing, diff.extra, diff.changed
-    result.duplicated_source, result.duplicated_target = diff.duplicated_source, diff.duplicated_target
-    result.changed_columns, result.sample = diff.changed_columns, diff.sample
-    return _relabel(result, plan.labels)
+        del downloaded, tbl
+        part, _ = _diff_typed(local, "dw_s", "dw_t", keys, columns, st, tt, opts, sample_limit)
+        for name in ("dw_s", "dw_t"):
+            local.con.unregister(name)
+        _merge(result, part, sample_limit)
+        result.download_passes += 1
