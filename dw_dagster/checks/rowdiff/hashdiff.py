@@ -11,6 +11,8 @@ cannot disagree on the split (the bucketed-checksum method of data-diff/reladiff
 instead of XOR).
 """
 
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -78,18 +80,15 @@ def _bucket_sql(db: Database, table: str, h: _Hashes, buckets: int) -> str:
             f"{row} AS dw_h FROM (SELECT {h.key} AS dw_kx, {h.row} AS dw_rx FROM {_from(db, table)}) AS i) AS x GROUP BY dw_b")
 
 
-def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: "str | tuple[int, int]") -> str:
-    """``WHERE`` condition selecting the rows of the ``wanted`` buckets: a comma-separated list
-    of bucket numbers, or an inclusive ``(low, high)`` range of them (a download pass when more
-    than half the buckets differ).
+def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: str) -> str:
+    """``WHERE`` condition selecting the rows of the ``wanted`` buckets (a comma-separated list
+    of bucket numbers).
 
     On DuckDB the bucket list travels as one string literal split into a semi-join
     (``IN (SELECT UNNEST(STRING_SPLIT(...)))``): a list of 100,000 numbers as separate SQL tokens
     took 1.25 s to parse and bind per side at 10M rows, the literal 0.2 s for the whole query.
     Other engines get a plain ``IN`` list.
     """
-    if isinstance(wanted, tuple):
-        return f"MOD({key_h}, {buckets}) BETWEEN {int(wanted[0])} AND {int(wanted[1])}"
     if any(c not in "0123456789," for c in wanted):
         raise ValueError(f"a bucket list holds only numbers and commas, got {wanted[:40]!r}")
     if db.dialect == "duckdb":
@@ -98,27 +97,34 @@ def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: "str | tuple[
 
 
 def _download_sql(db: Database, table: str, h: _Hashes, key_columns: Sequence[str], columns: Sequence[str],
-                  buckets: int, wanted: "str | tuple[int, int] | None") -> str:
+                  buckets: int, wanted: str | None, with_bucket: bool = False) -> str:
+    """The rows of the ``wanted`` buckets (all rows when None); with ``with_bucket`` each row's
+    bucket number comes last (``dw_b``), for splitting the rows into passes."""
     exprs = ", ".join(sql.identifier(c).sql("duckdb") for c in [*key_columns, *columns])
     names = sqlglot.transpile(f"SELECT {exprs}", read="duckdb", write=db.dialect)[0][len("SELECT "):]
-    if wanted is None:
+    if wanted is None and not with_bucket:
         return f"SELECT {names} FROM {_from(db, table)}"
-    return (f"SELECT {names} FROM (SELECT {names}, {h.key} AS dw_kx FROM {_from(db, table)}) AS i "
-            f"WHERE {_bucket_filter(db, h.to_int.format(h='dw_kx'), buckets, wanted)}")
+    bucket = f"MOD({h.to_int.format(h='dw_kx')}, {buckets})"
+    where = "" if wanted is None else f" WHERE {_bucket_filter(db, h.to_int.format(h='dw_kx'), buckets, wanted)}"
+    extra = f", CAST({bucket} AS BIGINT) AS dw_b" if with_bucket else ""
+    return f"SELECT {names}{extra} FROM (SELECT {names}, {h.key} AS dw_kx FROM {_from(db, table)}) AS i{where}"
 
 
 class _Fetched:
-    """What the diff fetched from and sent to the two databases: ``bytes`` is the Arrow buffer
-    size (``RecordBatch.nbytes``) of every result set fetched as Arrow (the bucket checksums and
-    the downloaded rows), ``rows`` the rows downloaded."""
+    """What the diff fetched from the two databases: ``bytes`` is the Arrow buffer size
+    (``RecordBatch.nbytes``) of every result set fetched as Arrow (the bucket checksums and the
+    downloaded rows)."""
 
     def __init__(self) -> None:
         self.bytes = 0
 
+    def stream(self, db: Database, query: str):
+        for batch in db.fetch_batches(query):
+            self.bytes += batch.nbytes
+            yield batch
+
     def batches(self, db: Database, query: str) -> list:
-        out = list(db.fetch_batches(query))
-        self.bytes += sum(b.nbytes for b in out)
-        return out
+        return list(self.stream(db, query))
 
 
 def _sort_key(entry) -> tuple:
@@ -127,14 +133,17 @@ def _sort_key(entry) -> tuple:
 
 
 def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> None:
-    """Add one download pass's diff to ``result``; the sample keeps the first ``sample_limit``
-    keys in key order over all passes (a key lands in one pass: passes split by bucket)."""
+    """Add one download pass's diff to ``result``. A key lands in one pass (passes split by
+    bucket), so the counts add up; the samples are gathered and cut back to the first
+    ``sample_limit`` keys in key order whenever they pass twice that (so at most 2 ×
+    ``sample_limit`` entries are held, and each is sorted a few times, not once per pass)."""
     for f in ("missing", "extra", "changed", "duplicated_source", "duplicated_target"):
         setattr(result, f, getattr(result, f) + getattr(part, f))
     for c, n in part.changed_columns.items():
         result.changed_columns[c] = result.changed_columns.get(c, 0) + n
-    if part.sample:
-        result.sample = sorted(result.sample + part.sample, key=_sort_key)[:sample_limit]
+    result.sample += part.sample
+    if len(result.sample) > 2 * sample_limit:
+        result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
 
 
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
@@ -275,42 +284,91 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     return _relabel(result, plan.labels)
 
 
-def _download_passes(result: RowDiffResult, local, fetched: _Fetched, source: Database, target: Database, plan,
-                     hs: _Hashes, ht: _Hashes, buckets: int, all_rows: bool, pass_rows: int, opts, sample_limit: int) -> None:
+def _download_passes(result: RowDiffResult, local: LocalDuckDB, fetched: _Fetched, source: Database, target: Database,
+                     plan, hs: _Hashes, ht: _Hashes, buckets: int, all_rows: bool, pass_rows: int, opts,
+                     sample_limit: int) -> None:
     """Step 3 in passes of about ``pass_rows`` rows (both sides together; a pass holds at least
-    one bucket): the wanted buckets (the differing ones, or all when more than half differ), in
-    bucket order, are cut where their running row count crosses a multiple of ``pass_rows``;
-    each pass downloads its buckets' rows from both sides, diffs them and is dropped before the
-    next, so the rows held at once are bounded by ``pass_rows``, not by the table size. The bucket
-    lists are built as text in the local DuckDB, never as Python lists."""
+    one bucket). The wanted buckets (the differing ones, or all when more than half differ), in
+    bucket order, are cut where their running row count crosses a multiple of ``pass_rows``.
+    One pass: the rows are downloaded and diffed in memory. Several: each side is read once,
+    with each row's bucket, and its rows are written, batch by batch, to one Arrow IPC file per
+    pass in a temporary directory (``tempfile``'s, ``TMPDIR``); then each pass's two files are
+    read back, diffed and dropped. So the rows held at once are bounded by ``pass_rows`` (plus one
+    fetched batch), not by the table, and each table is read once whatever the passes. The
+    bucket lists are built as text in the local DuckDB, never as Python lists."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    keys, columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
+    keys, columns = plan.keys, plan.columns
     local.execute(f"CREATE TABLE dw_p AS SELECT dw_b, CAST((SUM(dw_n) OVER (ORDER BY dw_b ROWS BETWEEN UNBOUNDED PRECEDING "
                   f"AND CURRENT ROW) - dw_n) // {int(pass_rows)} AS BIGINT) AS dw_pass FROM dw_d "
                   f"{'' if all_rows else 'WHERE dw_diff'}")
-    passes = local.fetch_all("SELECT dw_pass, MIN(dw_b), MAX(dw_b) FROM dw_p GROUP BY dw_pass ORDER BY dw_pass")
-    for number, low, high in passes:
-        if all_rows:
-            wanted = None if len(passes) == 1 else (int(low), int(high))
-        else:
-            (wanted,), = local.fetch_all(f"SELECT STRING_AGG(CAST(dw_b AS VARCHAR), ',' ORDER BY dw_b) FROM dw_p "
-                                         f"WHERE dw_pass = {int(number)}")
+    lows = [int(r[0]) for r in local.fetch_all("SELECT MIN(dw_b) FROM dw_p GROUP BY dw_pass ORDER BY 1")]
+    wanted = None if all_rows else local.fetch_all("SELECT STRING_AGG(CAST(dw_b AS VARCHAR), ',' ORDER BY dw_b) FROM dw_p")[0][0]
+    sides = ((source, plan.source_rel, hs), (target, plan.target_rel, ht))
+    if len(lows) == 1:
         downloaded = []
-        for db, rel, h in ((source, plan.source_rel, hs), (target, plan.target_rel, ht)):
+        for db, rel, h in sides:
             q = _download_sql(db, rel, h, keys, columns, buckets, wanted)
             result.queries.append(q)
             downloaded.append(fetched.batches(db, q))
-        schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
-        if schema is None:
-            continue
-        for name, batches in zip(("dw_s", "dw_t"), downloaded):
-            tbl = pa.Table.from_batches(batches) if batches else schema.empty_table()
-            local.con.register(name, tbl)
-            result.rows_downloaded += tbl.num_rows
-        del downloaded, tbl
-        part, _ = _diff_typed(local, "dw_s", "dw_t", keys, columns, st, tt, opts, sample_limit)
+        _diff_pass(result, local, downloaded, plan, opts, sample_limit)
+        return
+    starts = np.asarray(lows, dtype=np.int64)
+    with tempfile.TemporaryDirectory(prefix="dw_rowdiff_") as tmp:
+        files: list[dict[int, str]] = []
+        for side, (db, rel, h) in enumerate(sides):
+            q = _download_sql(db, rel, h, keys, columns, buckets, wanted, with_bucket=True)
+            result.queries.append(q)
+            writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+            try:
+                for batch in fetched.stream(db, q):
+                    if not batch.num_rows:
+                        continue
+                    bucket = pc.cast(batch.column(batch.num_columns - 1), pa.int64()).to_numpy(zero_copy_only=False)
+                    part = np.maximum(np.searchsorted(starts, bucket, side="right") - 1, 0)  # (a bucket read after the sums: pass 0)
+                    order = np.argsort(part, kind="stable")
+                    part = part[order]
+                    rows = batch.select(list(range(batch.num_columns - 1))).take(pa.array(order))
+                    cuts = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
+                    for lo, hi in zip(cuts, cuts[1:]):
+                        k = int(part[lo])
+                        if k not in writers:
+                            writers[k] = pa.ipc.new_file(f"{tmp}/{side}_{k}.arrow", rows.schema)
+                        writers[k].write_batch(rows.slice(lo, hi - lo))
+            finally:
+                for w in writers.values():
+                    w.close()
+            files.append({k: f"{tmp}/{side}_{k}.arrow" for k in writers})
+        for k in range(len(lows)):
+            downloaded = []
+            for side_files in files:
+                path = side_files.get(k)
+                downloaded.append(pa.ipc.open_file(path).read_all().to_batches() if path else [])
+                if path:
+                    os.remove(path)
+            _diff_pass(result, local, downloaded, plan, opts, sample_limit)
+    result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
+
+
+def _diff_pass(result: RowDiffResult, local: LocalDuckDB, downloaded: list[list], plan, opts, sample_limit: int) -> None:
+    """Diff one pass's rows (``downloaded``: the source's and the target's Arrow batches) in the
+    local DuckDB by the typed rules, and add it to ``result``."""
+    import pyarrow as pa
+
+    schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
+    if schema is None:
+        return
+    for name, batches in zip(("dw_s", "dw_t"), downloaded):
+        tbl = pa.Table.from_batches(batches) if batches else schema.empty_table()
+        local.con.register(name, tbl)
+        result.rows_downloaded += tbl.num_rows
+    del downloaded[:], tbl
+    try:
+        part, _ = _diff_typed(local, "dw_s", "dw_t", plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
+    finally:
         for name in ("dw_s", "dw_t"):
             local.con.unregister(name)
-        _merge(result, part, sample_limit)
-        result.download_passes += 1
+    _merge(result, part, sample_limit)
+    result.download_passes += 1
