@@ -20,7 +20,7 @@ as counted by ``row_diff_across``), ``bytes_sent`` (the SQL, which carries the b
 ``bytes_moved`` (their sum), ``rows_downloaded`` and ``download_passes``.
 
 Peer: reladiff ``hashdiff`` on the same two files, each size in a fresh child (its own peak,
-``peer_peak_rss_mb``), stopped after :data:`PEER_TIMEOUT_S` seconds (then ``peer_s`` is None at
+``peer_peak_rss_mb``), stopped after :data:`PEER_TIMEOUT_S` seconds (1,200; ``DW_BENCH_PEER_TIMEOUT_S``) (then ``peer_s`` is None at
 that size and ``peer_note`` says so). Key sets: at every size the peer finished, our differing keys
 (a separate run with the sample as large as the differences, in its own child: its memory is not
 the measured one) and reladiff's are compared by count and by the sha256 of the sorted keys, never
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing as mp
+import os
 import queue
 import resource
 import time
@@ -38,7 +39,7 @@ from pathlib import Path
 
 FRACTIONS = (0.1, 0.3, 1.0)
 COLUMNS = ("region", "amount", "note")
-PEER_TIMEOUT_S = 1200
+PEER_TIMEOUT_S = int(os.environ.get("DW_BENCH_PEER_TIMEOUT_S", "1200"))
 GOAL_MB = 1024
 FLAT_FACTOR = 1.25
 

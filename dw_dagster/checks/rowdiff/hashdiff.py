@@ -65,7 +65,11 @@ def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], na
     keys = [_key_expr(q(c), c, own, other, case_insensitive) for c in key_columns]
     row = [*keys, *(_utc(q(c), own.get(c)) for c in columns)]
     if native:
-        return _Hashes(f"hash({', '.join(keys)})", f"(hash({', '.join(row)}) >> 16)", "{h}")
+        # the bucket takes bits 20 and up of the key's hash: DuckDB's own hash join on the key (the
+        # local diff of a pass) picks its slots from the low bits of the same hash, so bucketing by
+        # those bits packed a pass's rows (a narrow range of buckets) into 1 % of the slots: a 100k-row
+        # join took 11 s instead of 0.03 s
+        return _Hashes(f"(hash({', '.join(keys)}) >> 20)", f"(hash({', '.join(row)}) >> 16)", "{h}")
     return _Hashes(_md5_hex_sql(db.dialect, _row_string(keys)), _md5_hex_sql(db.dialect, _row_string(row)), _HEX48[db.dialect])
 
 
