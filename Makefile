@@ -38,6 +38,8 @@ test: install browser-deps
 	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider
 
 ## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).
+## rowdiff_crossdb_100m (memory curve up to 100M rows per side) runs only by hand:
+## make bench BENCH_ARGS="--scale 10 --repeat 1 --only rowdiff_crossdb_100m" (or --big to add it to the whole run).
 bench: install
 	$(BIN)/python -m pip install --quiet 'reladiff[duckdb,postgresql]'
 	$(BIN)/python -m dw_dagster_tests.benchmarks.run $(BENCH_ARGS)

@@ -231,3 +231,105 @@ def test_across_aware_against_naive_whatever_the_machine_zone(tmp_path, monkeypa
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+
+class _Spy(DuckDBDatabase):
+    """A DuckDB database that records every SQL statement it is sent and the Arrow result sets
+    it returns (``fetched``: query, rows, ``RecordBatch.nbytes`` summed)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.sent, self.fetched = [], []
+
+    def fetch_all(self, sql):
+        self.sent.append(sql)
+        return super().fetch_all(sql)
+
+    def fetch_batches(self, sql, batch_rows=100_000):
+        self.sent.append(sql)
+        batches = list(super().fetch_batches(sql, batch_rows))
+        self.fetched.append((sql, sum(b.num_rows for b in batches), sum(b.nbytes for b in batches)))
+        yield from batches
+
+
+def _tables(rows: int, changed_every: int, missing_every: int) -> tuple[str, str]:
+    """SELECTs of a source table and of its copy with every ``changed_every``-th v changed and
+    every ``missing_every``-th row missing."""
+    return (f"SELECT i AS id, i * 2 AS v, 'n' || (i % 7) AS note FROM range({rows}) r(i)",
+            f"SELECT i AS id, CASE WHEN i % {changed_every} = 1 THEN -1 ELSE i * 2 END AS v, "
+            f"'n' || (i % 7) AS note FROM range({rows}) r(i) WHERE i % {missing_every} <> 3")
+
+
+def _spied_pair(tmp_path, rows: int, changed_every: int, missing_every: int):
+    a, b = _Spy(tmp_path / "a.duckdb"), _Spy(tmp_path / "b.duckdb")
+    for db, select in zip((a, b), _tables(rows, changed_every, missing_every)):
+        db.execute(f"CREATE TABLE t AS {select}")
+    return a, b
+
+
+def _downloads(db):
+    return [(rows, nbytes) for q, rows, nbytes in db.fetched if "dw_sum" not in q]
+
+
+@pytest.mark.parametrize("changed_every", [50, 4], ids=["some_buckets_differ", "most_buckets_differ"])
+def test_across_downloads_in_bounded_passes_with_the_single_pass_answer(tmp_path, monkeypatch, changed_every):
+    """The download is diffed in passes of about ``pass_rows`` rows (both sides), so memory does
+    not grow with the table, and each table is still read once; counts, per-column counts and the
+    key-ordered sample are those of one pass and of the in-database diff. (Before the passes,
+    every differing row was diffed at once: 1,000+ rows here.)"""
+    from dw_dagster.checks.rowdiff import hashdiff
+
+    a, b = _spied_pair(tmp_path, 20_000, changed_every, 40)
+    one = row_diff_across(a, b, "t", "t", ["id"], ["v", "note"], buckets=1024, sample_limit=30)
+    diffed, real = [], hashdiff._diff_typed
+
+    def counting(local, src, tgt, *args):
+        diffed.append(sum(local.fetch_all(f"SELECT COUNT(*) FROM {t}")[0][0] for t in (src, tgt)))
+        return real(local, src, tgt, *args)
+
+    monkeypatch.setattr(hashdiff, "_diff_typed", counting)
+    a.fetched.clear()
+    b.fetched.clear()
+    r = row_diff_across(a, b, "t", "t", ["id"], ["v", "note"], buckets=1024, sample_limit=30, pass_rows=400)
+    assert one.download_passes == 1 and r.download_passes == len(diffed) > 3
+    assert len(_downloads(a)) == len(_downloads(b)) == 1  # each table read once, whatever the passes
+    assert sum(diffed) == r.rows_downloaded == one.rows_downloaded == sum(n for db in (a, b) for n, _ in _downloads(db))
+    biggest_bucket = 2 * 20_000 // 1024 + 40  # a pass may run over by its last bucket
+    assert max(diffed) <= 400 + biggest_bucket
+    n = 20_000 // 40
+    assert (r.missing, r.extra) == (one.missing, one.extra) == (n, 0)
+    assert r.changed == one.changed and r.changed_columns == one.changed_columns == {"v": r.changed}
+    assert [(e.key, e.status) for e in r.sample] == [(e.key, e.status) for e in one.sample]
+    indb = DuckDBDatabase(tmp_path / "both.duckdb")  # the same two tables in one database
+    for name, select in zip(("s", "t"), _tables(20_000, changed_every, 40)):
+        indb.execute(f"CREATE TABLE {name} AS {select}")
+    d = row_diff(indb, "s", "t", ["id"], ["v", "note"], sample_limit=30)
+    assert (d.missing, d.extra, d.changed, d.changed_columns) == (r.missing, r.extra, r.changed, r.changed_columns)
+    assert [(e.key, e.status, e.columns) for e in d.sample] == [(e.key, e.status, e.columns) for e in r.sample]
+
+
+def test_across_pass_rows_must_be_positive(tmp_path):
+    a, b = _spied_pair(tmp_path, 10, 4, 40)
+    with pytest.raises(ValueError, match="pass_rows"):
+        row_diff_across(a, b, "t", "t", ["id"], pass_rows=0)
+
+
+def test_across_bytes_counters_are_what_was_fetched_and_sent(tmp_path):
+    a, b = _spied_pair(tmp_path, 5_000, 100, 1_000_000)  # 50 changed rows, nothing missing
+    r = row_diff_across(a, b, "t", "t", ["id"], ["v", "note"], buckets=1024)
+    fetched = [f for db in (a, b) for f in db.fetched]
+    assert r.bytes_fetched == sum(nbytes for _, _, nbytes in fetched) > 0
+    assert r.bytes_sent == sum(len(q.encode()) for q in r.queries)
+    assert set(r.queries) <= set(a.sent) | set(b.sent)  # every counted query was sent
+    checksums = [nbytes for q, _, nbytes in fetched if "dw_sum" in q]
+    rows = sum(n for db in (a, b) for n, _ in _downloads(db))
+    assert len(checksums) == 2 and r.rows_downloaded == rows and 100 <= rows < 5_000  # only the differing buckets
+    # the downloaded rows' Arrow buffers: an 8-byte id and v each, and the note's text
+    assert r.bytes_fetched - sum(checksums) >= rows * 16
+    a.fetched.clear()  # identical tables: the two checksum result sets only
+    same = row_diff_across(a, a, "t", "t", ["id"], ["v", "note"], buckets=1024)
+    assert same.identical and same.rows_downloaded == 0 and same.download_passes == 0
+    assert [q for q, _, _ in a.fetched if "dw_sum" not in q] == []
+    assert same.bytes_fetched == sum(nbytes for _, _, nbytes in a.fetched) == 2 * checksums[0]
+    assert same.bytes_sent < r.bytes_sent  # no download queries

@@ -67,7 +67,8 @@ def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
         meta["dw/timestamp_rule"] = result.timestamp_rule
     if result.buckets_compared is not None:
         meta.update({"dw/buckets_compared": result.buckets_compared, "dw/buckets_downloaded": result.buckets_downloaded,
-                     "dw/rows_downloaded": result.rows_downloaded})
+                     "dw/rows_downloaded": result.rows_downloaded, "dw/download_passes": result.download_passes,
+                     "dw/bytes_fetched": result.bytes_fetched, "dw/bytes_sent": result.bytes_sent})
     return meta
 
 
@@ -128,7 +129,8 @@ def build_row_diff_check(
         ``dw/collisions`` (normalized keys with their spellings), ``dw/timestamp_rule`` (with a
         precision), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
         (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
-        ``dw/buckets_downloaded``, ``dw/rows_downloaded``. Across databases, a table whose row
+        ``dw/buckets_downloaded``, ``dw/rows_downloaded``, ``dw/download_passes``,
+        ``dw/bytes_fetched``, ``dw/bytes_sent``. Across databases, a table whose row
         count changed between the count and the hashing is read again (3 reads, 2 s apart);
         still changing, the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 

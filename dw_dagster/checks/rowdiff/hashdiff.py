@@ -11,6 +11,8 @@ cannot disagree on the split (the bucketed-checksum method of data-diff/reladiff
 instead of XOR).
 """
 
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -63,7 +65,11 @@ def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], na
     keys = [_key_expr(q(c), c, own, other, case_insensitive) for c in key_columns]
     row = [*keys, *(_utc(q(c), own.get(c)) for c in columns)]
     if native:
-        return _Hashes(f"hash({', '.join(keys)})", f"(hash({', '.join(row)}) >> 16)", "{h}")
+        # the bucket takes bits 20 and up of the key's hash: DuckDB's own hash join on the key (the
+        # local diff of a pass) picks its slots from the low bits of the same hash, so bucketing by
+        # those bits packed a pass's rows (a narrow range of buckets) into 1 % of the slots: a 100k-row
+        # join took 11 s instead of 0.03 s
+        return _Hashes(f"(hash({', '.join(keys)}) >> 20)", f"(hash({', '.join(row)}) >> 16)", "{h}")
     return _Hashes(_md5_hex_sql(db.dialect, _row_string(keys)), _md5_hex_sql(db.dialect, _row_string(row)), _HEX48[db.dialect])
 
 
@@ -78,28 +84,70 @@ def _bucket_sql(db: Database, table: str, h: _Hashes, buckets: int) -> str:
             f"{row} AS dw_h FROM (SELECT {h.key} AS dw_kx, {h.row} AS dw_rx FROM {_from(db, table)}) AS i) AS x GROUP BY dw_b")
 
 
-def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: Sequence[int]) -> str:
-    """``WHERE`` condition selecting the rows of the ``wanted`` buckets.
+def _bucket_filter(db: Database, key_h: str, buckets: int, wanted: str) -> str:
+    """``WHERE`` condition selecting the rows of the ``wanted`` buckets (a comma-separated list
+    of bucket numbers).
 
     On DuckDB the bucket list travels as one string literal split into a semi-join
     (``IN (SELECT UNNEST(STRING_SPLIT(...)))``): a list of 100,000 numbers as separate SQL tokens
     took 1.25 s to parse and bind per side at 10M rows, the literal 0.2 s for the whole query.
     Other engines get a plain ``IN`` list.
     """
-    listed = ",".join(str(int(b)) for b in wanted)
+    if any(c not in "0123456789," for c in wanted):
+        raise ValueError(f"a bucket list holds only numbers and commas, got {wanted[:40]!r}")
     if db.dialect == "duckdb":
-        return f"MOD({key_h}, {buckets}) IN (SELECT CAST(UNNEST(STRING_SPLIT('{listed}', ',')) AS BIGINT))"
-    return f"MOD({key_h}, {buckets}) IN ({listed})"
+        return f"MOD({key_h}, {buckets}) IN (SELECT CAST(UNNEST(STRING_SPLIT('{wanted}', ',')) AS BIGINT))"
+    return f"MOD({key_h}, {buckets}) IN ({wanted})"
 
 
 def _download_sql(db: Database, table: str, h: _Hashes, key_columns: Sequence[str], columns: Sequence[str],
-                  buckets: int, wanted: Sequence[int] | None) -> str:
+                  buckets: int, wanted: str | None, with_bucket: bool = False) -> str:
+    """The rows of the ``wanted`` buckets (all rows when None); with ``with_bucket`` each row's
+    bucket number comes last (``dw_b``), for splitting the rows into passes."""
     exprs = ", ".join(sql.identifier(c).sql("duckdb") for c in [*key_columns, *columns])
     names = sqlglot.transpile(f"SELECT {exprs}", read="duckdb", write=db.dialect)[0][len("SELECT "):]
-    if wanted is None:
+    if wanted is None and not with_bucket:
         return f"SELECT {names} FROM {_from(db, table)}"
-    return (f"SELECT {names} FROM (SELECT {names}, {h.key} AS dw_kx FROM {_from(db, table)}) AS i "
-            f"WHERE {_bucket_filter(db, h.to_int.format(h='dw_kx'), buckets, wanted)}")
+    bucket = f"MOD({h.to_int.format(h='dw_kx')}, {buckets})"
+    where = "" if wanted is None else f" WHERE {_bucket_filter(db, h.to_int.format(h='dw_kx'), buckets, wanted)}"
+    extra = f", CAST({bucket} AS BIGINT) AS dw_b" if with_bucket else ""
+    return f"SELECT {names}{extra} FROM (SELECT {names}, {h.key} AS dw_kx FROM {_from(db, table)}) AS i{where}"
+
+
+class _Fetched:
+    """What the diff fetched from the two databases: ``bytes`` is the Arrow buffer size
+    (``RecordBatch.nbytes``) of every result set fetched as Arrow (the bucket checksums and the
+    downloaded rows)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def stream(self, db: Database, query: str):
+        for batch in db.fetch_batches(query):
+            self.bytes += batch.nbytes
+            yield batch
+
+    def batches(self, db: Database, query: str) -> list:
+        return list(self.stream(db, query))
+
+
+def _sort_key(entry) -> tuple:
+    """Key order of the single-pass diff (NULLs first) for merging the passes' samples."""
+    return tuple((v is not None, v) for v in entry.key)
+
+
+def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> None:
+    """Add one download pass's diff to ``result``. A key lands in one pass (passes split by
+    bucket), so the counts add up; the samples are gathered and cut back to the first
+    ``sample_limit`` keys in key order whenever they pass twice that (so at most 2 ×
+    ``sample_limit`` entries are held, and each is sorted a few times, not once per pass)."""
+    for f in ("missing", "extra", "changed", "duplicated_source", "duplicated_target"):
+        setattr(result, f, getattr(result, f) + getattr(part, f))
+    for c, n in part.changed_columns.items():
+        result.changed_columns[c] = result.changed_columns.get(c, 0) + n
+    result.sample += part.sample
+    if len(result.sample) > 2 * sample_limit:
+        result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
 
 
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
@@ -108,7 +156,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                     timestamp_rounding: str = "tolerate", case_insensitive_keys: bool = False,
                     trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
-                    max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False) -> RowDiffResult:
+                    max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
+                    pass_rows: int = 2_000_000) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
@@ -122,7 +171,10 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
        buckets differ), with their native types, and diffed locally by :func:`row_diff`'s
        typed comparison using the types each table has in its own database, so tolerances,
        ``CHAR`` padding, timestamp precision and case-insensitive keys mean the same as in one
-       database, and the result has the same shape and ordering.
+       database, and the result has the same shape and ordering. The download runs in passes
+       of about ``pass_rows`` rows (:func:`_download_passes`), each diffed and dropped before
+       the next, so memory does not grow with the table: each extra pass costs one more scan
+       of each table.
 
     The row hashes are DuckDB's native ``hash`` when both sides are DuckDB (about 27× faster
     than md5, ``shared/reference/reconciliation_and_anomaly.md`` §1.4), else md5 over each
@@ -143,20 +195,30 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         max_download_rows: refuse (raise) rather than download more rows than this in step 3.
         sample_limit: how many differing keys to keep (the counts cover all of them).
         portable: use the md5 row hash even between two DuckDB databases.
+        pass_rows: rows (both sides together) downloaded and diffed per pass, about; bounds the
+            memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
+            local join over them).
 
     Returns:
-        A :class:`RowDiffResult` with ``buckets_compared``, ``buckets_downloaded`` and
-        ``rows_downloaded`` set; ``queries`` holds the SQL sent to the two databases.
+        A :class:`RowDiffResult` with ``buckets_compared``, ``buckets_downloaded``,
+        ``rows_downloaded``, ``download_passes``, ``bytes_fetched`` (Arrow buffer bytes of the
+        bucket checksums and rows fetched from the two databases; the per-side count, NULL-key
+        and collision queries' few values are not counted) and ``bytes_sent`` (UTF-8 bytes of
+        the SQL in ``queries``, which carries the bucket lists) set; ``queries`` holds the SQL
+        sent to the two databases.
 
     Raises:
         NotImplementedError: a dialect without a row hash here (DuckDB, PostgreSQL, Snowflake and
             BigQuery have one).
         DatabaseError: a table or column is missing, a query fails, or the rows to download
             exceed ``max_download_rows``.
+        ValueError: ``pass_rows`` is below 1.
         CatalogError: a configured column name matches two columns differing only in case.
     """
     import pyarrow as pa
 
+    if pass_rows < 1:
+        raise ValueError(f"pass_rows must be at least 1, got {pass_rows}")
     native = source.dialect == target.dialect == "duckdb" and not portable
     opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
     plan = _plan(source, target, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
@@ -181,12 +243,12 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     ht = _hashes(target, key_columns, compare_columns, native, tt, st, ci)
     qs, qt = _bucket_sql(source, plan.source_rel, hs, buckets), _bucket_sql(target, plan.target_rel, ht, buckets)
     queries += [qs, qt]
-    local = LocalDuckDB()
+    local, fetched = LocalDuckDB(), _Fetched()
     try:
         for name, db, q in (("dw_bs", source, qs), ("dw_bt", target, qt)):
             # one Arrow table registered and copied once (LocalDuckDB.load inserts batch by batch,
             # 1.5 s slower at 1M buckets, and matches column names by case; Snowflake's are upper case)
-            batches = list(db.fetch_batches(q))
+            batches = fetched.batches(db, q)
             src = "(SELECT NULL AS dw_b, NULL AS dw_n, NULL AS dw_sum WHERE FALSE)"
             if batches:
                 local.con.register(name + "_arrow", pa.Table.from_batches(batches))
@@ -197,41 +259,120 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             if batches:
                 local.con.unregister(name + "_arrow")
             del batches
-        differing = [r[0] for r in local.fetch_all(
-            "SELECT COALESCE(s.dw_b, t.dw_b) FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.dw_b = t.dw_b "
-            "WHERE s.dw_n IS DISTINCT FROM t.dw_n OR s.dw_sum IS DISTINCT FROM t.dw_sum ORDER BY 1")]
+        local.execute("CREATE TABLE dw_d AS SELECT COALESCE(s.dw_b, t.dw_b) AS dw_b, "
+                      "COALESCE(s.dw_n, 0) + COALESCE(t.dw_n, 0) AS dw_n, "
+                      "s.dw_n IS DISTINCT FROM t.dw_n OR s.dw_sum IS DISTINCT FROM t.dw_sum AS dw_diff "
+                      "FROM dw_bs s FULL OUTER JOIN dw_bt t ON s.dw_b = t.dw_b")
+        (n_diff, diff_rows, all_rows_n), = local.fetch_all(
+            "SELECT COUNT(*) FILTER (WHERE dw_diff), COALESCE(SUM(dw_n) FILTER (WHERE dw_diff), 0), "
+            "COALESCE(SUM(dw_n), 0) FROM dw_d")
         result = RowDiffResult(queries=queries, warnings=warnings, buckets_compared=buckets,
-                               buckets_downloaded=len(differing), rows_downloaded=0, collisions=collisions,
+                               buckets_downloaded=int(n_diff), rows_downloaded=0, download_passes=0, collisions=collisions,
                                collided_source=collided[0], collided_target=collided[1],
                                timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
         (in_s, in_t), = local.fetch_all("SELECT (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bs), (SELECT COALESCE(SUM(dw_n), 0) FROM dw_bt)")
         result.unstable = [f"{side} {table} changed while read: {n:,} rows counted, {b:,} hashed"
                            for side, table, n, b in (("source", source_table, n_s, in_s), ("target", target_table, n_t, in_t))
                            if int(n) != int(b)]
-        if not differing:
-            return result
-        all_rows = len(differing) > buckets // 2
-        only = "" if all_rows else f"WHERE dw_b IN (SELECT CAST(UNNEST(STRING_SPLIT('{','.join(map(str, differing))}', ',')) AS BIGINT))"
-        (size,) = local.fetch_all(f"SELECT COALESCE(SUM(dw_n), 0) FROM (SELECT dw_b, dw_n FROM dw_bs UNION ALL "
-                                  f"SELECT dw_b, dw_n FROM dw_bt) {only}")[0]
-        if size > max_download_rows:
-            raise DatabaseError(f"{len(differing)} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
-        wanted = None if all_rows else differing
-        downloaded = []
-        for db, rel, h in ((source, plan.source_rel, hs), (target, plan.target_rel, ht)):
-            q = _download_sql(db, rel, h, key_columns, compare_columns, buckets, wanted)
-            result.queries.append(q)
-            downloaded.append(list(db.fetch_batches(q)))
-        schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
-        for name, batches in zip(("dw_s", "dw_t"), downloaded):
-            tbl = pa.Table.from_batches(batches) if batches else schema.empty_table()
-            local.con.register(name, tbl)
-            result.rows_downloaded += tbl.num_rows
-        del downloaded
-        diff, _ = _diff_typed(local, "dw_s", "dw_t", key_columns, compare_columns, st, tt, opts, sample_limit)
+        if n_diff:
+            all_rows = n_diff > buckets // 2
+            size = int(all_rows_n if all_rows else diff_rows)
+            if size > max_download_rows:
+                raise DatabaseError(f"{n_diff} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
+            _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows, pass_rows, opts,
+                             sample_limit)
     finally:
         local.con.close()
-    result.missing, result.extra, result.changed = diff.missing, diff.extra, diff.changed
-    result.duplicated_source, result.duplicated_target = diff.duplicated_source, diff.duplicated_target
-    result.changed_columns, result.sample = diff.changed_columns, diff.sample
+    result.bytes_fetched = fetched.bytes
+    result.bytes_sent = sum(len(q.encode()) for q in result.queries)
     return _relabel(result, plan.labels)
+
+
+def _download_passes(result: RowDiffResult, local: LocalDuckDB, fetched: _Fetched, source: Database, target: Database,
+                     plan, hs: _Hashes, ht: _Hashes, buckets: int, all_rows: bool, pass_rows: int, opts,
+                     sample_limit: int) -> None:
+    """Step 3 in passes of about ``pass_rows`` rows (both sides together; a pass holds at least
+    one bucket). The wanted buckets (the differing ones, or all when more than half differ), in
+    bucket order, are cut where their running row count crosses a multiple of ``pass_rows``.
+    One pass: the rows are downloaded and diffed in memory. Several: each side is read once,
+    with each row's bucket, and its rows are written, batch by batch, to one Arrow IPC file per
+    pass in a temporary directory (``tempfile``'s, ``TMPDIR``); then each pass's two files are
+    read back, diffed and dropped. So the rows held at once are bounded by ``pass_rows`` (plus one
+    fetched batch), not by the table, and each table is read once whatever the passes. The
+    bucket lists are built as text in the local DuckDB, never as Python lists."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys, columns = plan.keys, plan.columns
+    local.execute(f"CREATE TABLE dw_p AS SELECT dw_b, CAST((SUM(dw_n) OVER (ORDER BY dw_b ROWS BETWEEN UNBOUNDED PRECEDING "
+                  f"AND CURRENT ROW) - dw_n) // {int(pass_rows)} AS BIGINT) AS dw_pass FROM dw_d "
+                  f"{'' if all_rows else 'WHERE dw_diff'}")
+    lows = [int(r[0]) for r in local.fetch_all("SELECT MIN(dw_b) FROM dw_p GROUP BY dw_pass ORDER BY 1")]
+    wanted = None if all_rows else local.fetch_all("SELECT STRING_AGG(CAST(dw_b AS VARCHAR), ',' ORDER BY dw_b) FROM dw_p")[0][0]
+    sides = ((source, plan.source_rel, hs), (target, plan.target_rel, ht))
+    if len(lows) == 1:
+        downloaded = []
+        for db, rel, h in sides:
+            q = _download_sql(db, rel, h, keys, columns, buckets, wanted)
+            result.queries.append(q)
+            downloaded.append(fetched.batches(db, q))
+        _diff_pass(result, local, downloaded, plan, opts, sample_limit)
+        return
+    starts = np.asarray(lows, dtype=np.int64)
+    with tempfile.TemporaryDirectory(prefix="dw_rowdiff_") as tmp:
+        files: list[dict[int, str]] = []
+        for side, (db, rel, h) in enumerate(sides):
+            q = _download_sql(db, rel, h, keys, columns, buckets, wanted, with_bucket=True)
+            result.queries.append(q)
+            writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+            try:
+                for batch in fetched.stream(db, q):
+                    if not batch.num_rows:
+                        continue
+                    bucket = pc.cast(batch.column(batch.num_columns - 1), pa.int64()).to_numpy(zero_copy_only=False)
+                    part = np.maximum(np.searchsorted(starts, bucket, side="right") - 1, 0)  # (a bucket read after the sums: pass 0)
+                    order = np.argsort(part, kind="stable")
+                    part = part[order]
+                    rows = batch.select(list(range(batch.num_columns - 1))).take(pa.array(order))
+                    cuts = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
+                    for lo, hi in zip(cuts, cuts[1:]):
+                        k = int(part[lo])
+                        if k not in writers:
+                            writers[k] = pa.ipc.new_file(f"{tmp}/{side}_{k}.arrow", rows.schema)
+                        writers[k].write_batch(rows.slice(lo, hi - lo))
+            finally:
+                for w in writers.values():
+                    w.close()
+            files.append({k: f"{tmp}/{side}_{k}.arrow" for k in writers})
+        for k in range(len(lows)):
+            downloaded = []
+            for side_files in files:
+                path = side_files.get(k)
+                downloaded.append(pa.ipc.open_file(path).read_all().to_batches() if path else [])
+                if path:
+                    os.remove(path)
+            _diff_pass(result, local, downloaded, plan, opts, sample_limit)
+    result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
+
+
+def _diff_pass(result: RowDiffResult, local: LocalDuckDB, downloaded: list[list], plan, opts, sample_limit: int) -> None:
+    """Diff one pass's rows (``downloaded``: the source's and the target's Arrow batches) in the
+    local DuckDB by the typed rules, and add it to ``result``."""
+    import pyarrow as pa
+
+    schema = next((bs[0].schema for bs in downloaded if bs), None)  # an empty side borrows the other's
+    if schema is None:
+        return
+    for name, batches in zip(("dw_s", "dw_t"), downloaded):
+        tbl = pa.Table.from_batches(batches) if batches else schema.empty_table()
+        local.con.register(name, tbl)
+        result.rows_downloaded += tbl.num_rows
+    del downloaded[:], tbl
+    try:
+        part, _ = _diff_typed(local, "dw_s", "dw_t", plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
+    finally:
+        for name in ("dw_s", "dw_t"):
+            local.con.unregister(name)
+    _merge(result, part, sample_limit)
+    result.download_passes += 1

@@ -93,6 +93,10 @@ class RowDiffResult(BaseModel):
     buckets_compared: int | None = None
     buckets_downloaded: int | None = None
     rows_downloaded: int | None = None
+    download_passes: int | None = Field(default=None, description="across databases: passes the download ran in")
+    bytes_fetched: int | None = Field(default=None, description="across databases: Arrow buffer bytes of the bucket "
+                                      "checksums and rows fetched from the two databases")
+    bytes_sent: int | None = Field(default=None, description="across databases: UTF-8 bytes of the SQL sent to them")
 
     @property
     def identical(self) -> bool:
