@@ -54,7 +54,7 @@ def _edit(engine, spec_id: str, **values) -> None:
     {"unobserved": "x"},                     # text in an integer column (SQLite keeps it)
     {"recorded_at": "abc"},                  # text in a float column
     {"observed_at": "yesterday"},
-    {"last_status": 7},
+    {"entries": "[[null, 5, 6]]"},           # not a pair
 ], ids=lambda v: next(iter(v)) + "=" + str(next(iter(v.values()))))
 def test_a_hand_edited_row_is_left_out_and_the_others_still_load(tmp_path, values):
     """store.load: "a row whose entries is not the JSON this module writes is left out too". One
