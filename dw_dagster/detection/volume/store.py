@@ -251,8 +251,16 @@ class VolumeHistoryStore:
 
     def search(self, contains: str | None = None, limit: int = 1000) -> dict[str, TableHistory]:
         """Stored histories whose spec id contains ``contains`` (case-insensitive; None: all), by spec id,
-        at most ``limit`` (one indexed query; the ``LIKE`` pattern is a bound parameter)."""
-        q = sa.select(history_t).order_by(history_t.c.spec_id).limit(limit)
+        at most ``limit``. One query: an ASCII ``contains`` is a ``LIKE`` pattern (a bound parameter,
+        ``%``, ``_`` and ``\\`` matched literally); any other is matched in Python on the spec ids
+        (SQLite's ``lower()`` folds ASCII letters only, so ``Ü`` would never match ``ü``)."""
+        q = sa.select(history_t.c.spec_id).order_by(history_t.c.spec_id)
+        if contains and not contains.isascii():
+            want = contains.casefold()
+            with self.engine.connect() as conn:
+                found = [sid for sid in conn.execute(q).scalars() if want in sid.casefold()][:limit]
+            return self.load(found)
+        q = q.limit(limit)
         if contains:
             escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             q = q.where(sa.func.lower(history_t.c.spec_id).like(f"%{escaped}%", escape="\\"))
