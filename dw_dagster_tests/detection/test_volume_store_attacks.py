@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from dw_dagster.core import records
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.detection.volume import VolumeTable, build_volume_sensor
+from dw_dagster.detection.volume import store as store_mod
 from dw_dagster.detection.volume.history import TableHistory
 from dw_dagster.detection.volume.store import VolumeHistoryStore, history_t, store_for
 from dw_dagster_tests.detection.test_volume_sensor import SENSOR, Clock, daemon_for, fill, volume_obs
@@ -106,7 +107,7 @@ def _sqlite_instance(tmp_path) -> dg.DagsterInstance:
     return dg.DagsterInstance.local_temp(str(home))
 
 
-def test_counts_a_locked_store_did_not_take_are_written_on_a_later_tick(wh, tmp_path):
+def test_counts_a_locked_store_did_not_take_are_written_on_a_later_tick(wh, tmp_path, monkeypatch):
     """store.py: "a restarted code server loses nothing". Another process held the ledger's SQLite
     write lock beyond the busy timeout during a tick: the tick logged "store not written", but the
     tables it changed were never written later (only tables changed again were), so a restart read
@@ -115,7 +116,7 @@ def test_counts_a_locked_store_did_not_take_are_written_on_a_later_tick(wh, tmp_
     clock = Clock()
     specs = [VolumeTable(f"pos.t{i}", f"t{i}") for i in range(2)]
     engine = ledger_for(instance).engine
-    sa.event.listen(engine, "connect", lambda c, _r: c.execute("PRAGMA busy_timeout = 200"))
+    monkeypatch.setattr(store_mod, "WRITE_WAIT_S", 0.2)
     daemon = daemon_for(build_volume_sensor(tables=specs, databases={"warehouse": wh}, min_history=2, clock=clock),
                         instance)
     for n in range(3):
@@ -345,3 +346,89 @@ def test_two_processes_ticking_at_once_open_one_incident(wh, monkeypatch):
     monkeypatch.setattr(sensor_mod, "open_incident", open_then_race)
     a.tick(SENSOR)
     assert raced and len(records.incidents(instance)) == 1
+
+
+# -- the PostgreSQL path: a dagster-postgres instance -----------------------------------------
+
+
+@pytest.fixture
+def pg_instance():
+    from dw_dagster_tests.harness.dagster_dev import postgres_database
+
+    with postgres_database("postgresql://postgres@127.0.0.1:5432") as url:
+        url = "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+        with dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as instance:
+            yield instance
+            ledger_for(instance).engine.dispose()
+
+
+def test_on_postgresql_a_dropped_store_and_a_hand_edited_row_lose_nothing(wh, pg_instance):
+    instance, clock = pg_instance, Clock()
+    specs = [VolumeTable(f"pos.t{i}", f"t{i}") for i in range(2)]
+
+    def sensor():
+        return daemon_for(build_volume_sensor(tables=specs, databases={"warehouse": wh}, min_history=2, clock=clock),
+                          instance)
+
+    daemon = sensor()
+    for n in range(2):
+        for i in range(2):
+            fill(wh, f"pos.t{i}", 100 + n)
+        clock.advance(hours=1)
+        daemon.tick(SENSOR)
+    st = store_for(instance)
+    assert st.engine.dialect.name == "postgresql"
+    with st.engine.begin() as conn:
+        history_t.drop(conn)
+    for i in range(2):
+        fill(wh, f"pos.t{i}", 102)
+    clock.advance(hours=1)
+    assert "store not written" not in daemon.tick(SENSOR).skip_reason
+    with st.engine.begin() as conn:
+        conn.execute(sa.update(history_t).where(history_t.c.spec_id == "warehouse:pos.t0").values(entries="[[null, -3]]"))
+    restarted = sensor()
+    for i in range(2):
+        fill(wh, f"pos.t{i}", 5)
+    clock.advance(hours=1)
+    tick = restarted.tick(SENSOR)
+    assert "the row of warehouse:pos.t0 is left out" in tick.skip_reason
+    assert [volume_obs(instance, f"t{i}")[-1]["dw/volume_status"] for i in range(2)] == ["low", "low"]
+    assert volume_obs(instance, "t1")[-1]["dw/volume_baseline_n"] == 3  # the drop lost nothing: written again whole
+
+
+def test_on_postgresql_a_store_row_locked_by_another_process_does_not_hang_the_tick(wh, pg_instance, monkeypatch):
+    """A tick never hangs past the daemon's sensor timeout (60 s): another session holding a lock on
+    a store row (a long transaction, a hand edit left open) made the tick's upsert wait for as long
+    as the lock was held - PostgreSQL has no lock timeout by default."""
+    import threading
+    import time
+
+    instance, clock = pg_instance, Clock()
+    monkeypatch.setattr(store_mod, "WRITE_WAIT_S", 1.0)
+    specs = [VolumeTable("pos.t0", "t0")]
+    daemon = daemon_for(build_volume_sensor(tables=specs, databases={"warehouse": wh}, clock=clock), instance)
+    fill(wh, "pos.t0", 100)
+    clock.advance(hours=1)
+    daemon.tick(SENSOR)
+    engine = store_for(instance).engine
+    holder = engine.connect()
+    tx = holder.begin()
+    holder.execute(sa.select(history_t).where(history_t.c.spec_id == "warehouse:pos.t0").with_for_update())
+    release = threading.Timer(40, tx.rollback)
+    release.start()
+    try:
+        fill(wh, "pos.t0", 101)
+        clock.advance(hours=1)
+        t0 = time.monotonic()
+        tick = daemon.tick(SENSOR)
+        waited = time.monotonic() - t0
+    finally:
+        release.cancel()
+        if tx.is_active:
+            tx.rollback()
+        holder.close()
+    assert waited < 10, waited
+    assert "row-count history store not written" in tick.skip_reason
+    clock.advance(minutes=5)
+    daemon.tick(SENSOR)  # the lock is gone: the count the locked tick recorded is written now
+    assert [r for _, r in store_for(instance).load(["warehouse:pos.t0"])["warehouse:pos.t0"].entries] == [100, 101]

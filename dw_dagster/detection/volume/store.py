@@ -38,8 +38,11 @@ transaction: one upsert (``INSERT ... ON CONFLICT (spec_id) DO UPDATE``, SQLite 
 compiled once and executed for the rows in batches of 1,000, so a restarted code server loses
 nothing. A tick the daemon evaluates again with the previous cursor (it failed to store the
 result) scores from the in-process snapshot that cursor names, not from the store, and writes the
-same tables again. A store that cannot be written is logged and named in the tick's summary; the
-in-process history keeps the counts.
+same tables again. A store that cannot be written (a lock another session holds for more than
+:data:`WRITE_WAIT_S` seconds, a dropped table is created again first) is logged and named in the
+tick's summary; the in-process history keeps the counts and the next tick writes them. A
+hand-edited row that is not what this module writes is left out when read, and the tick's
+summary names it (the table is rebuilt from its observations).
 
 When it is read
 ---------------
@@ -87,6 +90,10 @@ CHUNK = 1000
 
 #: seconds a tick spends at most rebuilding histories from observations (the rest wait for later ticks)
 REBUILD_BUDGET_S = 20.0
+
+#: seconds a store write waits at most for a lock another session holds (then it fails and is retried
+#: next tick): well inside Dagster's 60 s sensor evaluation timeout
+WRITE_WAIT_S = 10.0
 
 _created: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
@@ -156,12 +163,13 @@ def _history(r) -> TableHistory:
                         last_status=_text(r.last_status, "last_status"))
 
 
-def _missing(engine: Engine) -> bool:
-    """True when the store's table is not there (dropped while this process had created it)."""
-    try:
-        return not sa.inspect(engine).has_table(history_t.name)
-    except sa.exc.SQLAlchemyError:
-        return False
+def _missing(error: sa.exc.DBAPIError) -> bool:
+    """True when ``error`` says the store's table is not there (dropped while this process had
+    created it): SQLite's "no such table", PostgreSQL's SQLSTATE 42P01. Read from the error, never
+    by asking the database (which would wait for the very lock that may have caused it)."""
+    orig = error.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code == "42P01" or "no such table" in str(orig)
 
 
 class VolumeHistoryStore:
@@ -199,8 +207,8 @@ class VolumeHistoryStore:
                             if on_error:
                                 on_error(f"row-count history store: the row of {r.spec_id} is left out "
                                          f"(rebuilt from its observations): {e}")
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError):
-            if not _missing(self.engine):
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
+            if not _missing(e):
                 raise
             _created.discard(self.engine)
             _ensure(self.engine)
@@ -216,8 +224,9 @@ class VolumeHistoryStore:
             Rows written.
 
         Raises:
-            sqlalchemy.exc.SQLAlchemyError: the database refuses the write (locked beyond its busy
-                timeout, unreachable); nothing of this call is written."""
+            sqlalchemy.exc.SQLAlchemyError: the database refuses the write (a lock held by another
+                session for more than :data:`WRITE_WAIT_S` seconds, unreachable); nothing of this
+                call is written."""
         if not histories:
             return 0
         now = time.time()
@@ -238,12 +247,18 @@ class VolumeHistoryStore:
                                                 "unobserved", "last_status", "updated_at")})
         for attempt in (0, 1):
             try:
-                with self.engine.begin() as conn:  # one statement compiled once, executed for many rows (executemany)
-                    for start in range(0, len(rows), CHUNK):
-                        conn.execute(stmt, rows[start:start + CHUNK])
+                with self.engine.connect() as conn:
+                    wait_ms = int(WRITE_WAIT_S * 1000)
+                    if self.engine.dialect.name == "sqlite":  # before BEGIN, which is where SQLite waits
+                        conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                    with conn.begin():  # one statement compiled once, executed for many rows (executemany)
+                        if self.engine.dialect.name == "postgresql":  # PostgreSQL waits for a row lock forever
+                            conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
+                        for start in range(0, len(rows), CHUNK):
+                            conn.execute(stmt, rows[start:start + CHUNK])
                 return len(rows)
-            except (sa.exc.OperationalError, sa.exc.ProgrammingError):
-                if attempt or not _missing(self.engine):
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
+                if attempt or not _missing(e):
                     raise
                 _created.discard(self.engine)  # the table was dropped while this process ran: create it again
                 _ensure(self.engine)
