@@ -432,3 +432,45 @@ def test_on_postgresql_a_store_row_locked_by_another_process_does_not_hang_the_t
     clock.advance(minutes=5)
     daemon.tick(SENSOR)  # the lock is gone: the count the locked tick recorded is written now
     assert [r for _, r in store_for(instance).load(["warehouse:pos.t0"])["warehouse:pos.t0"].entries] == [100, 101]
+
+
+# -- attacks that held (kept as tests) --------------------------------------------------------
+
+
+def test_a_restart_in_summary_mode_scores_against_every_recorded_count_not_only_the_shown_ones(wh):
+    instance = dg.DagsterInstance.ephemeral()
+    clock = Clock()
+    specs = [VolumeTable("pos.t0", "t0")]
+
+    def sensor():
+        return daemon_for(build_volume_sensor(tables=specs, databases={"warehouse": wh}, min_history=3,
+                                              observations="summary", clock=clock), instance)
+
+    daemon = sensor()
+    for n in (1000, 1001, 1002, 1003, 1004):
+        fill(wh, "pos.t0", n)
+        clock.advance(minutes=5)
+        daemon.tick(SENSOR)
+    assert len(volume_obs(instance, "t0")) == 2  # first sight and the change to "ok" (1003); 1001, 1002 and 1004 not shown
+    restarted = sensor()  # a new code server, and the cursor lost
+    fill(wh, "pos.t0", 10)
+    clock.advance(minutes=5)
+    assert "1 from the history store" in restarted.tick(SENSOR).skip_reason
+    last = volume_obs(instance, "t0")[-1]
+    assert (last["dw/volume_status"], last["dw/volume_baseline_n"], last["dw/volume_unobserved_counts"]) == ("low", 5, 1)
+    assert len(records.incidents(instance)) == 1
+
+
+def test_a_hand_edited_row_with_a_huge_history_is_cut_back_to_history_length(wh):
+    instance = dg.DagsterInstance.ephemeral()
+    clock = Clock()
+    specs = [VolumeTable("pos.t0", "t0")]
+    store_for(instance).save({"warehouse:pos.t0": TableHistory(entries=tuple((None, 1000 + i % 3) for i in range(100_000)),
+                                                               recorded_at=clock().timestamp(), last_status="ok")})
+    daemon = daemon_for(build_volume_sensor(tables=specs, databases={"warehouse": wh}, history_length=5, min_history=3,
+                                            clock=clock), instance)
+    fill(wh, "pos.t0", 1001)
+    clock.advance(hours=1)
+    daemon.tick(SENSOR)
+    assert volume_obs(instance, "t0")[-1]["dw/volume_baseline_n"] == 5
+    assert len(store_for(instance).load(["warehouse:pos.t0"])["warehouse:pos.t0"].entries) == 5
