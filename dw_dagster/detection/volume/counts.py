@@ -125,6 +125,10 @@ def _check_name(what: str, name: str, *, table: bool) -> None:
         raise sql.UnsafeIdentifierError(f"volume sensor: {what}: {e}") from None
 
 
+#: longest spec id (``database:table[#partition_column]``): the row-count history store's key column
+MAX_SPEC_ID_CHARS = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class VolumeTable:
     """One watched table: where it lives, which asset it belongs to, what to count.
@@ -153,8 +157,9 @@ class VolumeTable:
         dw_dagster.databases.sql.UnsafeIdentifierError: a table or column name is empty, longer than 255
             characters, has more than 3 parts, or holds a control character, a backslash, a
             backtick, a quote, ``;``, ``--``, ``/*`` or leading/trailing blanks.
-        ValueError: ``database`` is not a valid resource key, or ``partition`` is given without
-            ``partition_column``.
+        ValueError: ``database`` is not a valid resource key, ``partition`` is given without
+            ``partition_column``, or the spec id (``database:table[#partition_column]``) is longer
+            than :data:`MAX_SPEC_ID_CHARS` (the history store's key).
     """
 
     table: str
@@ -182,6 +187,9 @@ class VolumeTable:
             object.__setattr__(self, "partition", days_ago(1))
         object.__setattr__(self, "_id", f"{self.database}:{self.table}"
                            + (f"#{self.partition_column}" if self.partition_column else ""))
+        if len(self._id) > MAX_SPEC_ID_CHARS:  # type: ignore[attr-defined]
+            raise ValueError(f"volume sensor: spec id {self._id[:60]}... is {len(self._id)} characters: the row-count "  # type: ignore[attr-defined]
+                             f"history store keys tables by spec id, at most {MAX_SPEC_ID_CHARS}")
         object.__setattr__(self, "_parts", tuple(self.table.split(".")))
 
     @property

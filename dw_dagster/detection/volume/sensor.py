@@ -321,6 +321,7 @@ def build_volume_sensor(
     unread: set[str] = set()  # tables whose history is still to be read from observations (after a rebuild)
     summary_mode = observations == "summary" or (observations == "auto" and len(specs) > AUTO_SUMMARY_TABLES)
     empties: dict[tuple[str, str | None], float] = {}  # (table, partition) -> when it first read empty
+    unsaved: set[str] = set()  # spec ids whose changed history a tick could not write to the store (written next tick)
     watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
     def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory,
@@ -385,15 +386,15 @@ def build_volume_sensor(
             notes.append(msg)
             return None
 
-    def _rebuild(context: dg.SensorEvaluationContext,
-                 store: VolumeHistoryStore | None) -> tuple[dict[str, TableHistory], set[str]]:
+    def _rebuild(context: dg.SensorEvaluationContext, store: VolumeHistoryStore | None,
+                 notes: list[str]) -> tuple[dict[str, TableHistory], set[str]]:
         """(histories, ids read from the store); the tables the store lacks whose asset has any
         event go to ``unread`` (read from observations by :func:`_read_unread`, tick by tick)."""
         history = {s.id: TableHistory() for s in specs}
         from_store: dict[str, TableHistory] = {}
         if store is not None:
             try:
-                from_store = store.load(history)
+                from_store = store.load(history, on_error=lambda m: (context.log.warning(f"{name}: {m}"), notes.append(m)))
             except Exception as e:  # noqa: BLE001
                 context.log.error(f"{name}: reading the row-count history store failed: {_first_line(e)}")
         history.update(from_store)
@@ -453,7 +454,7 @@ def build_volume_sensor(
             reason = "no cursor" if context.cursor is None or context.cursor == "" else (
                 "unreadable cursor" if key is None else "history cache not in this process")
             t0 = time.perf_counter()
-            history, n_store = _rebuild(context, store)
+            history, n_store = _rebuild(context, store, notes)
             n_unread = len(unread)
             history = dict(history)
             read = _read_unread(context, history)
@@ -524,9 +525,11 @@ def build_volume_sensor(
             due = h.recorded_at is None or now_ts - h.recorded_at >= record_unchanged_every_seconds
             show_due = summary_mode and (h.observed_at is None or now_ts - h.observed_at >= record_unchanged_every_seconds)
             if not (changed or due):
-                if show_due and h.last_status is not None:  # shown again (or first) with its recorded status
-                    waiting.append(_Waiting((2 if h.observed_at is None else 1, h.observed_at or 0.0), s.id, h.last_status,
-                                            _unchanged_event(s, h, rows, part, now_ts)))
+                # shown again (or first) with its recorded status; a status change the budget held back waits here
+                held = summary_mode and h.observed_at is not None and h.observed_status != h.last_status
+                if (show_due or held) and h.last_status is not None:
+                    rank_u = (0 if held else 2 if h.observed_at is None else 1, h.observed_at or 0.0)
+                    waiting.append(_Waiting(rank_u, s.id, h.last_status, _unchanged_event(s, h, rows, part, now_ts)))
                 outcomes.append(_Outcome(s, "unchanged", rows))
                 continue
             before = _previous(s, h, part)
@@ -616,11 +619,15 @@ def build_volume_sensor(
         held_back = max(0, len(waiting) - max_observations_per_tick)
         if held_back:
             notes.append(f"{held_back} summary observations wait for the next tick (at most {max_observations_per_tick} a tick)")
-        if store is not None and touched:
+        if store is not None and (touched or unsaved):
+            dirty = (touched | unsaved) & new_history.keys()
             try:
-                store.save({sid: new_history[sid] for sid in touched})
-            except Exception as e:  # noqa: BLE001 - the in-process history still has them; logged
-                msg = f"row-count history store not written: {type(e).__name__}: {_first_line(e)}"
+                store.save({sid: new_history[sid] for sid in dirty})
+                unsaved.clear()
+            except Exception as e:  # noqa: BLE001 - the in-process history still has them; written next tick
+                unsaved.update(dirty)
+                msg = (f"row-count history store not written ({len(dirty)} tables; retried next tick): "
+                       f"{type(e).__name__}: {_first_line(e)}")
                 context.log.error(f"{name}: {msg}")
                 wh_errors.append(msg)
         recorded = sum(1 for o in outcomes if o.status not in _NOT_RECORDED)

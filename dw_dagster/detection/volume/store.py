@@ -38,8 +38,11 @@ transaction: one upsert (``INSERT ... ON CONFLICT (spec_id) DO UPDATE``, SQLite 
 compiled once and executed for the rows in batches of 1,000, so a restarted code server loses
 nothing. A tick the daemon evaluates again with the previous cursor (it failed to store the
 result) scores from the in-process snapshot that cursor names, not from the store, and writes the
-same tables again. A store that cannot be written is logged and named in the tick's summary; the
-in-process history keeps the counts.
+same tables again. A store that cannot be written (a lock another session holds for more than
+:data:`WRITE_WAIT_S` seconds, a dropped table is created again first) is logged and named in the
+tick's summary; the in-process history keeps the counts and the next tick writes them. A
+hand-edited row that is not what this module writes is left out when read, and the tick's
+summary names it (the table is rebuilt from its observations).
 
 When it is read
 ---------------
@@ -57,20 +60,22 @@ summary).
 from __future__ import annotations
 
 import json
+import math
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dw_dagster.detection.volume.counts import MAX_SPEC_ID_CHARS
 from dw_dagster.detection.volume.history import TableHistory
 
 _meta = sa.MetaData()
 
 history_t = sa.Table(
     "dw_volume_history", _meta,
-    sa.Column("spec_id", sa.String(1024), primary_key=True),
+    sa.Column("spec_id", sa.String(MAX_SPEC_ID_CHARS), primary_key=True),
     sa.Column("entries", sa.Text, nullable=False),
     sa.Column("recorded_at", sa.Float, nullable=True),
     sa.Column("observed_at", sa.Float, nullable=True),
@@ -85,6 +90,10 @@ CHUNK = 1000
 
 #: seconds a tick spends at most rebuilding histories from observations (the rest wait for later ticks)
 REBUILD_BUDGET_S = 20.0
+
+#: seconds a store write waits at most for a lock another session holds (then it fails and is retried
+#: next tick): well inside Dagster's 60 s sensor evaluation timeout
+WRITE_WAIT_S = 10.0
 
 _created: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
@@ -108,8 +117,59 @@ def _encode(h: TableHistory) -> str:
 
 
 def _decode(text: str) -> tuple[tuple[str | None, int], ...]:
+    """The entries this module writes: a JSON list of ``[partition or null, rows >= 0]`` pairs.
+
+    Raises:
+        ValueError: anything else (a hand-edited row: not JSON, not a list of pairs, a count that
+            is not a non-negative integer, a partition that is not text)."""
     data = json.loads(text)
-    return tuple((None if p is None else str(p), int(r)) for p, r in data)
+    if not isinstance(data, list):
+        raise ValueError("entries is not a JSON list")
+    out = []
+    for e in data:
+        if not (isinstance(e, list) and len(e) == 2):
+            raise ValueError(f"entry {e!r} is not a [partition, rows] pair")
+        p, r = e
+        if p is not None and not isinstance(p, str):
+            raise ValueError(f"partition {p!r} is not text or null")
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ValueError(f"row count {r!r} is not an integer >= 0")
+        out.append((p, r))
+    return tuple(out)
+
+
+def _time(v: object, what: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{what} {v!r} is not epoch seconds")
+    return float(v)
+
+
+def _text(v: object, what: str) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{what} {v!r} is not text")
+    return v
+
+
+def _history(r) -> TableHistory:
+    """A store row as a :class:`TableHistory`; ``ValueError`` when any column is not what :meth:`VolumeHistoryStore.save` writes."""
+    unobserved = 0 if r.unobserved is None else r.unobserved
+    if isinstance(unobserved, bool) or not isinstance(unobserved, int) or unobserved < 0:
+        raise ValueError(f"unobserved {unobserved!r} is not an integer >= 0")
+    return TableHistory(entries=_decode(r.entries), recorded_at=_time(r.recorded_at, "recorded_at"),
+                        observed_at=_time(r.observed_at, "observed_at"),
+                        observed_status=_text(r.observed_status, "observed_status"), unobserved=unobserved,
+                        last_status=_text(r.last_status, "last_status"))
+
+
+def _missing(error: sa.exc.DBAPIError) -> bool:
+    """True when ``error`` says the store's table is not there (dropped while this process had
+    created it): SQLite's "no such table", PostgreSQL's SQLSTATE 42P01. Read from the error, never
+    by asking the database (which would wait for the very lock that may have caused it)."""
+    orig = error.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code == "42P01" or "no such table" in str(orig)
 
 
 class VolumeHistoryStore:
@@ -126,31 +186,47 @@ class VolumeHistoryStore:
         self.engine = engine
         _ensure(engine)
 
-    def load(self, spec_ids: Iterable[str]) -> dict[str, TableHistory]:
+    def load(self, spec_ids: Iterable[str], on_error: Callable[[str], None] | None = None) -> dict[str, TableHistory]:
         """The stored history of each of ``spec_ids`` the store holds (absent ids are left out).
 
-        One ``SELECT`` per :data:`CHUNK` ids. A row whose ``entries`` is not the JSON this module
-        writes is left out too (the table is rebuilt from its observations instead)."""
+        One ``SELECT`` per :data:`CHUNK` ids. A row that is not what :meth:`save` writes (a
+        hand-edited one: ``entries`` not a JSON list of ``[partition, rows >= 0]`` pairs, text in a
+        time or count column) is left out too, and ``on_error`` is told its spec id and why (the
+        table is rebuilt from its observations instead). A store table dropped while the process
+        runs is created again (nothing is read from it)."""
         ids = list(dict.fromkeys(spec_ids))
         out: dict[str, TableHistory] = {}
-        with self.engine.connect() as conn:
-            for start in range(0, len(ids), CHUNK):
-                chunk = ids[start:start + CHUNK]
-                for r in conn.execute(sa.select(history_t).where(history_t.c.spec_id.in_(chunk))):
-                    try:
-                        entries = _decode(r.entries)
-                    except (ValueError, TypeError):
-                        continue
-                    out[r.spec_id] = TableHistory(entries=entries, recorded_at=r.recorded_at,
-                                                  observed_at=r.observed_at, observed_status=r.observed_status,
-                                                  unobserved=int(r.unobserved or 0), last_status=r.last_status)
+        try:
+            with self.engine.connect() as conn:
+                for start in range(0, len(ids), CHUNK):
+                    chunk = ids[start:start + CHUNK]
+                    for r in conn.execute(sa.select(history_t).where(history_t.c.spec_id.in_(chunk))):
+                        try:
+                            out[r.spec_id] = _history(r)
+                        except (ValueError, TypeError, OverflowError) as e:
+                            if on_error:
+                                on_error(f"row-count history store: the row of {r.spec_id} is left out "
+                                         f"(rebuilt from its observations): {e}")
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
+            if not _missing(e):
+                raise
+            _created.discard(self.engine)
+            _ensure(self.engine)
+            return {}
         return out
 
     def save(self, histories: Mapping[str, TableHistory]) -> int:
         """Upsert ``histories`` (spec id → history); one statement per :data:`CHUNK` rows, one transaction.
 
+        A store table dropped while the process runs is created again and written.
+
         Returns:
-            Rows written."""
+            Rows written.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database refuses the write (a lock held by another
+                session for more than :data:`WRITE_WAIT_S` seconds, unreachable); nothing of this
+                call is written."""
         if not histories:
             return 0
         now = time.time()
@@ -169,15 +245,37 @@ class VolumeHistoryStore:
             index_elements=[history_t.c.spec_id],
             set_={c: stmt.excluded[c] for c in ("entries", "recorded_at", "observed_at", "observed_status",
                                                 "unobserved", "last_status", "updated_at")})
-        with self.engine.begin() as conn:  # one statement compiled once, executed for many rows (the driver's executemany)
-            for start in range(0, len(rows), CHUNK):
-                conn.execute(stmt, rows[start:start + CHUNK])
-        return len(rows)
+        for attempt in (0, 1):
+            try:
+                with self.engine.connect() as conn:
+                    wait_ms = int(WRITE_WAIT_S * 1000)
+                    if self.engine.dialect.name == "sqlite":  # before BEGIN, which is where SQLite waits
+                        conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                    with conn.begin():  # one statement compiled once, executed for many rows (executemany)
+                        if self.engine.dialect.name == "postgresql":  # PostgreSQL waits for a row lock forever
+                            conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
+                        for start in range(0, len(rows), CHUNK):
+                            conn.execute(stmt, rows[start:start + CHUNK])
+                return len(rows)
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
+                if attempt or not _missing(e):
+                    raise
+                _created.discard(self.engine)  # the table was dropped while this process ran: create it again
+                _ensure(self.engine)
+        raise AssertionError("unreachable")
 
     def search(self, contains: str | None = None, limit: int = 1000) -> dict[str, TableHistory]:
         """Stored histories whose spec id contains ``contains`` (case-insensitive; None: all), by spec id,
-        at most ``limit`` (one indexed query; the ``LIKE`` pattern is a bound parameter)."""
-        q = sa.select(history_t).order_by(history_t.c.spec_id).limit(limit)
+        at most ``limit``. One query: an ASCII ``contains`` is a ``LIKE`` pattern (a bound parameter,
+        ``%``, ``_`` and ``\\`` matched literally); any other is matched in Python on the spec ids
+        (SQLite's ``lower()`` folds ASCII letters only, so ``Ü`` would never match ``ü``)."""
+        q = sa.select(history_t.c.spec_id).order_by(history_t.c.spec_id)
+        if contains and not contains.isascii():
+            want = contains.casefold()
+            with self.engine.connect() as conn:
+                found = [sid for sid in conn.execute(q).scalars() if want in sid.casefold()][:limit]
+            return self.load(found)
+        q = q.limit(limit)
         if contains:
             escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             q = q.where(sa.func.lower(history_t.c.spec_id).like(f"%{escaped}%", escape="\\"))
