@@ -24,17 +24,9 @@ from dw_dagster.detection.volume import store as store_mod
 from dw_dagster.detection.volume.history import TableHistory
 from dw_dagster.detection.volume.store import VolumeHistoryStore, history_t, store_for
 from dw_dagster_tests.detection.test_volume_sensor import SENSOR, Clock, daemon_for, fill, volume_obs
+from dw_dagster_tests.detection.test_volume_sensor import wh  # noqa: F401 - the DuckDB warehouse fixture
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-@pytest.fixture
-def wh(tmp_path):
-    from dw_dagster.databases import DuckDBDatabase
-
-    db = DuckDBDatabase(tmp_path / "warehouse.duckdb")
-    db.execute("CREATE SCHEMA pos")
-    return db
 
 
 def _edit(engine, spec_id: str, **values) -> None:
