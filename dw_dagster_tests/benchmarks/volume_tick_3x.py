@@ -92,6 +92,7 @@ from dw_dagster_tests.benchmarks.volume_tick import (
     change_sql,
     create_sql,
     expected_rows,
+    first_tick,
     specs_for,
 )
 
@@ -421,17 +422,7 @@ def _one_size(whs: dict[str, _Warehouse], yesterday: dt.date, n: int, repeat: in
     sensor = build_volume_sensor(tables=[s for k in whs for s in specs[k]], databases={k: w.db for k, w in whs.items()},
                                  min_history=3)
 
-    def tick(cursor: str | None) -> Any:
-        ctx = dg.build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name)
-        return sensor.evaluate_tick(ctx)
-
-    t = time.perf_counter()
-    first = tick(None)
-    rebuild_tick_s = time.perf_counter() - t
-    t = time.perf_counter()
-    for ev in first.asset_events:
-        instance.report_runless_asset_event(ev)
-    store_first_tick_s = time.perf_counter() - t
+    tick, first, rebuild_tick_s, store_first_tick_s = first_tick(sensor, instance)
 
     change_s = {}
     for k, w in whs.items():
