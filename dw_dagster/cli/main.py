@@ -417,9 +417,11 @@ def incidents_cmd(ctx: click.Context, asset: str | None, as_json: bool, dagster_
 @click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 100_000), help="Tables at most.")
 @home_option
 def volume_history_cmd(table: str | None, as_json: bool, limit: int, dagster_home: str | None) -> None:
-    """The row counts the volume sensor recorded per table (its history store), newest last.
+    """The row counts the volume sensors recorded per table (their history store), newest last.
 
     TABLE: part of a spec id (``warehouse:pos.sales_line``), case-insensitive; default: every table.
+    Each table is listed once per volume sensor that watches it. ``--json``: a list of objects
+    (sensor, table, counts, recorded_at, last_status, observed_at, unobserved_counts).
     """
     import datetime as dt
 
@@ -428,19 +430,20 @@ def volume_history_cmd(table: str | None, as_json: bool, limit: int, dagster_hom
     with _instance(dagster_home) as instance:
         found = store_for(instance).search(table, limit=limit)
     if as_json:
-        click.echo(json.dumps({sid: {"counts": [{"partition": p, "rows": r} for p, r in h.entries],
-                                     "recorded_at": h.recorded_at, "last_status": h.last_status,
-                                     "observed_at": h.observed_at, "unobserved_counts": h.unobserved}
-                               for sid, h in found.items()}, indent=2))
+        click.echo(json.dumps([{"sensor": sensor, "table": sid,
+                                "counts": [{"partition": p, "rows": r} for p, r in h.entries],
+                                "recorded_at": h.recorded_at, "last_status": h.last_status,
+                                "observed_at": h.observed_at, "unobserved_counts": h.unobserved}
+                               for sensor, sid, h in found], indent=2))
         return
     if not found:
         click.echo("no recorded counts" + (f" for a table matching {table!r}" if table else ""))
         return
-    for sid, h in found.items():
+    for sensor, sid, h in found:
         when = dt.datetime.fromtimestamp(h.recorded_at, dt.timezone.utc).isoformat()[:16] + "Z" if h.recorded_at else "?"
         counts = ", ".join(f"{p}: {r:,}" if p else f"{r:,}" for p, r in h.entries[-10:])
         more = f"{len(h.entries) - 10} earlier, " if len(h.entries) > 10 else ""
-        click.echo(f"{sid}  {h.last_status or '?'}  last recorded {when}\n    {more}{counts}")
+        click.echo(f"{sid}  {h.last_status or '?'}  last recorded {when}  (sensor {sensor})\n    {more}{counts}")
 
 
 @main.command("fake-lightup")

@@ -44,6 +44,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident states are part of this module's API
+    CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, UNREPAIRED,
+    IncidentsMixin,
+)
 from dw_dagster.core.ledger_tables import _sqlite_engine, ledger_url
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
@@ -78,13 +82,6 @@ HELD_STATES = (APPROVED, RUNNING, HALTED)
 ENDED_STATES = (REJECTED, EXPIRED, FAILED)
 #: stage states
 ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
-#: incident states
-OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED = (
-    "open", "diagnosing", "diagnosed", "diagnosis_failed", "rediagnose", "closed", "quarantined")
-#: a diagnosed incident whose change set ended without a proven repair (rejected, expired, the repair
-#: failed or did not verify) and no other version is live: diagnosed again on new evidence
-UNREPAIRED = "unrepaired"
-OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
 
 
 class LedgerError(DwDagsterError, RuntimeError):
@@ -97,7 +94,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
-class Ledger:
+class Ledger(IncidentsMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
     def __init__(self, engine: Engine, *, url: str) -> None:
@@ -573,71 +570,6 @@ class Ledger:
         with self.engine.connect() as conn:
             return {r[0] for r in conn.execute(sa.select(receipts_t.c.change_set_id).where(
                 receipts_t.c.asset_key == asset_key))}
-
-    # -- incidents -------------------------------------------------------------------------------
-
-    def record_incident(self, *, incident_id: str, asset_key: str, source: str, external_id: str | None, body: str,
-                        state: str = OPEN, linked_to: str | None = None) -> bool:
-        """Record an incident once; False when the id (or the source's external id) is known already."""
-        now = time.time()
-        try:
-            with self._tx() as conn:
-                if external_id is not None and conn.execute(sa.select(incidents_t.c.incident_id).where(
-                        incidents_t.c.source == source, incidents_t.c.external_id == external_id)).first() is not None:
-                    return False
-                conn.execute(incidents_t.insert().values(
-                    incident_id=incident_id, asset_key=asset_key, source=source, external_id=external_id, state=state,
-                    linked_to=linked_to, opened_at=now, updated_at=now, attempts=0, note="", body=body))
-        except sa.exc.IntegrityError:
-            return False
-        return True
-
-    def incident(self, incident_id: str) -> IncidentRow | None:
-        with self.engine.connect() as conn:
-            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.incident_id == incident_id)).first()
-        return _row(IncidentRow, r) if r is not None else None
-
-    def incident_by_external(self, source: str, external_id: str) -> IncidentRow | None:
-        with self.engine.connect() as conn:
-            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.source == source,
-                                                          incidents_t.c.external_id == external_id)).first()
-        return _row(IncidentRow, r) if r is not None else None
-
-    def incidents(self, *, asset_key: str | None = None, states: Iterable[str] | None = None,
-                  linked_to: str | None = None, limit: int | None = None) -> list[IncidentRow]:
-        """Incidents, newest first, filtered on indexed columns."""
-        q = sa.select(incidents_t)
-        if asset_key is not None:
-            q = q.where(incidents_t.c.asset_key == asset_key)
-        if states is not None:
-            q = q.where(incidents_t.c.state.in_(list(states)))
-        if linked_to is not None:
-            q = q.where(incidents_t.c.linked_to == linked_to)
-        q = q.order_by(incidents_t.c.opened_at.desc())
-        if limit:
-            q = q.limit(limit)
-        with self.engine.connect() as conn:
-            return [_row(IncidentRow, r) for r in conn.execute(q)]
-
-    def open_incident(self, asset_key: str) -> IncidentRow | None:
-        """The newest incident on ``asset_key`` that is not closed and not linked to another."""
-        rows = [r for r in self.incidents(asset_key=asset_key, states=OPEN_INCIDENT_STATES) if r.linked_to is None]
-        return rows[0] if rows else None
-
-    def set_incident_state(self, incident_id: str, state: str, *, from_states: Iterable[str] | None = None,
-                           note: str | None = None, attempts_delta: int = 0, linked_to: str | None | type = ...) -> bool:
-        q = incidents_t.update().where(incidents_t.c.incident_id == incident_id)
-        if from_states is not None:
-            q = q.where(incidents_t.c.state.in_(list(from_states)))
-        values: dict[str, Any] = {"state": state, "updated_at": time.time()}
-        if note is not None:
-            values["note"] = note[:4000]
-        if attempts_delta:
-            values["attempts"] = incidents_t.c.attempts + attempts_delta
-        if linked_to is not ...:
-            values["linked_to"] = linked_to
-        with self._tx() as conn:
-            return conn.execute(q.values(**values)).rowcount == 1
 
     # -- control, audit, quarantine --------------------------------------------------------------
 

@@ -17,6 +17,7 @@ de-duplicates run keys per sensor, so each diagnosis is launched once.
 
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import dagster as dg
@@ -81,6 +82,69 @@ def record_incident(instance: dg.DagsterInstance, inc: Incident, *, linked_to: s
     return ledger_for(instance).record_incident(
         incident_id=inc.id, asset_key=asset_str(inc.asset_key), source=inc.source, external_id=inc.external_id,
         body=inc.model_dump_json(), linked_to=linked_to)
+
+
+def record_unless_open(instance: dg.DagsterInstance, inc: Incident, *,
+                       link: bool = False) -> tuple[bool, Incident | None]:
+    """Record ``inc`` unless an incident is open on its asset, atomically (the ledger's asset lock).
+
+    Args:
+        instance: the Dagster instance (its ledger).
+        inc: the new incident.
+        link: when one is open, record ``inc`` linked to it (True) or not at all (False).
+
+    Returns:
+        ``(recorded, open_incident)``: whether ``inc`` was recorded (False too when its id or
+        external id is known), and the open incident found on the asset, None when there was none
+        (or its stored body no longer parses: it is quarantined, as :func:`open_incident` does).
+    """
+    recorded, row = ledger_for(instance).record_incident_unless_open(
+        incident_id=inc.id, asset_key=asset_str(inc.asset_key), source=inc.source, external_id=inc.external_id,
+        body=inc.model_dump_json(), link=link)
+    if row is None:
+        return recorded, None
+    try:
+        return recorded, Incident.model_validate_json(row.body)
+    except ValueError as e:
+        records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+        return recorded, None
+
+
+def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg.AssetKey, *, min_age_s: float = 0.0,
+                   limit: int = 200) -> bool:
+    """Whether the event log holds the ``dw/incident`` observation of ``incident_id`` on ``asset_key``.
+
+    A detector records an incident in the ledger during its tick, but Dagster keeps the tick's
+    observations only with its result: a "Test sensor" evaluation (or a daemon that died first)
+    records the incident and shows nothing, and the next real tick finds it open. It shows the
+    incident when this returns False (the notification sensor pages from that observation).
+
+    Reads the asset's observations from the incident's ``opened_at`` (the ledger's clock, less 5 s)
+    on, oldest first, at most ``limit``: the incident's observation is among the first ones after
+    it opened, so the cost does not grow with the event log.
+
+    Args:
+        instance: the Dagster instance (its ledger and event log).
+        incident_id: the incident.
+        asset_key: the asset it is on.
+        min_age_s: an incident opened less than this many seconds ago counts as shown (the tick of
+            another process that opened it may still be storing its result).
+        limit: observations read at most.
+
+    Returns:
+        True when found, when younger than ``min_age_s``, or when the incident is not in the ledger.
+    """
+    row = ledger_for(instance).incident(incident_id)
+    if row is None or time.time() - row.opened_at < min_age_s:
+        return True
+    res = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=row.opened_at - 5.0),
+                                      limit=limit, ascending=True)
+    for rec in res.records:
+        obs = rec.asset_observation
+        v = obs.metadata.get(c.INCIDENT_ID_KEY) if obs is not None else None
+        if getattr(v, "value", v) == incident_id:
+            return True
+    return False
 
 
 def diagnosis_run_key(incident_id: str, attempts: int) -> str:
@@ -322,8 +386,13 @@ def build_check_incident_sensor(
                         evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
                         continue
                     inc = incident_from_evaluation(key, evaluation, rec.id)
+                    recorded, raced = record_unless_open(context.instance, inc)
+                    if raced is not None:  # another process opened one on this asset a moment ago
+                        opened[key.asset_key] = raced
+                        evidence[asset_str(key.asset_key)] = f"{skey} failed again (evaluation {rec.id})"
+                        continue
                     opened[key.asset_key] = inc
-                    if not record_incident(context.instance, inc):
+                    if not recorded:
                         continue  # known already; if it still waits for its diagnosis, it is requested below
                     events.append(incident_observation(inc))
                     domain = domain_for(inc.asset_key, domains)

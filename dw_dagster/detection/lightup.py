@@ -87,8 +87,7 @@ from dw_dagster.detection.incidents import (
     diagnosis_request,
     diagnosis_run_key,
     incident_observation,
-    open_incident,
-    record_incident,
+    record_unless_open,
     rediagnosis_requests,
 )
 
@@ -563,17 +562,15 @@ def build_lightup_incident_sensor(
             return [], []
         if not inc.get("ongoing", True) or not diagnosis_job_name:
             return [], []
-        existing = open_incident(context.instance, asset)
+        recorded, existing = record_unless_open(context.instance, incident, link=True)
+        if not recorded:
+            return [], []
         if existing is not None:
-            if not record_incident(context.instance, incident, linked_to=existing.id):
-                return [], []
             evidence[asset_str(asset)] = f"Lightup incident {uid} opened on the same asset"
             context.log.info(f"Lightup incident {uid} recorded as incident {incident.id}, linked to open incident "
                              f"{existing.id} on {asset.to_user_string()}: diagnosed when that one closes")
             return [_incident_event(incident, f"incident {incident.id} linked to incident {existing.id}: "
                                               f"{incident.summary}", uid)], []
-        if not record_incident(context.instance, incident):
-            return [], []
         shown = [_incident_event(incident, f"incident {incident.id}: {incident.summary}", uid)]
         domain = domain_for(list(asset.path), resolved)
         if domain is not None and not domain.diagnoses:

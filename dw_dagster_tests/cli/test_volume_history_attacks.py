@@ -32,7 +32,8 @@ def home(tmp_path):
 def _found(home, text: str) -> list[str]:
     run = CliRunner().invoke(main, ["volume-history", text, "--json", "--dagster-home", str(home)])
     assert run.exit_code == 0, run.output
-    return list(json.loads(run.output[run.output.index("{"):]))
+    out = run.output if run.output.startswith("[") else run.output[run.output.index("\n[") + 1:]  # after any log lines
+    return [r["table"] for r in json.loads(out)]
 
 
 @pytest.mark.parametrize("text", ["Ümsatz", "ümsatz", "ÜMSATZ", "straße"])

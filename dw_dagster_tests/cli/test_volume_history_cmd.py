@@ -25,10 +25,22 @@ def test_volume_history_lists_the_stored_counts_and_finds_tables_by_part_of_thei
         })
     run = CliRunner().invoke(main, ["volume-history", "SALES_LINE", "--dagster-home", str(home)])
     assert run.exit_code == 0, run.output
-    assert "warehouse:pos.sales_line  ok  last recorded 2026-05-28T20:26Z\n    2 earlier, 1,002, 1,003" in run.output
+    assert ("warehouse:pos.sales_line  ok  last recorded 2026-05-28T20:26Z  (sensor dw_volume_sensor)\n"
+            "    2 earlier, 1,002, 1,003") in run.output
     assert "warehouse:pos.sales_line#sale_ts  low" in run.output and "2026-12-01: 4" in run.output
     assert "stores" not in run.output
     js = json.loads(CliRunner().invoke(main, ["volume-history", "100%", "--json", "--dagster-home", str(home)]).output)
-    assert list(js) == ["warehouse:pos.stores_100%"] and js["warehouse:pos.stores_100%"]["counts"] == [{"partition": None, "rows": 7}]
+    assert js == [{"sensor": "dw_volume_sensor", "table": "warehouse:pos.stores_100%", "counts": [{"partition": None, "rows": 7}],
+                   "recorded_at": 1.0, "last_status": "ok", "observed_at": None, "unobserved_counts": 0}]
     assert "no recorded counts for a table matching '_x'" in CliRunner().invoke(
         main, ["volume-history", "_x", "--dagster-home", str(home)]).output  # "_" is not a wildcard
+
+
+def test_a_table_two_sensors_watch_is_listed_once_per_sensor(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        store_for(instance, "east_volume").save({"warehouse:pos.t": TableHistory(entries=((None, 5),), recorded_at=1.0)})
+        store_for(instance, "west_volume").save({"warehouse:pos.t": TableHistory(entries=((None, 9),), recorded_at=1.0)})
+    js = json.loads(CliRunner().invoke(main, ["volume-history", "pos.t", "--json", "--dagster-home", str(home)]).output)
+    assert [(r["sensor"], r["counts"][0]["rows"]) for r in js] == [("east_volume", 5), ("west_volume", 9)]

@@ -395,7 +395,8 @@ def test_the_cursor_is_a_small_token_and_a_repeated_tick_reuses_its_snapshot(wh,
     ctx = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=daemon.defs, sensor_name=SENSOR)
     a = sensor.evaluate_tick(ctx)
     b = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=daemon.defs, sensor_name=SENSOR))
-    assert len(a.asset_events) == len(b.asset_events) == 1 and a.cursor == b.cursor
+    token = lambda c: {k: v for k, v in json.loads(c).items() if k != "at"}  # noqa: E731 - "at": when each ended
+    assert len(a.asset_events) == len(b.asset_events) == 1 and token(a.cursor) == token(b.cursor)
     assert "rebuilt" not in (a.skip_message or "") + (b.skip_message or "")
 
 

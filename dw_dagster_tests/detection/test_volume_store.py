@@ -64,6 +64,29 @@ def test_a_malformed_row_is_left_out_not_a_crash(engine):
     assert list(st.load(["wh:a", "wh:b"])) == ["wh:b"]
 
 
+def test_rows_written_after_the_last_kept_tick_are_read_as_their_previous_history(engine):
+    """A tick whose result Dagster did not keep (a "Test sensor" evaluation) wrote the store: a
+    rebuild told when the last kept tick ended reads such a row as the history its tick started
+    from, or leaves it out when that tick started from none; rows of other sensors are not read."""
+    import time
+
+    st, notes = VolumeHistoryStore(engine, "east"), []
+    h0 = TableHistory(entries=((None, 5),), recorded_at=1.0, observed_at=1.0, observed_status="ok", last_status="ok")
+    st.save({"wh:a": h0, "wh:b": h0})
+    kept_until = time.time()
+    time.sleep(0.01)
+    h1 = TableHistory(entries=((None, 5), (None, 6)), recorded_at=2.0, observed_at=2.0, observed_status="ok",
+                      last_status="ok")
+    st.save({"wh:a": h1, "wh:new": h1}, previous={"wh:a": h0, "wh:new": None})
+    VolumeHistoryStore(engine, "west").save({"wh:a": h1, "wh:west_only": h1})
+    assert st.load(["wh:a", "wh:b", "wh:new", "wh:west_only"]) == {"wh:a": h1, "wh:b": h0, "wh:new": h1}
+    got = st.load(["wh:a", "wh:b", "wh:new", "wh:west_only"], notes.append, kept_until=kept_until)
+    assert got == {"wh:a": h0, "wh:b": h0}
+    assert notes and "2 tables were last written by a tick whose result was not kept" in notes[0]
+    with pytest.raises(ValueError, match="1 to 128 characters"):
+        VolumeHistoryStore(engine, "x" * 129)
+
+
 def test_the_store_stays_bounded_whatever_the_number_of_ticks(wh):
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()

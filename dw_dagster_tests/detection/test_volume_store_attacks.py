@@ -221,8 +221,6 @@ def test_the_longest_spec_id_fits_the_postgresql_store():
         admin.dispose()
 
 
-@pytest.mark.xfail(strict=True, reason="the store is keyed by spec id only: two sensors (two code locations) "
-                   "watching the same table overwrite each other's row, and a restart reads the other's history")
 def test_two_sensors_watching_one_table_keep_their_own_histories(wh):
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()
@@ -258,8 +256,6 @@ def _dry_run(daemon, sensor_name: str) -> None:
                                                  definitions=daemon.defs, sensor_name=sensor_name))
 
 
-@pytest.mark.xfail(strict=True, reason="a dry run writes the store (and the ledger) before its result is stored: "
-                   "the real tick after a restart reads the counts as already recorded and shows none of them")
 def test_a_dry_run_before_a_restart_loses_no_observation(wh):
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()
@@ -281,9 +277,6 @@ def test_a_dry_run_before_a_restart_loses_no_observation(wh):
     assert [o["dagster/row_count"] for o in volume_obs(instance, "t0")] == [100, 101, 102, 103]
 
 
-@pytest.mark.xfail(strict=True, reason="a dry run records its incident in the ledger but its dw/incident observation "
-                   "is dropped with the result; the real tick finds the incident open and shows none, so the "
-                   "notification sensor (which pages on dw/incident observations) never pages it")
 def test_a_dry_run_does_not_swallow_the_incident_observation(wh):
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()
@@ -306,9 +299,6 @@ def test_a_dry_run_does_not_swallow_the_incident_observation(wh):
 # -- two processes ticking at once ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="'one open incident per asset' is a read (open_incident) then an insert "
-                   "(record_incident) in two transactions: two processes ticking at once both find none open and "
-                   "both open an incident for the same drop")
 def test_two_processes_ticking_at_once_open_one_incident(wh, monkeypatch):
     import dw_dagster.detection.volume.sensor as sensor_mod
 

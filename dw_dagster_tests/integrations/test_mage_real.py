@@ -319,12 +319,12 @@ def test_wait_for_a_rerun_that_completes_and_one_that_fails(real):
     began = time.monotonic()
     rerun = real.admin.trigger(real.trigger_id, real.token)
     failing = real.admin.trigger(other_trigger, other_token, fail="rerun refused: duplicate keys")
-    got = wait_for_run_after(c, real.uuid, after, timeout_s=180, poll_s=2)
+    got = wait_for_run_after(c, real.uuid, after, timeout_s=480, poll_s=2)
     print(f"\nrerun completed after {time.monotonic() - began:.1f} s")
     assert (got.id, got.status) == (rerun["id"], "completed")
     green = runs_in_window(c, real.uuid, after, dt.datetime.now(UTC))
     assert [r.id for r in green.runs] == [rerun["id"]] and green.ran_green and green.ran_throughout is False
-    got = wait_for_run_after(c, other, after, timeout_s=180, poll_s=2)
+    got = wait_for_run_after(c, other, after, timeout_s=480, poll_s=2)
     assert (got.id, got.status) == (failing["id"], "failed")
     assert got.failed_blocks[0].error == "rerun refused: duplicate keys"
     assert c.run_logs(got).last_error == "ValueError: rerun refused: duplicate keys"
@@ -359,6 +359,6 @@ def test_diagnosis_evidence_and_the_verify_wait_on_the_real_server(real):
     after = dt.datetime.now(UTC)
     time.sleep(1.0)  # Mage's created_at has whole seconds
     rerun = real.admin.trigger(real.trigger_id, real.token, fail="rerun: finance totals do not add up")
-    (o,) = wait_for_reruns(c, [real.uuid], after, timeout_s=180, poll_s=2)
+    (o,) = wait_for_reruns(c, [real.uuid], after, timeout_s=480, poll_s=2)
     assert (o["passed"], o["run_id"], o["status"]) == (False, rerun["id"], "failed")
     assert o["reason"] == f"run {rerun['id']} failed (block load_orders failed: rerun: finance totals do not add up)"

@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import dagster as dg
@@ -240,5 +242,17 @@ def _parse_cursor(text: str | None) -> tuple[tuple[str, int] | None, str | None]
     return None, f"Failed to interpret cursor {text[:80]!r}. Starting from scratch: rebuilding the history from observations."
 
 
+def _cursor_at(text: str | None) -> float | None:
+    """When the tick that wrote the cursor ended (epoch seconds), None when it does not say."""
+    try:
+        at = json.loads(text or "").get("at")
+    except (ValueError, AttributeError):
+        return None
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None
+
+
 def _cursor_text(key: tuple[str, int], tables: int) -> str:
-    return json.dumps({"v": _CURSOR_VERSION, "epoch": key[0], "tick": key[1], "tables": tables}, sort_keys=True)
+    """The cursor: the history snapshot's token, the table count and when this tick ended (``at``,
+    epoch seconds: store rows written after it come from a tick whose result was not kept)."""
+    return json.dumps({"v": _CURSOR_VERSION, "epoch": key[0], "tick": key[1], "tables": tables,
+                       "at": math.ceil(time.time() * 1000) / 1000}, sort_keys=True)

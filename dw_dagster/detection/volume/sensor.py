@@ -55,8 +55,10 @@ from dw_dagster.core.ledger import asset_str
 from dw_dagster.detection.incidents import (
     diagnosis_request,
     diagnosis_run_key,
+    incident_observation,
+    incident_shown,
     open_incident,
-    record_incident,
+    record_unless_open,
     rediagnosis_requests,
 )
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, TableCount, VolumeTable, _first_line, fetch_row_counts
@@ -76,6 +78,7 @@ from dw_dagster.detection.volume.history import (
     VOLUME_UPPER_KEY,
     TableHistory,
     _append,
+    _cursor_at,
     _cursor_text,
     _HistoryCache,
     _observed,
@@ -83,7 +86,7 @@ from dw_dagster.detection.volume.history import (
     history_from_observations,
 )
 from dw_dagster.detection.volume import store as history_store
-from dw_dagster.detection.volume.store import VolumeHistoryStore, assets_with_records, store_for
+from dw_dagster.detection.volume.store import MAX_SENSOR_CHARS, VolumeHistoryStore, assets_with_records, store_for
 
 #: statuses that open an incident
 ANOMALY_STATUSES = frozenset({"low", "high", "no_rows", "grew"})
@@ -93,6 +96,9 @@ _NOT_RECORDED = ("unchanged", "missing", "error", "unconfirmed", "history_pendin
 
 #: ``observations="auto"`` shows every recorded count up to this many tables, a summary above
 AUTO_SUMMARY_TABLES = 1000
+#: seconds after which an open incident another process opened, with no ``dw/incident`` observation in
+#: the event log, is shown by this sensor (that process's tick was not kept); before, it may still be storing it
+SHOWN_GRACE_S = 120.0
 
 #: metadata key: counts recorded since the table's previous observation and not shown one by one
 VOLUME_UNOBSERVED_KEY = "dw/volume_unobserved_counts"
@@ -276,7 +282,8 @@ def build_volume_sensor(
     Raises:
         ValueError: no tables, duplicate spec ids, an unknown ``method`` or ``row_counts``,
             ``min_history`` < 1 or > ``history_length``, a negative ``confirm_empty_seconds``, an
-            unknown ``observations`` or ``max_observations_per_tick`` < 1.
+            unknown ``observations``, ``max_observations_per_tick`` < 1 or a ``name`` longer than
+            128 characters (the history store's key).
 
     Examples:
         .. code-block:: python
@@ -304,6 +311,8 @@ def build_volume_sensor(
         raise ValueError(f"row_counts must be 'metadata' or 'count', got {row_counts!r}")
     if observations not in ("auto", "every_count", "summary"):
         raise ValueError(f"observations must be 'auto', 'every_count' or 'summary', got {observations!r}")
+    if not 0 < len(name) <= MAX_SENSOR_CHARS:
+        raise ValueError(f"name must be 1 to {MAX_SENSOR_CHARS} characters, got {len(name)}")
     if max_observations_per_tick < 1:
         raise ValueError(f"max_observations_per_tick must be >= 1, got {max_observations_per_tick}")
     if confirm_empty_seconds < 0:
@@ -322,6 +331,8 @@ def build_volume_sensor(
     summary_mode = observations == "summary" or (observations == "auto" and len(specs) > AUTO_SUMMARY_TABLES)
     empties: dict[tuple[str, str | None], float] = {}  # (table, partition) -> when it first read empty
     unsaved: set[str] = set()  # spec ids whose changed history a tick could not write to the store (written next tick)
+    opened_in: dict[str, tuple[str, int]] = {}  # incident id -> the cursor token of the tick in this process that showed it
+    shown_ids: set[str] = set()  # open incidents whose dw/incident observation is known to be stored
     watched = sorted({asset_str(sp.asset_key) for sp in specs})
 
     def _score(s: VolumeTable, rows: int, part: str | None, h: TableHistory,
@@ -379,7 +390,7 @@ def build_volume_sensor(
 
     def _store(context: dg.SensorEvaluationContext, notes: list[str]) -> VolumeHistoryStore | None:
         try:
-            return store_for(context.instance)
+            return store_for(context.instance, name)
         except Exception as e:  # noqa: BLE001 - a storage the ledger cannot share: history from observations only
             msg = f"no row-count history store ({type(e).__name__}: {_first_line(e)}); history kept in this process only"
             context.log.warning(f"{name}: {msg}")
@@ -394,7 +405,8 @@ def build_volume_sensor(
         from_store: dict[str, TableHistory] = {}
         if store is not None:
             try:
-                from_store = store.load(history, on_error=lambda m: (context.log.warning(f"{name}: {m}"), notes.append(m)))
+                from_store = store.load(history, on_error=lambda m: (context.log.warning(f"{name}: {m}"), notes.append(m)),
+                                        kept_until=_cursor_at(context.cursor))
             except Exception as e:  # noqa: BLE001
                 context.log.error(f"{name}: reading the row-count history store failed: {_first_line(e)}")
         history.update(from_store)
@@ -507,6 +519,7 @@ def build_volume_sensor(
         requests: list[dg.RunRequest] = []
         new_history = dict(history)
         opened_assets: set[dg.AssetKey] = set()
+        opened_ids: list[str] = []  # incidents this tick shows first (kept when its cursor is)
         evidence: dict[str, str] = {}
         for s in specs:
             if s.id not in counts:
@@ -563,15 +576,32 @@ def build_volume_sensor(
                     detail = "incident opened this tick for the same asset"
                 else:
                     existing = open_incident(context.instance, s.asset_key)
+                    new, inc = False, None
+                    if existing is None:  # the ledger: one open incident per asset (looked up again under its lock)
+                        inc = _incident(s, rows, part, status, sc, change, h, now)
+                        new, existing = record_unless_open(context.instance, inc)
                     if existing is not None:
                         md[VOLUME_OPEN_INCIDENT_KEY] = existing.id
                         detail = f"incident {existing.id} still open"
                         evidence[asset_str(s.asset_key)] = f"{s.id} {status} again ({rows:,} rows)"
                         context.log.info(f"{s.id}: {status}; {detail}")
-                    else:
-                        inc = _incident(s, rows, part, status, sc, change, h, now)
-                        new = record_incident(context.instance, inc)  # the ledger: one open incident per asset
+                        if existing.source == "volume_sensor" and existing.id not in shown_ids:
+                            tok = opened_in.get(existing.id)  # shown by a tick of this process: was it kept?
+                            if tok is not None and previous_key is not None and tok[0] == previous_key[0]:
+                                kept = tok[1] <= previous_key[1]
+                            else:
+                                kept = incident_shown(context.instance, existing.id, s.asset_key,
+                                                      min_age_s=0.0 if tok else SHOWN_GRACE_S)
+                            if kept:
+                                shown_ids.add(existing.id)
+                            else:  # opened by a tick whose result was not kept (a "Test sensor" evaluation)
+                                events.append(incident_observation(existing, f"incident {existing.id}: "
+                                                                   f"{existing.summary} (its first tick was not kept)"))
+                                opened_assets.add(s.asset_key)
+                                opened_now, opened_ids = True, [*opened_ids, existing.id]
+                    elif inc is not None:
                         opened_assets.add(s.asset_key)
+                        opened_ids.append(inc.id)
                         detail, opened_now = f"incident {inc.id}", True
                         events.append(dg.AssetObservation(
                             asset_key=s.asset_key, description=f"incident {inc.id}: {inc.summary}"[:1000],
@@ -622,7 +652,7 @@ def build_volume_sensor(
         if store is not None and (touched or unsaved):
             dirty = (touched | unsaved) & new_history.keys()
             try:
-                store.save({sid: new_history[sid] for sid in dirty})
+                store.save({sid: new_history[sid] for sid in dirty}, previous={sid: history.get(sid) for sid in dirty})
                 unsaved.clear()
             except Exception as e:  # noqa: BLE001 - the in-process history still has them; written next tick
                 unsaved.update(dirty)
@@ -632,6 +662,7 @@ def build_volume_sensor(
                 wh_errors.append(msg)
         recorded = sum(1 for o in outcomes if o.status not in _NOT_RECORDED)
         new_key = (key[0], key[1] + 1) if touched or previous_key is None else key
+        opened_in.update(dict.fromkeys(opened_ids, new_key))
         cache.put(previous_key, new_key, new_history)
 
         by_status: dict[str, int] = {}

@@ -14,7 +14,9 @@ same PostgreSQL database as ``dagster-postgres``, in memory for an ephemeral ins
 ========================  ==========================================================================
 column                    what it holds
 ========================  ==========================================================================
-``spec_id``               the spec id (``database:table[#partition_column]``), primary key
+``sensor``                the volume sensor's name; with ``spec_id`` the primary key, so two sensors
+                          (two code locations) watching one table keep their own histories
+``spec_id``               the spec id (``database:table[#partition_column]``)
 ``entries``               JSON ``[[partition or null, rows], ...]``, oldest first: at most
                           ``history_length`` counts (``history_length + 1`` partitions for a
                           partitioned spec) - the store never grows with time
@@ -23,6 +25,8 @@ column                    what it holds
 ``observed_status``       that observation's status
 ``unobserved``            counts recorded since then and not shown one by one
 ``last_status``           the status of the newest recorded count
+``previous``              JSON of the history the writing tick started from (all of the above), or
+                          null: what a rebuild reads when that tick's result was not kept
 ``updated_at``            epoch seconds of the write
 ========================  ==========================================================================
 
@@ -38,7 +42,11 @@ transaction: one upsert (``INSERT ... ON CONFLICT (spec_id) DO UPDATE``, SQLite 
 compiled once and executed for the rows in batches of 1,000, so a restarted code server loses
 nothing. A tick the daemon evaluates again with the previous cursor (it failed to store the
 result) scores from the in-process snapshot that cursor names, not from the store, and writes the
-same tables again. A store that cannot be written (a lock another session holds for more than
+same tables again. A tick whose result Dagster never keeps (a "Test sensor" evaluation in the UI,
+a daemon that died before storing the result) has written the store all the same: each row keeps
+the history its tick started from (``previous``), and the sensor's cursor says when the last kept
+tick ended. A rebuild reads a row written after that (``updated_at``) as its ``previous``, so the
+next kept tick records and shows those counts again instead of taking them as already shown. A store that cannot be written (a lock another session holds for more than
 :data:`WRITE_WAIT_S` seconds, a dropped table is created again first) is logged and named in the
 tick's summary; the in-process history keeps the counts and the next tick writes them. A
 hand-edited row that is not what this module writes is left out when read, and the tick's
@@ -63,6 +71,7 @@ import json
 import math
 import time
 import weakref
+from types import SimpleNamespace
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -73,8 +82,12 @@ from dw_dagster.detection.volume.history import TableHistory
 
 _meta = sa.MetaData()
 
+#: the longest sensor name the store keys rows by (Dagster's names are far shorter)
+MAX_SENSOR_CHARS = 128
+
 history_t = sa.Table(
     "dw_volume_history", _meta,
+    sa.Column("sensor", sa.String(MAX_SENSOR_CHARS), primary_key=True),
     sa.Column("spec_id", sa.String(MAX_SPEC_ID_CHARS), primary_key=True),
     sa.Column("entries", sa.Text, nullable=False),
     sa.Column("recorded_at", sa.Float, nullable=True),
@@ -82,6 +95,7 @@ history_t = sa.Table(
     sa.Column("observed_status", sa.String(32), nullable=True),
     sa.Column("unobserved", sa.Integer, nullable=False, default=0),
     sa.Column("last_status", sa.String(32), nullable=True),
+    sa.Column("previous", sa.Text, nullable=True),
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
@@ -114,6 +128,25 @@ def _ensure(engine: Engine) -> None:
 
 def _encode(h: TableHistory) -> str:
     return json.dumps([[p, r] for p, r in h.entries], separators=(",", ":"))
+
+
+def _encode_whole(h: TableHistory | None) -> str | None:
+    if h is None:
+        return None
+    return json.dumps({"entries": [[p, r] for p, r in h.entries], "recorded_at": h.recorded_at,
+                       "observed_at": h.observed_at, "observed_status": h.observed_status, "unobserved": h.unobserved,
+                       "last_status": h.last_status}, separators=(",", ":"))
+
+
+def _decode_whole(text: str) -> TableHistory:
+    """A ``previous`` column (:func:`_encode_whole`); ``ValueError`` for anything else."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise ValueError("previous is not a JSON object with entries")
+    return _history(SimpleNamespace(**{**dict.fromkeys(_WHOLE), **data, "entries": json.dumps(data["entries"])}))
+
+
+_WHOLE = ("recorded_at", "observed_at", "observed_status", "unobserved", "last_status")
 
 
 def _decode(text: str) -> tuple[tuple[str | None, int], ...]:
@@ -177,36 +210,61 @@ class VolumeHistoryStore:
 
     Args:
         engine: a SQLAlchemy engine on SQLite or PostgreSQL (the ledger's: ``ledger_for(instance).engine``).
+        sensor: the volume sensor whose rows :meth:`load` and :meth:`save` read and write (at most
+            :data:`MAX_SENSOR_CHARS` characters).
 
     Raises:
+        ValueError: ``sensor`` is empty or too long.
         sqlalchemy.exc.SQLAlchemyError: the database refuses the table.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, sensor: str = "dw_volume_sensor") -> None:
+        if not sensor or len(sensor) > MAX_SENSOR_CHARS:
+            raise ValueError(f"sensor name must be 1 to {MAX_SENSOR_CHARS} characters, got {len(sensor)}")
         self.engine = engine
+        self.sensor = sensor
         _ensure(engine)
 
-    def load(self, spec_ids: Iterable[str], on_error: Callable[[str], None] | None = None) -> dict[str, TableHistory]:
-        """The stored history of each of ``spec_ids`` the store holds (absent ids are left out).
+    def load(self, spec_ids: Iterable[str], on_error: Callable[[str], None] | None = None, *,
+             kept_until: float | None = None) -> dict[str, TableHistory]:
+        """This sensor's stored history of each of ``spec_ids`` the store holds (absent ids are left out).
 
         One ``SELECT`` per :data:`CHUNK` ids. A row that is not what :meth:`save` writes (a
         hand-edited one: ``entries`` not a JSON list of ``[partition, rows >= 0]`` pairs, text in a
         time or count column) is left out too, and ``on_error`` is told its spec id and why (the
         table is rebuilt from its observations instead). A store table dropped while the process
-        runs is created again (nothing is read from it)."""
+        runs is created again (nothing is read from it).
+
+        Args:
+            spec_ids: the tables' spec ids.
+            on_error: told (one line) about each row left out and about rows read as their ``previous``.
+            kept_until: epoch seconds the last tick whose result Dagster kept ended (the cursor's);
+                a row written after it is read as the history its tick started from (left out
+                when that tick started from none). None: every row as written.
+        """
         ids = list(dict.fromkeys(spec_ids))
         out: dict[str, TableHistory] = {}
+        unkept = 0
         try:
             with self.engine.connect() as conn:
                 for start in range(0, len(ids), CHUNK):
                     chunk = ids[start:start + CHUNK]
-                    for r in conn.execute(sa.select(history_t).where(history_t.c.spec_id.in_(chunk))):
+                    for r in conn.execute(sa.select(history_t).where(history_t.c.sensor == self.sensor,
+                                                                     history_t.c.spec_id.in_(chunk))):
                         try:
+                            if kept_until is not None and _time(r.updated_at, "updated_at") > kept_until:
+                                unkept += 1
+                                if r.previous is not None:
+                                    out[r.spec_id] = _decode_whole(r.previous)
+                                continue
                             out[r.spec_id] = _history(r)
                         except (ValueError, TypeError, OverflowError) as e:
                             if on_error:
                                 on_error(f"row-count history store: the row of {r.spec_id} is left out "
                                          f"(rebuilt from its observations): {e}")
+                if unkept and on_error:
+                    on_error(f"row-count history store: {unkept} tables were last written by a tick whose result "
+                             "was not kept (a test evaluation?): their counts are recorded again")
         except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
             if not _missing(e):
                 raise
@@ -215,10 +273,16 @@ class VolumeHistoryStore:
             return {}
         return out
 
-    def save(self, histories: Mapping[str, TableHistory]) -> int:
-        """Upsert ``histories`` (spec id → history); one statement per :data:`CHUNK` rows, one transaction.
+    def save(self, histories: Mapping[str, TableHistory],
+             previous: Mapping[str, TableHistory | None] | None = None) -> int:
+        """Upsert this sensor's ``histories`` (spec id → history); one statement per :data:`CHUNK` rows, one transaction.
 
         A store table dropped while the process runs is created again and written.
+
+        Args:
+            histories: spec id → the history to store.
+            previous: spec id → the history the writing tick started from (kept beside it, read by
+                :meth:`load` when that tick's result was not kept); missing ids keep none.
 
         Returns:
             Rows written.
@@ -230,7 +294,8 @@ class VolumeHistoryStore:
         if not histories:
             return 0
         now = time.time()
-        rows = [{"spec_id": sid, "entries": _encode(h), "recorded_at": h.recorded_at, "observed_at": h.observed_at,
+        before = previous or {}
+        rows = [{"sensor": self.sensor, "spec_id": sid, "entries": _encode(h), "previous": _encode_whole(before.get(sid)), "recorded_at": h.recorded_at, "observed_at": h.observed_at,
                  "observed_status": h.observed_status, "unobserved": h.unobserved, "last_status": h.last_status,
                  "updated_at": now}
                 for sid, h in histories.items()]
@@ -242,9 +307,9 @@ class VolumeHistoryStore:
             raise ValueError(f"the volume history store needs SQLite or PostgreSQL, not {self.engine.dialect.name}")
         stmt = insert(history_t)
         stmt = stmt.on_conflict_do_update(
-            index_elements=[history_t.c.spec_id],
+            index_elements=[history_t.c.sensor, history_t.c.spec_id],
             set_={c: stmt.excluded[c] for c in ("entries", "recorded_at", "observed_at", "observed_status",
-                                                "unobserved", "last_status", "updated_at")})
+                                                "unobserved", "last_status", "previous", "updated_at")})
         for attempt in (0, 1):
             try:
                 with self.engine.connect() as conn:
@@ -264,24 +329,31 @@ class VolumeHistoryStore:
                 _ensure(self.engine)
         raise AssertionError("unreachable")
 
-    def search(self, contains: str | None = None, limit: int = 1000) -> dict[str, TableHistory]:
-        """Stored histories whose spec id contains ``contains`` (case-insensitive; None: all), by spec id,
-        at most ``limit``. One query: an ASCII ``contains`` is a ``LIKE`` pattern (a bound parameter,
-        ``%``, ``_`` and ``\\`` matched literally); any other is matched in Python on the spec ids
-        (SQLite's ``lower()`` folds ASCII letters only, so ``Ü`` would never match ``ü``)."""
-        q = sa.select(history_t.c.spec_id).order_by(history_t.c.spec_id)
-        if contains and not contains.isascii():
-            want = contains.casefold()
-            with self.engine.connect() as conn:
-                found = [sid for sid in conn.execute(q).scalars() if want in sid.casefold()][:limit]
-            return self.load(found)
-        q = q.limit(limit)
-        if contains:
+    def search(self, contains: str | None = None, limit: int = 1000) -> list[tuple[str, str, TableHistory]]:
+        """Stored histories of every sensor whose spec id contains ``contains`` (case-insensitive;
+        None: all): ``[(sensor, spec_id, history)]`` ordered by spec id then sensor, at most ``limit``
+        (rows that do not decode are left out). One query: an ASCII ``contains`` is a ``LIKE`` pattern
+        (a bound parameter, ``%``, ``_`` and ``\\`` matched literally); any other is matched in Python
+        on the spec ids (SQLite's ``lower()`` folds ASCII letters only, so ``Ü`` would never match ``ü``)."""
+        q = sa.select(history_t).order_by(history_t.c.spec_id, history_t.c.sensor)
+        python_match = bool(contains) and not contains.isascii()  # type: ignore[union-attr]
+        if contains and not python_match:
             escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             q = q.where(sa.func.lower(history_t.c.spec_id).like(f"%{escaped}%", escape="\\"))
+        if not python_match:
+            q = q.limit(limit)
+        out = []
         with self.engine.connect() as conn:
-            found = [r.spec_id for r in conn.execute(q)]
-        return self.load(found)
+            for r in conn.execute(q):
+                if python_match and contains.casefold() not in r.spec_id.casefold():  # type: ignore[union-attr]
+                    continue
+                try:
+                    out.append((r.sensor, r.spec_id, _history(r)))
+                except (ValueError, TypeError, OverflowError):
+                    continue
+                if len(out) >= limit:
+                    break
+        return out
 
     def size(self) -> tuple[int, int]:
         """(rows, bytes of their ``spec_id`` and ``entries`` text): what the store holds."""
@@ -291,14 +363,14 @@ class VolumeHistoryStore:
         return int(n), int(b)
 
 
-def store_for(instance) -> VolumeHistoryStore:
-    """The history store in the ledger database of a Dagster instance.
+def store_for(instance, sensor: str = "dw_volume_sensor") -> VolumeHistoryStore:
+    """The history store of volume sensor ``sensor`` in the ledger database of a Dagster instance.
 
     Raises:
         dw_dagster.core.ledger.LedgerError: the instance's storage cannot hold the ledger."""
     from dw_dagster.core.ledger import ledger_for
 
-    return VolumeHistoryStore(ledger_for(instance).engine)
+    return VolumeHistoryStore(ledger_for(instance).engine, sensor)
 
 
 def assets_with_records(instance, asset_keys: Sequence) -> set:

@@ -1,0 +1,149 @@
+"""The ledger's incidents: one row per incident, and at most one open (unlinked) incident per asset.
+
+Part of :class:`dw_dagster.core.ledger.Ledger` (its module docstring tells where the ledger lives).
+A detector that finds a problem on an asset records an incident *unless* one is already open on
+that asset (:meth:`IncidentsMixin.record_incident_unless_open`). The look and the insert are one
+transaction that holds a lock on the asset first:
+
+- SQLite: the ledger's transactions begin with ``BEGIN IMMEDIATE`` (the database's write lock);
+- PostgreSQL: ``pg_advisory_xact_lock`` on a hash of the asset key (other assets are not held up).
+
+So two processes that see the same drop at the same moment (two replicas of a code location, a
+"Test sensor" evaluation beside the daemon's tick) open one incident between them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from dw_dagster.core.ledger_tables import IncidentRow, _row, incidents_t
+
+#: incident states
+OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED = (
+    "open", "diagnosing", "diagnosed", "diagnosis_failed", "rediagnose", "closed", "quarantined")
+#: a diagnosed incident whose change set ended without a proven repair (rejected, expired, the repair
+#: failed or did not verify) and no other version is live: diagnosed again on new evidence
+UNREPAIRED = "unrepaired"
+OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
+
+
+class IncidentsMixin:
+    """The incident methods of :class:`~dw_dagster.core.ledger.Ledger` (``engine`` and ``_tx`` are its)."""
+
+    engine: sa.engine.Engine
+
+    def _tx(self):  # pragma: no cover - Ledger's
+        raise NotImplementedError
+
+
+
+    def record_incident(self, *, incident_id: str, asset_key: str, source: str, external_id: str | None, body: str,
+                        state: str = OPEN, linked_to: str | None = None) -> bool:
+        """Record an incident once; False when the id (or the source's external id) is known already."""
+        try:
+            with self._tx() as conn:
+                return self._insert_incident(conn, incident_id=incident_id, asset_key=asset_key, source=source,
+                                             external_id=external_id, body=body, state=state, linked_to=linked_to)
+        except sa.exc.IntegrityError:
+            return False
+
+    def record_incident_unless_open(self, *, incident_id: str, asset_key: str, source: str, external_id: str | None,
+                                    body: str, link: bool = False) -> tuple[bool, IncidentRow | None]:
+        """Record an incident unless one is open on its asset: the look and the insert in one transaction.
+
+        The transaction holds the asset's lock first (module docstring), so of two processes that
+        record an incident on the same asset at the same moment, the second finds the first's.
+
+        Args:
+            incident_id, asset_key, source, external_id, body: as :meth:`record_incident`.
+            link: when an incident is open on the asset, record this one linked to it (``True``, a
+                second alert about the same problem) or not at all (``False``).
+
+        Returns:
+            ``(recorded, open_incident)``: whether this incident was recorded, and the open unlinked
+            incident found on the asset (None when there was none). ``recorded`` is also False when
+            the id or the source's external id is known already.
+        """
+        try:
+            with self._tx() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(f"dw_incident:{asset_key}"))))
+                found = self._open_incident(conn, asset_key)
+                if found is not None and not link:
+                    return False, found
+                return self._insert_incident(conn, incident_id=incident_id, asset_key=asset_key, source=source,
+                                             external_id=external_id, body=body, state=OPEN,
+                                             linked_to=found.incident_id if found is not None else None), found
+        except sa.exc.IntegrityError:  # the same id recorded at the same moment by another process
+            return False, self.open_incident(asset_key)
+
+    @staticmethod
+    def _insert_incident(conn: Any, *, incident_id: str, asset_key: str, source: str, external_id: str | None,
+                         body: str, state: str, linked_to: str | None) -> bool:
+        if external_id is not None and conn.execute(sa.select(incidents_t.c.incident_id).where(
+                incidents_t.c.source == source, incidents_t.c.external_id == external_id)).first() is not None:
+            return False
+        now = time.time()
+        conn.execute(incidents_t.insert().values(
+            incident_id=incident_id, asset_key=asset_key, source=source, external_id=external_id, state=state,
+            linked_to=linked_to, opened_at=now, updated_at=now, attempts=0, note="", body=body))
+        return True
+
+    def incident(self, incident_id: str) -> IncidentRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.incident_id == incident_id)).first()
+        return _row(IncidentRow, r) if r is not None else None
+
+    def incident_by_external(self, source: str, external_id: str) -> IncidentRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(incidents_t).where(incidents_t.c.source == source,
+                                                          incidents_t.c.external_id == external_id)).first()
+        return _row(IncidentRow, r) if r is not None else None
+
+    def incidents(self, *, asset_key: str | None = None, states: Iterable[str] | None = None,
+                  linked_to: str | None = None, limit: int | None = None) -> list[IncidentRow]:
+        """Incidents, newest first, filtered on indexed columns."""
+        q = sa.select(incidents_t)
+        if asset_key is not None:
+            q = q.where(incidents_t.c.asset_key == asset_key)
+        if states is not None:
+            q = q.where(incidents_t.c.state.in_(list(states)))
+        if linked_to is not None:
+            q = q.where(incidents_t.c.linked_to == linked_to)
+        q = q.order_by(incidents_t.c.opened_at.desc())
+        if limit:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return [_row(IncidentRow, r) for r in conn.execute(q)]
+
+    def open_incident(self, asset_key: str) -> IncidentRow | None:
+        """The newest incident on ``asset_key`` that is not closed and not linked to another."""
+        with self.engine.connect() as conn:
+            return self._open_incident(conn, asset_key)
+
+    @staticmethod
+    def _open_incident(conn: Any, asset_key: str) -> IncidentRow | None:
+        r = conn.execute(sa.select(incidents_t).where(
+            incidents_t.c.asset_key == asset_key, incidents_t.c.state.in_(OPEN_INCIDENT_STATES),
+            incidents_t.c.linked_to.is_(None)).order_by(incidents_t.c.opened_at.desc()).limit(1)).first()
+        return _row(IncidentRow, r) if r is not None else None
+
+    def set_incident_state(self, incident_id: str, state: str, *, from_states: Iterable[str] | None = None,
+                           note: str | None = None, attempts_delta: int = 0, linked_to: str | None | type = ...) -> bool:
+        q = incidents_t.update().where(incidents_t.c.incident_id == incident_id)
+        if from_states is not None:
+            q = q.where(incidents_t.c.state.in_(list(from_states)))
+        values: dict[str, Any] = {"state": state, "updated_at": time.time()}
+        if note is not None:
+            values["note"] = note[:4000]
+        if attempts_delta:
+            values["attempts"] = incidents_t.c.attempts + attempts_delta
+        if linked_to is not ...:
+            values["linked_to"] = linked_to
+        with self._tx() as conn:
+            return conn.execute(q.values(**values)).rowcount == 1
+
