@@ -33,9 +33,11 @@ browser-deps:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
 	fi
 
-## Install what the tests need and run them.
+## Install what the tests need and run them: two pytest-xdist workers, each test file on one worker
+## (a file's tests share their servers and fixtures); PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
 test: install browser-deps
-	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider
+	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
 
 ## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).
 ## rowdiff_crossdb_100m (memory curve up to 100M rows per side) runs only by hand:
