@@ -31,7 +31,7 @@ column                    what it holds
 ========================  ==========================================================================
 
 One row per watched table, rewritten when its history changes: the store's size is bounded by
-the number of tables (≈ 300 bytes per table with 28 counts: 15 MB at 50,000 tables), whatever
+the number of tables (≈ 1 KB per table with 28 counts, ``previous`` included: 50 MB at 50,000 tables), whatever
 the number of ticks.
 
 When it is written
