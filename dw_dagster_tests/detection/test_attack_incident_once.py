@@ -134,22 +134,23 @@ def test_a_dry_run_then_a_restart_within_two_minutes_shows_the_incident(wh):
     assert shown(instance) == [inc.id]
 
 
-def test_a_dry_run_then_a_restart_after_two_minutes_shows_the_incident_once(wh):
+@pytest.mark.parametrize("observations", ["every_count", "summary"])
+def test_a_dry_run_then_a_restart_after_two_minutes_shows_the_incident_once(wh, observations):
     instance, clock = dg.DagsterInstance.ephemeral(), Clock()
-    daemon = build(wh, instance, clock)
+    daemon = build(wh, instance, clock, observations=observations)
     baseline(wh, daemon, clock)
     fill(wh, "pos.t0", 10)
     clock.advance(hours=1)
     dry_run(daemon)
     age(instance, 121)
-    restarted = build(wh, instance, clock)
+    restarted = build(wh, instance, clock, observations=observations)
     restarted.cursors = dict(daemon.cursors)
     for _ in range(3):
         clock.advance(minutes=5)
         restarted.tick(SENSOR)
     (inc,) = records.incidents(instance)
     assert shown(instance) == [inc.id]
-    assert counts(instance) == [1000, 1001, 1002, 10]
+    assert counts(instance) == ([1000, 1001, 1002, 10] if observations == "every_count" else [1000, 1002, 10])
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -284,14 +285,17 @@ def test_an_incident_a_dry_run_opened_is_shown_when_the_count_recovers_before_th
 
 
 
-def test_a_dry_run_and_a_tick_at_the_same_sensor_time_show_the_incident_and_the_count_once(wh):
-    """The sensor's clock does not move between the dry run and the tick (the same incident id)."""
+@pytest.mark.parametrize("later_s", [0, -600], ids=["same_time", "clock_back"])
+def test_a_dry_run_and_a_tick_at_the_same_or_an_earlier_sensor_time_show_the_incident_and_the_count_once(wh, later_s):
+    """The sensor's clock does not move between the dry run and the tick (the same incident id),
+    or goes back ten minutes (the dry run's process clock ahead: another incident id)."""
     instance, clock = dg.DagsterInstance.ephemeral(), Clock()
     daemon = build(wh, instance, clock)
     baseline(wh, daemon, clock)
     fill(wh, "pos.t0", 10)
     clock.advance(hours=1)
     dry_run(daemon)
+    clock.advance(seconds=later_s)
     daemon.tick(SENSOR)
     daemon.tick(SENSOR)
     (inc,) = records.incidents(instance)
@@ -364,6 +368,48 @@ def test_a_restart_does_not_page_again_when_the_asset_has_many_observations_per_
     assert volume_obs(instance, "t0")[-1]["dw/volume_status"] == "low"  # scored again: the open incident looked at
     assert shown(instance) == [inc.id]
 
+
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "volume store.load(kept_until=None): the sensor's first real tick has no cursor, so it reads the rows a "
+    "'Test sensor' evaluation before it wrote (no cursor either) as kept: the first counts are never shown"))
+def test_a_dry_run_before_the_first_tick_loses_no_count_observation(wh):
+    """"Test sensor" before the sensor is turned on (the usual way to try one): the dry run has no
+    cursor, records the first counts in the store and is thrown away; the first real tick has no
+    cursor either and takes the store's rows as recorded and shown."""
+    instance, clock = dg.DagsterInstance.ephemeral(), Clock()
+    daemon = build(wh, instance, clock)
+    fill(wh, "pos.t0", 1000)
+    clock.advance(hours=1)
+    dry_run(daemon)
+    clock.advance(minutes=5)
+    daemon.tick(SENSOR)
+    assert counts(instance) == [1000]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "volume store: a row a dry run wrote is read as kept once a later kept tick has ended, even when that "
+    "tick did not write it (the table was back at its kept count): after a restart the dry run's count is in "
+    "the history (recorded again, and in every later baseline) though no kept tick recorded it"))
+def test_a_dry_run_count_a_kept_tick_did_not_rewrite_stays_out_of_the_history(wh):
+    instance, clock = dg.DagsterInstance.ephemeral(), Clock()
+    daemon = build(wh, instance, clock)
+    baseline(wh, daemon, clock)
+    fill(wh, "pos.t0", 1500)
+    clock.advance(hours=1)
+    dry_run(daemon)  # writes the store row [1000, 1001, 1002, 1500]
+    fill(wh, "pos.t0", 1002)  # back before the next real tick: unchanged for it, the row not written again
+    clock.advance(minutes=5)
+    daemon.tick(SENSOR)
+    restarted = build(wh, instance, clock)
+    restarted.cursors = dict(daemon.cursors)
+    clock.advance(minutes=5)
+    restarted.tick(SENSOR)
+    from dw_dagster.detection.volume.store import store_for
+
+    assert [r for _, r in store_for(instance).load(["warehouse:pos.t0"])["warehouse:pos.t0"].entries] == [1000, 1001, 1002]
+    assert counts(instance) == [1000, 1001, 1002]
 
 
 # -- 2'. the same promise for the other incident sensors ------------------------------------
@@ -525,9 +571,11 @@ for asset, link in (("shop/orders", False), ("shop/returns", True)):
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "postgresql_repeatable_read"])
+@pytest.fixture(params=["sqlite", "postgresql_repeatable_read"])
 def ledger_url(request, tmp_path):
-    """A ledger database (its tables created) as a URL other processes open."""
+    """A ledger database (its tables created) as a URL other processes open. PostgreSQL with the
+    database's default isolation at repeatable read: the stricter case (read committed, the
+    server's default, is what the threads of test_ledger_incidents.py and the sensors below use)."""
     from dw_dagster.core.ledger import Ledger
     from dw_dagster.core.ledger_tables import _sqlite_engine
 
