@@ -728,3 +728,35 @@ def test_two_check_incident_sensors_failing_on_one_asset_at_once_open_one_incide
     assert len(incs) == 1, incs
     observed = [e for r in results for e in (r.asset_events or []) if c.INCIDENT_KEY in (e.metadata or {})]
     assert [e.metadata[c.INCIDENT_ID_KEY].value for e in observed] == [incs[0].incident_id]
+
+
+@pytest.mark.parametrize("shared_instance", ["postgresql"], indirect=True)
+def test_two_lightup_sensors_opening_alerts_on_one_asset_at_once_link_the_second(tmp_path, shared_instance, monkeypatch):
+    """Two Lightup incident sensors (one per compare metric) each pick up an alert on the same
+    table at the same moment: one incident is opened, the other alert is recorded linked to it.
+    PostgreSQL only (on SQLite every ledger transaction, reads included, takes the write lock:
+    the processes test above covers it)."""
+    from dw_dagster.core.ledger_incidents import IncidentsMixin
+    from dw_dagster.detection.lightup import build_lightup_incident_sensor
+    from dw_dagster.integrations.lightup import LightupResource
+    from dw_dagster_tests.detection.test_lightup_sensor import MAPPING, TARGET
+    from dw_dagster_tests.harness.lightup_fixtures import add_sales_monitor, fake_lightup
+
+    instance = shared_instance
+    with fake_lightup(tmp_path) as (server, state, ids, cred):
+        add_sales_monitor(state, ids)
+        state.collect()
+        sensors = [build_lightup_incident_sensor(table_assets=MAPPING, diagnosis_job_name="dw_diagnose_incident",
+                                                 metric_uuids=[ids[m]], name=f"lightup_{m}", initial_lookback_seconds=2e9)
+                   for m in ("rows_compare", "sales_compare")]
+        resource = LightupResource(credential_file=str(cred), attempts=2, base_wait_s=0.01, timeout_s=5)
+
+        def tick(s):
+            return lambda: s.evaluate_tick(dg.build_sensor_context(instance=instance, sensor_name=s.name,
+                                                                   resources={"lightup": resource}))
+
+        _together([tick(s) for s in sensors], monkeypatch, IncidentsMixin, "incident_by_external")
+    rows = ledger_for(instance).incidents(asset_key=TARGET.to_user_string())
+    unlinked = [r for r in rows if r.linked_to is None]
+    assert len(rows) == 2 and len(unlinked) == 1, rows
+    assert [r.linked_to for r in rows if r.linked_to] == [unlinked[0].incident_id]
