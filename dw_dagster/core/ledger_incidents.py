@@ -6,7 +6,9 @@ that asset (:meth:`IncidentsMixin.record_incident_unless_open`). The look and th
 transaction that holds a lock on the asset first:
 
 - SQLite: the ledger's transactions begin with ``BEGIN IMMEDIATE`` (the database's write lock);
-- PostgreSQL: ``pg_advisory_xact_lock`` on a hash of the asset key (other assets are not held up).
+- PostgreSQL: ``pg_advisory_xact_lock`` on a hash of the asset key (other assets are not held up),
+  in a read-committed transaction whatever the database's default isolation (under repeatable
+  read the look would see the snapshot taken before the lock was granted).
 
 So two processes that see the same drop at the same moment (two replicas of a code location, a
 "Test sensor" evaluation beside the daemon's tick) open one incident between them.
@@ -71,6 +73,9 @@ class IncidentsMixin:
         try:
             with self._tx() as conn:
                 if conn.dialect.name == "postgresql":
+                    # read committed whatever the database's default: under repeatable read the look would
+                    # read the snapshot taken before the lock was granted, missing the incident just recorded
+                    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(f"dw_incident:{asset_key}"))))
                 found = self._open_incident(conn, asset_key)
                 if found is not None and not link:

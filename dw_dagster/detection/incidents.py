@@ -111,7 +111,7 @@ def record_unless_open(instance: dg.DagsterInstance, inc: Incident, *,
 
 
 def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg.AssetKey, *, min_age_s: float = 0.0,
-                   limit: int = 200) -> bool:
+                   limit: int = 10_000) -> bool:
     """Whether the event log holds the ``dw/incident`` observation of ``incident_id`` on ``asset_key``.
 
     A detector records an incident in the ledger during its tick, but Dagster keeps the tick's
@@ -120,8 +120,10 @@ def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg
     incident when this returns False (the notification sensor pages from that observation).
 
     Reads the asset's observations from the incident's ``opened_at`` (the ledger's clock, less 5 s)
-    on, oldest first, at most ``limit``: the incident's observation is among the first ones after
-    it opened, so the cost does not grow with the event log.
+    on, oldest first, 1,000 a query, until it is found, at most ``limit``: the incident's
+    observation is stored with the tick that opened it, after that tick's other observations of
+    the asset (one per table mapped to it: hundreds, for a table sharded by store), so the cost
+    grows with the observations since it opened, never with the whole event log.
 
     Args:
         instance: the Dagster instance (its ledger and event log).
@@ -137,13 +139,19 @@ def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg
     row = ledger_for(instance).incident(incident_id)
     if row is None or time.time() - row.opened_at < min_age_s:
         return True
-    res = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=row.opened_at - 5.0),
-                                      limit=limit, ascending=True)
-    for rec in res.records:
-        obs = rec.asset_observation
-        v = obs.metadata.get(c.INCIDENT_ID_KEY) if obs is not None else None
-        if getattr(v, "value", v) == incident_id:
-            return True
+    records_filter = dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=row.opened_at - 5.0)
+    cursor, read = None, 0
+    while read < limit:
+        res = instance.fetch_observations(records_filter, limit=min(1000, limit - read), cursor=cursor, ascending=True)
+        for rec in res.records:
+            obs = rec.asset_observation
+            v = obs.metadata.get(c.INCIDENT_ID_KEY) if obs is not None else None
+            if getattr(v, "value", v) == incident_id:
+                return True
+        read += len(res.records)
+        if not res.has_more or not res.records:
+            break
+        cursor = res.cursor
     return False
 
 

@@ -588,7 +588,10 @@ def build_volume_sensor(
                         if existing.source == "volume_sensor" and existing.id not in shown_ids:
                             tok = opened_in.get(existing.id)  # shown by a tick of this process: was it kept?
                             if tok is not None and previous_key is not None and tok[0] == previous_key[0]:
-                                kept = tok[1] <= previous_key[1]
+                                # a tick not kept by this cursor may still have had its events stored (the
+                                # daemon died before the cursor), or another sensor showed it since: the event log
+                                kept = tok[1] <= previous_key[1] or incident_shown(context.instance, existing.id,
+                                                                                   s.asset_key)
                             else:
                                 kept = incident_shown(context.instance, existing.id, s.asset_key,
                                                       min_age_s=0.0 if tok else SHOWN_GRACE_S)
