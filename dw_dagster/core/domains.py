@@ -337,6 +337,8 @@ class AccessSettings(BaseModel):
         remind_before_minutes: the requester is reminded this long before a grant ends (at most
             half the grant's length).
         revoke_retry_minutes: how long after a failed revoke it is tried again (the incident stays open).
+        valid_until: give a PostgreSQL login role ``VALID UNTIL`` the grant's end too (a second line
+            should the revoke not happen; it stops password logins only), put back at the revoke.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -345,6 +347,7 @@ class AccessSettings(BaseModel):
     max_hours: float = Field(168, gt=0, le=24 * 90)
     remind_before_minutes: float = Field(60, ge=0)
     revoke_retry_minutes: float = Field(5, gt=0)
+    valid_until: bool = Field(True, description="PostgreSQL login roles also get VALID UNTIL the grant's end")
 
     @field_validator("role_name")
     @classmethod

@@ -292,11 +292,15 @@ def dry_run(db: Database, spec: AccessSpec, grantee: str, *, expires_at: dt.date
                              "added_table": [list(x) for x in plan.table], "added_column": [list(x) for x in plan.column],
                              "rels": {str(r): cat.rels[r].display for r in touched | set(requested) if r in cat.rels},
                              "login": me.login, "valid_until": None}
-    if statements and valid_until and me.login and (me.valid_until is None or me.valid_until > expires_at):
+    previous = me.valid_until
+    for t in taking_over:  # an extension: the earlier grant set VALID UNTIL; what it put back is what counts
+        vu = t.state.get("valid_until") if t.state.get("grantee_oid") == g else None
+        if vu:
+            previous = dt.datetime.fromisoformat(vu["previous"]) if vu.get("previous") else None
+    if statements and valid_until and me.login and (previous is None or previous > expires_at):
         statements.append(valid_until_sql(me.name, expires_at))
-        rollback.append(valid_until_sql(me.name, me.valid_until))
-        state["valid_until"] = {"set": expires_at.isoformat(),
-                                "previous": me.valid_until.isoformat() if me.valid_until else None}
+        rollback.append(valid_until_sql(me.name, previous))
+        state["valid_until"] = {"set": expires_at.isoformat(), "previous": previous.isoformat() if previous else None}
         notes.append(f"{me.name} can log in: VALID UNTIL {expires_at.isoformat()} is a second line should the revoke not "
                      "happen (it stops password logins only; put back at the revoke)")
     rollback += plan.restore

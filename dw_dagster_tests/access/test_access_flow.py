@@ -1,0 +1,260 @@
+"""An access request end to end on real PostgreSQL roles: request → dry-run → every domain's owner
+approves → grant → reminder → revoke at expiry verified → receipt; and what may not happen.
+
+The access sensor runs in a :class:`~dw_dagster.testing.local_daemon.LocalSensorDaemon` on a Dagster
+instance on disk; its clock (only its clock) is moved forward instead of waiting for expiry.
+Sources for the failure kinds tried here:
+
+- sessions outliving the revoke (a session that did ``SET ROLE`` keeps the role after ``REVOKE``;
+  Teleport's database access "terminates sessions when the access request expires"
+  https://github.com/gravitational/teleport/issues/10429; PostgreSQL checks membership at SET ROLE);
+- a revoke that silently left access through another grant (Vault database secrets engine, revoke
+  statements that do not cover everything granted: https://github.com/hashicorp/vault/issues/5219);
+- a grant already held, revoked by the rollback of a grant that added nothing (Opal/permifrost
+  "revoking grants we did not create": https://gitlab.com/gitlab-data/permifrost/-/issues/70).
+"""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from dw_dagster.access.models import AccessError, AccessRequest
+from dw_dagster.core import keys as c
+from dw_dagster.core import records
+from dw_dagster.core.ledger import ledger_for
+from dw_dagster.receipts.chain import verify_receipts
+from dw_dagster_tests.access.flow import ANA, BO, CY, DANA, SAM, build_world, services, token
+from dw_dagster_tests.access.pg_world import pg_world
+
+
+@pytest.fixture(scope="module")
+def outside():
+    with services() as s:
+        yield s
+
+
+@pytest.fixture
+def w(outside, tmp_path, monkeypatch):
+    idp, smtp, pager = outside
+    with pg_world() as pg:
+        world = build_world(pg, tmp_path, idp, smtp, pager, monkeypatch)
+        yield world
+        world.instance.dispose()
+        world.db.dispose()
+
+
+def _row(w, req_id):
+    return ledger_for(w.instance).access_row(req_id)
+
+
+def _approved(w, req):
+    for cs_id in req.change_sets:
+        owner = ANA if cs_id.endswith("finance") else BO
+        ok, msg = w.approve(cs_id, owner)
+        assert ok, msg
+    tick = w.tick()
+    assert _row(w, req.id).state == "approved", tick.skip_reason
+    return tick
+
+
+def test_request_to_verified_revoke_with_two_owners_a_reminder_and_a_receipt(w):
+    req, state = w.request(w.spec(role=w.pg.role("analyst"), duration_s=3600, end_sessions=True))
+    assert state == "pending" and [d.domain for d in req.dry_run.domains] == ["crm", "finance"]
+    assert {(s.table.split(".")[-1], s.column, s.category) for s in req.dry_run.sensitive} >= {
+        ("customers", "email", "email"), ("customers", "phone", "phone")}
+    assert len(req.change_sets) == 2 and req.approvers == sorted([ANA, SAM, BO, DANA])
+    assert w.tick().run_ids == [] and _row(w, req.id).state == "pending"  # nobody approved yet
+    ok, _ = w.approve(req.change_sets[1], ANA)  # finance (sorted: crm first)
+    assert ok and w.tick().run_ids == [] and _row(w, req.id).state == "pending"  # one of two domains is not enough
+    assert not w.has("ledger")
+    ok, _ = w.approve(req.change_sets[0], BO)
+    assert ok
+    w.tick()  # approved
+    tick = w.tick()  # the grant run
+    assert len(tick.run_ids) == 1 and _row(w, req.id).state == "active", (tick.skip_reason, w.daemon.refusals)
+    assert w.has("ledger") and w.has("customers")
+    assert w.tick().run_ids == []  # granted once
+    w.later(3600 - 5 * 60)  # five minutes before the end: the reminder (remind_before 10 min)
+    before = len(w.inbox.messages)
+    w.tick()
+    w.tick()
+    mails = w.inbox.messages[before:]
+    assert len(mails) == 1 and mails[0]["to"] == [SAM, DANA] and req.id in mails[0]["data"]
+    assert _row(w, req.id).reminded_at is not None and _row(w, req.id).state == "active"
+    w.later(5 * 60)  # expires_at
+    tick = w.tick()
+    row = _row(w, req.id)
+    assert len(tick.run_ids) == 1 and row.state == "revoked", (row.note, w.daemon.refusals)
+    assert not w.has("ledger") and not w.has("customers")
+    assert w.tick().run_ids == []  # revoked once
+    (receipt,) = records.receipts(w.instance, dg.AssetKey(c.ACCESS_ASSET))
+    ev = receipt.evidence_summary
+    assert receipt.verified and ev["revoke_verified"] is True and ev["granted_at"] and ev["revoked_at"]
+    assert ev["requested_by"] == SAM and "verified by OIDC" in ev["requester_identity"] and ev["why"] == req.spec.why
+    assert sorted(a["approver"] for a in ev["approvals"]) == [ANA, BO]
+    assert any("has_table_privilege" in x["check"] and x["value"] is False for x in ev["revoke_verification"])
+    assert verify_receipts(w.instance, [dg.AssetKey(c.ACCESS_ASSET)])[1] == []
+    for cs_id in req.change_sets:
+        assert ledger_for(w.instance).change_set_row(cs_id).state == "applied"
+
+
+def test_nobody_approves_their_own_request_or_for_someone_else(w):
+    req, _ = w.request(w.spec(role=w.pg.role("analyst")))
+    fin, crm = (next(x for x in req.change_sets if x.endswith(d)) for d in ("finance", "crm"))
+    ok, msg = w.approve(fin, SAM)  # the requester is a finance approver
+    assert not ok and "proposed" in msg
+    ok, msg = w.approve(crm, DANA)  # the grantee is a crm approver
+    assert not ok and "benefits" in msg
+    ok, msg = w.approve(crm, CY)  # BO's colleague, listed nowhere, with her own valid token
+    assert not ok and "not an approver" in msg
+    from dw_dagster.approval.job import approve_in_process
+
+    ok, msg = approve_in_process(w.instance, crm, approver=BO, domains=w.domains_file)  # typing the owner's name
+    assert not ok and "verified identity" in msg
+    cs = records.find_change_set(w.instance, crm)
+    from dw_dagster.core.identity import decision_nonce
+
+    stolen = token(w.idp, BO, decision_nonce(fin, cs.version, "approve"))  # BO's token for another decision
+    ok, msg = approve_in_process(w.instance, crm, id_token=stolen, domains=w.domains_file)
+    assert not ok and "nonce" in msg
+    w.tick()
+    assert _row(w, req.id).state == "pending" and not w.has("ledger")
+
+
+def test_one_rejection_ends_the_request_and_nothing_is_granted(w):
+    req, _ = w.request(w.spec(role=w.pg.role("analyst")))
+    fin, crm = (next(x for x in req.change_sets if x.endswith(d)) for d in ("finance", "crm"))
+    assert w.approve(fin, ANA)[0]
+    assert w.approve(crm, BO, "reject")[0]
+    w.tick()
+    assert _row(w, req.id).state == "rejected" and w.tick().run_ids == [] and not w.has("ledger")
+    assert ledger_for(w.instance).change_set_row(fin).state == "superseded"
+
+
+def test_a_request_that_opens_nothing_new_proposes_nothing(w):
+    w.pg.run(f'GRANT SELECT ON {w.pg.t("ledger")} TO "{w.role(DANA)}"')
+    with pytest.raises(AccessError, match="opens nothing new"):
+        w.request(w.spec(tables=[f"{w.pg.schema}.ledger"]))
+    assert ledger_for(w.instance).access_rows() == []
+    assert records.change_sets(w.instance) == []
+
+
+def test_an_unverified_requester_makes_a_draft_that_asks_nobody_until_confirmed(w):
+    from dw_dagster.access.request import confirm, request_nonce, requester_identity
+
+    spec = w.spec(tables=[f"{w.pg.schema}.ledger"])
+    req, state = w.request(spec, verified=False)
+    assert state == "draft" and req.change_sets == [] and records.change_sets(w.instance) == []
+    other = w.spec(tables=[f"{w.pg.schema}.ledger"], why="something else")
+    with pytest.raises(AccessError, match="nonce"):  # a token bound to other content
+        requester_identity(w.domains, spec, id_token=token(w.idp, SAM, request_nonce(other)))
+    with pytest.raises(AccessError, match="names sam"):  # someone else confirming
+        confirm(w.instance, req.id, requester_identity(w.domains, spec, id_token=token(w.idp, CY, request_nonce(spec))),
+                domains=w.domains)
+    who = requester_identity(w.domains, spec, id_token=token(w.idp, SAM, request_nonce(spec)))
+    filed = confirm(w.instance, req.id, who, domains=w.domains)
+    assert _row(w, req.id).state == "pending" and filed.change_sets == [f"ar-{req.id[4:]}-finance"]
+    with pytest.raises(AccessError):
+        confirm(w.instance, req.id, who, domains=w.domains)
+
+
+def test_hand_launched_and_replayed_apply_runs_are_refused(w):
+    """The Launchpad / GraphQL / `dagster job execute` door: a run of the grant job without the
+    sensor's ticket, or with a ticket copied from a run that already used it, grants nothing."""
+    from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    grant = w.defs.resolve_job_def(c.ACCESS_GRANT_JOB)
+    config = {"ops": {c.ACCESS_GRANT_OP: {"config": {"request_id": req.id}}}}
+    assert not grant.execute_in_process(instance=w.instance, run_config=config, raise_on_error=False).success
+    with pytest.raises(RunRefused, match="ticket"):  # what the run coordinator does at submission
+        admit_run(w.instance, RunFacts("r-hand", c.ACCESS_GRANT_JOB, {"dw/kind": "access"}, job_tags={"dw/kind": "access"}))
+    _approved(w, req)
+    tick = w.tick()
+    (run_id,) = tick.run_ids
+    assert w.has("ledger")
+    tags = w.instance.get_run_by_id(run_id).tags
+    w.later(601)
+    w.tick()
+    assert _row(w, req.id).state == "revoked" and not w.has("ledger")
+    replay = grant.execute_in_process(instance=w.instance, run_config=config, raise_on_error=False,
+                                      tags={k: v for k, v in tags.items() if k.startswith("dw/")})
+    assert not replay.success and not w.has("ledger")  # a ticket replayed after expiry grants nothing
+    revoke = w.defs.resolve_job_def(c.ACCESS_REVOKE_JOB)
+    assert not revoke.execute_in_process(instance=w.instance, raise_on_error=False,
+                                         run_config={"ops": {c.ACCESS_REVOKE_OP: {"config": {"request_id": req.id}}}}).success
+
+
+def test_a_failed_revoke_opens_an_incident_pages_and_is_tried_again(w):
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)
+    w.tick()
+    w.pg.run(f'GRANT SELECT ON {w.pg.t("ledger")} TO PUBLIC')  # someone opens the table to everyone meanwhile
+    w.later(601)
+    w.tick()
+    row = _row(w, req.id)
+    assert row.state == "revoke_failed" and "still shows access" in row.note and row.incident_id
+    assert ledger_for(w.instance).incident(row.incident_id).source == "access"
+    state = w.pager.state.snapshot()
+    assert any(req.id in str(i) for i in state["pagerduty"]["incidents"]), "paged"
+    w.tick()
+    assert _row(w, req.id).state == "revoke_failed"  # the retry waits for revoke_retry_minutes
+    w.pg.run(f'REVOKE SELECT ON {w.pg.t("ledger")} FROM PUBLIC')
+    w.later(61)
+    w.tick()
+    row = _row(w, req.id)
+    assert row.state == "revoked" and row.revoke_attempts == 2 and not w.has("ledger")
+    assert ledger_for(w.instance).incident(row.incident_id).state == "closed"
+
+
+def test_role_dropped_while_the_grant_is_active(w):
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)
+    w.tick()
+    dana = w.role(DANA)
+    w.pg.run(f'DROP OWNED BY "{dana}"', f'DROP ROLE "{dana}"')
+    w.pg.create_role("dana", "LOGIN")  # and someone makes a new role of that name
+    w.pg.run(f'GRANT SELECT ON {w.pg.t("ledger")} TO "{dana}"')  # with its own, legitimate grant
+    w.later(601)
+    w.tick()
+    row = _row(w, req.id)
+    assert row.state == "revoked"
+    assert any("no longer exists" in n for n in row.result["revoke"]["notes"])
+    assert w.has("ledger")  # the new role's own grant is left alone
+
+
+def test_extension_is_a_new_request_that_takes_over(w):
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)
+    w.tick()
+    ext, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=1200, why="extension: still reconciling"))
+    assert ext.extends == req.id and ext.statements[0] == req.statements[0]  # what continuing opens is shown again
+    assert [x.table for x in ext.dry_run.engine.newly_reachable] == [f"{w.pg.schema}.ledger"]
+    _approved(w, ext)
+    w.tick()
+    assert _row(w, req.id).state == "superseded" and _row(w, ext.id).state == "active"
+    w.later(601)
+    assert w.tick().run_ids == [] and w.has("ledger")  # the first grant's end revokes nothing now
+    w.later(600)
+    w.tick()
+    assert _row(w, ext.id).state == "revoked" and not w.has("ledger")
+
+
+def test_end_sessions_terminates_a_session_that_set_role_before_the_revoke(w):
+    import psycopg
+
+    req, _ = w.request(w.spec(role=w.pg.role("analyst"), duration_s=600, end_sessions=True))
+    _approved(w, req)
+    w.tick()
+    url = w.db._engine.url
+    with psycopg.connect(host=url.host, port=url.port, dbname=url.database, user=w.role(DANA), autocommit=True) as s:
+        s.execute(f'SET ROLE "{w.pg.role("analyst")}"')
+        assert s.execute(f"SELECT count(*) FROM {w.pg.t('ledger')}").fetchone() == (0,)
+        w.later(601)
+        w.tick()
+        assert _row(w, req.id).result["revoke"]["sessions_ended"] == 1
+        with pytest.raises(psycopg.OperationalError):
+            s.execute(f"SELECT count(*) FROM {w.pg.t('ledger')}")
+    assert _row(w, req.id).state == "revoked"
+    AccessRequest.model_validate_json(_row(w, req.id).body)
