@@ -5,13 +5,16 @@ The access sensor runs in a :class:`~dw_dagster.testing.local_daemon.LocalSensor
 instance on disk; its clock (only its clock) is moved forward instead of waiting for expiry.
 Sources for the failure kinds tried here:
 
-- sessions outliving the revoke (a session that did ``SET ROLE`` keeps the role after ``REVOKE``;
-  Teleport's database access "terminates sessions when the access request expires"
-  https://github.com/gravitational/teleport/issues/10429; PostgreSQL checks membership at SET ROLE);
-- a revoke that silently left access through another grant (Vault database secrets engine, revoke
-  statements that do not cover everything granted: https://github.com/hashicorp/vault/issues/5219);
-- a grant already held, revoked by the rollback of a grant that added nothing (Opal/permifrost
-  "revoking grants we did not create": https://gitlab.com/gitlab-data/permifrost/-/issues/70).
+- sessions outliving the revoke: a connection that did ``SET ROLE`` keeps the role's privileges
+  after the revoke (https://github.com/hashicorp/vault/pull/8668,
+  https://github.com/hashicorp/vault/issues/699), and database connections are not ended when the
+  access expires (https://github.com/gravitational/teleport/issues/5476);
+- a revoke that does not take back everything the grant gave, or fails and is never retried
+  (https://github.com/hashicorp/vault/issues/1535, https://github.com/hashicorp/vault/issues/1198);
+- a rollback that revokes privileges the tool did not grant (a grant already held, a role made
+  anew under the same name): https://github.com/cyrilgdn/terraform-provider-postgresql/pull/135;
+- an access window that starts at the request, not at the approval (the owners approve an absolute
+  end here, shown in the request): https://github.com/gravitational/teleport/issues/16202.
 """
 
 import datetime as dt

@@ -7,18 +7,21 @@ that difference. Roles are named per test and dropped afterwards (the server is 
 
 Failure kinds from public trackers, each a test here:
 
-- default privileges on future tables (permifrost #84, "future grants" needing their own
-  handling: https://gitlab.com/gitlab-data/permifrost/-/issues/84; titan-core "future grants"
-  https://github.com/Titan-Systems/titan/issues/106);
-- grants to PUBLIC (PostgreSQL docs, GRANT: "PUBLIC ... all roles, including those that might be
-  created later");
+- default privileges open tables created later, and a grant on "all tables" misses them
+  (https://github.com/hashicorp/terraform-provider-postgresql/issues/92,
+  https://github.com/crossplane-contrib/provider-sql/issues/117,
+  https://github.com/cyrilgdn/terraform-provider-postgresql/issues/533);
+- grants to PUBLIC, which every role holds already (https://github.com/thepartly/pgroles/pull/192,
+  https://github.com/graphile/graphile.github.io/issues/110);
 - the grant option travelling with a role (PostgreSQL docs, GRANT "WITH GRANT OPTION");
-- privileges through a NOINHERIT member, usable after SET ROLE
-  (https://www.postgresql.org/docs/15/role-membership.html);
-- a table-level REVOKE that also takes the grantee's own column privileges, and a column REVOKE
-  that leaves a table-level one (PostgreSQL docs, REVOKE notes);
-- case-folded role and table names (unquoted identifiers fold to lower case; terraform
-  cyrilgdn/postgresql #198 https://github.com/cyrilgdn/terraform-provider-postgresql/issues/198).
+- a NOINHERIT member that is a member yet inherits nothing, and can still SET ROLE
+  (https://github.com/dam-agents/dam/pull/3649, https://github.com/crossplane-contrib/provider-sql/issues/359);
+- column privileges: a column REVOKE does nothing while a table-level grant stands, a table-level
+  REVOKE takes the column grants too, and tools reading only ``relacl`` miss column grants
+  (https://github.com/supabase/supabase/issues/20780, https://github.com/windmill-labs/windmill/pull/11063);
+- case-folded role and table names: unquoted names fold to lower case, so a GRANT built without
+  quotes targets another object (https://github.com/puppetlabs/puppetlabs-postgresql/issues/1340,
+  https://github.com/xataio/pgstream/pull/944, https://github.com/duyet/grant-rs/issues/65).
 """
 
 import datetime as dt
