@@ -130,8 +130,9 @@ class Grants:
                 if str(row[2]).upper() not in TABLE_KINDS:
                     continue
                 privs = TABLE_PRIVILEGES if str(row[1]).upper() == "OWNERSHIP" else (str(row[1]).upper(),)
+                name = display(*_split(str(row[3])))
                 for p in privs:
-                    key = (str(row[3]), p)
+                    key = (name, p)
                     out[key] = out.get(key, False) or str(row[6]).lower() == "true" or str(row[1]).upper() == "OWNERSHIP"
         return out
 
@@ -162,7 +163,8 @@ def columns_of(db: Database, tables: Sequence[tuple[str, str, str]]) -> dict[tup
 
 
 def access_role(request_id: str) -> str:
-    return "DW_ACCESS_" + "".join(ch for ch in request_id.upper() if ch.isalnum() or ch == "_")
+    """The role a table request is granted through: ``DW_ACCESS_<request id>`` (``-`` → ``_``, upper case)."""
+    return "DW_ACCESS_" + "".join(ch if ch.isalnum() else "_" for ch in request_id.upper())
 
 
 def dry_run(db: Database, spec: AccessSpec, grantee: str, *, expires_at: dt.datetime, request_id: str,
@@ -242,7 +244,7 @@ def dry_run(db: Database, spec: AccessSpec, grantee: str, *, expires_at: dt.date
         notes.append("the grant carries WITH GRANT OPTION on some tables: the user could pass those privileges on")
     opens = bool(newly or future)
     return EngineDryRun(
-        engine="snowflake", grantee_role=user, role=granted[0] if spec.role and granted else (parse_name(spec.role) if spec.role else None),
+        engine="snowflake", grantee_role=user, role=parse_name(spec.role) if spec.role else None,
         tables=tables, statements=statements if opens else [], rollback=rollback if opens else [], already_held=held,
         newly_reachable=newly, future_tables=future,
         columns={display(*k): v for k, v in cols.items()}, notes=notes,
