@@ -90,12 +90,51 @@ def requester_identity(domains: Domains, spec: AccessSpec, *, id_token: str | No
     return None
 
 
-def _active_grants(instance: dg.DagsterInstance, grantee: str, database: str) -> list[AccessRequest]:
+def open_database(name: str, resources: Any = None) -> tuple[Database, str]:
+    """The database a request names and what the request records of it.
+
+    A URL (``postgresql+psycopg://…``, ``snowflake://…``) is opened as given and recorded without
+    its password (the code location that grants finds its own resource pointing there); anything
+    else is a database resource key of ``resources`` (a mapping, e.g. a code location's resources).
+
+    Raises:
+        AccessError: an unknown resource key (the known ones named).
+    """
+    from dw_dagster.access.jobs import redact_url, resolve_database
+    from dw_dagster.databases import database_from_url
+
+    if "://" in name:
+        return database_from_url(name), redact_url(name)
+    return resolve_database(dict(resources or {}), name), name
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``8h``, ``30m``, ``1h30m``, ``2d``, ``90s`` (or a bare number of seconds).
+
+    Raises:
+        AccessError: not a positive duration.
+    """
+    t = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        seconds = float(t)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([dhms])", t)
+        if not parts or "".join(a + b for a, b in parts) != t:
+            raise AccessError(f"not a duration: {text!r} (write 8h, 30m, 1h30m, 2d)")
+        seconds = sum(float(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    if seconds <= 0:
+        raise AccessError(f"a grant lasts some time: {text!r}")
+    return seconds
+
+
+def _active_grants(instance: dg.DagsterInstance | None, grantee: str, database: str) -> list[AccessRequest]:
+    if instance is None:
+        return []
     rows = ledger_for(instance).access_rows(states=[ACTIVE, GRANTING], grantee=grantee)
     return [AccessRequest.model_validate_json(r.body) for r in rows if r.database == database]
 
 
-def prepare(instance: dg.DagsterInstance, spec: AccessSpec, db: Database, *, domains: Domains, requester: str,
+def prepare(instance: dg.DagsterInstance | None, spec: AccessSpec, db: Database, *, domains: Domains, requester: str,
             asset_graph: Any = None, lineage: Any = None, now: dt.datetime | None = None) -> AccessRequest:
     """The request with its dry-run, not recorded (module docstring).
 
@@ -259,5 +298,5 @@ def engine_run(req: AccessRequest) -> EngineDryRun:
     return req.dry_run.engine
 
 
-__all__ = ["ACCESS_ASSET_KEY", "access_asset_spec", "change_sets_for", "confirm", "event", "grantee_role", "load",
+__all__ = ["ACCESS_ASSET_KEY", "access_asset_spec", "open_database", "parse_duration", "change_sets_for", "confirm", "event", "grantee_role", "load",
            "prepare", "request_nonce", "requester_identity", "submit"]
