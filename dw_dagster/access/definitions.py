@@ -19,6 +19,7 @@ from dw_dagster.core.domains import DomainsSource
 def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSource = None,
                              notifiers: Sequence[Notifier] = (), pager: Any = None, minimum_interval_seconds: int = 30,
                              with_approvals: bool = True, executor: dg.ExecutorDefinition | None = None,
+                             reissue_after_seconds: float | None = None,
                              default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED) -> dg.Definitions:
     """Access requests on a code location (see :mod:`dw_dagster.access`).
 
@@ -35,6 +36,7 @@ def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSo
         with_approvals: add the approval job and the expiry sensor (leave out when the location
             already has them from :func:`dw_dagster.build_dw_definitions`).
         executor: the jobs' executor (default the guarded in-process one).
+        reissue_after_seconds: replace a ticket no run took after this long (see the access sensor).
         default_status: the sensors' default status.
 
     Returns:
@@ -44,7 +46,8 @@ def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSo
     """
     grant_job, revoke_job = build_access_jobs(list(databases), domains=domains, pager=pager is not None, executor=executor)
     sensors = [build_access_sensor(grant_job=grant_job, revoke_job=revoke_job, domains=domains, notifiers=notifiers,
-                                   minimum_interval_seconds=minimum_interval_seconds, default_status=default_status)]
+                                   minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
+                                   reissue_after_seconds=reissue_after_seconds)]
     jobs = [grant_job, revoke_job]
     if with_approvals:
         from dw_dagster.approval.job import build_approval_job

@@ -96,6 +96,7 @@ class World:
     pager: object
     db: SqlAlchemyDatabase
     shift: list = field(default_factory=lambda: [dt.timedelta(0)])
+    smtp_port: int = 0
 
     @property
     def domains(self):
@@ -184,4 +185,4 @@ def build_world(pg: PgWorld, tmp: Path, idp, smtp, pager_fake, monkeypatch, **de
     monkeypatch.setattr(jobs_module, "utcnow", lambda: real() + shift[0])
     return World(pg=pg, home=home, domains_file=domains_file, instance=instance, defs=defs,
                  daemon=LocalSensorDaemon(defs, instance, log_level="WARNING"), idp=idp, inbox=inbox, pager=pager,
-                 db=SqlAlchemyDatabase(POSTGRES_URL), shift=shift)
+                 db=SqlAlchemyDatabase(POSTGRES_URL), shift=shift, smtp_port=port)
