@@ -14,9 +14,10 @@ from dw_dagster.access.definitions import build_access_definitions
 from dw_dagster.access.jobs import build_access_jobs, resolve_database
 from dw_dagster.access.models import AccessError, AccessRequest, AccessSpec
 from dw_dagster.access.notify import EmailNotifier, SlackNotifier
-from dw_dagster.access.request import access_asset_spec, confirm, prepare, request_nonce, requester_identity, submit
+from dw_dagster.access.request import (access_asset_spec, confirm, open_database, prepare, request_access, request_nonce,
+                                       requester_identity, submit)
 from dw_dagster.access.sensor import build_access_sensor
 
 __all__ = ["AccessError", "AccessRequest", "AccessSpec", "EmailNotifier", "SlackNotifier", "access_asset_spec",
-           "build_access_definitions", "build_access_jobs", "build_access_sensor", "confirm", "prepare", "request_nonce",
-           "requester_identity", "resolve_database", "submit"]
+           "build_access_definitions", "build_access_jobs", "build_access_sensor", "confirm", "open_database", "prepare",
+           "request_access", "request_nonce", "requester_identity", "resolve_database", "submit"]

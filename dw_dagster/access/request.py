@@ -289,6 +289,36 @@ def confirm(instance: dg.DagsterInstance, request_id: str, identity: VerifiedIde
     return filed
 
 
+def request_access(instance: dg.DagsterInstance, spec: AccessSpec, db: Database, *, domains: Domains,
+                   id_token: str | None = None, typed: str | None = None, asset_graph: Any = None,
+                   lineage: Any = None) -> tuple[AccessRequest, str]:
+    """Ask for access in one call: who asks (:func:`requester_identity`), the dry-run (:func:`prepare`)
+    and the filing (:func:`submit`).
+
+    Args:
+        instance: the Dagster instance (its ledger keeps the request).
+        spec: what is asked.
+        db: the database (:func:`open_database`).
+        domains: the domains as they are now.
+        id_token: the requester's ID token, its ``nonce`` :func:`request_nonce` of ``spec``.
+        typed: the requester's email, typed (a draft; or accepted by ``identity: unverified`` domains).
+        asset_graph, lineage: for owners, downstream assets and exposures (see :func:`prepare`).
+
+    Returns:
+        ``(request, state)``: ``pending`` (the owners are asked), ``draft`` (the requester must
+        confirm who they are) or ``opens nothing new`` (nothing recorded).
+
+    Raises:
+        AccessError: a refused token, an unknown name, a table no domain owns (see :func:`prepare`).
+    """
+    identity = requester_identity(domains, spec, id_token=id_token, typed=typed)
+    by = identity.email if identity is not None else spec.grantee_email
+    req = prepare(instance, spec, db, domains=domains, requester=by, asset_graph=asset_graph, lineage=lineage)
+    if not req.dry_run.opens_anything:
+        return req, "opens nothing new"
+    return submit(instance, req, identity, domains=domains)
+
+
 def load(instance: dg.DagsterInstance, request_id: str) -> AccessRequest | None:
     row = ledger_for(instance).access_row(request_id)
     return AccessRequest.model_validate_json(row.body) if row is not None else None
@@ -299,4 +329,4 @@ def engine_run(req: AccessRequest) -> EngineDryRun:
 
 
 __all__ = ["ACCESS_ASSET_KEY", "access_asset_spec", "open_database", "parse_duration", "change_sets_for", "confirm", "event", "grantee_role", "load",
-           "prepare", "request_nonce", "requester_identity", "submit"]
+           "prepare", "request_access", "request_nonce", "requester_identity", "submit"]

@@ -281,6 +281,7 @@ class _Tick:
         except Exception as e:  # noqa: BLE001 - the claim is freed; the next tick tries the channels not reached
             self.led.finish_reminder(req.id, False, {"error": f"{type(e).__name__}: {e}"[:500], "channels": done})
             self.notes.append(f"{req.id}: reminder not sent ({type(e).__name__}); tried again next tick")
+            self.context.log.warning(f"reminder of access {req.id} not sent, tried again next tick: {type(e).__name__}: {e}")
             return
         sent = [done[k] for k in sorted(done)]
         self.led.finish_reminder(req.id, True, {"channels": done, "sent": sent, "at": utcnow().isoformat(), "text": text})

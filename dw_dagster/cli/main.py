@@ -70,7 +70,9 @@ def demo_spec(name: str):
 def _open_target(spec) -> str:
     """``-w workspace.yaml`` in a checkout of the repository (both locations), else ``-m`` the location's module."""
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    return f"-w {workspace}" if workspace.exists() else f"-m {spec.location_module}"
+    if workspace.exists() and spec.location_module in workspace.read_text():
+        return f"-w {workspace}"
+    return f"-m {spec.location_module}"
 
 
 def _scale_for(name: str):
