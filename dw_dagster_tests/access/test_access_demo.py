@@ -34,5 +34,6 @@ def test_demo_access_json(tmp_path):
     eng = sa.create_engine(POSTGRES_URL)
     with eng.connect() as con:
         prefix = data["grantee_role"].rsplit("_dana", 1)[0]
-        assert con.exec_driver_sql(f"SELECT count(*) FROM pg_roles WHERE rolname LIKE '{prefix}%'").scalar() == 0
+        left = f"SELECT count(*) FROM pg_roles WHERE left(rolname, {len(prefix)}) = '{prefix}'"
+        assert con.exec_driver_sql(left).scalar() == 0
     eng.dispose()
