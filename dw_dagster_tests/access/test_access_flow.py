@@ -261,3 +261,41 @@ def test_end_sessions_terminates_a_session_that_set_role_before_the_revoke(w):
             s.execute(f"SELECT count(*) FROM {w.pg.t('ledger')}")
     assert _row(w, req.id).state == "revoked"
     AccessRequest.model_validate_json(_row(w, req.id).body)
+
+
+def test_review_page_shows_what_the_owner_approves_and_the_grants_in_force(w):
+    """The approvers' review page (OIDC login): the request as the owner reads it, a decision
+    recorded from the page, the grantee told she cannot approve, the grant in force with its expiry."""
+    import re
+
+    import httpx
+
+    from dw_dagster.approval.server import build_app
+    from dw_dagster_tests.harness.asgi_server import serve
+
+    def login(base: str, who: str):
+        client = httpx.Client(follow_redirects=True, timeout=30)
+        page = client.get(f"{base}/login", params={"login_hint": who})
+        assert page.status_code == 200, page.text
+        return client, page
+
+    req, _ = w.request(w.spec(role=w.pg.role("analyst"), duration_s=600))
+    crm = next(x for x in req.change_sets if x.endswith("crm"))
+    secret = "access-review-page-secret-0123456789abcdef"
+    with serve(lambda url: build_app(w.instance, str(w.domains_file), base_url=url, session_secret=secret)) as base:
+        _, dana_page = login(base, DANA)
+        assert "it is for you, so you cannot approve it" in dana_page.text
+        client, page = login(base, BO)
+        assert f"Access for</dt><dd class=grantee>{DANA}" in page.text and "What the grant opens" in page.text
+        assert "customers.email</b> (email)" in page.text and "finance" in page.text  # the other domain approving too
+        cs = records.find_change_set(w.instance, crm)
+        csrf = re.search(r'name=csrf value="([^"]+)"', page.text).group(1)
+        done = client.post(f"{base}/decide", data={"csrf": csrf, "cs": cs.id, "v": cs.version, "decision": "approve"})
+        assert done.status_code == 200 and "Recorded" in done.text
+        assert w.approve(next(x for x in req.change_sets if x.endswith("finance")), ANA)[0]
+        w.tick()
+        w.tick()
+        assert _row(w, req.id).state == "active"
+        page = client.get(f"{base}/")
+        assert "Access grants in force" in page.text and f"<td>{req.id}</td><td>{DANA}</td>" in page.text
+        assert "grant-expiry" in page.text
