@@ -386,7 +386,7 @@ def _redirect(url: str) -> RedirectResponse:
 
 
 def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], domains: DomainsSource, *,
-              base_url: str, session_secret: str | None = None) -> Starlette:
+              base_url: str, session_secret: str | None = None, extra_routes: "list | tuple" = ()) -> Starlette:
     """The approvals app (see the module docstring).
 
     Args:
@@ -396,6 +396,8 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         base_url: the public URL of this server (``/callback`` under it is the OIDC redirect URI,
             ``/slack/interactions`` Slack's Request URL); https makes the cookie ``Secure``.
         session_secret: the session cookie key (default: derived from the deployment's signing key).
+        extra_routes: more Starlette routes served beside these (the access request slash command,
+            :func:`dw_dagster.access.slack.access_routes`).
 
     Raises:
         ApprovalRefused: no ``session_secret`` and no signing key is configured.
@@ -549,6 +551,7 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         Route("/callback", callback, methods=["GET"]),
         Route("/decide", decide_route, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
+        *extra_routes,
     ]
     middleware = [Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
                              max_age=SESSION_SECONDS, same_site="lax", https_only=svc.base_url.startswith("https://"))]

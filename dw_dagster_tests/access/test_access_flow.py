@@ -299,3 +299,65 @@ def test_review_page_shows_what_the_owner_approves_and_the_grants_in_force(w):
         page = client.get(f"{base}/")
         assert "Access grants in force" in page.text and f"<td>{req.id}</td><td>{DANA}</td>" in page.text
         assert "grant-expiry" in page.text
+
+
+def test_slack_slash_command_files_a_request_as_the_verified_slack_user(w, monkeypatch):
+    """``/dw-access`` through ``dw-dagster approvals serve``: a signed, fresh slash command from a
+    person files a pending request with that person as the verified requester; a replay, an unsigned
+    post and unreadable text are refused."""
+    import hashlib
+    import hmac
+    import time
+    from urllib.parse import urlencode
+
+    import httpx
+
+    from dw_dagster.access.slack import access_routes
+    from dw_dagster.approval.server import build_app
+    from dw_dagster.databases import DatabaseResource
+    from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN
+    from dw_dagster_tests.conftest import POSTGRES_URL
+    from dw_dagster_tests.harness.asgi_server import serve
+
+    secret = "9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d"
+    monkeypatch.setenv("DW_TEST_ACCESS_SLACK_SECRET", secret)
+    monkeypatch.setenv("DW_TEST_ACCESS_SLACK_TOKEN", DEFAULT_SLACK_TOKEN)
+    w.pager.state.configure_slack(signing_secret=secret, team_id="T0ACCESS01",
+                                  users={"U0SAMLEE01": {"email": SAM, "name": "sam"}, "U0BOT00001": {"email": SAM, "is_bot": True}})
+    text = w.domains_file.read_text().replace("identity:\n  oidc:", f"""identity:
+  slack:
+    signing_secret_env: DW_TEST_ACCESS_SLACK_SECRET
+    bot_token_env: DW_TEST_ACCESS_SLACK_TOKEN
+    team_id: T0ACCESS01
+    api_url: {w.pager.base_url}/api
+  oidc:""")
+    w.domains_file.write_text(text)
+
+    def signed(form: dict) -> tuple[bytes, dict]:
+        body = urlencode(form).encode()
+        ts = str(int(time.time()))
+        sig = "v0=" + hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+        return body, {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig,
+                      "Content-Type": "application/x-www-form-urlencoded"}
+
+    command = (f'--database warehouse --who {DANA} --tables {w.pg.schema}.ledger --for 2h '
+               '--why “month end: reconcile”')  # Slack turns typed quotes into curly ones
+    form = {"team_id": "T0ACCESS01", "user_id": "U0SAMLEE01", "command": "/dw-access", "text": command}
+    app = lambda url: build_app(w.instance, str(w.domains_file), base_url=url, session_secret="s" * 40,  # noqa: E731
+                                extra_routes=access_routes(w.instance, str(w.domains_file),
+                                                           {"warehouse": DatabaseResource(url=POSTGRES_URL)}))
+    with serve(app) as base:
+        body, headers = signed(form)
+        r = httpx.post(f"{base}/slack/commands", content=body, headers=headers)
+        assert r.status_code == 200 and r.json()["response_type"] == "ephemeral", r.text
+        assert "(pending)" in r.json()["text"] and "finance must approve" in r.json()["text"]
+        assert httpx.post(f"{base}/slack/commands", content=body, headers=headers).status_code == 401  # replayed
+        assert httpx.post(f"{base}/slack/commands", content=body).status_code == 401  # unsigned
+        body, headers = signed({**form, "user_id": "U0BOT00001"})
+        assert "is a bot" in httpx.post(f"{base}/slack/commands", content=body, headers=headers).json()["text"]
+        body, headers = signed({**form, "text": "--who nobody"})
+        assert httpx.post(f"{base}/slack/commands", content=body, headers=headers).json()["text"].startswith("Refused")
+    (row,) = ledger_for(w.instance).access_rows()
+    req = AccessRequest.model_validate_json(row.body)
+    assert row.state == "pending" and row.requested_by == SAM and req.requester_identity.method == "slack"
+    assert req.spec.why == "month end: reconcile"
