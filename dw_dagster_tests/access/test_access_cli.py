@@ -68,6 +68,8 @@ def test_access_request_json_is_what_the_server_says_the_grant_opens(world):
     assert {"request_id", "grantee", "statements", "rollback", "newly_reachable", "sensitive", "approvers",
             "expires_at"} <= set(data)
     assert data["request_id"].startswith("acc-") and data["grantee"] == DANA and data["state"] == "pending"
+    documented = json.loads((Path(__file__).resolve().parents[2] / "docs/snippets/access/request_output.json").read_text())
+    assert set(data) == set(documented)  # docs/snippets/access/request_output.json shows every key, and only those
     assert data["statements"] == [f'GRANT "{analyst}" TO "{pg.role("dana")}"']
     assert data["rollback"] == [f'REVOKE "{analyst}" FROM "{pg.role("dana")}"']
     got = {(x["table"].split(".")[-1], x["privilege"]): (x["table_level"], set(x["columns"])) for x in data["newly_reachable"]}
