@@ -361,3 +361,66 @@ def test_slack_slash_command_files_a_request_as_the_verified_slack_user(w, monke
     req = AccessRequest.model_validate_json(row.body)
     assert row.state == "pending" and row.requested_by == SAM and req.requester_identity.method == "slack"
     assert req.spec.why == "month end: reconcile"
+
+
+def test_autonomous_access_only_for_a_part_that_opens_no_sensitive_column(w):
+    """crm at L3 with access_grant allowed and autonomous_access: non_sensitive: dw_dagster approves
+    a grant of a table without sensitive columns; one opening customers.email waits for Bo."""
+    w.pg.run(f"CREATE TABLE {w.pg.t('regions')} (id int, region text)")
+    text = w.domains_file.read_text().replace(
+        f'    tables: ["{w.pg.schema}.customers"]\n',
+        f'    tables: ["{w.pg.schema}.customers", "{w.pg.schema}.regions"]\n    autonomy: L3\n'
+        '    allowed_change_classes: [access_grant]\n    autonomous_access: non_sensitive\n')
+    w.domains_file.write_text(text)
+    plain, _ = w.request(w.spec(tables=[f"{w.pg.schema}.regions"], duration_s=600))
+    sensitive, _ = w.request(w.spec(tables=[f"{w.pg.schema}.customers"], duration_s=600))
+    w.tick()
+    assert _row(w, plain.id).state == "approved" and _row(w, sensitive.id).state == "pending"
+    (a,) = records.approvals(w.instance, plain.change_sets[0], active_only=True)
+    assert a.approver == "dw-dagster/autonomy:L3"
+    w.tick()
+    assert _row(w, plain.id).state == "active" and not w.has("customers")
+    assert records.approvals(w.instance, sensitive.change_sets[0]) == []  # only a person decides that one
+
+
+def test_an_owner_who_never_answers_expires_the_request_and_escalates(w):
+    """The escalation ladder of every change set: crm's part expires unanswered, the expiry sensor
+    marks it and escalates; the access request ends expired and nothing is granted."""
+    import time
+
+    import datetime as dt
+
+    req, _ = w.request(w.spec(role=w.pg.role("analyst"), duration_s=15))  # approvals due by the grant's end
+    ok, msg = w.approve(next(x for x in req.change_sets if x.endswith("finance")), ANA)
+    assert ok, msg
+    time.sleep(max(0.0, (req.expires_at - dt.datetime.now(dt.timezone.utc)).total_seconds()) + 0.5)
+    tick = w.daemon.tick("dw_expiry_sensor")
+    expired = [e.metadata["dw/change_set_expired"].value for e in tick.events if "dw/change_set_expired" in e.metadata]
+    assert [x["change_set_id"] for x in expired] == [next(x for x in req.change_sets if x.endswith("crm"))]
+    w.tick()
+    assert _row(w, req.id).state == "expired" and w.tick().run_ids == [] and not w.has("ledger")
+
+
+def test_dagster_job_execute_of_the_grant_job_grants_nothing(w, tmp_path):
+    """`dagster job execute` on the access example's location: the guarded executor refuses the run."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dw_dagster_tests.conftest import POSTGRES_URL
+
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)  # approved: only the sensor's ticketed run may grant
+    home = tmp_path / "access_home"
+    home.mkdir()
+    shutil.copy(w.domains_file, home / "domains.yaml")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"ops:\n  dw_apply_access_grant:\n    config:\n      request_id: {req.id}\n")
+    env = {**os.environ, "DAGSTER_HOME": str(w.home), "DW_ACCESS_HOME": str(home), "DW_ACCESS_DEMO_URL": POSTGRES_URL}
+    proc = subprocess.run([str(Path(sys.executable).parent / "dagster"), "job", "execute", "-m",
+                           "dw_dagster.examples.access.definitions", "-j", "dw_access_grant", "-c", str(config)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "ticket" in (proc.stdout + proc.stderr)
+    assert not w.has("ledger") and _row(w, req.id).state == "approved"
