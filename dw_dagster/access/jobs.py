@@ -375,6 +375,9 @@ def write_access_receipt(instance: dg.DagsterInstance, request_id: str, *, run_i
     led = ledger_for(instance)
     row = led.access_row(request_id)
     req = AccessRequest.model_validate_json(row.body)
+    if outcome is None and row.state == REVOKED and row.granted_at is None:
+        outcome = f"the grant failed ({row.result.get('grant', {}).get('error', 'see the grant run')}); what ran of it " \
+                  "was revoked and verified"
     done = outcome or ("revoked and verified" if row.state == REVOKED else row.state)
     for _ in range(20):
         head = led.receipt_head(c.ACCESS_ASSET)

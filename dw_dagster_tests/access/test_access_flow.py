@@ -424,3 +424,19 @@ def test_dagster_job_execute_of_the_grant_job_grants_nothing(w, tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "ticket" in (proc.stdout + proc.stderr)
     assert not w.has("ledger") and _row(w, req.id).state == "approved"
+
+
+def test_a_grantee_dropped_before_the_grant_fails_the_grant_and_closes_with_a_receipt(w):
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)
+    dana = w.role(DANA)
+    w.pg.run(f'DROP ROLE "{dana}"')
+    w.pg.create_role("dana", "LOGIN")  # re-created: another role, the approval was not for it
+    tick = w.tick()
+    assert tick.failed_run_ids and _row(w, req.id).state == "grant_failed" and not w.has("ledger")
+    assert "not the role the dry-run saw" in _row(w, req.id).note
+    w.tick()  # what ran of the grant (nothing) is revoked, and the grant ends with its receipt
+    row = _row(w, req.id)
+    assert row.state == "revoked" and row.granted_at is None
+    (receipt,) = records.receipts(w.instance, dg.AssetKey(c.ACCESS_ASSET))
+    assert receipt.evidence_summary["granted_at"] is None and receipt.evidence_summary["revoke_verified"] is True
