@@ -226,6 +226,10 @@ class _Tick:
             if ended is None:
                 return
             run = self.instance.get_run_by_id(st.run_id) if st.run_id else None
+            if run is None and time.time() - (st.started_at or st.issued_at) < self.reissue_after:
+                # bound a moment ago by a run another daemon is still creating: not vanished yet
+                self.notes.append(f"{req.id}: stage {stage} is starting (run {str(st.run_id)[:8]})")
+                return
             if run is not None and run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id):
                 self.led.reissue_ticket(st.ticket, st.run_id)
                 return

@@ -67,42 +67,59 @@ def test_a_restarted_daemon_revokes_once_and_a_lost_evaluations_ticket_is_dead(w
     assert sorted(ledger_for(w.instance).stages(req.change_sets[0], version)) == ["grant", "revoke-1"]
 
 
-def _daemon(home: str, domains: str, url: str, smtp_port: int, until: float, out) -> None:
-    """One daemon process: the same code location on the same instance, ticking until ``until``."""
+def _daemon(home: str, domains: str, url: str, smtp_port: int, stop: str, out) -> None:
+    """One daemon process: the same code location on the same instance, ticking until ``stop`` exists."""
+    from pathlib import Path
+
     from dw_dagster.access import build_access_definitions
     from dw_dagster.access.notify import EmailNotifier
     from dw_dagster.databases import DatabaseResource
 
     defs = build_access_definitions(databases={"warehouse": DatabaseResource(url=url)}, domains=domains,
                                     notifiers=[EmailNotifier(host="127.0.0.1", port=smtp_port)], minimum_interval_seconds=1)
-    launched = 0
+    launched: dict[str, int] = {}
+    deadline = time.time() + 240
     with dg.DagsterInstance.from_config(home) as instance:
         daemon = LocalSensorDaemon(defs, instance, log_level="ERROR")
-        while time.time() < until:
-            launched += len(daemon.tick(SENSOR).run_ids)
+        out.put("ready")
+        while not Path(stop).exists() and time.time() < deadline:
+            for run_id in daemon.tick(SENSOR).run_ids:
+                job = instance.get_run_by_id(run_id).job_name
+                launched[job] = launched.get(job, 0) + 1
             time.sleep(0.2)
     out.put(launched)
 
 
-def test_two_daemons_at_once_remind_once_and_revoke_once(w):
+def test_two_daemons_at_once_grant_once_remind_once_and_revoke_once(w, tmp_path):
+    """Two daemon processes tick the same instance from before the approval to after the end: one
+    grant run, one reminder, one revoke run between them."""
     from dw_dagster_tests.conftest import POSTGRES_URL
 
-    req = _granted(w, duration_s=24)  # reminded 12 s before the end (half the grant), revoked at its end
-    before = len(w.inbox.messages)
-    ends = req.expires_at.timestamp()
+    stop = tmp_path / "stop"
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_daemon, args=(str(w.home), str(w.domains_file), POSTGRES_URL, w.smtp_port, ends + 12, out))
+    procs = [ctx.Process(target=_daemon, args=(str(w.home), str(w.domains_file), POSTGRES_URL, w.smtp_port, str(stop), out))
              for _ in range(2)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(timeout=180)
+    try:
+        assert [out.get(timeout=180) for _ in procs] == ["ready", "ready"]
+        before = len(w.inbox.messages)
+        req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=20))  # reminded 10 s before its end
+        assert w.approve(req.change_sets[0], ANA)[0]
+        deadline = time.monotonic() + 120
+        while ledger_for(w.instance).access_row(req.id).state != "revoked" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)  # a few more ticks of both daemons after the revoke
+    finally:
+        stop.write_text("")
+        for p in procs:
+            p.join(timeout=60)
     launched = [out.get(timeout=5) for _ in procs]
-    assert sum(launched) == 1, launched  # one revoke run between the two daemons
+    total = {job: sum(x.get(job, 0) for x in launched) for job in (c.ACCESS_GRANT_JOB, c.ACCESS_REVOKE_JOB)}
+    assert total == {c.ACCESS_GRANT_JOB: 1, c.ACCESS_REVOKE_JOB: 1}, launched
     row = ledger_for(w.instance).access_row(req.id)
     assert row.state == "revoked" and row.revoke_attempts == 1 and not w.has("ledger")
     mails = [m for m in w.inbox.messages[before:] if req.id in m["data"]]
     assert len(mails) == 1  # one reminder between the two daemons
     assert len(_revoke_runs(w)) == 1
-
