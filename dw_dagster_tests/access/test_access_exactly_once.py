@@ -83,7 +83,12 @@ def _daemon(home: str, domains: str, url: str, smtp_port: int, stop: str, out) -
         daemon = LocalSensorDaemon(defs, instance, log_level="ERROR")
         out.put("ready")
         while not Path(stop).exists() and time.time() < deadline:
-            for run_id in daemon.tick(SENSOR).run_ids:
+            try:
+                ran = daemon.tick(SENSOR).run_ids
+            except Exception as e:  # noqa: BLE001 - a tick that fails (SQLite busy under three processes) is
+                launched[f"tick error: {type(e).__name__}"] = launched.get(f"tick error: {type(e).__name__}", 0) + 1
+                ran = []  # retried by the next tick, as the daemon does
+            for run_id in ran:
                 job = instance.get_run_by_id(run_id).job_name
                 launched[job] = launched.get(job, 0) + 1
             time.sleep(0.2)
