@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dagster._annotations import public
 import dagster as dg
 
 from dw_dagster.access.jobs import PAGER_KEY, build_access_jobs
@@ -16,6 +17,7 @@ from dw_dagster.access.sensor import build_access_sensor
 from dw_dagster.core.domains import DomainsSource
 
 
+@public
 def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSource = None,
                              notifiers: Sequence[Notifier] = (), pager: Any = None, minimum_interval_seconds: int = 30,
                              with_approvals: bool = True, executor: dg.ExecutorDefinition | None = None,

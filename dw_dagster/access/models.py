@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dagster._annotations import public
 from dw_dagster.core.identity import VerifiedIdentity
 from dw_dagster.core.models import ExposureRef, ImpactedNode, stable_hash
 from dw_dagster.errors import DwDagsterError
@@ -36,6 +37,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+@public
 class AccessSpec(_Model):
     """What is asked: ``role`` (a role grant) or ``tables`` (+ ``columns``) with ``privilege``.
 
@@ -153,6 +155,7 @@ class AccessDryRun(_Model):
         return sorted({r.table for r in (*e.newly_reachable, *e.also_reachable)})
 
 
+@public
 class AccessRequest(_Model):
     """An access request as recorded: who asked and how that was verified, the dry-run, the statements,
     the domains' change sets that ask for approval, and when the grant ends."""

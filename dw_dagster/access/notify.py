@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any, Protocol
 
+from dagster._annotations import public
 from dw_dagster.access.models import AccessRequest
 from dw_dagster.core.models import utcnow
 
@@ -37,6 +38,7 @@ def reminder_text(req: AccessRequest) -> str:
             f"new request the owners approve (dw-dagster access request ... --why \"extension of {req.id}: ...\").")
 
 
+@public
 @dataclass(frozen=True)
 class EmailNotifier:
     """Email through an SMTP server (``smtplib``; STARTTLS and login when given).
@@ -74,6 +76,7 @@ class EmailNotifier:
         return f"email to {req.requester} via {self.host}:{self.port}"
 
 
+@public
 @dataclass(frozen=True)
 class SlackNotifier:
     """A Slack message (``chat.postMessage``) to ``channel`` mentioning the requester by email."""

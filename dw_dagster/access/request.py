@@ -31,6 +31,7 @@ import re
 import uuid
 from typing import Any
 
+from dagster._annotations import public
 import dagster as dg
 
 from dw_dagster.access import engines
@@ -61,6 +62,7 @@ def grantee_role(domains: Domains, email: str) -> str:
     return domains.access.role_name.format(email=email, local=local, local_snake=re.sub(r"\W+", "_", local).strip("_").lower())
 
 
+@public
 def request_nonce(spec: AccessSpec) -> str:
     """The OIDC ``nonce`` that binds a requester's ID token to this request's content."""
     return decision_nonce("access-request", spec.key(), "request")
@@ -289,6 +291,7 @@ def confirm(instance: dg.DagsterInstance, request_id: str, identity: VerifiedIde
     return filed
 
 
+@public
 def request_access(instance: dg.DagsterInstance, spec: AccessSpec, db: Database, *, domains: Domains,
                    id_token: str | None = None, typed: str | None = None, asset_graph: Any = None,
                    lineage: Any = None) -> tuple[AccessRequest, str]:
