@@ -440,3 +440,23 @@ def test_a_grantee_dropped_before_the_grant_fails_the_grant_and_closes_with_a_re
     assert row.state == "revoked" and row.granted_at is None
     (receipt,) = records.receipts(w.instance, dg.AssetKey(c.ACCESS_ASSET))
     assert receipt.evidence_summary["granted_at"] is None and receipt.evidence_summary["revoke_verified"] is True
+
+
+def test_a_request_edited_in_the_ledger_after_approval_is_refused_as_tampering(w):
+    """Someone with write access to the Dagster storage swaps the approved table for another in the
+    recorded request: the grant op compares it with what the owners approved and grants nothing."""
+    import sqlalchemy as sa
+
+    from dw_dagster.core.ledger_tables import access_t
+
+    req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
+    _approved(w, req)
+    led = ledger_for(w.instance)
+    body = led.access_row(req.id).body.replace(f'\\"{w.pg.schema}\\".\\"ledger\\"', f'\\"{w.pg.schema}\\".\\"customers\\"')
+    assert body != led.access_row(req.id).body
+    with led.engine.begin() as conn:
+        conn.execute(access_t.update().where(access_t.c.request_id == req.id).values(body=body))
+    tick = w.tick()
+    row = _row(w, req.id)
+    assert tick.failed_run_ids and row.state == "grant_failed" and "tampering" in row.note
+    assert not w.has("customers") and not w.has("ledger")
