@@ -100,3 +100,26 @@ def test_dry_run_and_nothing_new_record_nothing(world):
     assert json.loads(runner.invoke(main, ["access", "list", "--json"], env=world[2]).output) == []
     res = runner.invoke(main, [*base, "--tables", "nope.t"], env=world[2])
     assert res.exit_code == 3 and "no table" in res.output
+
+
+def test_a_resource_key_is_found_in_the_workspaces_code_locations(world, tmp_path, monkeypatch):
+    """``--database warehouse``: the access example's location (a workspace file) holds the resource."""
+    pg, analyst, env, home = world
+    access_home = tmp_path / "access_home"
+    access_home.mkdir()
+    (access_home / "domains.yaml").write_text(Path(env["DW_DOMAINS_FILE"]).read_text())
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: dw_dagster.examples.access.definitions\n"
+                         "      location_name: access\n")
+    monkeypatch.setenv("DW_ACCESS_HOME", str(access_home))
+    monkeypatch.setenv("DW_ACCESS_DEMO_URL", POSTGRES_URL)
+    res = CliRunner().invoke(main, ["access", "request", "--database", "warehouse", "--who", DANA, "--grant", analyst,
+                                    "--for", "1h", "--why", "look", "--dry-run", "--json", "--workspace", str(workspace)],
+                             env={**env, "DAGSTER_HOME": ""})
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["state"] == "dry-run" and {x["table"].split(".")[-1] for x in data["newly_reachable"]} == {"ledger", "customers"}
+    res = CliRunner().invoke(main, ["access", "request", "--database", "nope", "--who", DANA, "--grant", analyst,
+                                    "--for", "1h", "--why", "look", "--dry-run", "--workspace", str(workspace)],
+                             env={**env, "DAGSTER_HOME": ""})
+    assert res.exit_code == 2 and "no database resource" in res.output and "warehouse" in res.output
