@@ -460,3 +460,14 @@ def test_a_request_edited_in_the_ledger_after_approval_is_refused_as_tampering(w
     row = _row(w, req.id)
     assert tick.failed_run_ids and row.state == "grant_failed" and "tampering" in row.note
     assert not w.has("customers") and not w.has("ledger")
+
+
+def test_the_slack_approval_request_of_an_access_change_set_says_what_it_opens(w):
+    from dw_dagster.integrations.slack import approval_request_message
+
+    req, _ = w.request(w.spec(role=w.pg.role("analyst"), duration_s=600))
+    cs = records.find_change_set(w.instance, next(x for x in req.change_sets if x.endswith("crm")))
+    msg = approval_request_message(cs, None, dagster_url="http://dagster.example", location="access")
+    body = "\n".join(b["text"]["text"] for b in msg.blocks if b.get("type") == "section")
+    assert f"*Access for:* {DANA}" in body and "*Why:* quarter close" in body and "customers.email (email)" in body
+    assert "Rows to recover" not in body and any(b.get("type") == "actions" for b in msg.blocks)  # the buttons stay
