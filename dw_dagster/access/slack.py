@@ -89,6 +89,7 @@ def slash_command(body: bytes, headers: Mapping[str, str], *, instance: dg.Dagst
     except NotFromSlack as e:
         return 401, {"ok": False, "error": str(e)}
     form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+    db = None
     try:
         who = verifier.person(form.get("user_id", ""), form.get("team_id", ""), digest, what="slash command")
         args = parse_text(form.get("text", ""))
@@ -106,6 +107,10 @@ def slash_command(body: bytes, headers: Mapping[str, str], *, instance: dg.Dagst
             req, state = submit(instance, req, who, domains=domains)
     except (_Refused, AccessError, DatabaseError, IdentityError, ValueError) as e:
         return 200, _ephemeral(f"Refused: {e}")
+    finally:
+        from dw_dagster.access.jobs import close
+
+        close(db)
     s = req.summary()
     lines = [f"*Access request {req.id}* ({state}) for {s['grantee']} until {s['expires_at']}, asked by {who.email}"]
     lines += [f"• opens {x['privilege']} on {x['table']}" + (f" ({', '.join(x['columns'])})" if not x["table_level"] else "")

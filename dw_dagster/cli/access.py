@@ -126,6 +126,10 @@ def register(main: click.Group) -> None:
             except (AccessError, DatabaseError, IdentityError) as e:
                 click.echo(f"refused: {e}", err=True)
                 sys.exit(3)
+            finally:
+                from dw_dagster.access.jobs import close
+
+                close(db)
         data = {**req.summary(), "state": state}
         if state in ("dry-run", "opens nothing new"):
             data["request_id"] = None

@@ -76,6 +76,7 @@ def request_access(state: DwState, *, database: str, who: str, grant: str | None
         resources.update({k: v for k, v in (loc.defs.resources or {}).items() if hasattr(v, "get_database")})
         if graph is None:
             graph, lineage = loc.asset_graph, loc.lineage()
+    db = None
     try:
         db, recorded = open_database(database, resources)
         spec = AccessSpec(database=recorded, grantee_email=canonical_email(who), role=grant or None, tables=tables,
@@ -93,6 +94,10 @@ def request_access(state: DwState, *, database: str, who: str, grant: str | None
             req, status = submit(instance, req, identity, domains=domains)
     except (AccessError, DatabaseError, IdentityError, ValueError) as e:
         raise fail(f"request_access refused: {e}") from e
+    finally:
+        from dw_dagster.access.jobs import close
+
+        close(db)
     s = req.summary()
     nexts = {"pending": f"every domain's owners approve ({', '.join(req.change_sets)}): dw-dagster approve CS --login",
              "draft": f"the person asking confirms who they are: dw-dagster access confirm {req.id} --login",
