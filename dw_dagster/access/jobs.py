@@ -40,7 +40,7 @@ from dw_dagster.core.models import Approval, CheckOutcome, Incident, Receipt, ut
 from dw_dagster.core.records import load_change_set
 from dw_dagster.databases import Database, DatabaseError
 
-PAGER_KEY = "dw_access_pager"
+PAGER_KEY = c.ACCESS_PAGER_KEY
 
 
 class AccessConfig(dg.Config):
@@ -426,12 +426,14 @@ def build_access_jobs(resource_keys: Sequence[str], *, domains: DomainsSource = 
 
     run_on = executor or guarded_executor(dg.in_process_executor)
 
-    @dg.job(name=c.ACCESS_GRANT_JOB, tags={"dw/kind": c.ACCESS_KIND}, executor_def=run_on,
+    from dw_dagster.repair.guard import KIND_TAG
+
+    @dg.job(name=c.ACCESS_GRANT_JOB, tags={KIND_TAG: c.ACCESS_KIND}, executor_def=run_on,
             description="Grant an approved dw_dagster access request (dispatched by the access sensor only).")
     def grant_job():
         grant_op()
 
-    @dg.job(name=c.ACCESS_REVOKE_JOB, tags={"dw/kind": c.ACCESS_KIND}, executor_def=run_on,
+    @dg.job(name=c.ACCESS_REVOKE_JOB, tags={KIND_TAG: c.ACCESS_KIND}, executor_def=run_on,
             description="Revoke a dw_dagster access grant at its expiry (dispatched by the access sensor only).")
     def revoke_job():
         revoke_op()

@@ -58,6 +58,8 @@ ACCESS_GRANT_OP = "dw_apply_access_grant"
 ACCESS_REVOKE_OP = "dw_revoke_access_grant"
 ACCESS_SENSOR = "dw_access_sensor"
 ACCESS_KIND = "access"
+#: the resource key of the pager a failed revoke pages through
+ACCESS_PAGER_KEY = "dw_access_pager"
 #: the step kind of an access change set (its stages: ``grant``, then ``revoke-1``, ``revoke-2`` ...)
 ACCESS_STEP_KIND = "access_grant"
 #: prefix of the change sets that ask one domain's owners to approve an access request
