@@ -10,14 +10,23 @@ channel:
   the page with the cause and the blast radius;
 - **change set** → a Slack message to the domain's approvers: summary, blast radius, expiry, the
   Launchpad link and the ``dw-dagster approve`` command;
-- **receipt** (on the incident's asset) → Lightup re-collects both sides of the compare metric
-  (``POST .../sources/{uuid}/trigger``) and the gap is re-read from the datapoints; the result and
-  the receipt link are commented on the incident, which is closed (status 5) when the gap is 0; the
-  page gets the receipt link and is resolved; Slack is told.
+- **receipt** (on the incident's asset), by its real outcome
+  (:func:`~dw_dagster.integrations.outcomes.repair_verdict`):
+
+  - *applied and verified*: Lightup re-collects both sides of the compare metric (``POST
+    .../sources/{uuid}/trigger``) and the gap is re-read from the datapoints; the result and the
+    receipt link are commented on the incident, which is closed (status 5) when the gap is 0; the
+    page gets the receipt link and is resolved; Slack is told "resolved".
+  - *anything else* (applied but not verified, failed at a stage, halted, undone): nothing is
+    resolved or closed. The page is re-triggered (the same ``dedup_key``/alias: the open page gets
+    another alert, a resolved one opens again) with the outcome and the failing checks, their SQL
+    and values in its details, then noted with the same and what happens next; Lightup's incident
+    gets that as a comment and stays open; Slack is told what happened, never "resolved".
 
 Each (record, channel, action) is a *task* with one or more *steps*, one side effect each
 (receipt → Lightup: ``recheck``, ``comment``, ``close``; page: ``trigger`` then ``note``;
-PagerDuty resolve: ``note`` then ``resolve``; Slack: ``message``). A task's outcome is an
+PagerDuty resolve: ``note`` then ``resolve``; a repair that did not verify → page: ``trigger`` then
+``note``; Slack: ``message``). A task's outcome is an
 ``AssetObservation`` with ``dw/notification`` metadata on the asset (channel, action, ok, detail),
 which is what the demo and the receipts read back; one channel's failure is retried on the next
 tick without repeating the channels that succeeded.
@@ -48,6 +57,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.cursors import UpdatedTsCursor
 from dw_dagster.core.models import ChangeSet, Diagnosis, Incident, Receipt
+from dw_dagster.integrations.outcomes import RepairVerdict, outcome_lines, repair_verdict
 
 NOTIFICATION_KEY = "dw/notification"
 NOTIFICATION_STEP_KEY = "dw/notification_step"
@@ -62,15 +72,21 @@ def asset_url(dagster_url: str, asset_key: Sequence[str]) -> str:
     return f"{dagster_url.rstrip('/')}/assets/{'/'.join(asset_key)}"
 
 
-def task_id_for(record_id: str, channel: str, action: str) -> str:
+DEFAULT_SENSOR_NAME = "dw_notification_sensor"
+
+
+def task_id_for(record_id: str, channel: str, action: str, sensor: str = DEFAULT_SENSOR_NAME) -> str:
     """The stable id of one notification task: 16 hex of SHA-256 over (record id, channel, action).
 
     Args:
         record_id: the record's kind and id, e.g. ``diagnosis:dg-1`` (a change set adds its version).
         channel: ``pager``, ``lightup`` or ``slack``.
         action: what the task does, e.g. ``annotate``.
+        sensor: the notification sensor's name; a second sensor in the same instance (say, one for
+            PagerDuty and one for Opsgenie) keeps tasks of its own.
     """
-    return hashlib.sha256("\x1f".join((record_id, channel, action)).encode()).hexdigest()[:16]
+    parts = (record_id, channel, action) if sensor == DEFAULT_SENSOR_NAME else (record_id, channel, action, sensor)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 def step_ref(task_id: str, step: str) -> str:
@@ -145,10 +161,10 @@ class _Task:
     """
 
     def __init__(self, instance: dg.DagsterInstance, ak: dg.AssetKey, channel: str, action: str, record_id: str,
-                 record_ts: float, entries: list[dict]) -> None:
+                 record_ts: float, entries: list[dict], sensor: str = DEFAULT_SENSOR_NAME) -> None:
         self.instance, self.ak, self.channel, self.action = instance, ak, channel, action
         self.record_id, self.record_ts = record_id, record_ts
-        self.id = task_id_for(record_id, channel, action)
+        self.id = task_id_for(record_id, channel, action, sensor)
         self.attempted = bool(entries)
         self.complete = False
         self.steps: dict[str, dict] = {}
@@ -206,7 +222,7 @@ def build_notification_sensor(
     lightup_close_when_verified: bool = True,
     recheck_timeout_s: float = 300.0,
     start_from: str = "latest",
-    name: str = "dw_notification_sensor",
+    name: str = DEFAULT_SENSOR_NAME,
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
@@ -287,22 +303,27 @@ def build_notification_sensor(
                 if inc is None:  # receipts on downstream assets: the incident's own asset speaks for them
                     continue
                 receipts = [x for x in records.receipts(instance) if x.change_set_id == r.change_set_id]
+                v = repair_verdict(r, receipts)
+                # only a verified repair resolves anything; every other outcome keeps (or re-triggers) the page
                 if lightup is not None and inc.source == "lightup" and inc.external_id:
                     tasks.append(("lightup", "verify", f"receipt:{r.id}", lambda t, r=r, inc=inc: _lightup_verify(
-                        t, lightup, inc, r, dagster_url, lightup_close_when_verified, recheck_timeout_s)))
+                        t, lightup, inc, r, dagster_url, lightup_close_when_verified, recheck_timeout_s))
+                        if v.resolves else ("lightup", "outcome", f"receipt:{r.id}",
+                                            lambda t, v=v, inc=inc: _lightup_outcome(t, lightup, inc, v, dagster_url)))
                 if pager is not None:
                     tasks.append(("pager", "resolve", f"receipt:{r.id}",
-                                  lambda t, inc=inc, receipts=receipts: _resolve(t, pager, inc, receipts, dagster_url)))
+                                  lambda t, inc=inc, v=v: _resolve(t, pager, inc, list(v.receipts), dagster_url))
+                                 if v.resolves else ("pager", "retrigger", f"receipt:{r.id}",
+                                                     lambda t, inc=inc, v=v: _retrigger(t, pager, inc, v, dagster_url)))
                 if slack is not None:
-                    tasks.append(("slack", "resolved", f"receipt:{r.id}",
-                                  lambda t, inc=inc, receipts=receipts: _tell_resolved(t, slack, inc, receipts,
-                                                                                       dagster_url, slack_channel)))
+                    tasks.append(("slack", "resolved" if v.resolves else "not_resolved", f"receipt:{r.id}",
+                                  lambda t, inc=inc, v=v: _tell_outcome(t, slack, inc, v, dagster_url, slack_channel)))
             for channel, action, record_id, run in tasks:
                 cursor_id = f"{storage_id}:{channel}"
                 if cursor.is_handled(cursor_id, float(storage_id)):
                     continue
-                task = _Task(instance, ak, channel, action, record_id, rec.timestamp,
-                             ledger.get(task_id_for(record_id, channel, action), []))
+                tid = task_id_for(record_id, channel, action, name)
+                task = _Task(instance, ak, channel, action, record_id, rec.timestamp, ledger.get(tid, []), name)
                 if task.complete:  # done on a tick whose cursor was lost (timed out, crashed)
                     done.append((cursor_id, float(storage_id)))
                     continue
@@ -451,13 +472,58 @@ def _resolve(task: _Task, pager, inc: Incident, receipts: list[Receipt], dagster
     task.finish(True, f"{_vendor(pager)} page resolved with the receipt link {url}", incident_id=inc.id)
 
 
-def _tell_resolved(task: _Task, slack, inc: Incident, receipts: list[Receipt], dagster_url: str,
-                   channel: str | None) -> None:
-    from dw_dagster.integrations.slack import resolved_message
+def _next_steps(v: RepairVerdict) -> list[str]:
+    """What a person can do after an outcome that resolves nothing."""
+    cs = v.receipt.change_set_id
+    if v.kind == "undo":
+        return ["the fix was taken back and the incident is open again", "re-propose the change once its cause is fixed"]
+    steps = [f"a listed approver may undo it (`dw-dagster undo {cs}`) or approve a new version"]
+    if v.kind == "halted":
+        steps.insert(0, "the remaining stages did not run; a listed approver may approve to continue")
+    return steps + ["unanswered, it is reminded and escalated as the domain's ladder says"]
 
-    msg = resolved_message(inc.id, receipts, asset_url(dagster_url, inc.asset_key))
+
+def _retrigger(task: _Task, pager, inc: Incident, v: RepairVerdict, dagster_url: str) -> None:
+    """A repair that did not prove itself: the page is re-triggered (or kept) with what failed, then noted."""
+    from dw_dagster.integrations.paging import clip
+
+    url = asset_url(dagster_url, inc.asset_key)
+    summary = clip(f"[dw_dagster] {'/'.join(inc.asset_key)}: {v.headline} for incident {inc.id}: {v.receipt.outcome}", 1000)
+    details = {"incident_id": inc.id, "change_set_id": v.receipt.change_set_id, "receipt_id": v.receipt.id,
+               "outcome": v.receipt.outcome, "verified": v.receipt.verified, "verdict": v.kind,
+               "failing_checks": [{"check": f.check, "asset": f.asset, "sql": f.sql, "values": f.values} for f in v.checks]}
+    links = [(url, "receipt in Dagster")]
+
+    def trigger(ref: str, check_first: bool | None) -> dict:
+        return {"key": pager.trigger(inc.id, summary, severity="error", details=details, links=links)}
+    task.step("trigger", trigger)
+    text = "\n".join(outcome_lines(v, inc.id, next_steps=_next_steps(v)) + [f"Receipt: {url}"])
+
+    def note(ref: str, check_first: bool | None) -> dict:
+        pager.annotate(inc.id, text, ref=ref, check_first=check_first)
+        return {"ref": ref}
+    task.step("note", note, last=True)
+    task.finish(True, f"{_vendor(pager)} page kept open: {v.headline} ({clip(v.receipt.outcome, 200)})",
+                incident_id=inc.id, verdict=v.kind, verified=v.receipt.verified)
+
+
+def _lightup_outcome(task: _Task, lightup, inc: Incident, v: RepairVerdict, dagster_url: str) -> None:
+    """A repair that did not prove itself: Lightup's incident gets the outcome as a comment and stays open."""
+    text = "\n".join(outcome_lines(v, inc.id, next_steps=["this Lightup incident stays open"])
+                     + [f"Receipt: {asset_url(dagster_url, inc.asset_key)}"])
+    task.step("comment", _comment(lightup.get_client(), inc.external_id, text), last=True)
+    task.finish(True, f"commented on Lightup incident {inc.external_id}: {v.headline}; left open",
+                incident_id=inc.id, verdict=v.kind, closed=False)
+
+
+def _tell_outcome(task: _Task, slack, inc: Incident, v: RepairVerdict, dagster_url: str, channel: str | None) -> None:
+    from dw_dagster.integrations.slack import outcome_message, resolved_message
+
+    url = asset_url(dagster_url, inc.asset_key)
+    msg = (resolved_message(inc.id, list(v.receipts), url) if v.resolves
+           else outcome_message(v, inc.id, url, next_steps=_next_steps(v)))
     task.step("message", _message(slack, msg, channel, task.record_ts), last=True)
-    task.finish(True, f"told Slack incident {inc.id} is resolved", incident_id=inc.id)
+    task.finish(True, f"told Slack incident {inc.id}: {v.headline}", incident_id=inc.id, verdict=v.kind)
 
 
 def notifications(instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey] | None = None,

@@ -454,15 +454,47 @@ def page_annotated_message(incident_id: str, vendor: str, note: str, *, page_url
 
 def resolved_message(incident_id: str, receipts: Sequence[Receipt], receipt_url: str | None) -> SlackMessage:
     """"Resolved with receipt": per asset, the change set, approver, partitions and verification."""
-    lines = [f"*Resolved* incident `{mrkdwn_escape(incident_id)}`: repaired, verified, receipts written."]
+    verified = bool(receipts) and all(r.verified for r in receipts)
+    head = ("*Resolved* incident `{}`: repaired, verified, receipts written." if verified
+            else "*NOT resolved* incident `{}`: the repair did not verify; receipts written.")
+    lines = [head.format(mrkdwn_escape(incident_id))]
     if receipt_url:
         lines.append(f"<{mrkdwn_escape(receipt_url)}|Read the receipt>")
     for r in receipts[:20]:
         lines.append(f"• `{mrkdwn_escape('/'.join(r.asset_key))}`: change set `{mrkdwn_escape(r.change_set_id)}`, "
                      f"approved by {mrkdwn_escape(r.approver)}, partitions {mrkdwn_escape(_list(r.partitions))}, "
                      f"verified {'yes' if r.verified else 'NO'}")
-    text = f"Incident {incident_id} resolved with {len(receipts)} receipt(s)" + (f": {receipt_url}" if receipt_url else "")
+    text = (f"Incident {incident_id} {'resolved' if verified else 'NOT resolved'} with {len(receipts)} receipt(s)"
+            + (f": {receipt_url}" if receipt_url else ""))
     return SlackMessage(text=text, blocks=[_section("\n".join(lines))])
+
+
+def outcome_message(verdict: Any, incident_id: str, receipt_url: str | None, *,
+                    next_steps: Sequence[str] = ()) -> SlackMessage:
+    """A repair that resolves nothing (failed, halted, not verified, undone): what happened, the failing
+    checks with their SQL and values, and what happens next. ``verdict`` is a
+    :class:`~dw_dagster.integrations.outcomes.RepairVerdict`."""
+    esc = mrkdwn_escape
+    r = verdict.receipt
+    head = (f":rotating_light: *{esc(verdict.headline)}* for incident `{esc(incident_id)}` on "
+            f"`{esc('/'.join(r.asset_key))}`: {esc(r.outcome)}")
+    lines = [head, f"Change set `{esc(r.change_set_id)}` approved by {esc(r.approver_identity or r.approver)}; "
+             f"receipt `{esc(r.id)}` is *{'verified' if r.verified else 'NOT verified'}*."]
+    if receipt_url:
+        lines.append(f"<{esc(receipt_url)}|Read the receipt>")
+    blocks = [_section("\n".join(lines))]
+    for fc in verdict.checks[:10]:
+        values = ", ".join(f"{k}={v}" for k, v in fc.values.items()) or "no values recorded"
+        text = f"*Check* `{esc(fc.check)}` on `{esc(fc.asset)}` failed: {esc(clip(values, 1200))}"
+        if fc.sql:
+            text += f"\n```{esc(clip(fc.sql, 1500))}```"
+        blocks.append(_section(text))
+    if next_steps:
+        blocks.append(_context("The page stays open: " + esc("; ".join(next_steps))))
+    text = (f"Incident {incident_id}: {verdict.headline}: {r.outcome}"
+            + "".join(f"; check {fc.check} failed" for fc in verdict.checks[:5])
+            + (f". Receipt: {receipt_url}" if receipt_url else ""))
+    return SlackMessage(text=text, blocks=blocks)
 
 
 __all__ = [
@@ -477,6 +509,7 @@ __all__ = [
     "login_command",
     "message_ref",
     "mrkdwn_escape",
+    "outcome_message",
     "page_annotated_message",
     "ref_metadata",
     "resolved_message",
