@@ -643,8 +643,7 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
 
         resources["slack"] = SlackResource(bot_token=dg.EnvVar(slack.bot_token_env), base_url=slack.api_url,
                                            default_channel=slack.channel)
-    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None, domains=domains,
-                                       default_status=status))
+    sensors.append(build_expiry_sensor(domains=domains, default_status=status))
     if lightup or pager or slack:
         from dw_dagster.integrations.notifications import build_notification_sensor
 

@@ -162,15 +162,27 @@ def _domain(domains: Domains | None, cs: ChangeSet) -> Domain:
         raise ApprovalRefused(f"domain {cs.domain!r} of change set {cs.id} is not in the domains file") from e
 
 
-def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity) -> str | None:
-    """Why ``identity`` may not decide on ``cs`` in ``domain`` as it is now, or None when it may."""
+def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity,
+                      now: dt.datetime | None = None) -> str | None:
+    """Why ``identity`` may not decide on ``cs`` in ``domain`` as it is now (at ``now``), or None when it may.
+
+    A listed approver may decide at any time before the expiry; an escalation approver from the
+    moment ``escalate_after`` has passed since the change set was proposed (the domain's ladder).
+    """
     email = identity.email
+    now = now or utcnow()
     if email == cs.proposer.strip().lower():
         return f"{email} proposed change set {cs.id} and cannot approve it"
     if identity.method == "autonomy":
         return "an autonomous approval is not a person's decision"
-    if not domain.may_approve(email):
-        return (f"{email} is not an approver of domain {domain.name!r} (listed now: {', '.join(domain.approvers)})")
+    if not domain.may_decide(email, cs.created_at, now):
+        if domain.may_escalate(email) and domain.escalate_after is not None:
+            opens = cs.created_at + domain.escalate_after
+            return (f"{email} is an escalation approver of domain {domain.name!r}: they may decide from "
+                    f"{opens.isoformat()} (escalate_after after the proposal), not before")
+        return (f"{email} is not an approver of domain {domain.name!r} (listed now: {', '.join(domain.approvers)}"
+                + (f"; escalation approvers after {domain.escalate_after}: {', '.join(domain.escalation_approvers)}"
+                   if domain.escalation_approvers else "") + ")")
     if not identity.verified and domain.identity != "unverified":
         return (f"domain {domain.name!r} needs a verified identity (an OIDC ID token or a Slack interaction); "
                 f"{email} was typed, not verified")
@@ -221,7 +233,7 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
         raise ApprovalRefused(f"change set {cs.id} changed since you read it (version {version[:12]}… is now "
                               f"{cs.version[:12]}…): review the new version")
     domain = _domain(domains, cs)
-    why = person_may_decide(domain, cs, identity) or (content_fits(domain, cs) if decision == "approve" else None)
+    why = person_may_decide(domain, cs, identity, now) or (content_fits(domain, cs) if decision == "approve" else None)
     if why:
         raise ApprovalRefused(why)
     row = led.change_set_row(cs.id, cs.version)
@@ -321,7 +333,7 @@ def approval_status(led: Ledger, cs: ChangeSet, domains: Domains | None, *, deci
         return ApprovalStatus(None, f"autonomy {level} was withdrawn (domain {domain.name} is {domain.autonomy} now)",
                               d, withdraw=True)
     identity = d.identity or VerifiedIdentity(email=d.approver, method="unverified", verified_at=d.decided_at)
-    why = person_may_decide(domain, cs, identity) or content_fits(domain, cs)
+    why = person_may_decide(domain, cs, identity, d.decided_at) or content_fits(domain, cs)
     if why:
         return ApprovalStatus(None, f"approval {d.id} no longer counts: {why}", d, withdraw=True)
     if d.decided_at >= cs.expires_at:

@@ -39,3 +39,10 @@ PROPOSER = "dw-dagster"
 
 # Environment variable holding the HMAC key that signs approvals.
 SIGNING_KEY_ENV = "DW_APPROVAL_SIGNING_KEY"
+
+# The escalation ladder and notifications (integrations/notifications.py)
+ESCALATION_KEY = "dw/escalation"
+EXPIRED_KEY = "dw/change_set_expired"
+NOTIFICATION_KEY = "dw/notification"
+NOTIFICATION_STEP_KEY = "dw/notification_step"
+UNREACHABLE_KEY = "dw/unreachable"

@@ -59,8 +59,8 @@ from dw_dagster.core.cursors import UpdatedTsCursor
 from dw_dagster.core.models import ChangeSet, Diagnosis, Incident, Receipt
 from dw_dagster.integrations.outcomes import RepairVerdict, outcome_lines, repair_verdict
 
-NOTIFICATION_KEY = "dw/notification"
-NOTIFICATION_STEP_KEY = "dw/notification_step"
+NOTIFICATION_KEY = c.NOTIFICATION_KEY
+NOTIFICATION_STEP_KEY = c.NOTIFICATION_STEP_KEY
 #: How much earlier than its record a Slack message's ``ts`` may be (clock skew), seconds: the
 #: bound of the ``conversations.history`` read that looks for an earlier attempt.
 SLACK_CLOCK_SKEW_S = 300.0
