@@ -372,6 +372,8 @@ def approval_request_message(
     job_name: str = APPROVAL_JOB_NAME,
     repository: str = DEFAULT_REPOSITORY,
     dagster_home: str | None = None,
+    review_url: str | None = None,
+    header: str | None = None,
 ) -> SlackMessage:
     """The approval request for a change set, for the domain's approvers.
 
@@ -383,6 +385,9 @@ def approval_request_message(
         job_name: the approval job (default ``dw_approve_change_set``).
         repository: the repository name inside the location (default ``__repository__``).
         dagster_home: when given, the CLI command carries ``--dagster-home`` with it.
+        review_url: the change set's own page on the review site (every version, decision and
+            ladder step), linked first when given.
+        header: a line above the request (a reminder, an escalation: who asks and why now).
 
     Returns:
         A :class:`SlackMessage`: header, summary, blast radius, expiry and approvers, the Approve /
@@ -427,8 +432,13 @@ def approval_request_message(
            f"```{esc(chr(10).join(commands))}```\n"
            f"Only a listed approver can approve; the proposer ({esc(cs.proposer)}) cannot. "
            f"Add `--reject` to reject.")
-    blocks = [
-        _header(f"Approval needed: change set {cs.id}"),
+    blocks = [_header(f"Approval needed: change set {cs.id}")]
+    if header:
+        blocks.append(_section(f"*{esc(header)}*"))
+    if review_url:
+        blocks.append(_section(f"<{esc(review_url)}|Open change set {esc(cs.id)} on the review page> "
+                               "(every version, decision and escalation step)"))
+    blocks += [
         _section(summary),
         _section(radius),
         _section(timing),
@@ -436,7 +446,8 @@ def approval_request_message(
         _section(how),
         _context(f"version `{esc(cs.version)}` · proposed by {esc(cs.proposer)} · undo: {esc(clip(cs.undo, 300)) or 'n/a'}"),
     ]
-    text = (f"Approval needed for change set {cs.id} on {asset}: {cs.summary}. "
+    text = ((f"{header} " if header else "") + f"Approval needed for change set {cs.id} (version {cs.version[:12]}) "
+            f"on {asset}: {cs.summary}. " + (f"Review: {review_url}. " if review_url else "") +
             f"Expires {expires}. Approve or reject with the buttons, or run: {login}; "
             f"or in the Launchpad: {url} or run: {commands[0]}")
     return SlackMessage(text=text, blocks=blocks)

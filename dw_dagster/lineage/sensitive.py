@@ -181,4 +181,85 @@ def match_column(name: str, rules: Iterable[SensitiveRule], *, description: str 
     return out
 
 
-__all__ = ["DEFAULT_RULES", "SensitiveMatch", "match_column", "normalise_name", "rules_from"]
+# -- masking evidence that leaves the warehouse ------------------------------------------------------
+
+#: the column that lists which columns of a masked row or record were masked
+MASKED_COLUMNS_KEY = "masked_columns"
+
+
+def masked_text(rule: SensitiveRule) -> str:
+    """What a masked value reads as: ``[masked: email]`` (the rule's category; never a hash of the value,
+    which a short or guessable value would give away)."""
+    return f"[masked: {rule.category}]"
+
+
+def sensitive_column(name: str, rules: Iterable[SensitiveRule]) -> SensitiveRule | None:
+    """The first rule that flags a column by its name, or None (only ``name`` rules apply to evidence:
+    a sample carries no description, tags or meta)."""
+    return next((m.rule for m in match_column(name, [r for r in rules if "name" in r.applies_to])), None)
+
+
+def mask_row(row: Mapping[str, Any], rules: Iterable[SensitiveRule]) -> tuple[dict[str, Any], list[str]]:
+    """A row (column → value) with the values of sensitive columns masked, and the columns masked."""
+    rules = list(rules)
+    out, masked = {}, []
+    for k, v in row.items():
+        rule = sensitive_column(str(k), rules) if v is not None else None
+        out[k] = masked_text(rule) if rule is not None else v
+        if rule is not None:
+            masked.append(str(k))
+    return out, masked
+
+
+def mask_rows(rows: Iterable[Mapping[str, Any]], rules: Iterable[SensitiveRule]) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`mask_row` over a sample: the rows, and every column masked in any of them (in column order)."""
+    rules = list(rules)
+    out, masked = [], []
+    for row in rows:
+        r, m = mask_row(row, rules)
+        out.append(r)
+        masked += [c for c in m if c not in masked]
+    return out, masked
+
+
+def mask_values(values: Any, rules: Iterable[SensitiveRule]) -> Any:
+    """Evidence as JSON (dicts, lists, scalars) with every value under a sensitive key masked, at any
+    depth; a dict that had values masked names them in ``masked_columns``."""
+    rules = list(rules)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            row, masked = mask_row({k: walk(x) if sensitive_column(str(k), rules) is None else x for k, x in v.items()},
+                                   rules)
+            if masked:
+                row[MASKED_COLUMNS_KEY] = sorted(set(masked) | set(v.get(MASKED_COLUMNS_KEY) or []))
+            return row
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(values)
+
+
+def mask_keyed(keys: list[list[Any]], key_columns: list[str], rules: Iterable[SensitiveRule]) -> tuple[list[list[Any]], list[str]]:
+    """Key tuples (values in ``key_columns`` order) with the sensitive key columns' values masked."""
+    rules = list(rules)
+    flagged = {i: r for i, c in enumerate(key_columns) if (r := sensitive_column(c, rules)) is not None}
+    if not flagged:
+        return keys, []
+    return ([[masked_text(flagged[i]) if i in flagged and v is not None else v for i, v in enumerate(k)] for k in keys],
+            [key_columns[i] for i in sorted(flagged)])
+
+
+def masker(settings: SensitiveSettings | Domains | None):
+    """``mask_values`` bound to the rules of ``settings`` (the domains file's ``review.sensitive``, else the
+    built-in rules): what every outlet applies before evidence leaves the warehouse."""
+    try:
+        rules = rules_from(settings)
+    except ValueError:
+        rules = list(DEFAULT_RULES)  # a bad disable list still masks with every built-in rule
+    return lambda values: mask_values(values, rules)
+
+
+__all__ = ["DEFAULT_RULES", "MASKED_COLUMNS_KEY", "SensitiveMatch", "mask_keyed", "mask_row", "mask_rows", "mask_values",
+           "masked_text", "masker", "match_column", "normalise_name", "rules_from", "sensitive_column"]
