@@ -114,23 +114,25 @@ class EmailResource(dg.ConfigurableResource):
         msg = self.message(mail, message_id)
         where = f"{self.host}:{self.port}"
         stage = "connect"
+        smtp: smtplib.SMTP | None = None
         try:
-            with smtplib.SMTP(self.host, self.port, timeout=self.timeout_s) as smtp:
-                stage = "ehlo"
+            smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout_s)
+            stage = "ehlo"
+            smtp.ehlo()
+            if self.starttls:
+                stage = "starttls"
+                if not smtp.has_extn("starttls"):
+                    raise HttpApiError("smtp", "STARTTLS", where, None, "the server does not offer STARTTLS; "
+                                       "refusing to log in or send in the clear")
+                smtp.starttls(context=self._context())
                 smtp.ehlo()
-                if self.starttls:
-                    stage = "starttls"
-                    if not smtp.has_extn("starttls"):
-                        raise HttpApiError("smtp", "STARTTLS", where, None, "the server does not offer STARTTLS; "
-                                           "refusing to log in or send in the clear")
-                    smtp.starttls(context=self._context())
-                    smtp.ehlo()
-                creds = self._credentials()
-                if creds:
-                    stage = "login"
-                    smtp.login(*creds)
-                stage = "data"
-                refused = smtp.send_message(msg, to_addrs=[*mail.to, *mail.cc])
+            creds = self._credentials()
+            if creds:
+                stage = "login"
+                smtp.login(*creds)
+            stage = "data"
+            refused = smtp.send_message(msg, to_addrs=[*mail.to, *mail.cc])
+            stage = "sent"
         except smtplib.SMTPRecipientsRefused as e:
             raise HttpApiError("smtp", "RCPT", where, _code(e.recipients), f"every recipient refused: {e.recipients}") from None
         except smtplib.SMTPResponseException as e:
@@ -140,6 +142,15 @@ class EmailResource(dg.ConfigurableResource):
         except (smtplib.SMTPServerDisconnected, TimeoutError, OSError, ssl.SSLError) as e:
             raise HttpApiError("smtp", stage.upper(), where, None, f"{type(e).__name__}: {e}"[:300],
                                maybe_applied=stage == "data") from None
+        finally:
+            if smtp is not None and stage != "sent":
+                smtp.close()
+        # accepted: whatever the goodbye does (a 421 to QUIT, a dropped connection) the message was sent,
+        # and reporting it as failed would send it again
+        try:
+            smtp.quit()
+        except (smtplib.SMTPException, OSError):
+            smtp.close()
         return {"message_id": message_id, "refused": sorted(refused)}
 
 
