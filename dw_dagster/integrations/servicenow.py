@@ -55,8 +55,9 @@ class ServiceNowResource(_VendorResource):
     assignment_group: str | None = Field(default=None, description="sys_id or name of the group new incidents go to")
     caller_id: str | None = Field(default=None, description="the caller of new incidents (a sys_user)")
     category: str | None = Field(default=None, description="category of new incidents, e.g. software")
-    close_code: str = Field(default="Solved (Permanently)", description="the resolution code a verified repair "
-                            "resolves with (a choice of incident.close_code on your instance)")
+    close_code: str = Field(default="Solution provided", description="the resolution code a verified repair "
+                            "resolves with: a choice of incident.close_code on your instance (releases since Utah offer "
+                            "'Solution provided'; older ones 'Solved (Permanently)')")
 
     @property
     def kind(self) -> str:

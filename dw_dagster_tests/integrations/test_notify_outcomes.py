@@ -183,6 +183,11 @@ def test_an_outcome_that_did_not_prove_itself_keeps_the_page_open(world, name):
 
 
 def test_an_undo_after_a_verified_repair_triggers_a_new_page(world):
+    """PagerDuty folds a trigger into the open incident with its dedup key and opens a new incident when
+    the one with that key is resolved ("If there's no open (i.e. unresolved) incident with this key, a new
+    one will be created", https://github.com/YelpArchive/elastalert/issues/2535); a shared key would act on
+    the wrong incident (https://github.com/elastic/kibana/issues/76908). The key is the incident's own, so
+    an undo of a resolved repair pages again, on that incident."""
     w = world
     inc = _open_and_end(w, "undone", "West", **OUTCOMES["verified"])
     assert [p["status"] for p in w.server.state.pagerduty_incidents(dedup_key_for(inc.id))] == ["resolved"]

@@ -138,7 +138,7 @@ def test_one_ticket_per_incident_with_its_story_closed_on_a_verified_receipt(wor
     issue = w.t.issue(issue["key"])
     assert issue["status"] == "31" and "repaired and verified" in _comments(issue)[-1]
     [sn] = _snow(w, inc.id)
-    assert (sn["state"], sn["close_code"]) == ("6", "Solved (Permanently)") and "receipt rc-inc-story-True" in sn["close_notes"]
+    assert (sn["state"], sn["close_code"]) == ("6", "Solution provided") and "receipt rc-inc-story-True" in sn["close_notes"]
     posts = (w.t.posts(r"/rest/api/3/"), w.t.posts(r"/api/now/"))
     _tick(w)
     assert (w.t.posts(r"/rest/api/3/"), w.t.posts(r"/api/now/")) == posts  # nothing repeated
@@ -247,8 +247,11 @@ def test_servicenow_faults_lose_and_repeat_nothing(world):
 
 
 def test_resolving_without_close_code_is_refused_as_servicenow_does(world):
-    """ServiceNow's data policy makes the resolution code and notes mandatory when an incident is
-    resolved (the 403 "Data Policy Exception" integrations run into); the resource always sends both."""
+    """ServiceNow's data policy makes the resolution code and notes mandatory when an incident is resolved
+    (https://github.com/ansible-collections/servicenow.itsm/pull/22: "while closing incident user need to
+    provide close_notes and close_code"; https://github.com/gravitational/teleport/issues/40609), and the
+    codes differ by release (https://github.com/ansible-collections/servicenow.itsm/pull/296: Utah's
+    "Solution provided", ...): the resource always sends both, with a configurable code."""
     import httpx
 
     w = world
