@@ -38,6 +38,7 @@ from typing import Any
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import Domain, Domains, duration_text
 from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, HALTED, PROPOSED, SUCCEEDED, Ledger, ledger_for
@@ -214,7 +215,8 @@ class _Climb:
         who = ", ".join(payload["to"]) or "nobody listed"
         desc = f"change set {payload['change_set_id']}: {payload['kind']} {_WORDS[payload['step']]} ({who}): {payload['text']}"
         self.instance.report_runless_asset_event(dg.AssetObservation(
-            asset_key=dg.AssetKey(payload["target_asset"]), description=desc[:1000], metadata=md))
+            asset_key=dg.AssetKey(payload["target_asset"]), description=describe(desc, change_set_id=payload["change_set_id"]),
+            metadata=md))
         self.led.mark_ladder_shown(ladder_subject(payload["kind"], payload["change_set_id"], payload["version"]),
                                    payload["step"])
 

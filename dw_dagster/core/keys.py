@@ -46,3 +46,7 @@ EXPIRED_KEY = "dw/change_set_expired"
 NOTIFICATION_KEY = "dw/notification"
 NOTIFICATION_STEP_KEY = "dw/notification_step"
 UNREACHABLE_KEY = "dw/unreachable"
+
+# The approval job's run ends successfully when it refused a decision: a refusal is an outcome, not a failure
+DECISION_TAG = "dw/decision"
+REFUSAL_TAG = "dw/refusal_reason"

@@ -48,4 +48,12 @@ def with_link(description: str, url: str | None, limit: int = 1000) -> str:
     return text + tail
 
 
-__all__ = ["REVIEW_URL_ENV", "asset_page", "change_set_page", "incident_page", "review_base", "with_link"]
+def describe(description: str, *, incident_id: str | None = None, change_set_id: str | None = None,
+             limit: int = 1000) -> str:
+    """An observation's description ending in the link to its record's page on the review site (the change
+    set's when it has one, else the incident's); unchanged (cut to ``limit``) when no review site is set."""
+    url = (change_set_page(change_set_id) if change_set_id else None) or (incident_page(incident_id) if incident_id else None)
+    return with_link(description, url, limit)
+
+
+__all__ = ["REVIEW_URL_ENV", "describe", "asset_page", "change_set_page", "incident_page", "review_base", "with_link"]

@@ -31,6 +31,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG
 from dw_dagster.diagnosis.combine import combine_findings
@@ -192,7 +193,8 @@ def build_diagnosis_job(
         primary = diagnosis.primary
         context.log_event(dg.AssetObservation(
             asset_key=key,
-            description=f"diagnosis {diagnosis.id}: {primary.kind if primary else 'no cause found'}",
+            description=describe(f"diagnosis {diagnosis.id}: {primary.kind if primary else 'no cause found'}",
+                                 incident_id=diagnosis.incident_id),
             metadata={c.DIAGNOSIS_KEY: dg.MetadataValue.json(diagnosis.model_dump(mode="json")),
                       c.DIAGNOSIS_MD_KEY: dg.MetadataValue.md(diagnosis_markdown(diagnosis)),
                       c.INCIDENT_ID_KEY: incident.id},

@@ -188,6 +188,7 @@ def build_notification_sensor(
                     continue
                 tid = task_id_for(record_id, channel, action, name)
                 task = Task(instance, rec.asset_key, channel, action, record_id, rec.timestamp, ledger.get(tid, []), name)
+                task.review_url = o.review_url
                 if task.complete:  # done on a tick whose cursor was lost (timed out, crashed)
                     done.append((cursor_id, float(rec.storage_id)))
                     continue

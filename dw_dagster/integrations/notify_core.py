@@ -174,9 +174,17 @@ class Task:
                     {"channel": self.channel, "action": kind, "ok": False, "detail": detail[:2000], "task": self.id,
                      "record": self.record_id, "steps": self.steps, "complete": False, "at": _now()})
 
+    #: the review site every record's description links to (set by the sensor; None: ``$DW_REVIEW_URL``)
+    review_url: str | None = None
+
     def _write(self, key: str, description: str, payload: dict) -> None:
+        from dw_dagster.core.links import with_link
+
+        cs, inc = payload.get("change_set_id"), payload.get("incident_id")
+        url = ((change_set_page(cs, self.review_url) if cs else None)
+               or (incident_page(inc, self.review_url) if inc else None))
         self.instance.report_runless_asset_event(dg.AssetObservation(
-            asset_key=self.ak, description=description[:1000], metadata={key: dg.MetadataValue.json(payload)}))
+            asset_key=self.ak, description=with_link(description, url), metadata={key: dg.MetadataValue.json(payload)}))
 
 
 @dataclass

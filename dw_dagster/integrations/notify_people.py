@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import ChangeSet, Receipt
@@ -40,7 +41,8 @@ def record_unreachable(instance: dg.DagsterInstance, *, email: str, channel: str
     body = {"email": email, "channel": channel, "reason": reason, "change_set_id": change_set_id, "version": version}
     ledger_for(instance).audit("approver_unreachable", change_set_id, "dw-dagster", body)
     instance.report_runless_asset_event(dg.AssetObservation(
-        asset_key=dg.AssetKey(asset_key), description=f"{email} cannot be reached in {channel}: {reason}"[:1000],
+        asset_key=dg.AssetKey(asset_key), description=describe(f"{email} cannot be reached in {channel}: {reason}",
+                                                               change_set_id=change_set_id),
         metadata={c.UNREACHABLE_KEY: dg.MetadataValue.json(body), c.CHANGE_SET_ID_KEY: change_set_id}))
 
 
