@@ -31,6 +31,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from dw_dagster.lineage.sensitive import mask_diagnosis, rules_in_force
 from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG
@@ -184,6 +185,9 @@ def build_diagnosis_job(
 
     def diagnose_claimed(context: dg.OpExecutionContext, led, incident: Incident) -> None:
         diagnosis, cs = diagnoser(context, incident)
+        # sample values leave the warehouse in this record (asset metadata, the MCP server, notifications):
+        # masked by the domains file's review.sensitive rules before it is written
+        diagnosis = mask_diagnosis(diagnosis, rules_in_force(domains))
         domain = domain_for(incident.asset_key, domains)
         if cs is not None and domain is not None and not domain.proposes:
             context.log.info(f"Domain {domain.name} is at autonomy {domain.autonomy}: diagnosed and annotated, "

@@ -251,6 +251,73 @@ def mask_keyed(keys: list[list[Any]], key_columns: list[str], rules: Iterable[Se
             [key_columns[i] for i in sorted(flagged)])
 
 
+def _mask_json_text(text: str, rules: list[SensitiveRule]) -> str:
+    """A JSON object held as text (a dead-letter payload) with its sensitive fields masked; other text as it is."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return text
+    if not isinstance(data, (dict, list)):
+        return text
+    return json.dumps(mask_values(data, rules), default=str)
+
+
+def mask_evidence_values(values: Any, key_columns: list[str], rules: Iterable[SensitiveRule]) -> Any:
+    """Evidence values with every sensitive value masked: fields by their name (:func:`mask_values`), key
+    lists (``[v1, v2]`` under ``key``, or rows that are key lists) by ``key_columns``, and JSON payload text."""
+    rules = list(rules)
+    flagged = {i for i, c in enumerate(key_columns) if sensitive_column(c, rules) is not None}
+
+    def key_list(v: list) -> list:
+        return [masked_text(sensitive_column(key_columns[i], rules)) if i in flagged and x is not None else x  # type: ignore[arg-type]
+                for i, x in enumerate(v)]
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            out = {}
+            for k, x in v.items():
+                if k == "key" and isinstance(x, list) and flagged:
+                    out[k] = key_list(x)
+                elif isinstance(x, str) and k in ("payload", "row", "record"):
+                    out[k] = _mask_json_text(x, rules)
+                else:
+                    out[k] = walk(x)
+            return out
+        if isinstance(v, list):
+            if flagged and v and all(isinstance(x, list) and len(x) == len(key_columns) for x in v):
+                return [key_list(x) for x in v]
+            return [walk(x) for x in v]
+        return v
+
+    return mask_values(walk(values), rules)
+
+
+def mask_diagnosis(diagnosis: Any, rules: Iterable[SensitiveRule]) -> Any:
+    """A :class:`~dw_dagster.core.models.Diagnosis` whose evidence values and finding details are masked
+    (what is recorded on the asset and shown anywhere else); everything else as it is."""
+    rules = list(rules)
+    causes = []
+    for f in diagnosis.causes:
+        keys = next((e.key_columns for e in f.evidence if e.key_columns), [])
+        evidence = [e.model_copy(update={"values": mask_evidence_values(e.values, e.key_columns, rules)}) for e in f.evidence]
+        details = mask_evidence_values(f.details, list(keys), rules)
+        causes.append(f.model_copy(update={"evidence": evidence, "details": details}))
+    return diagnosis.model_copy(update={"causes": causes})
+
+
+def rules_in_force(domains: Any = None) -> list[SensitiveRule]:
+    """The rules of the domains file in force (``domains``: a DomainsSource, default ``$DW_DOMAINS_FILE``),
+    else the built-in ones; never fails (a broken domains file still masks with every built-in rule)."""
+    from dw_dagster.core.domains import resolve_domains
+
+    try:
+        return rules_from(resolve_domains(domains))
+    except Exception:  # noqa: BLE001 - masking never stops the evidence from being recorded, only its values
+        return list(DEFAULT_RULES)
+
+
 def masker(settings: SensitiveSettings | Domains | None):
     """``mask_values`` bound to the rules of ``settings`` (the domains file's ``review.sensitive``, else the
     built-in rules): what every outlet applies before evidence leaves the warehouse."""
@@ -261,5 +328,6 @@ def masker(settings: SensitiveSettings | Domains | None):
     return lambda values: mask_values(values, rules)
 
 
-__all__ = ["DEFAULT_RULES", "MASKED_COLUMNS_KEY", "SensitiveMatch", "mask_keyed", "mask_row", "mask_rows", "mask_values",
+__all__ = ["DEFAULT_RULES", "MASKED_COLUMNS_KEY", "SensitiveMatch", "mask_diagnosis", "mask_evidence_values", "mask_keyed",
+           "mask_row", "mask_rows", "mask_values", "rules_in_force",
            "masked_text", "masker", "match_column", "normalise_name", "rules_from", "sensitive_column"]
