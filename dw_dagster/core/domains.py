@@ -161,13 +161,6 @@ class Domain(BaseModel):
             raise ValueError(f"must come after remind_after ({duration_text(remind)}), got {duration_text(v)}")
         return v
 
-    @field_validator("escalation_approvers")
-    @classmethod
-    def _escalation_needs_a_time(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        if v and info.data.get("escalate_after") is None:
-            raise ValueError("escalation approvers need escalate_after (when they may start to decide)")
-        return v
-
     @field_validator("deny_after")
     @classmethod
     def _last(cls, v: dt.timedelta | None, info: ValidationInfo) -> dt.timedelta | None:
@@ -212,6 +205,8 @@ class Domain(BaseModel):
                                  f"{extra} need L4 or an approval")
         if self.autonomy in ("L3", "L4") and not self.allowed_change_classes:
             raise ValueError(f"autonomy {self.autonomy} needs allowed_change_classes (which changes may run unasked)")
+        if self.escalation_approvers and self.escalate_after is None:
+            raise ValueError("escalation_approvers: they need escalate_after (when they may start to decide)")
         if self.escalate_after is not None and not self.escalation_approvers:
             raise ValueError("escalate_after: needs escalation_approvers (who is asked, and may decide, then)")
         if self.deny_after is not None:

@@ -140,6 +140,7 @@ DEFAULT_SLACK_TEAM = "T0FAKETEAM"
 DEFAULT_SLACK_SIGNING_SECRET = "8f742231b10e8888abcd99ee01fa5a5d"
 DEFAULT_SLACK_USERS: dict[str, dict[str, Any]] = {
     "U0DANAORTZ": {"email": "dana.ortiz@grocer.example", "name": "dana.ortiz", "real_name": "Dana Ortiz"},
+    "U0HEADDATA": {"email": "head.of.data@grocer.example", "name": "head.of.data", "real_name": "Robin Okafor"},
 }
 #: the deprecated verification token Slack still puts in interaction payloads (never to be trusted)
 FAKE_VERIFICATION_TOKEN = "FakeVerificationTokenNotASecret"
