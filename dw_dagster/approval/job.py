@@ -43,7 +43,7 @@ from pydantic import Field, ValidationError
 
 from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
-from dw_dagster.core.domains import Domain, Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import Domain, Domains, DomainsFileError, DomainsSource, duration_text, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
 from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, Ledger, LedgerError, ledger_for
 from dw_dagster.proposals.change_sets import record_proposal
@@ -185,7 +185,8 @@ def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity,
             return (f"{email} is an escalation approver of domain {domain.name!r}: they may decide from "
                     f"{opens.isoformat()} (escalate_after after the proposal), not before")
         return (f"{email} is not an approver of domain {domain.name!r} (listed now: {', '.join(domain.approvers)}"
-                + (f"; escalation approvers after {domain.escalate_after}: {', '.join(domain.escalation_approvers)}"
+                + (f"; escalation approvers after {duration_text(domain.escalate_after)}: "
+                   f"{', '.join(domain.escalation_approvers)}"
                    if domain.escalation_approvers else "") + ")")
     if not identity.verified and domain.identity != "unverified":
         return (f"domain {domain.name!r} needs a verified identity (an OIDC ID token or a Slack interaction); "

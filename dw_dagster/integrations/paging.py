@@ -263,8 +263,8 @@ def resolution_note(receipt_url: str | None, receipts: Sequence[Receipt] = (), *
     if receipt_url:
         lines.append(f"Receipt: {receipt_url}")
     for r in receipts:
-        lines.append(f"- {'/'.join(r.asset_key)}: change set {r.change_set_id}, approved by {r.approver}, "
-                     f"partitions {', '.join(r.partitions) or 'none'}, verified={r.verified}")
+        lines.append(f"- {'/'.join(r.asset_key)}: receipt {r.id} ({r.outcome}, {'verified' if r.verified else 'NOT verified'}), "
+                     f"change set {r.change_set_id}, approved by {r.approver}, partitions {', '.join(r.partitions) or 'none'}")
     if extra:
         lines.append(extra)
     return "\n".join(lines)

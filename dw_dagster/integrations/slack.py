@@ -472,9 +472,10 @@ def resolved_message(incident_id: str, receipts: Sequence[Receipt], receipt_url:
     if receipt_url:
         lines.append(f"<{mrkdwn_escape(receipt_url)}|Read the receipt>")
     for r in receipts[:20]:
-        lines.append(f"• `{mrkdwn_escape('/'.join(r.asset_key))}`: change set `{mrkdwn_escape(r.change_set_id)}`, "
-                     f"approved by {mrkdwn_escape(r.approver)}, partitions {mrkdwn_escape(_list(r.partitions))}, "
-                     f"verified {'yes' if r.verified else 'NO'}")
+        lines.append(f"• `{mrkdwn_escape('/'.join(r.asset_key))}`: receipt `{mrkdwn_escape(r.id)}` "
+                     f"({mrkdwn_escape(r.outcome)}, {'verified' if r.verified else 'NOT verified'}), change set "
+                     f"`{mrkdwn_escape(r.change_set_id)}`, approved by {mrkdwn_escape(r.approver)}, partitions "
+                     f"{mrkdwn_escape(_list(r.partitions))}")
     text = (f"Incident {incident_id} {'resolved' if verified else 'NOT resolved'} with {len(receipts)} receipt(s)"
             + (f": {receipt_url}" if receipt_url else ""))
     return SlackMessage(text=text, blocks=[_section("\n".join(lines))])

@@ -336,8 +336,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
                 if e.get("dedup_key") == dedup_key_for(inc.id) and e.get("event_action") == "trigger"]
     res.page_retriggered = any("verdict" in (e.get("payload", {}).get("custom_details") or {}) for e in triggers)
     told = _notified(instance, mark)
-    res.outcome_in_messages = {n["channel"]: res.outcome in _told_text(svc, n, inc) for n in told
-                               if n.get("incident_id") == inc.id and n["channel"] in ("pager", "slack", "lightup")}
+    verdict = "verified" if res.verified else "NOT verified"  # the outcome, and whether it verified, in every message
+    res.outcome_in_messages = {n["channel"]: all(w in _told_text(svc, n, inc) for w in (res.outcome, verdict, receipts[0].id))
+                               for n in told if n.get("incident_id") == inc.id and n["channel"] in ("pager", "slack", "lightup")}
     if not res.verified:
         steps = ladder_after(instance, h.domains_path(home), cs.id, hours=6.1)
         res.escalated_to = sorted({p for s in steps if s["step"] == "escalate" for p in s["to"]})
