@@ -14,6 +14,15 @@ Endpoints (Atlassian developer docs, "The Jira Cloud platform REST API v3"):
 
 Basic auth with an Atlassian account email and an API token (``api_token=dg.EnvVar("JIRA_API_TOKEN")``).
 
+**Why not the ``jira`` package or atlassian-python-api.** Neither keeps the exactly-once contract:
+``jira``'s ``ResilientSession`` sends any request again, a ``POST`` that created an issue or a comment
+included, after a connection error or a 502/503/504 (pycontribs/jira ``jira/resilientsession.py``),
+which is how a lost answer becomes a duplicate; its comments and search default to REST v2 (plain
+text, the deprecated ``/search``). atlassian-python-api has no look-up before a retry of a lost create
+either. What the contract needs — never re-sending a create blindly, looking it up by its label while
+Jira's search index catches up, ADF bodies — is a few calls, so this is httpx on dw_dagster's retry
+policy (:func:`~dw_dagster.core.http.send`, tenacity).
+
 **Exactly once.** Creating an issue and adding a comment are not idempotent. The issue carries the
 label ``dw-incident-<incident id>``; before a create that may repeat an earlier attempt, and after
 a create whose answer was lost (a timeout once sent, a 5xx), the label is searched. Jira's search

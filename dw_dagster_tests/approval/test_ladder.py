@@ -176,3 +176,21 @@ def test_the_domains_file_names_file_line_and_field(tmp_path):
                     "    deny_after: 1d\n    approval_expiry_hours: 12\n")
     with pytest.raises(DomainsFileError, match=rf"{path}:5: domains.0.deny_after: 1d contradicts approval_expiry_hours 12"):
         load_domains(path)
+
+
+def test_the_change_sets_history_shows_the_ladder(instance):
+    import json
+
+    from click.testing import CliRunner
+
+    from dw_dagster.cli import main
+
+    t0 = utcnow()
+    cs = _propose(instance, "history", t0)
+    climb(instance, DOMAINS, t0 + 7 * H)
+    shown = CliRunner().invoke(main, ["change-sets", "show", cs.id, "--json", "--dagster-home", instance.root_directory])
+    assert shown.exit_code == 0, shown.output
+    ladder = json.loads(shown.output)["ladder"]
+    assert [(s["step"], s["skipped"], s["to"]) for s in ladder] == [("remind", True, []), ("escalate", False, [BOSS])]
+    text = CliRunner().invoke(main, ["change-sets", "show", cs.id, "--dagster-home", instance.root_directory]).output
+    assert "ladder: request escalate at" in text and f"→ {BOSS}" in text and "(skipped: a later step was due)" in text
