@@ -44,6 +44,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
+from dagster._annotations import public
+
 from dw_dagster.core.http import HttpApiError, has_marker, with_marker
 from dw_dagster.integrations.paging import _VendorResource, clip
 from dw_dagster.integrations.tickets import Ticket, adf, adf_text
@@ -57,6 +59,7 @@ def incident_label(incident_id: str) -> str:
     return LABEL_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", incident_id)[:240]
 
 
+@public
 class JiraResource(_VendorResource):
     """Jira Cloud (see the module docstring). ``kind`` is ``jira`` (its notification channel)."""
 

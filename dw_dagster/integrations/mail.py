@@ -31,6 +31,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from dagster._annotations import public
+
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import ChangeSet
 from dw_dagster.errors import DwDagsterError
@@ -51,6 +53,7 @@ class Mail:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@public
 class EmailResource(dg.ConfigurableResource):
     """SMTP with STARTTLS and a login from the environment (see the module docstring).
 

@@ -32,6 +32,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
+from dagster._annotations import public
+
 from dw_dagster.core.http import HttpApiError, has_marker, marker_line, with_marker
 from dw_dagster.integrations.paging import _VendorResource, clip
 from dw_dagster.integrations.tickets import Ticket
@@ -46,6 +48,7 @@ def _encoded(value: str) -> str:
     return value.replace("^", "^^")
 
 
+@public
 class ServiceNowResource(_VendorResource):
     """ServiceNow's Table API (see the module docstring). ``kind`` is ``servicenow`` (its notification channel)."""
 

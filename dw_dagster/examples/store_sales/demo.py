@@ -337,7 +337,8 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     res.page_retriggered = any("verdict" in (e.get("payload", {}).get("custom_details") or {}) for e in triggers)
     told = _notified(instance, mark)
     verdict = "verified" if res.verified else "NOT verified"  # the outcome, and whether it verified, in every message
-    res.outcome_in_messages = {n["channel"]: all(w in _told_text(svc, n, inc) for w in (res.outcome, verdict, receipts[0].id))
+    own = next((r for r in receipts if r.asset_key == inc.asset_key), receipts[0])  # the receipt on the incident's asset
+    res.outcome_in_messages = {n["channel"]: all(w in _told_text(svc, n, inc) for w in (res.outcome, verdict, own.id))
                                for n in told if n.get("incident_id") == inc.id and n["channel"] in ("pager", "slack", "lightup")}
     if not res.verified:
         steps = ladder_after(instance, h.domains_path(home), cs.id, hours=6.1)
