@@ -106,6 +106,7 @@ def _tick(w):
 
 def test_each_approver_is_asked_directly_and_the_domain_channel_too(world):
     w = world
+    before_cursor = w.daemon.cursors["dw_notification_sensor"]
     cs = _propose(w, "direct")
     _tick(w)
     for user in ("U0DANAORTZ", "U0LEEPARK1"):
@@ -123,6 +124,9 @@ def test_each_approver_is_asked_directly_and_the_domain_channel_too(world):
     before = len(w.fake.state.request_log("/api/"))
     _tick(w)
     assert len(w.fake.state.request_log("/api/")) == before  # the next tick repeats nothing, not even a look-up
+    w.daemon.cursors["dw_notification_sensor"] = before_cursor  # a restart that lost the tick's cursor
+    _tick(w)
+    assert len(w.fake.state.request_log("/api/")) == before and len(_dms(w, cs.id, "U0DANAORTZ")) == 1
 
 
 def test_a_dm_applied_while_its_answer_timed_out_is_found_not_sent_again(world):
