@@ -190,9 +190,9 @@ def _timeline(story: Story, dagster_url: str, mask, ladder: list[dict[str, Any]]
         sql = []
         for o in r.checks:
             md = mask(dict(o.metadata)) if mask else o.metadata
-            shown = {k: v for k, v in md.items() if not k.endswith("_json") and k not in ("dw/query", "dw/queries")}
+            shown = {k: v for k, v in md.items() if not k.endswith("_json") and k not in (c.QUERY_KEY, c.QUERIES_KEY)}
             lines.append(f"check {o.check_name} on {'/'.join(o.asset_key)}: {'passed' if o.passed else 'FAILED'} {shown}"[:600])
-            q = md.get("dw/query") or md.get("dw/queries")
+            q = md.get(c.QUERY_KEY) or md.get(c.QUERIES_KEY)
             if isinstance(q, str):
                 sql.append(q.strip().removeprefix("```sql").removesuffix("```").strip())
         entries.append(Entry(r.created_at, "receipt", f"Receipt {r.id} for {r.change_set_id}: "

@@ -50,3 +50,11 @@ UNREACHABLE_KEY = "dw/unreachable"
 # The approval job's run ends successfully when it refused a decision: a refusal is an outcome, not a failure
 DECISION_TAG = "dw/decision"
 REFUSAL_TAG = "dw/refusal_reason"
+
+# Evidence masked before it leaves the warehouse (lineage/sensitive.py): the columns whose values were masked
+MASKED_COLUMNS_KEY = "dw/masked_columns"
+
+# Check evaluation metadata that notifications and the review site read back
+QUERY_KEY = "dw/query"
+QUERIES_KEY = "dw/queries"
+SLICES_JSON_KEY = "dw/slices_json"

@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dw_dagster.core import keys as c
 from dw_dagster.core.models import CheckOutcome, Receipt
 
 VerdictKind = Literal["verified", "not_verified", "failed", "halted", "undo"]
 #: metadata keys of a check evaluation that hold its SQL (a markdown ```sql block)
-QUERY_KEYS = ("dw/query", "dw/queries")
+QUERY_KEYS = (c.QUERY_KEY, c.QUERIES_KEY)
 _HEADLINES: dict[str, str] = {
     "verified": "repaired and verified",
     "not_verified": "repair applied but NOT verified",
@@ -104,7 +105,7 @@ def _slices(md: dict[str, Any]) -> list[str]:
     from dw_dagster.core.models import gap_words
 
     out = []
-    for s in md.get("dw/slices_json") or []:
+    for s in md.get(c.SLICES_JSON_KEY) or []:
         if isinstance(s, dict) and not s.get("passed", True):
             label = ", ".join(f"{k}={v}" for k, v in (s.get("slice") or {}).items()) or "all rows"
             out.append(f"{label}: {gap_words(int(s.get('gap_rows') or 0), s.get('gap_pct'))}")
@@ -124,7 +125,7 @@ def failing_check(o: CheckOutcome, mask: Callable[[dict[str, Any]], dict[str, An
     if slices:
         values["failing_slices"] = slices
     for k, v in md.items():
-        if k.endswith("_json") and k != "dw/slices_json":
+        if k.endswith("_json") and k != c.SLICES_JSON_KEY:
             values[k.removeprefix("dw/").removesuffix("_json")] = v
     if mask is not None:
         values = mask(values)

@@ -70,7 +70,9 @@ def row_diff_metadata(result: RowDiffResult, key_columns: Sequence[str] = (), ru
         "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
     }
     if masked:
-        meta["dw/masked_columns"] = ", ".join(masked)
+        from dw_dagster.core.keys import MASKED_COLUMNS_KEY
+
+        meta[MASKED_COLUMNS_KEY] = ", ".join(masked)
     if result.timestamp_rule:
         meta["dw/timestamp_rule"] = result.timestamp_rule
     if result.buckets_compared is not None:
