@@ -228,8 +228,8 @@ class _Service:
                 continue
             except KeyError:
                 continue
-            if not domain.may_approve(email):
-                continue
+            if not domain.may_decide(email, cs.created_at, dt.datetime.now(dt.timezone.utc)):
+                continue  # a listed approver, or an escalation approver once escalate_after has passed
             note = ""
             decided = active_decision(led, cs)
             if decided is not None:
@@ -386,7 +386,8 @@ def _redirect(url: str) -> RedirectResponse:
 
 
 def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], domains: DomainsSource, *,
-              base_url: str, session_secret: str | None = None, extra_routes: "list | tuple" = ()) -> Starlette:
+              base_url: str, session_secret: str | None = None, dagster_url: str = "http://localhost:3000",
+              extra_routes: "list | tuple" = ()) -> Starlette:
     """The approvals app (see the module docstring).
 
     Args:
@@ -396,6 +397,8 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         base_url: the public URL of this server (``/callback`` under it is the OIDC redirect URI,
             ``/slack/interactions`` Slack's Request URL); https makes the cookie ``Secure``.
         session_secret: the session cookie key (default: derived from the deployment's signing key).
+        dagster_url: the Dagster UI, for run and asset links on the read-only pages
+            (:mod:`dw_dagster.approval.board`: incidents and change sets, for anyone signed in).
         extra_routes: more Starlette routes served beside these (the access request slash command,
             :func:`dw_dagster.access.slack.access_routes`).
 
@@ -426,7 +429,9 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         except DomainsFileError as err:
             return _message("Cannot read the domains file", str(err), 500, who)
         if not found:
-            body = (f"<h1>Nothing waits for you</h1><p id=empty>No pending change set in a domain where "
+            body = ("<p><a href=\"/incidents\">Incidents</a> · <a href=\"/change-sets\">Change sets</a> "
+                    "(read-only, for everyone signed in)</p>"
+                    f"<h1>Nothing waits for you</h1><p id=empty>No pending change set in a domain where "
                     f"{esc(who['email'])} is listed as an approver.</p>")
         else:
             body = (f"<h1>{len(found)} change set{'s' if len(found) > 1 else ''} waiting for your decision</h1>"
@@ -553,6 +558,9 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         Route("/logout", logout, methods=["POST"]),
         *extra_routes,
     ]
+    from dw_dagster.approval.board import board_routes
+
+    routes += board_routes(svc, _who, dagster_url=dagster_url)  # read-only, for anyone signed in
     middleware = [Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
                              max_age=SESSION_SECONDS, same_site="lax", https_only=svc.base_url.startswith("https://"))]
     app = Starlette(routes=routes, middleware=middleware)

@@ -352,6 +352,11 @@ def register(main: click.Group) -> None:
             row = led.change_set_row(cs.id, cs.version)
             decisions = [d for d in led.decisions(cs.id) if d["version"] == cs.version]
             stages = led.stages(cs.id, cs.version)
+            from dw_dagster.approval.ladder import ladder_history
+
+            ladder = [s for s in ladder_history(instance, change_set_id=cs.id) if s["version"] == cs.version]
+            unreachable = [e["body"] for e in led.audit_entries("approver_unreachable", cs.id)
+                           if e["body"].get("version") == cs.version]
         if patch:
             if cs.diff:
                 click.echo(cs.diff, nl=not cs.diff.endswith("\n"))
@@ -364,12 +369,18 @@ def register(main: click.Group) -> None:
                 sorted(stages.items(), key=lambda kv: kv[1].issued_at)]
         if as_json:
             click.echo(json.dumps({"change_set": cs.model_dump(mode="json"), "state": row.state if row else None,
-                                   "decisions": history, "stages": runs}, indent=2, default=str))
+                                   "decisions": history, "stages": runs, "ladder": ladder, "unreachable": unreachable},
+                                  indent=2, default=str))
             return
         click.echo(f"state: {row.state if row else 'unknown'}" + (f"; {row.note}" if row and row.note else ""))
         for h in history:
             click.echo(f"decision: {h['decision']} by {h['by']} ({h['method']}) at {h['at']}"
                        + ("" if h["counts"] else f" - does not count: {h['withdrawn'] or 'withdrawn'}"))
+        for step in ladder:  # the escalation ladder: each step a ledger transition
+            click.echo(f"ladder: {step['kind']} {step['step']} at {step['at']}"
+                       + (" (skipped: a later step was due)" if step["skipped"] else f" → {', '.join(step['to']) or 'nobody'}"))
+        for u in unreachable:
+            click.echo(f"not reached: {u['email']} ({u['channel']}): {u['reason']}")
         for r in runs:
             click.echo(f"stage {r['stage']}: {r['state']}" + (f" (run {r['run_id']})" if r["run_id"] else ""))
         click.echo("")

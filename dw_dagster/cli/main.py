@@ -106,9 +106,13 @@ def demo() -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
-def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
+@click.option("--fail-verify", is_flag=True, help="A straggler store posts more lines while the repair runs: the verify "
+              "finds the gap still open; the receipt says NOT verified, the page stays open (re-triggered with the "
+              "failing check) and the escalation ladder asks the escalation approver.")
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale)
+    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale,
+              options={"fail_verify": True} if fail_verify else None)
 
 
 @demo.command("orders")
@@ -137,7 +141,7 @@ def demo_access(database_url: str | None, workdir: str, as_json: bool) -> None:
     _run_demo(spec, workdir=workdir, as_json=as_json, scale=spec.default_scale)
 
 
-def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
+def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, options: dict | None = None) -> None:
     """What every demo command does around the example's loop: claim the folders, make the signing
     key, keep the run logs in a file, print the timeline (stderr with --json), the outcome and how
     to open the same instance in the UI; exit 1 naming the stage that failed."""
@@ -188,7 +192,7 @@ def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
         try:
             with dg.DagsterInstance.get() as instance:
                 # fills result stage by stage: a failure keeps what came before
-                spec.run(home=home, instance=instance, scale=scale, log=log, result=result)
+                spec.run(home=home, instance=instance, scale=scale, log=log, result=result, **(options or {}))
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details

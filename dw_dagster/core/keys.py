@@ -64,3 +64,21 @@ ACCESS_PAGER_KEY = "dw_access_pager"
 ACCESS_STEP_KIND = "access_grant"
 #: prefix of the change sets that ask one domain's owners to approve an access request
 ACCESS_CHANGE_SET_PREFIX = "ar-"
+# The escalation ladder and notifications (integrations/notifications.py)
+ESCALATION_KEY = "dw/escalation"
+EXPIRED_KEY = "dw/change_set_expired"
+NOTIFICATION_KEY = "dw/notification"
+NOTIFICATION_STEP_KEY = "dw/notification_step"
+UNREACHABLE_KEY = "dw/unreachable"
+
+# The approval job's run ends successfully when it refused a decision: a refusal is an outcome, not a failure
+DECISION_TAG = "dw/decision"
+REFUSAL_TAG = "dw/refusal_reason"
+
+# Evidence masked before it leaves the warehouse (lineage/sensitive.py): the columns whose values were masked
+MASKED_COLUMNS_KEY = "dw/masked_columns"
+
+# Check evaluation metadata that notifications and the review site read back
+QUERY_KEY = "dw/query"
+QUERIES_KEY = "dw/queries"
+SLICES_JSON_KEY = "dw/slices_json"

@@ -171,6 +171,22 @@ access_t = sa.Table(
     sa.Index("dw_ledger_access_content", "content_key"),
 )
 
+ladder_t = sa.Table(
+    "dw_ledger_ladder", _meta,
+    sa.Column("subject", sa.String(512), primary_key=True),
+    sa.Column("step", sa.String(32), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("change_set_id", sa.String(255), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("incident_id", sa.String(255), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("shown", sa.Boolean, nullable=False, default=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_ladder_cs", "change_set_id"),
+    sa.Index("dw_ledger_ladder_incident", "incident_id"),
+    sa.Index("dw_ledger_ladder_shown", "shown"),
+)
+
 meta_t = sa.Table(
     "dw_ledger_meta", _meta,
     sa.Column("key", sa.String(64), primary_key=True),
@@ -275,6 +291,21 @@ class ReceiptLink:
     created_at: float
 
 
+@dataclass(frozen=True)
+class LadderRow:
+    """One step of an escalation ladder as the ledger holds it (see :mod:`dw_dagster.core.ledger_ladder`)."""
+
+    subject: str
+    step: str
+    kind: str
+    change_set_id: str
+    version: str
+    incident_id: str
+    at: float
+    shown: bool
+    body: dict
+
+
 def _row(cls, r) -> Any:
     d = dict(r._mapping)
     d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
@@ -282,6 +313,9 @@ def _row(cls, r) -> Any:
         d["result"] = json.loads(d["result"]) if d.get("result") else None
     if cls is AccessRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else {}
+    if cls is LadderRow:
+        d["body"] = json.loads(d["body"]) if d.get("body") else {}
+        d["shown"] = bool(d["shown"])
     return cls(**d)
 
 

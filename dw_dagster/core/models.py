@@ -108,6 +108,8 @@ class Evidence(_Record):
     database: str
     sql: str
     values: Any
+    key_columns: list[str] = Field(default_factory=list, description="the columns of the key lists in values "
+                                   "(``[v1, v2]`` under ``key`` or as rows), so a sensitive key column can be masked")
 
 
 class CauseFinding(_Record):

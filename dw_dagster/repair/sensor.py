@@ -37,6 +37,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.approval.job import approval_status, parse_change_set
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
@@ -462,7 +463,7 @@ def _receipt_config(cs: ChangeSet) -> dict:
 
 def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
-                               description=f"approval {d.id} of change set {cs.id} withdrawn: {reason}"[:1000],
+                               description=describe(f"approval {d.id} of change set {cs.id} withdrawn: {reason}", change_set_id=cs.id),
                                metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
                                    {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
                                     "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),
