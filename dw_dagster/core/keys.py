@@ -39,3 +39,36 @@ PROPOSER = "dw-dagster"
 
 # Environment variable holding the HMAC key that signs approvals.
 SIGNING_KEY_ENV = "DW_APPROVAL_SIGNING_KEY"
+
+# -- cost (dw_dagster.cost) ---------------------------------------------------------------------
+# The query tag dw_dagster's database resources put on every statement they issue inside a Dagster
+# step (Snowflake QUERY_TAG and an appended /* ... */ comment; BigQuery job labels and the comment),
+# so the warehouse's own query history says which run, asset and partition a query served.
+QUERY_TAG_APP = "dw_dagster"
+QUERY_TAG_APP_KEY = "app"
+QUERY_TAG_RUN_KEY = "dagster_run_id"
+QUERY_TAG_ASSET_KEY = "asset_key"
+QUERY_TAG_PARTITION_KEY = "partition"
+# What dbt puts in its query comment (``node_id``) and in its query tag / BigQuery job labels.
+DBT_NODE_ID_KEY = "node_id"
+DBT_INVOCATION_ID_KEY = "dbt_invocation_id"
+DBT_INVOCATION_ID_ALT_KEY = "invocation_id"
+
+# Daily cost observation metadata (numeric, so the Dagster UI plots them per asset)
+COST_CREDITS_KEY = "dw/cost_credits"
+COST_BYTES_BILLED_KEY = "dw/cost_bytes_billed"
+COST_USD_KEY = "dw/cost_usd"
+COST_SLOT_MS_KEY = "dw/cost_slot_ms"
+COST_SECONDS_KEY = "dw/cost_seconds"
+COST_QUERIES_KEY = "dw/cost_queries"
+COST_DAY_KEY = "dw/cost_day"
+COST_ENGINE_KEY = "dw/cost_engine"
+COST_REPORT_KEY = "dw/cost_report"
+# A receipt's evidence_summary key holding what its repair cost
+REPAIR_COST_KEY = "repair_cost"
+COST_JOB_NAME = "dw_cost_observations"
+COST_OP_NAME = "dw_observe_cost"
+COST_REPORT_ASSET_PREFIX = "dw_cost"
+WAREHOUSE_ASSET_PREFIX = "warehouse"
+WAREHOUSE_SAVING_CHECK = "warehouse_saving"
+WAREHOUSE_SETTING_STEP = "warehouse_setting"
