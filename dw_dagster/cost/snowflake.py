@@ -160,7 +160,7 @@ class SnowflakeCost:
         """The one statement behind :meth:`report`, for this source's dialect."""
         values = dict(since=period.start, until=period.end)
         qah = (sb.build(_QAH, "snowflake", qah=self.view("QUERY_ATTRIBUTION_HISTORY"), **values)
-               if self.query_attribution else sb.lookup(["query_id", "credits"], []))
+               if self.query_attribution else sb.lookup(["query_id", "credits"], [], ["VARCHAR", "DOUBLE"]))
         ctes = {"na": sb.lookup(["node_id", "asset_key"], sorted(self.node_assets.items())),
                 "ir": sb.lookup(["invocation_id", "run_id"], sorted(self.invocation_runs.items())),
                 "qah": qah}

@@ -39,12 +39,13 @@ def build(template: str, read: str, *, ctes: Mapping[str, exp.Expression] | None
     return tree
 
 
-def lookup(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> exp.Select:
-    """``SELECT <columns> FROM (VALUES ...) AS v(<columns>)`` of text columns; one all-NULL row when
-    ``rows`` is empty (it matches nothing in an equality join)."""
+def lookup(columns: Sequence[str], rows: Iterable[Sequence[Any]], types: Sequence[str] | None = None) -> exp.Select:
+    """``SELECT <columns> FROM (VALUES ...) AS v(<columns>)`` (text columns unless ``types`` says);
+    one all-NULL row when ``rows`` is empty (it matches nothing in an equality join)."""
     rows = [tuple(r) for r in rows]
+    types = list(types or ["VARCHAR"] * len(columns))
     tuples = ([exp.tuple_(*(exp.cast(sql.literal(None if v is None else str(v)), "VARCHAR") for v in r)) for r in rows]
-              or [exp.tuple_(*(exp.cast(exp.Null(), "VARCHAR") for _ in columns))])
+              or [exp.tuple_(*(exp.cast(exp.Null(), t) for t in types))])
     values = exp.Values(expressions=tuples, alias=exp.TableAlias(this=exp.to_identifier("v"),
                                                                   columns=[exp.to_identifier(c) for c in columns]))
     return exp.select(*columns).from_(values)

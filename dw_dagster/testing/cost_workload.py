@@ -325,16 +325,21 @@ def create_tables(db: Any, schema: str, workload: Workload, *, batch: int = 400,
 
 
 def _literal(value: object, sqltype: Any) -> Any:
+    """A plain literal (timestamps and dates as text, which every engine converts on insert): the
+    emulators' per-node rewriting makes a CAST per value slow."""
     from sqlglot import exp
 
-    from dw_dagster.databases import sql
-
     if value is None:
-        return exp.cast(exp.Null(), sqltype.copy())
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (dt.datetime, dt.date)):
+        return exp.Literal.string(value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat())
     if isinstance(value, float):
-        return exp.cast(exp.Literal.string(repr(value)), sqltype.copy())
-    lit = sql.literal(value)
-    return lit if isinstance(lit, exp.Cast) else exp.cast(lit, sqltype.copy())
+        return exp.Literal.number(repr(value))
+    if isinstance(value, int):
+        return exp.Literal.number(str(value))
+    return exp.Literal.string(str(value))
 
 
 def arrow_tables(workload: Workload) -> dict[str, Any]:
