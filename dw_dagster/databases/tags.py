@@ -59,10 +59,10 @@ def _one_asset(op) -> str | None:
 
 
 def _partition(op) -> str | None:
-    if not op.has_partition_key:
-        return None
-    rng = op.partition_key_range
-    return op.partition_key if rng.start == rng.end else f"{rng.start}..{rng.end}"
+    if getattr(op, "has_partition_key_range", False):
+        rng = op.partition_key_range
+        return rng.start if rng.start == rng.end else f"{rng.start}..{rng.end}"
+    return op.partition_key if op.has_partition_key else None
 
 
 def tag_json(tag: dict[str, str]) -> str:
