@@ -508,11 +508,13 @@ def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
+from dw_dagster.cli.cost import cost_command  # noqa: E402
 
 register(main)
 register_incident_commands(incidents_cmd)
 register_review(main)
 main.add_command(mcp_command)
+main.add_command(cost_command)
 
 if __name__ == "__main__":
     main()
