@@ -18,6 +18,7 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         identity: verified          # the default; "unverified" only for a scratch sandbox
         exposures: [store_pnl]      # dbt exposures the domain owns (by name), for pull-request review
         slack_channel: C0123STORE   # where `dw-dagster review --notify slack` tells the domain
+        warehouses: [TRANSFORM_WH]  # Snowflake warehouses it owns: drafted setting changes go to its approvers
 
     review:                         # pull-request review (dw-dagster review, dw_dagster.lineage.review)
       sensitive:
@@ -84,13 +85,15 @@ REBUILD_MODELS = "rebuild_models"
 REPLAY_DEAD_LETTER = "replay_dead_letter"
 SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
+#: A warehouse setting (ALTER WAREHOUSE ... SET ...) drafted from measured cost symptoms: always waits for its owner.
+WAREHOUSE_SETTING = "warehouse_setting"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
 UNDO = "undo"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
 REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
-CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAREHOUSE_SETTING}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 
@@ -119,6 +122,8 @@ class Domain(BaseModel):
                                  "(pull-request review names the domain's people when one is affected)")
     slack_channel: str | None = Field(default=None, description="Slack channel (ID, C...) where pull-request "
                                       "reviews that reach the domain are posted (dw-dagster review --notify slack)")
+    warehouses: list[str] = Field(default_factory=list, description="warehouses the domain owns (Snowflake names); "
+                                  "their drafted setting changes go to its approvers (dw_dagster.cost.warehouse)")
 
     @field_validator("approvers", "escalation")
     @classmethod
@@ -143,12 +148,14 @@ class Domain(BaseModel):
             raise ValueError("pipeline_code can never run without its owner: it always goes to them as a diff")
         if UNDO in v:
             raise ValueError("undo always waits for a person's approval")
+        if WAREHOUSE_SETTING in v:
+            raise ValueError("a warehouse setting change always waits for the warehouse owner's approval")
         return v
 
     @model_validator(mode="after")
     def _level_fits_classes(self) -> Domain:
-        if not self.assets and not self.select and not self.exposures:
-            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select or exposures")
+        if not self.assets and not self.select and not self.exposures and not self.warehouses:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures or warehouses")
         if self.autonomy == "L3":
             extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
             if extra:
@@ -323,6 +330,12 @@ class Domains(BaseModel):
                 other = seen.setdefault(tuple(k), d.name)
                 if other != d.name:
                     raise ValueError(f"asset {'/'.join(k)} is in two domains: {other} and {d.name}")
+        owners: dict[str, str] = {}
+        for d in self.domains:
+            for w in d.warehouses:
+                other = owners.setdefault(w.upper(), d.name)
+                if other != d.name:
+                    raise ValueError(f"warehouse {w} is in two domains: {other} and {d.name}")
         return self
 
     def for_asset(self, asset_key: Sequence[str], asset_graph=None) -> Domain:
@@ -343,6 +356,17 @@ class Domains(BaseModel):
                     if dg.AssetKey(list(asset_key)) in dg.AssetSelection.from_string(s).resolve(asset_graph):
                         return d
         raise KeyError(f"no domain owns asset {'/'.join(asset_key)}")
+
+    def for_warehouse(self, warehouse: str) -> Domain:
+        """The domain owning ``warehouse`` (names compared case-insensitively, as Snowflake does unquoted).
+
+        Raises:
+            KeyError: no domain owns it.
+        """
+        for d in self.domains:
+            if warehouse.upper() in (w.upper() for w in d.warehouses):
+                return d
+        raise KeyError(f"no domain owns warehouse {warehouse}")
 
     def get(self, name: str) -> Domain:
         for d in self.domains:
