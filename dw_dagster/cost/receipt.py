@@ -90,4 +90,15 @@ def cost_line(cost: Mapping[str, Any]) -> str:
     return text
 
 
-__all__ = ["cost_line", "repair_cost"]
+def saving_line(outcome: Any) -> str:
+    """The receipt's markdown line for a ``warehouse_saving`` check outcome: what was saved, or that it was not."""
+    md = outcome.metadata
+    measured, expected = float(md.get("dw/saving_measured", 0.0)), float(md.get("dw/saving_expected", 0.0))
+    period = f"{md.get('dw/measure_since')}..{md.get('dw/measure_until')}"
+    verdict = ("saved" if measured > 0 else "NOT saved") if md.get("dw/rule") not in ("queued", "spilling") else (
+        "symptom shrank" if outcome.passed else "symptom did NOT shrink")
+    return (f"- **Saving** ({'/'.join(outcome.asset_key)}, {period}): {verdict}: measured {measured:.6g} credits, "
+            f"expected {expected:.6g}")
+
+
+__all__ = ["cost_line", "repair_cost", "saving_line"]

@@ -110,6 +110,18 @@ class CostResource(dg.ConfigurableResource):
     def report(self, instance: Any, period: Period) -> CostReport:
         return self.source(instance, period).report(period)
 
+    def get_database(self) -> Any:
+        """The warehouse database of ``url`` (what a warehouse change's step runs on).
+
+        Raises:
+            CostError: no URL is configured.
+        """
+        if not self.url:
+            raise CostError("this CostResource has no warehouse URL")
+        from dw_dagster.databases import database_from_url
+
+        return database_from_url(self.url)
+
 
 def url_from_env() -> str | None:
     return os.environ.get(COST_URL_ENV) or None

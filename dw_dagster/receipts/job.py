@@ -29,7 +29,7 @@ from dw_dagster.core.models import Approval, ChangeSet, CheckOutcome, Receipt, u
 from dw_dagster.core import records
 from dw_dagster.approval.job import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
-from dw_dagster.cost.receipt import cost_line, repair_cost
+from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -73,6 +73,7 @@ def receipt_markdown(r: Receipt) -> str:
     cost = cost_line(r.evidence_summary.get(c.REPAIR_COST_KEY) or {})
     if cost:
         lines.append(cost)
+    lines += [saving_line(o) for o in r.checks if "dw/saving_measured" in o.metadata]
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
