@@ -44,7 +44,8 @@ def _instance(dagster_home: str | None):
 #: Each defines ``DEMO`` (a :class:`~dw_dagster.testing.demo.DemoSpec`): the command runs an example
 #: through that entry point, as Dagster loads a code location by module name, and imports nothing
 #: else of it (the examples are not part of the product's import graph).
-DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo"}
+DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
+         "cost": "dw_dagster.examples.store_sales.cost_demo"}
 
 
 def demo_spec(name: str):
@@ -117,6 +118,18 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
 def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
     """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
     _run_demo(demo_spec("orders"), workdir=workdir, as_json=as_json, scale=scale)
+
+
+@demo.command("cost")
+@click.option("--scale", type=float, default=0.0004, show_default=True, callback=_scale_for("cost"),
+              help="Scale of the store-sales runs whose seconds the embedded part reports.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, logs and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_cost(scale: float, workdir: str, as_json: bool) -> None:
+    """What runs cost: one report per engine (embedded DuckDB, Snowflake on fakesnow with a seeded month) and a
+    drafted warehouse change approved by its owner, applied and verified over the next week's metering."""
+    _run_demo(demo_spec("cost"), workdir=workdir, as_json=as_json, scale=scale)
 
 
 def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:

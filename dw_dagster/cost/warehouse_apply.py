@@ -15,8 +15,6 @@
   step, verify and receipt jobs and a remediation sensor that walks only warehouse changes.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any

@@ -26,6 +26,7 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: credits per hour by warehouse size (Snowflake standard warehouses)
@@ -342,18 +343,56 @@ def _literal(value: object, sqltype: Any) -> Any:
     return exp.Literal.string(str(value))
 
 
-def arrow_tables(workload: Workload) -> dict[str, Any]:
-    """The workload's tables as Arrow tables (a DuckDB file is seeded from them in one statement each)."""
+_ARROW = {"VARCHAR": "string", "TIMESTAMP": "timestamp", "BIGINT": "int64", "INTEGER": "int32", "DATE": "date32",
+          "DECIMAL(38,9)": "decimal"}
+
+
+def arrow_tables(workload: Workload, tables: Sequence[str] = (*TABLES, "WAREHOUSES")) -> dict[str, Any]:
+    """The workload's tables as Arrow tables with the stand-in's types (credits as DECIMAL(38,9))."""
+    from decimal import Decimal
+
     import pyarrow as pa
 
+    kinds = {"string": pa.string(), "timestamp": pa.timestamp("us"), "int64": pa.int64(), "int32": pa.int32(),
+             "date32": pa.date32(), "decimal": pa.decimal128(38, 9)}
     out = {}
-    for name in (*TABLES, "WAREHOUSES"):
-        columns = list(WAREHOUSES if name == "WAREHOUSES" else TABLES[name])
+    for name in tables:
+        columns = WAREHOUSES if name == "WAREHOUSES" else TABLES[name]
         rows = workload.rows(name)
-        cols = list(zip(*rows)) if rows else [[] for _ in columns]
-        out[name] = pa.table({c: list(v) for c, v in zip(columns, cols)})
+        arrays = []
+        for i, (col, ty) in enumerate(columns.items()):
+            kind = _ARROW[ty]
+            values = [r[i] for r in rows]
+            if kind == "decimal":
+                values = [None if v is None else Decimal(f"{v:.9f}") for v in values]
+            arrays.append(pa.array(values, type=kinds[kind]))
+        out[name] = pa.table(arrays, names=list(columns))
     return out
 
 
+def load_parquet(db: Any, schema: str, workload: Workload, folder: Path,
+                 tables: Sequence[str] = (*TABLES, "WAREHOUSES"), *, append: bool = False) -> None:
+    """Seed the stand-in tables fast: write each as Parquet under ``folder`` and create it with
+    ``CREATE OR REPLACE TABLE ... AS SELECT * FROM read_parquet(...)`` (``append``: insert into it).
+
+    Only for DuckDB and fakesnow (which hands DuckDB's ``read_parquet`` through; the session needs a
+    current database and schema); the portable way is :func:`create_tables`.
+    """
+    import pyarrow.parquet as pq
+    from sqlglot import exp
+
+    from dw_dagster.databases import sql
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, table in arrow_tables(workload, tables).items():
+        path = folder / f"{name.lower()}{'_more' if append else ''}.parquet"
+        pq.write_table(table, path)
+        source = exp.select("*").from_(exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[
+            exp.Literal.string(str(path.resolve()))])))
+        target = sql.table(f"{schema}.{name}")
+        stmt = exp.insert(source, target) if append else exp.Create(kind="TABLE", this=target, expression=source, replace=True)
+        db.execute(stmt.sql(dialect=db.dialect))
+
+
 __all__ = ["DEFAULT_WAREHOUSES", "LOAD_ASSET", "MODELS", "PROJECT", "Query", "RATES", "TABLES", "TESTS", "WAREHOUSES",
-           "Warehouse", "Workload", "arrow_tables", "create_tables", "dagster_tag", "dbt_comment", "generate"]
+           "Warehouse", "Workload", "arrow_tables", "create_tables", "dagster_tag", "dbt_comment", "generate", "load_parquet"]
