@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dw_dagster.errors import DwDagsterError
 
@@ -76,8 +76,8 @@ class Period(BaseModel):
         s = s or u - dt.timedelta(days=default_days)
         try:
             return cls(since=s, until=u)
-        except ValueError as e:
-            raise CostError(str(e).splitlines()[-1] if str(e) else "bad period") from None
+        except ValidationError as e:
+            raise CostError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 Unit = Literal["credits", "bytes_billed", "seconds"]

@@ -13,8 +13,6 @@ The job ``dw_cost_observations`` is daily-partitioned; each run reports its day 
 Rerunning a day records it again; readers take the latest record of each day.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
@@ -74,19 +72,21 @@ def observations(report: CostReport) -> Iterator[dg.AssetObservation]:
 
 
 def build_cost_observation_job(*, engine: str = "duckdb", resource_key: str = "dw_cost", start_date: str = DEFAULT_START,
-                               name: str = c.COST_JOB_NAME) -> tuple[dg.JobDefinition, dg.AssetSpec, dg.ScheduleDefinition]:
+                               name: str = c.COST_JOB_NAME, end_offset: int = 0,
+                               ) -> tuple[dg.JobDefinition, dg.AssetSpec, dg.ScheduleDefinition]:
     """The daily cost observation job, the ``dw_cost/<engine>`` asset it observes and its schedule.
 
     Args:
         engine: the engine the :class:`~dw_dagster.cost.sources.CostResource` reads (names the report asset).
         resource_key: the :class:`~dw_dagster.cost.sources.CostResource`.
         start_date: the first day.
+        end_offset: 1 adds today's partition (a report of the day so far); 0, days once they are over.
 
     Returns:
         ``(job, report asset spec, schedule)``; the schedule runs each day shortly after midnight UTC for
         the day before (STOPPED by default: start it where the warehouse is reachable).
     """
-    daily = dg.DailyPartitionsDefinition(start_date=start_date, timezone="UTC")
+    daily = dg.DailyPartitionsDefinition(start_date=start_date, timezone="UTC", end_offset=end_offset)
     spec = dg.AssetSpec(report_asset_key(engine), partitions_def=daily, group_name=c.COST_REPORT_ASSET_PREFIX,
                         description=f"What each day cost on {engine}, reconciled to the meter (dw-dagster cost).")
 
@@ -114,15 +114,21 @@ def latest_reports(instance: dg.DagsterInstance, engine: str, period: Period) ->
     wanted = {(period.since + dt.timedelta(days=i)).isoformat() for i in range(period.days)}
     seen: dict[str, CostReport] = {}
     key = report_asset_key(engine)
-    res = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=sorted(wanted)),
-                                      limit=max(50, 4 * len(wanted)))
-    for rec in res.records:  # newest first
-        obs = rec.asset_observation
-        if obs is None or obs.partition in seen or obs.partition not in wanted:
-            continue
-        data = records.metadata_json(obs.metadata or {}, c.COST_REPORT_KEY)
-        if data:
-            seen[obs.partition] = CostReport.model_validate(data)
+    start = period.start.replace(tzinfo=dt.timezone.utc).timestamp()
+    cursor = None
+    while True:  # newest first, in pages; reruns of a day keep only its latest record
+        res = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=start - 86400 * 7),
+                                          limit=500, cursor=cursor)
+        for rec in res.records:
+            obs = rec.asset_observation
+            if obs is None or obs.partition in seen or obs.partition not in wanted:
+                continue
+            data = records.metadata_json(obs.metadata or {}, c.COST_REPORT_KEY)
+            if data:
+                seen[obs.partition] = CostReport.model_validate(data)
+        if not res.has_more or len(seen) == len(wanted):
+            break
+        cursor = res.cursor
     return [seen[d] for d in sorted(seen)]
 
 
