@@ -86,7 +86,7 @@ DEFAULT_WAREHOUSES = (Warehouse("TRANSFORM_WH", "Large", 600), Warehouse("LOAD_W
                       Warehouse("BI_WH", "X-Small", 60))
 
 
-@dataclass
+@dataclass(slots=True)
 class Query:
     """One row of the stand-in ``QUERY_HISTORY`` (times naive UTC, milliseconds)."""
 
