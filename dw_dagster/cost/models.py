@@ -9,6 +9,7 @@ the numbers (``reconciliation``), within :data:`TOLERANCE`.
 
 from __future__ import annotations
 
+from dagster._annotations import public
 import datetime as dt
 from typing import Any, Literal
 
@@ -83,6 +84,7 @@ class Period(BaseModel):
 Unit = Literal["credits", "bytes_billed", "seconds"]
 
 
+@public
 class CostReport(BaseModel):
     """What a period cost on one engine, attributed to dbt nodes, Dagster assets, runs and warehouses.
 

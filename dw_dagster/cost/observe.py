@@ -13,6 +13,7 @@ The job ``dw_cost_observations`` is daily-partitioned; each run reports its day 
 Rerunning a day records it again; readers take the latest record of each day.
 """
 
+from dagster._annotations import public
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ import dagster as dg
 
 from dw_dagster.core import keys as c
 from dw_dagster.cost.models import CostReport, Period
+from dw_dagster.repair.guard import KIND_TAG
 
 #: the first day the job's partitions cover by default
 DEFAULT_START = "2026-01-01"
@@ -55,10 +57,10 @@ def report_observation(report: CostReport) -> dg.AssetObservation:
         description=f"{report.engine} cost of {report.period.since}: metered {report.metered:.6g} {report.unit}, "
                     f"attributed {report.attributed:.6g}, idle {report.idle:.6g}, unattributed {report.unattributed:.6g}",
         metadata={c.COST_REPORT_KEY: dg.MetadataValue.json(report.to_json_dict()),
-                  "dw/cost_metered": dg.MetadataValue.float(report.metered),
-                  "dw/cost_attributed": dg.MetadataValue.float(report.attributed),
-                  "dw/cost_idle": dg.MetadataValue.float(report.idle),
-                  "dw/cost_unattributed": dg.MetadataValue.float(report.unattributed),
+                  c.COST_METERED_KEY: dg.MetadataValue.float(report.metered),
+                  c.COST_ATTRIBUTED_KEY: dg.MetadataValue.float(report.attributed),
+                  c.COST_IDLE_KEY: dg.MetadataValue.float(report.idle),
+                  c.COST_UNATTRIBUTED_KEY: dg.MetadataValue.float(report.unattributed),
                   c.COST_DAY_KEY: report.period.since.isoformat(), c.COST_ENGINE_KEY: report.engine})
 
 
@@ -71,6 +73,7 @@ def observations(report: CostReport) -> Iterator[dg.AssetObservation]:
     yield report_observation(report)
 
 
+@public
 def build_cost_observation_job(*, engine: str = "duckdb", resource_key: str = "dw_cost", start_date: str = DEFAULT_START,
                                name: str = c.COST_JOB_NAME, end_offset: int = 0,
                                ) -> tuple[dg.JobDefinition, dg.AssetSpec, dg.ScheduleDefinition]:
@@ -100,7 +103,7 @@ def build_cost_observation_job(*, engine: str = "duckdb", resource_key: str = "d
         context.log.info(report.reconciliation)
 
     job = dg.JobDefinition(graph_def=dg.GraphDefinition(name=name, node_defs=[observe_cost]), partitions_def=daily,
-                           tags={"dw/kind": "cost"},
+                           tags={KIND_TAG: c.COST_KIND},
                            description="Observe what each asset cost per day (credits, bytes billed or seconds).")
     schedule = dg.build_schedule_from_partitioned_job(job, hour_of_day=1, minute_of_hour=15,
                                                       default_status=dg.DefaultScheduleStatus.STOPPED)

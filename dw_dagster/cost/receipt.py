@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from dw_dagster.core import keys as c
 from dw_dagster.cost.models import Period
 
 
@@ -93,9 +94,9 @@ def cost_line(cost: Mapping[str, Any]) -> str:
 def saving_line(outcome: Any) -> str:
     """The receipt's markdown line for a ``warehouse_saving`` check outcome: what was saved, or that it was not."""
     md = outcome.metadata
-    measured, expected = float(md.get("dw/saving_measured", 0.0)), float(md.get("dw/saving_expected", 0.0))
-    period = f"{md.get('dw/measure_since')}..{md.get('dw/measure_until')}"
-    verdict = ("saved" if measured > 0 else "NOT saved") if md.get("dw/rule") not in ("queued", "spilling") else (
+    measured, expected = float(md.get(c.SAVING_MEASURED_KEY, 0.0)), float(md.get(c.SAVING_EXPECTED_KEY, 0.0))
+    period = f"{md.get(c.SAVING_SINCE_KEY)}..{md.get(c.SAVING_UNTIL_KEY)}"
+    verdict = ("saved" if measured > 0 else "NOT saved") if md.get(c.SAVING_RULE_KEY) not in ("queued", "spilling") else (
         "symptom shrank" if outcome.passed else "symptom did NOT shrink")
     return (f"- **Saving** ({'/'.join(outcome.asset_key)}, {period}): {verdict}: measured {measured:.6g} credits, "
             f"expected {expected:.6g}")

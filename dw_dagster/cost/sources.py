@@ -8,6 +8,7 @@ DuckDB default: step and dbt node seconds).
 
 from __future__ import annotations
 
+from dagster._annotations import public
 import json
 import os
 from collections.abc import Sequence
@@ -81,6 +82,7 @@ def cost_report(source: Any, period: Period) -> CostReport:
     return source.report(period)
 
 
+@public
 class CostResource(dg.ConfigurableResource):
     """Where cost comes from, as a Dagster resource (the cost observation job, receipts, warehouse changes).
 

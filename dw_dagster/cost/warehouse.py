@@ -22,6 +22,7 @@ period's metered credits.
 
 from __future__ import annotations
 
+from dagster._annotations import public
 import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -242,6 +243,7 @@ def evidence_statement(statement: str, warehouse: str, dialect: str = "snowflake
     return outer.sql(dialect=dialect)
 
 
+@public
 def draft_warehouse_changes(source: SnowflakeCost, period: Period, domains: Domains, *, rules: Rules | None = None,
                             resource_key: str = "dw_cost", now: dt.datetime | None = None) -> tuple[list[ChangeSet], list[str]]:
     """Change sets for the warehouses' owners from the symptoms of ``period``, and what was not drafted (why).

@@ -11,8 +11,9 @@
   warehouse's metered credits per day over the days after the change against the drafting period;
   a saving change passes when it saved credits, a performance change (more clusters, a larger size)
   when its symptom shrank. The check's numbers (expected and measured saving) land in the receipt.
-- :func:`build_warehouse_change_definitions` wires them: the warehouses as assets, their checks, the
-  step, verify and receipt jobs and a remediation sensor that walks only warehouse changes.
+- :func:`dw_dagster.definitions.build_warehouse_change_definitions` wires them: the warehouses as
+  assets, their checks, the step, verify and receipt jobs and a remediation sensor that walks only
+  warehouse changes.
 """
 
 import datetime as dt
@@ -172,11 +173,11 @@ def _saving_check(warehouse: str, resource_key: str) -> dg.AssetChecksDefinition
             return dg.AssetCheckResult(passed=False, description=f"the change of {warehouse} has no applied step to measure")
         cost = getattr(context.resources, resource_key)
         got = measured_saving(cost.source(context.instance), step.spec, result)
-        md = {"dw/saving_expected": float(got["saving_expected"]), "dw/saving_measured": float(got["saving_measured"]),
-              "dw/credits_per_day_before": got["credits_per_day_before"], "dw/credits_per_day_after": got["credits_per_day_after"],
-              "dw/measure_since": got["period"].since.isoformat(), "dw/measure_until": got["period"].until.isoformat(),
-              "dw/metered_days": got["metered_days"], "dw/rule": str(step.spec.get("rule")),
-              "dw/evidence_sql": dg.MetadataValue.md(f"```sql\n{got['sql']}\n```")}
+        md = {c.SAVING_EXPECTED_KEY: float(got["saving_expected"]), c.SAVING_MEASURED_KEY: float(got["saving_measured"]),
+              c.SAVING_BEFORE_KEY: got["credits_per_day_before"], c.SAVING_AFTER_KEY: got["credits_per_day_after"],
+              c.SAVING_SINCE_KEY: got["period"].since.isoformat(), c.SAVING_UNTIL_KEY: got["period"].until.isoformat(),
+              c.SAVING_DAYS_KEY: got["metered_days"], c.SAVING_RULE_KEY: str(step.spec.get("rule")),
+              c.SAVING_EVIDENCE_KEY: dg.MetadataValue.md(f"```sql\n{got['sql']}\n```")}
         if not got["ready"]:
             return dg.AssetCheckResult(passed=False, metadata=md, description=(
                 f"{warehouse}: only {got['metered_days']} of {got['period'].days} days after the change are metered; "
@@ -194,43 +195,5 @@ def is_warehouse_change(cs: ChangeSet) -> bool:
     return bool(cs.steps) and all(s.kind == c.WAREHOUSE_SETTING_STEP for s in cs.steps)
 
 
-def build_warehouse_change_definitions(warehouses: Sequence[str], cost: Any, *, resource_key: str = "dw_cost",
-                                       domains: Any = None, clock: Callable[[], dt.datetime] = utcnow,
-                                       sensor_name: str = "dw_warehouse_remediation_sensor",
-                                       executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """Everything a drafted warehouse change needs after approval, as Definitions to merge into a code location.
-
-    Args:
-        warehouses: the warehouses (Snowflake names) that may be changed: each becomes an asset
-            ``warehouse/<NAME>`` with its ``warehouse_saving`` check.
-        cost: the :class:`~dw_dagster.cost.sources.CostResource` on the Snowflake account.
-        domains: where approvers are read (default ``$DW_DOMAINS_FILE``).
-        clock: "now" for the saving gate.
-
-    Returns:
-        Definitions with the warehouse assets and checks, the ``warehouse_setting`` step job, the verify
-        and receipt jobs, and the remediation sensor (it walks warehouse changes only; the loop's own
-        sensor should not be given them).
-    """
-    from dw_dagster.receipts.job import build_receipt_job
-    from dw_dagster.repair.jobs import build_verify_job
-    from dw_dagster.repair.sensor import build_remediation_sensor
-
-    specs = [dg.AssetSpec([c.WAREHOUSE_ASSET_PREFIX, w], group_name=c.WAREHOUSE_ASSET_PREFIX, kinds={"snowflake"},
-                          description=f"Snowflake warehouse {w}: its settings and what it meters") for w in warehouses]
-    checks = build_warehouse_saving_checks(warehouses, resource_key=resource_key)
-    verify = build_verify_job("dw_warehouse_verify", [dg.AssetCheckKey(dg.AssetKey([c.WAREHOUSE_ASSET_PREFIX, w]),
-                                                                       c.WAREHOUSE_SAVING_CHECK) for w in warehouses],
-                              executor=executor)
-    steps = build_step_jobs({c.WAREHOUSE_SETTING_STEP: run_warehouse_setting_step}, resource_keys=(resource_key,),
-                            include_migration=False, executor=executor)
-    receipt = build_receipt_job("dw_warehouse_receipts", executor=executor, cost=cost)
-    sensor = build_remediation_sensor(verify_job=verify, receipt_job=receipt, step_jobs=steps, domains=domains,
-                                      name=sensor_name, stage_gates={"verify": saving_gate(clock)},
-                                      accepts=is_warehouse_change)
-    return dg.Definitions(assets=specs, asset_checks=checks, jobs=[verify, receipt, *steps.values()], sensors=[sensor],
-                          resources={resource_key: cost})
-
-
-__all__ = ["METERING_LATENCY", "build_warehouse_change_definitions", "build_warehouse_saving_checks", "is_warehouse_change",
+__all__ = ["METERING_LATENCY", "build_warehouse_saving_checks", "is_warehouse_change",
            "measured_saving", "run_warehouse_setting_step", "saving_gate"]

@@ -73,7 +73,7 @@ def receipt_markdown(r: Receipt) -> str:
     cost = cost_line(r.evidence_summary.get(c.REPAIR_COST_KEY) or {})
     if cost:
         lines.append(cost)
-    lines += [saving_line(o) for o in r.checks if "dw/saving_measured" in o.metadata]
+    lines += [saving_line(o) for o in r.checks if c.SAVING_MEASURED_KEY in o.metadata]
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))

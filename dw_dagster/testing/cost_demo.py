@@ -33,6 +33,7 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.core import records
+from dw_dagster.core.keys import WAREHOUSE_SENSOR
 from dw_dagster.core.models import utcnow
 from dw_dagster.testing import cost_workload as cw
 from dw_dagster.testing.demo import DemoError, Timeline, clip, demo_login
@@ -43,7 +44,7 @@ OWNER = "priya.raman@grocer.example"
 NOT_LISTED = "sam.lee@grocer.example"
 ACCOUNT_USAGE = "SNOWFLAKE.ACCOUNT_USAGE"
 EMULATOR_SCHEMA = "SNOWFLAKE.DW_FAKESNOW"
-SENSOR = "dw_warehouse_remediation_sensor"
+SENSOR = WAREHOUSE_SENSOR
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _snowflake(home: Path, instance: dg.DagsterInstance, log: Timeline, result: 
     from dw_dagster.cost.models import Period
     from dw_dagster.cost.sources import CostResource
     from dw_dagster.cost.warehouse import draft_warehouse_changes
-    from dw_dagster.cost.warehouse_apply import build_warehouse_change_definitions
+    from dw_dagster.definitions import build_warehouse_change_definitions
     from dw_dagster.databases import database_from_url
     from dw_dagster.proposals.change_sets import propose
 

@@ -136,7 +136,7 @@ def _flow(fake_url, tmp_path, *, before_approval=None, after_setting=None):
     the step, then (the clock moved past the measured week, whose metering is seeded) verify and receipt."""
     from dw_dagster.approval.job import approve_in_process
     from dw_dagster.core import records
-    from dw_dagster.cost.warehouse_apply import build_warehouse_change_definitions
+    from dw_dagster.definitions import build_warehouse_change_definitions
     from dw_dagster.proposals.change_sets import propose
     from dw_dagster.repair.steps import step_results
     from dw_dagster.testing.cost_demo import schema_url

@@ -3,7 +3,7 @@ import dagster as dg
 
 from dw_dagster.cost.observe import build_cost_observation_job
 from dw_dagster.cost.sources import CostResource
-from dw_dagster.cost.warehouse_apply import build_warehouse_change_definitions
+from dw_dagster.definitions import build_warehouse_change_definitions
 
 cost = CostResource(
     url=dg.EnvVar("DW_COST_URL").get_value("snowflake://user:pw@acme-xy12345/ANALYTICS?warehouse=OPS_WH"),
