@@ -44,10 +44,13 @@ def repair_cost(instance: Any, run_ids: Mapping[str, str], cost: Any = None) -> 
     """
     from dw_dagster.cost.timings import read_runs, report_from_timings
 
-    runs = [r for r in (instance.get_run_by_id(rid) for rid in dict(run_ids).values()) if r is not None]
-    period = _period_of(runs, instance)
-    t = read_runs(instance, runs)
-    timing = report_from_timings(t, period)
+    try:
+        runs = [r for r in (instance.get_run_by_id(rid) for rid in dict(run_ids).values()) if r is not None]
+        period = _period_of(runs, instance)
+        t = read_runs(instance, runs)
+        timing = report_from_timings(t, period)
+    except Exception as e:  # noqa: BLE001 - a receipt is never lost to its cost
+        return {"runs": len(run_ids), "note": f"the runs' timings could not be read: {type(e).__name__}: {str(e)[:300]}"}
     stage_of = {rid: stage for stage, rid in run_ids.items()}
     out: dict[str, Any] = {
         "runs": len(runs), "seconds": round(timing.metered, 3), "steps": len(t.steps),
@@ -81,6 +84,8 @@ def cost_line(cost: Mapping[str, Any]) -> str:
         return ""
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in (cost.get("by_stage") or {}).items())
     nodes = cost.get("dbt_nodes") or {}
+    if "seconds" not in cost:
+        return f"- **Repair cost**: {cost.get('note', 'not known')}"
     text = (f"- **Repair cost**: {cost.get('runs', 0)} run(s), {cost.get('seconds', 0):.1f} s of steps ({stages or 'none'})"
             + (f"; dbt: {len(nodes)} node(s), {sum(nodes.values()):.1f} s" if nodes else ""))
     if "queries" in cost:

@@ -19,6 +19,8 @@ from dw_dagster.databases.base import DatabaseError, _first_line, _rechunk, _row
 from dw_dagster.databases.tags import tag_json, tagged
 
 SNOWFLAKE_EXTRA_HINT = "pip install 'dw-dagster[snowflake]'"
+#: Snowflake's QUERY_TAG holds at most 2,000 characters; a longer tag is left to the appended comment
+QUERY_TAG_MAX = 2000
 
 
 # Query parameters a snowflake:// URL may carry, with their type; anything else is refused.
@@ -165,7 +167,7 @@ class SnowflakeDatabase:
         with self.connect() as con:
             cur = con.cursor()
             try:
-                if tag:
+                if tag and len(tag_json(tag)) <= QUERY_TAG_MAX:
                     cur.execute(sql, _statement_params={"QUERY_TAG": tag_json(tag)})
                 else:
                     cur.execute(sql)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field

@@ -123,7 +123,7 @@ def bench_cost_attribution_1m(work: Path, repeat: int) -> dict:
     from dw_dagster.cost.snowflake import SnowflakeCost
     from dw_dagster.databases import DuckDBDatabase
 
-    path = work / "account_usage.duckdb"
+    path = work / "usage.duckdb"  # not account_usage.duckdb: its catalog would shadow the schema
     _make(path)
     db = DuckDBDatabase(path, memory_limit="1GB")
     rows = db.fetch_all("SELECT COUNT(*) FROM account_usage.query_history")[0][0]
