@@ -46,6 +46,7 @@ _JOB_COLUMNS = ", ".join([
     f"{_rx('query', m.KEYS['run'])} AS c_run", f"{_label(m.KEYS['run'])} AS l_run",
     f"{_rx('query', m.KEYS['asset'])} AS c_asset", f"{_label(m.KEYS['asset'])} AS l_asset",
     f"{_label(m.KEYS['invocation'])} AS l_inv",
+    f"{_rx('query', m.KEYS['partition'])} AS c_part", f"{_label(m.KEYS['partition'])} AS l_part",
 ])
 
 TEMPLATE = f"""
@@ -57,29 +58,30 @@ WITH j AS (
   FROM :jobs
   WHERE creation_time >= :since AND creation_time < :until AND job_type = 'QUERY'
 ), p AS (
-  SELECT job_id, c_node, l_node, c_run, l_run, c_asset, l_asset, l_inv FROM j WHERE statement_type = 'SCRIPT'
+  SELECT job_id, c_node, l_node, c_run, l_run, c_asset, l_asset, l_inv, c_part, l_part FROM j WHERE statement_type = 'SCRIPT'
 ), c AS (
   SELECT j.job_id, j.project_id, j.billed, j.processed, j.slot_ms,
          COALESCE(j.c_node, ln.node_id, j.l_node, p.c_node, lp.node_id, p.l_node) AS node_id,
          COALESCE(j.c_asset, j.l_asset, p.c_asset, p.l_asset) AS asset_tag,
          COALESCE(j.c_run, j.l_run, p.c_run, p.l_run) AS run_tag,
-         COALESCE(j.l_inv, p.l_inv) AS invocation
+         COALESCE(j.l_inv, p.l_inv) AS invocation, COALESCE(j.c_part, j.l_part, p.c_part, p.l_part) AS part
   FROM j LEFT JOIN p ON p.job_id = j.parent_job_id
     LEFT JOIN ln ON ln.label = j.l_node
     LEFT JOIN ln AS lp ON lp.label = p.l_node
   WHERE j.statement_type IS NULL OR j.statement_type != 'SCRIPT'
 ), pm AS (
   SELECT c.job_id, c.project_id AS wh, c.node_id, COALESCE(c.asset_tag, na.asset_key) AS asset,
-         COALESCE(c.run_tag, ir.run_id) AS run_id, c.billed, c.processed, c.slot_ms,
+         COALESCE(c.run_tag, ir.run_id) AS run_id, c.part, c.billed, c.processed, c.slot_ms,
          IF(c.node_id IS NOT NULL OR c.asset_tag IS NOT NULL OR c.run_tag IS NOT NULL OR ir.run_id IS NOT NULL,
             'attributed', 'unattributed') AS mapped
   FROM c LEFT JOIN na ON na.node_id = c.node_id LEFT JOIN ir ON ir.invocation_id = c.invocation
 )
-SELECT CASE WHEN GROUPING(node_id) = 0 THEN 'model' WHEN GROUPING(asset) = 0 THEN 'asset'
-            WHEN GROUPING(run_id) = 0 THEN 'run' WHEN GROUPING(wh) = 0 THEN 'warehouse' ELSE 'mapped' END AS dim,
-       COALESCE(node_id, asset, run_id, wh, mapped) AS key,
+SELECT CASE WHEN GROUPING(part) = 0 THEN 'partition' WHEN GROUPING(node_id) = 0 THEN 'model'
+            WHEN GROUPING(asset) = 0 THEN 'asset' WHEN GROUPING(run_id) = 0 THEN 'run'
+            WHEN GROUPING(wh) = 0 THEN 'warehouse' ELSE 'mapped' END AS dim,
+       CASE WHEN GROUPING(part) = 0 THEN asset || CHR(31) || part ELSE COALESCE(node_id, asset, run_id, wh, mapped) END AS key,
        SUM(billed) AS amount, COUNT(*) AS queries, SUM(processed) AS beside, SUM(slot_ms) AS slot_ms
-FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped))
+FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped), (asset, part))
 """
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -163,6 +165,7 @@ class BigQueryCost:
         report = CostReport(
             period=period, engine="bigquery", unit="bytes_billed", metered=metered, attributed=att[0], idle=0.0,
             unattributed=un[0], by_model=by["model"], by_asset=by["asset"], by_run=by["run"], by_warehouse=by["warehouse"],
+            by_partition=sb.partitions(parts.get("partition", {})),
             queries={"total": att[1] + un[1], "attributed": att[1], "unattributed": un[1]},
             queries_by={d: sb.counts(parts.get(d, {})) for d in ("model", "asset", "run", "warehouse")},
             unattributed_detail={"jobs_mapping_to_nothing": un[0]},

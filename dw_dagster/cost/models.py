@@ -101,6 +101,8 @@ class CostReport(BaseModel):
         by_asset: Dagster asset key (``a/b``) → amount.
         by_run: Dagster run id → amount.
         by_warehouse: warehouse (BigQuery: project) → amount, its idle included.
+        by_partition: asset → partition (or ``first..last`` for a run over a range) → amount, from the
+            ``partition`` of dw_dagster's tags (Dagster's own partitions of the queries' steps).
         idle_by_warehouse: warehouse → idle amount (never spread over the queries).
         queries: ``{"total", "attributed", "unattributed"}`` query (or step) counts.
         queries_by: the same dimensions as the ``by_*`` maps, counting queries.
@@ -127,6 +129,7 @@ class CostReport(BaseModel):
     by_asset: dict[str, float] = Field(default_factory=dict)
     by_run: dict[str, float] = Field(default_factory=dict)
     by_warehouse: dict[str, float] = Field(default_factory=dict)
+    by_partition: dict[str, dict[str, float]] = Field(default_factory=dict)
     idle_by_warehouse: dict[str, float] = Field(default_factory=dict)
     queries: dict[str, int] = Field(default_factory=dict)
     queries_by: dict[str, dict[str, int]] = Field(default_factory=dict)

@@ -155,6 +155,8 @@ def combine(reports: list[CostReport], period: Period) -> CostReport | None:
         unattributed=sum(r.unattributed for r in reports),
         **{f"by_{d}": add([getattr(r, f"by_{d}") for r in reports]) for d in ("model", "asset", "run", "warehouse")},
         idle_by_warehouse=add([r.idle_by_warehouse for r in reports]),
+        by_partition={a: add([r.by_partition.get(a, {}) for r in reports])
+                      for a in sorted({a for r in reports for a in r.by_partition})},
         queries={k: sum(r.queries.get(k, 0) for r in reports) for k in ("total", "attributed", "unattributed")},
         queries_by={d: add([r.queries_by.get(d, {}) for r in reports]) for d in ("model", "asset", "run", "warehouse")},
         unattributed_detail=add([r.unattributed_detail for r in reports]),

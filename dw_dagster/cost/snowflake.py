@@ -65,7 +65,7 @@ WITH hours AS (
          TO_DATE(start_time) AS day,
          IFF(start_time >= :since, CAST(COALESCE(credits_used_cloud_services, 0) AS DOUBLE), 0) AS cs,
          {_NODE} AS node_raw, {_tag(m.KEYS['run'])} AS run_tag, {_tag(m.KEYS['asset'])} AS asset_tag,
-         {_INVOCATION} AS invocation
+         {_tag(m.KEYS['partition'])} AS partition_tag, {_INVOCATION} AS invocation
   FROM :qh
   WHERE start_time >= DATEADD(DAY, -2, :since) AND start_time < :until AND end_time > :since
 ), qh AS (
@@ -95,7 +95,7 @@ WITH hours AS (
   SELECT day, IFF(cs_used > 0, (cs_used + cs_adj) / cs_used, 0) AS r FROM daily
 ), pm AS (
   SELECT q.query_id, q.wh, q.node_raw AS node_id, COALESCE(q.asset_tag, na.asset_key) AS asset,
-         COALESCE(q.run_tag, ir.run_id) AS run_id,
+         COALESCE(q.run_tag, ir.run_id) AS run_id, q.partition_tag AS part,
          COALESCE(qc.compute, 0) + q.cs * COALESCE(ratio.r, 0) AS credits,
          q.cs * COALESCE(ratio.r, 0) AS cs_billed, qah.credits AS qah_credits,
          IFF(q.node_raw IS NOT NULL OR q.asset_tag IS NOT NULL OR q.run_tag IS NOT NULL OR ir.run_id IS NOT NULL,
@@ -107,12 +107,13 @@ WITH hours AS (
     LEFT JOIN ir ON ir.invocation_id = q.invocation
     LEFT JOIN qah ON qah.query_id = q.query_id
 )
-SELECT CASE WHEN GROUPING(node_id) = 0 THEN 'model' WHEN GROUPING(asset) = 0 THEN 'asset'
-            WHEN GROUPING(run_id) = 0 THEN 'run' WHEN GROUPING(wh) = 0 THEN 'warehouse'
-            WHEN GROUPING(mapped) = 0 THEN 'mapped' ELSE 'qah' END AS dim,
-       COALESCE(node_id, asset, run_id, wh, mapped, in_qah) AS key,
+SELECT CASE WHEN GROUPING(part) = 0 THEN 'partition' WHEN GROUPING(node_id) = 0 THEN 'model'
+            WHEN GROUPING(asset) = 0 THEN 'asset' WHEN GROUPING(run_id) = 0 THEN 'run'
+            WHEN GROUPING(wh) = 0 THEN 'warehouse' WHEN GROUPING(mapped) = 0 THEN 'mapped' ELSE 'qah' END AS dim,
+       CASE WHEN GROUPING(part) = 0 THEN asset || CHR(31) || part
+            ELSE COALESCE(node_id, asset, run_id, wh, mapped, in_qah) END AS key,
        SUM(credits) AS amount, COUNT(*) AS queries, SUM(qah_credits) AS beside, SUM(cs_billed) AS cs
-FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped), (in_qah))
+FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped), (in_qah), (asset, part))
 UNION ALL SELECT 'idle', wh, credits, hours, NULL, NULL FROM idle
 UNION ALL SELECT 'total', 'metered', SUM(billed), COUNT(*), NULL, NULL FROM daily
 UNION ALL SELECT 'total', 'compute_daily', SUM(compute), COUNT(*), NULL, NULL FROM daily
@@ -224,6 +225,7 @@ def report_from_rows(rows: list[tuple], *, period: Period, sql_text: str, query_
         period=period, engine=engine, unit="credits", metered=total.get("metered", 0.0), attributed=attributed[0],
         idle=idle, unattributed=sum(detail.values()), by_model=sb.amounts(parts.get("model", {})),
         by_asset=sb.amounts(parts.get("asset", {})), by_run=sb.amounts(parts.get("run", {})),
+        by_partition=sb.partitions(parts.get("partition", {})),
         by_warehouse=dict(sorted(by_wh.items(), key=lambda kv: (-kv[1], kv[0]))), idle_by_warehouse=idle_by,
         queries={"total": attributed[1] + untagged[1], "attributed": attributed[1], "unattributed": untagged[1]},
         queries_by={d: sb.counts(parts.get(d, {})) for d in ("model", "asset", "run", "warehouse")},

@@ -70,9 +70,19 @@ def amounts(part: Mapping[str, tuple[float, int, float | None]], *, skip_blank: 
     return dict(sorted(items, key=lambda kv: (-kv[1], kv[0])))
 
 
+def partitions(part: Mapping[str, tuple[float, int, float | None]]) -> dict[str, dict[str, float]]:
+    """asset → partition → amount, from keys ``asset + CHR(31) + partition`` (a blank key: no partition)."""
+    out: dict[str, dict[str, float]] = {}
+    for key, (amount, _, _) in sorted(part.items()):
+        asset, sep, partition = key.partition("\x1f")
+        if sep:
+            out.setdefault(asset, {})[partition] = amount
+    return out
+
+
 def counts(part: Mapping[str, tuple[float, int, float | None]], *, skip_blank: bool = True) -> dict[str, int]:
     """key → query count, in the order of :func:`amounts`."""
     return {k: part[k][1] for k in amounts(part, skip_blank=skip_blank)}
 
 
-__all__ = ["Row", "amounts", "build", "counts", "lookup", "rows_to_parts"]
+__all__ = ["Row", "amounts", "build", "counts", "lookup", "partitions", "rows_to_parts"]

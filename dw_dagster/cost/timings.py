@@ -9,8 +9,8 @@ There is no meter to read, so the meter is Dagster's own record of the period's 
   Dagster (an invocation already seen in a run is not counted twice).
 
 A dbt node's seconds go to its node, its asset (a test's to the asset it tests) and its run; the
-rest of a step (dbt's start-up, an asset's own Python) to the step's asset (split evenly over the
-assets a step materialized) and its run. Everything is run inside a Dagster run or a dbt node,
+rest of a step (dbt's start-up, an asset's own Python) to the step's asset and partition (split
+evenly over the asset partitions a step materialized) and its run. Everything is run inside a Dagster run or a dbt node,
 so ``unattributed`` is 0 and so is ``idle``: the report still says so with its numbers.
 
 The event log is read only for the period's runs (runs created in it), one query per run for the
@@ -34,27 +34,28 @@ TEMPLATE = """
 WITH node_sum AS (
   SELECT run_id, step_key, SUM(seconds) AS seconds FROM nodes WHERE run_id IS NOT NULL GROUP BY run_id, step_key
 ), step_assets AS (
-  SELECT run_id, step_key, asset_key, COUNT(*) OVER (PARTITION BY run_id, step_key) AS n
-  FROM (SELECT DISTINCT run_id, step_key, asset_key FROM assets) AS d
+  SELECT run_id, step_key, asset_key, part, COUNT(*) OVER (PARTITION BY run_id, step_key) AS n
+  FROM (SELECT DISTINCT run_id, step_key, asset_key, part FROM assets) AS d
 ), remainder AS (
   SELECT s.run_id, s.step_key, GREATEST(s.seconds - COALESCE(ns.seconds, 0), 0) AS seconds
   FROM steps AS s LEFT JOIN node_sum AS ns ON ns.run_id = s.run_id AND ns.step_key = s.step_key
 ), parts AS (
-  SELECT run_id, node_id, asset_key, seconds, 1 AS executions FROM nodes
+  SELECT run_id, node_id, asset_key, NULL AS part, seconds, 1 AS executions FROM nodes
   UNION ALL
-  SELECT r.run_id, NULL, a.asset_key, r.seconds / COALESCE(a.n, 1), 1
+  SELECT r.run_id, NULL, a.asset_key, a.part, r.seconds / COALESCE(a.n, 1), 1
   FROM remainder AS r LEFT JOIN step_assets AS a ON a.run_id = r.run_id AND a.step_key = r.step_key
 ), pm AS (
-  SELECT run_id, node_id, asset_key AS asset, 'dagster' AS wh, seconds, executions,
+  SELECT run_id, node_id, asset_key AS asset, part, 'dagster' AS wh, seconds, executions,
          CASE WHEN node_id IS NOT NULL OR asset_key IS NOT NULL OR run_id IS NOT NULL THEN 'attributed'
               ELSE 'unattributed' END AS mapped
   FROM parts
 )
-SELECT CASE WHEN GROUPING(node_id) = 0 THEN 'model' WHEN GROUPING(asset) = 0 THEN 'asset'
-            WHEN GROUPING(run_id) = 0 THEN 'run' WHEN GROUPING(wh) = 0 THEN 'warehouse' ELSE 'mapped' END AS dim,
-       COALESCE(node_id, asset, run_id, wh, mapped) AS key,
+SELECT CASE WHEN GROUPING(part) = 0 THEN 'partition' WHEN GROUPING(node_id) = 0 THEN 'model'
+            WHEN GROUPING(asset) = 0 THEN 'asset' WHEN GROUPING(run_id) = 0 THEN 'run'
+            WHEN GROUPING(wh) = 0 THEN 'warehouse' ELSE 'mapped' END AS dim,
+       CASE WHEN GROUPING(part) = 0 THEN asset || CHR(31) || part ELSE COALESCE(node_id, asset, run_id, wh, mapped) END AS key,
        SUM(seconds) AS amount, SUM(executions) AS queries, NULL AS beside
-FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped))
+FROM pm GROUP BY GROUPING SETS ((node_id), (asset), (run_id), (wh), (mapped), (asset, part))
 UNION ALL SELECT 'total', 'steps', SUM(seconds), COUNT(*), NULL FROM steps
 UNION ALL SELECT 'total', 'outside_runs', SUM(seconds), COUNT(*), NULL FROM nodes WHERE run_id IS NULL
 """
@@ -62,12 +63,12 @@ UNION ALL SELECT 'total', 'outside_runs', SUM(seconds), COUNT(*), NULL FROM node
 STEPS = [("run_id", "VARCHAR"), ("step_key", "VARCHAR"), ("seconds", "DOUBLE")]
 NODES = [("run_id", "VARCHAR"), ("step_key", "VARCHAR"), ("node_id", "VARCHAR"), ("asset_key", "VARCHAR"),
          ("seconds", "DOUBLE")]
-ASSETS = [("run_id", "VARCHAR"), ("step_key", "VARCHAR"), ("asset_key", "VARCHAR")]
+ASSETS = [("run_id", "VARCHAR"), ("step_key", "VARCHAR"), ("asset_key", "VARCHAR"), ("part", "VARCHAR")]
 
 
 @dataclass
 class Timings:
-    """The rows the statement allocates: finished steps, dbt nodes, the assets each step materialized."""
+    """The rows the statement allocates: finished steps, dbt nodes, the assets (and partitions) each step materialized."""
 
     steps: list[tuple] = field(default_factory=list)
     nodes: list[tuple] = field(default_factory=list)
@@ -113,7 +114,7 @@ def read_runs(instance: Any, runs: Iterable[Any], out: Timings | None = None) ->
                 if md.get("invocation_id"):
                     out.invocations.add(str(_value(md["invocation_id"])))
             if mat is not None:
-                out.assets.append((run.run_id, entry.step_key, asset))
+                out.assets.append((run.run_id, entry.step_key, asset, mat.partition))
     return out
 
 
@@ -193,6 +194,7 @@ def report_from_timings(t: Timings, period: Period, *, engine: str = "duckdb") -
         attributed=att[0], idle=0.0, unattributed=un[0],
         by_model=sb.amounts(parts.get("model", {})), by_asset=sb.amounts(parts.get("asset", {})),
         by_run=sb.amounts(parts.get("run", {})), by_warehouse=sb.amounts(parts.get("warehouse", {})),
+        by_partition=sb.partitions(parts.get("partition", {})),
         queries={"total": steps[1] + outside[1], "attributed": steps[1] + outside[1], "unattributed": 0},
         queries_by={d: sb.counts(parts.get(d, {})) for d in ("model", "asset", "run", "warehouse")},
         unattributed_detail={"seconds_mapping_to_nothing": un[0]},

@@ -18,6 +18,7 @@ class Expected:
     by_model: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     by_asset: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     by_run: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    by_partition: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     untagged: float = 0.0
     cs_billed_not_in_queries: float = 0.0
     compute_not_in_hours: float = 0.0
@@ -71,6 +72,7 @@ def expected(wl: Workload, since: dt.date, until: dt.date, node_assets: dict[str
         elif kind == "asset":
             e.by_run[q.truth[1]] += credits
             e.by_asset[q.truth[2]] += credits
+            e.by_partition[(q.truth[2], q.truth[3])] += credits
         else:
             e.untagged += credits
     e.cs_billed_not_in_queries = cs_used_total + cs_adj_total - cs_in_queries

@@ -93,6 +93,7 @@ def test_bytes_billed_per_node_asset_and_run(report):
                           "test.shop.not_null_orders_order_id.abc12": 10 * MB}
     assert r.by_asset == {"orders": 110 * MB, "customers": 40 * MB, "raw/pos/sales_line": 30 * MB}
     assert r.by_run == {"run-of-dbt": 140 * MB, RUN: 30 * MB}
+    assert r.by_partition == {"raw/pos/sales_line": {"2026-10-01": 30 * MB}}  # the script's children, by its tag
     assert r.queries_by["model"]["model.shop.orders"] == 2  # the cache hit counts as a query, for 0 bytes
 
 

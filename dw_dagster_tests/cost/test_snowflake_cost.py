@@ -94,6 +94,9 @@ def test_allocation_matches_the_independent_computation(report, workload):
         assert _close(r.by_run[run], credits), run
     for asset, credits in e.by_asset.items():
         assert _close(r.by_asset[asset], credits), asset
+    assert {(a, p) for a, ps in r.by_partition.items() for p in ps} == set(e.by_partition)
+    for (asset, partition), credits in e.by_partition.items():
+        assert _close(r.by_partition[asset][partition], credits), (asset, partition)
     assert _close(r.unattributed_detail["queries_mapping_to_nothing"], e.untagged)
     assert _close(r.unattributed_detail["cloud_services_billed_not_in_queries"], e.cs_billed_not_in_queries)
     assert _close(r.unattributed_detail["compute_not_in_hourly_metering"], e.compute_not_in_hours)
@@ -231,3 +234,14 @@ def test_the_same_statement_on_duckdb_gives_the_same_report(report, workload):
     for field in ("metered", "attributed", "idle", "unattributed"):
         assert _close(getattr(d, field), getattr(r, field)), field
     assert d.by_model.keys() == r.by_model.keys() and d.by_run.keys() == r.by_run.keys()
+
+
+def test_dbt_invocations_map_to_the_dagster_runs_that_ran_them(snow, workload):
+    """A dbt query tag carrying invocation_id maps to the Dagster run dagster-dbt recorded it in."""
+    import json
+
+    tagged = [q for q in workload.queries if q.truth and q.truth[0] == "model" and q.tag and q.start.date() == SINCE]
+    inv = json.loads(tagged[0].tag)["invocation_id"]
+    r = SnowflakeCost(snow, node_assets=NODE_ASSETS, invocation_runs={inv: "dagster-run-of-dbt"}).report(_period(1))
+    assert r.queries_by["run"]["dagster-run-of-dbt"] == len(tagged)
+    assert r.by_run["dagster-run-of-dbt"] == pytest.approx(sum(r.by_model[q.truth[1]] for q in tagged), abs=1e-9)

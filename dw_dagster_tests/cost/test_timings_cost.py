@@ -98,3 +98,24 @@ def test_a_bad_run_results_file_is_named(instance, tmp_path):
 def test_a_period_without_runs_is_zero_and_reconciled(instance):
     r = DagsterTimingCost(instance[0]).report(Period(since=dt.date(2020, 1, 1), until=dt.date(2020, 1, 2)))
     assert r.metered == 0 and r.reconciled and r.by_run == {}
+
+
+def test_a_range_run_splits_its_step_over_the_partitions_and_dbt_invocations_map_to_runs(instance):
+    from dw_dagster.cost.mapping import invocation_runs
+    from dw_dagster.cost.timings import runs_in
+
+    inst, (_, dbt_run) = instance
+    daily = dg.DailyPartitionsDefinition(start_date="2026-10-01", end_date="2026-10-04")
+
+    @dg.asset(partitions_def=daily, backfill_policy=dg.BackfillPolicy.single_run())
+    def sales() -> None:
+        time.sleep(0.1)
+
+    job = dg.define_asset_job("sales_job", [sales], partitions_def=daily)
+    res = dg.Definitions(assets=[sales], jobs=[job]).resolve_job_def("sales_job").execute_in_process(
+        instance=inst, tags={"dagster/asset_partition_range_start": "2026-10-01",
+                             "dagster/asset_partition_range_end": "2026-10-03"})
+    r = DagsterTimingCost(inst).report(_today())
+    step = _step_seconds(inst, res.run_id)["sales"]
+    assert r.by_partition["sales"] == pytest.approx({d: step / 3 for d in ("2026-10-01", "2026-10-02", "2026-10-03")})
+    assert invocation_runs(inst, runs_in(inst, _today())) == {INVOCATION: dbt_run}
