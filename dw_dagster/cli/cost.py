@@ -65,7 +65,8 @@ def render_text(report: CostReport, by: str, limit: int = 25) -> str:
 @click.option("--by", "by", type=click.Choice(DIMENSIONS), default="model", show_default=True,
               help="The breakdown printed (--json prints all of them).")
 @click.option("--since", default=None, help="First UTC day, YYYY-MM-DD (default: 30 days before --until).")
-@click.option("--until", default=None, help="The UTC day after the last, YYYY-MM-DD (default: today).")
+@click.option("--until", default=None, help="The UTC day after the last, YYYY-MM-DD (default: today for a warehouse, "
+              "whose meter lags; tomorrow for Dagster's own timings, so today so far counts).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--url", default=None, help="snowflake://... or bigquery://... (default $DW_COST_URL); without one, the "
               "seconds of the Dagster instance's steps and dbt nodes (DuckDB and engines without billing).")
@@ -97,9 +98,11 @@ def cost_command(by: str, since: str | None, until: str | None, as_json: bool, u
     from dw_dagster.cost.sources import make_source, url_from_env
 
     try:
-        period = Period.parse(since, until)
+        url = url or url_from_env()
+        # a warehouse's meter lags: whole days up to yesterday; Dagster's timings: today so far too
+        period = Period.parse(since, until, include_today=not url)
         instance = _instance_or_none(dagster_home)
-        source = make_source(url or url_from_env(), instance=instance, period=period, manifests=manifests,
+        source = make_source(url, instance=instance, period=period, manifests=manifests,
                              run_results=run_results, account_usage=account_usage,
                              query_attribution=not no_query_attribution, region=region, project=project,
                              jobs_view=jobs_view, price_per_tib=price_per_tib or DEFAULT_PRICE_PER_TIB)

@@ -61,9 +61,11 @@ class Period(BaseModel):
         return cls(since=end - dt.timedelta(days=days), until=end)
 
     @classmethod
-    def parse(cls, since: str | dt.date | None, until: str | dt.date | None, default_days: int = 30) -> Period:
-        """A period from ``YYYY-MM-DD`` texts (either may be None: ``until`` defaults to today, UTC,
-        ``since`` to ``default_days`` before ``until``).
+    def parse(cls, since: str | dt.date | None, until: str | dt.date | None, default_days: int = 30,
+              include_today: bool = False) -> Period:
+        """A period from ``YYYY-MM-DD`` texts (either may be None: ``until`` defaults to today, UTC —
+        tomorrow with ``include_today``, for a report of the day so far — ``since`` to ``default_days``
+        before ``until``).
 
         Raises:
             CostError: a date that does not parse, or ``until`` not after ``since``.
@@ -73,7 +75,7 @@ class Period(BaseModel):
             s = since if isinstance(since, dt.date) or since is None else dt.date.fromisoformat(since)
         except ValueError as e:
             raise CostError(f"dates are YYYY-MM-DD (whole UTC days): {e}") from None
-        u = u or dt.datetime.now(dt.timezone.utc).date()
+        u = u or dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1 if include_today else 0)
         s = s or u - dt.timedelta(days=default_days)
         try:
             return cls(since=s, until=u)

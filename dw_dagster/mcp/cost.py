@@ -75,7 +75,7 @@ def _report(state: DwState, period: Period, engine: str | None) -> tuple[CostRep
 def get_cost(state: DwState, since: str | None, until: str | None, by: str, engine: str | None, top: int) -> CostAnswer:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     try:
-        period = Period.parse(since, until, default_days=7)
+        period = Period.parse(since, until, default_days=7, include_today=True)
         report, source = _report(state, period, engine)
     except CostError as e:
         raise fail(str(e)) from e

@@ -467,7 +467,8 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
     def get_cost(
         since: Annotated[str | None, Field(description="First UTC day, YYYY-MM-DD (default 7 days before until)",
                                            max_length=10)] = None,
-        until: Annotated[str | None, Field(description="The UTC day after the last, YYYY-MM-DD (default today)",
+        until: Annotated[str | None, Field(description="The UTC day after the last, YYYY-MM-DD (default tomorrow: "
+                                           "today so far counts)",
                                            max_length=10)] = None,
         by: Annotated[cost.By, Field(description="The breakdown listed in `top`")] = "model",
         engine: Annotated[cost.Engine | None, Field(description="Default: the first with recorded reports")] = None,
