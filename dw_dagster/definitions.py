@@ -475,7 +475,7 @@ def build_dw_definitions(
                                  verify_job=verify_job, receipt_job=receipt_job, pipeline_root=pipeline_root,
                                  undo_jobs=undo_jobs if window_job is not None or dbt_windowed else None,
                                  step_jobs=step_jobs,
-                                 domains=domains, default_status=status),
+                                 domains=domains, default_status=status, accepts=_not_a_warehouse_change),
     ]
     more_checks, more_sensors = _integrations(cfg, resources, diagnosis_job.name, domains, status)
     defs = dg.Definitions(
@@ -657,6 +657,13 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
     return checks, sensors
 
 
+
+
+def _not_a_warehouse_change(cs) -> bool:
+    """The loop's remediation sensor leaves warehouse changes to their own sensor (one walker per change set)."""
+    from dw_dagster.cost.warehouse_apply import is_warehouse_change
+
+    return not is_warehouse_change(cs)
 
 
 @public

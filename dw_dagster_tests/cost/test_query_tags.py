@@ -135,3 +135,27 @@ def test_the_tag_the_resource_sets_is_the_tag_the_report_reads(fakesnow_server, 
         Period(since=dt.date(2026, 10, 1), until=dt.date(2026, 10, 2)))
     assert r.queries_by["run"][result.run_id] == 1 and r.by_run[result.run_id] > 0
     assert r.queries_by["asset"]["raw/pos/sales_line"] >= 1
+
+
+@pytest.mark.parametrize("text, found", [
+    ('{"app": "dw_dagster", "dagster_run_id": "r-1"}', "r-1"),
+    ('{"dagster_run_id":"r-2"}', "r-2"),                       # compact JSON
+    ('{"dagster_run_id": 5}', None),                            # not a string: not guessed
+    ('{"dagster_run_id": "r-3', None),                          # truncated tag
+    ('{"other_dagster_run_id": "x"}', None),                    # another key that ends the same
+    ("dagster_run_id=r-4", None),                               # not JSON
+])
+def test_a_malformed_query_tag_maps_to_nothing_never_to_a_guess(text, found):
+    """Query tags are free text anyone can set (dbt's query_tag config, a BI tool): only a JSON string value
+    of the exact key maps; anything else is unattributed. The same pattern runs on Snowflake, BigQuery and DuckDB."""
+    import re
+
+    from dw_dagster.cost.mapping import json_pattern
+    from dw_dagster.databases import LocalDuckDB
+
+    pattern = json_pattern("dagster_run_id")
+    m = re.search(pattern, text)
+    assert (m.group(1) if m else None) == found
+    db = LocalDuckDB()
+    (row,) = db.fetch_all(f"SELECT NULLIF(regexp_extract('{text}', '{pattern}', 1), '')")
+    assert row[0] == found
