@@ -69,6 +69,8 @@ from dw_dagster.approval.identity import IdentityError, VerifiedIdentity, canoni
 from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.integrations.slack import SlackResource, approval_request_message
 from dw_dagster.version import __version__
+from dw_dagster.access import (AccessRequest, AccessSpec, EmailNotifier, SlackNotifier, build_access_definitions,
+                               request_access, request_nonce)
 from dw_dagster.detection.volume import build_volume_sensor
 from dw_dagster.detection.volume import VolumeTable, days_ago
 from dw_dagster.cost.models import CostReport
@@ -83,6 +85,13 @@ __all__ = [
     "build_cost_observation_job",
     "build_warehouse_change_definitions",
     "draft_warehouse_changes",
+    "AccessRequest",
+    "AccessSpec",
+    "EmailNotifier",
+    "SlackNotifier",
+    "build_access_definitions",
+    "request_access",
+    "request_nonce",
     "CatalogError",
     "DatabaseError",
     "DuckDBDatabase",

@@ -167,6 +167,8 @@ def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity)
     email = identity.email
     if email == cs.proposer.strip().lower():
         return f"{email} proposed change set {cs.id} and cannot approve it"
+    if email in {e.strip().lower() for e in cs.excluded_approvers}:
+        return f"{email} benefits from change set {cs.id} (it is for them) and cannot approve it"
     if identity.method == "autonomy":
         return "an autonomous approval is not a person's decision"
     if not domain.may_approve(email):

@@ -59,7 +59,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from dw_dagster.core.domains import Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import ACCESS_GRANT, Domains, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, credential_digest
 from dw_dagster.approval.identity.slack import NotFromSlack, SlackInteractionVerifier, SlackNotConfigured, parse_block_actions
 from dw_dagster.core.ledger import HALTED, PROPOSED, ledger_for
@@ -236,7 +236,10 @@ class _Service:
                 note = f"already {PAST[decided.decision]} by {decided.approver}"
             elif email == cs.proposer.strip().lower():
                 note = "you proposed it, so you cannot approve it"
-            diag = next((d for d in records.diagnoses(inst, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id),
+            elif email in {e.strip().lower() for e in cs.excluded_approvers}:
+                note = "it is for you, so you cannot approve it"
+            diag = None if ACCESS_GRANT in cs.change_classes else next((
+                d for d in records.diagnoses(inst, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id),
                         None)
             out.append((cs, diag, note))
         return out
@@ -330,6 +333,9 @@ def _when(t: dt.datetime) -> str:
 
 
 def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str) -> str:
+    from dw_dagster.approval.access_view import access_request_html, access_request_of
+
+    access = access_request_of(cs)
     window = ", ".join(cs.window) + "".join(f" ({line})" for line in cs.not_run_lines())
     if note:
         form = f"<p class=note>{esc(note)}</p>"
@@ -357,8 +363,10 @@ def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str
             f"<dt>Expires</dt><dd class=expires>{esc(_when(cs.expires_at))}</dd>"
             f"<dt>Approvers</dt><dd>{esc(', '.join(cs.approvers))} (the domain's list as it is now decides)</dd>"
             f"<dt>Undo</dt><dd>{esc(cs.undo) or 'n/a'}</dd></dl>"
-            f"<h3>Diff</h3>{_diff_html(cs.diff)}<h3>Steps</h3>{_steps_html(cs)}"
-            f"<h3>Blast radius</h3>{_blast_html(diag, cs)}{form}</article>")
+            + (f"<h3>Access request</h3>{access_request_html(cs, access)}<h3>Statements</h3>{_steps_html(cs)}"
+               if access is not None else
+               f"<h3>Diff</h3>{_diff_html(cs.diff)}<h3>Steps</h3>{_steps_html(cs)}<h3>Blast radius</h3>{_blast_html(diag, cs)}")
+            + f"{form}</article>")
 
 
 # -- the app -----------------------------------------------------------------------------------
@@ -378,7 +386,7 @@ def _redirect(url: str) -> RedirectResponse:
 
 
 def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], domains: DomainsSource, *,
-              base_url: str, session_secret: str | None = None) -> Starlette:
+              base_url: str, session_secret: str | None = None, extra_routes: "list | tuple" = ()) -> Starlette:
     """The approvals app (see the module docstring).
 
     Args:
@@ -388,6 +396,8 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         base_url: the public URL of this server (``/callback`` under it is the OIDC redirect URI,
             ``/slack/interactions`` Slack's Request URL); https makes the cookie ``Secure``.
         session_secret: the session cookie key (default: derived from the deployment's signing key).
+        extra_routes: more Starlette routes served beside these (the access request slash command,
+            :func:`dw_dagster.access.slack.access_routes`).
 
     Raises:
         ApprovalRefused: no ``session_secret`` and no signing key is configured.
@@ -421,6 +431,9 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         else:
             body = (f"<h1>{len(found)} change set{'s' if len(found) > 1 else ''} waiting for your decision</h1>"
                     + "".join(_change_set_html(cs, diag, note, who["csrf"]) for cs, diag, note in found))
+        from dw_dagster.approval.access_view import grants_html, grants_in_force
+
+        body += grants_html(await run_in_threadpool(grants_in_force, ledger_for(svc.instance()), who["email"], doms))
         return _page("Change sets waiting for you", body, who)
 
     async def login(request: Request) -> Response:
@@ -538,6 +551,7 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         Route("/callback", callback, methods=["GET"]),
         Route("/decide", decide_route, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
+        *extra_routes,
     ]
     middleware = [Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
                              max_age=SESSION_SECONDS, same_site="lax", https_only=svc.base_url.startswith("https://"))]

@@ -45,7 +45,8 @@ def _instance(dagster_home: str | None):
 #: through that entry point, as Dagster loads a code location by module name, and imports nothing
 #: else of it (the examples are not part of the product's import graph).
 DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
-         "cost": "dw_dagster.examples.store_sales.cost_demo"}
+         "cost": "dw_dagster.examples.store_sales.cost_demo",
+         "access": "dw_dagster.examples.access.demo"}
 
 
 def demo_spec(name: str):
@@ -70,7 +71,9 @@ def demo_spec(name: str):
 def _open_target(spec) -> str:
     """``-w workspace.yaml`` in a checkout of the repository (both locations), else ``-m`` the location's module."""
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    return f"-w {workspace}" if workspace.exists() else f"-m {spec.location_module}"
+    if workspace.exists() and spec.location_module in workspace.read_text():
+        return f"-w {workspace}"
+    return f"-m {spec.location_module}"
 
 
 def _scale_for(name: str):
@@ -130,6 +133,21 @@ def demo_cost(scale: float, workdir: str, as_json: bool) -> None:
     """What runs cost: one report per engine (embedded DuckDB, Snowflake on fakesnow with a seeded month) and a
     drafted warehouse change approved by its owner, applied and verified over the next week's metering."""
     _run_demo(demo_spec("cost"), workdir=workdir, as_json=as_json, scale=scale)
+
+
+@demo.command("access")
+@click.option("--database-url", default=None,
+              help="The PostgreSQL server the demo makes its roles and tables on (default $DW_ACCESS_DEMO_URL, else "
+                   "postgresql+psycopg://postgres@127.0.0.1:5432/postgres). It drops what it made afterwards.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its domains file, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_access(database_url: str | None, workdir: str, as_json: bool) -> None:
+    """An access request: dry-run, two owners approve, grant, reminder, revoke at expiry verified, receipt."""
+    if database_url:
+        os.environ["DW_ACCESS_DEMO_URL"] = database_url
+    spec = demo_spec("access")
+    _run_demo(spec, workdir=workdir, as_json=as_json, scale=spec.default_scale)
 
 
 def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
@@ -518,6 +536,7 @@ def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -
     raise SystemExit(code)
 
 
+from dw_dagster.cli.access import register as register_access  # noqa: E402
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
@@ -526,6 +545,7 @@ from dw_dagster.cli.cost import cost_command  # noqa: E402
 register(main)
 register_incident_commands(incidents_cmd)
 register_review(main)
+register_access(main)
 main.add_command(mcp_command)
 main.add_command(cost_command)
 

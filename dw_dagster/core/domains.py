@@ -19,6 +19,8 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         exposures: [store_pnl]      # dbt exposures the domain owns (by name), for pull-request review
         slack_channel: C0123STORE   # where `dw-dagster review --notify slack` tells the domain
         warehouses: [TRANSFORM_WH]  # Snowflake warehouses it owns: drafted setting changes go to its approvers
+        tables: ["pos.*"]           # warehouse tables it owns for access requests (schema.table globs)
+        autonomous_access: never    # or non_sensitive: see "Access requests" below
 
     review:                         # pull-request review (dw-dagster review, dw_dagster.lineage.review)
       sensitive:
@@ -39,6 +41,11 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         signing_secret_env: SLACK_SIGNING_SECRET
         bot_token_env: SLACK_BOT_TOKEN
     operators: [data-oncall@grocer.example]           # who may lift an org-wide stop (default: every approver)
+
+    access:                         # access requests (dw_dagster.access)
+      role_name: "{email}"          # the database role (PostgreSQL) or user (Snowflake) of a person
+      max_hours: 168                # the longest grant anyone may ask for
+      remind_before_minutes: 60     # the requester is reminded this long before the grant ends
 
 Any value may be written ``{env: NAME}`` (or ``{env: NAME, default: VALUE}``): it is read from the
 environment when the file is read, and a missing variable without a default is an error naming it.
@@ -61,6 +68,13 @@ UNVERIFIED on every record); never by default.
 - **L4 autonomous** — also the listed *repeatable* classes (:data:`REPEATABLE_CLASSES`, e.g. a
   schema migration with rollback, a new dbt test) run end to end. Pipeline code changes are
   never autonomous: they go to their owner as a diff at every level.
+
+**Access requests** (:mod:`dw_dagster.access`) are change sets of class ``access_grant``, one per
+domain whose tables a grant newly opens; every one of those domains must approve. They wait for a
+person at every level unless the domain says ``autonomous_access: non_sensitive`` *and* runs at
+L3/L4 with ``access_grant`` among its ``allowed_change_classes``: then a grant that opens no
+sensitive column of the domain (``review.sensitive``) is approved by dw_dagster; one that opens
+any sensitive column always waits for a person.
 """
 
 from __future__ import annotations
@@ -87,10 +101,12 @@ SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
 #: A warehouse setting (ALTER WAREHOUSE ... SET ...) drafted from measured cost symptoms: always waits for its owner.
 WAREHOUSE_SETTING = "warehouse_setting"
+#: A time-bound warehouse grant (dw_dagster.access); its undo is the revoke at expiry.
+ACCESS_GRANT = "access_grant"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
 UNDO = "undo"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
-REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
+REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER, ACCESS_GRANT})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
 CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAREHOUSE_SETTING}
@@ -124,6 +140,11 @@ class Domain(BaseModel):
                                       "reviews that reach the domain are posted (dw-dagster review --notify slack)")
     warehouses: list[str] = Field(default_factory=list, description="warehouses the domain owns (Snowflake names); "
                                   "their drafted setting changes go to its approvers (dw_dagster.cost.warehouse)")
+    tables: list[str] = Field(default_factory=list, description="warehouse tables the domain owns for access requests: "
+                              "schema.table or database.schema.table, * and ? as wildcards, matched case-insensitively")
+    autonomous_access: Literal["never", "non_sensitive"] = Field(
+        "never", description="non_sensitive: at L3/L4 with access_grant allowed, a grant opening no sensitive column of "
+        "the domain is approved by dw_dagster; never (the default): every grant waits for a person")
 
     @field_validator("approvers", "escalation")
     @classmethod
@@ -137,6 +158,28 @@ class Domain(BaseModel):
             if not key or any(not isinstance(p, str) or not p.strip() for p in key):
                 raise ValueError(f"an asset key is a non-empty list of non-empty names, got {key!r}")
         return v
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, v: list[str]) -> list[str]:
+        for t in v:
+            parts = t.split(".") if isinstance(t, str) else []
+            if not 1 <= len(parts) <= 3 or any(not p.strip() for p in parts):
+                raise ValueError(f"a table is schema.table (or database.schema.table), wildcards * and ?, got {t!r}")
+        return v
+
+    def owns_table(self, table: str) -> bool:
+        """Whether ``table`` (``schema.table`` or ``database.schema.table``) matches one of :attr:`tables`
+        (case-insensitively; a two-part pattern matches a three-part name on its last two parts)."""
+        import fnmatch
+
+        name = table.casefold()
+        short = ".".join(name.split(".")[-2:])
+        for pattern in self.tables:
+            p = pattern.casefold()
+            if fnmatch.fnmatchcase(name, p) or (p.count(".") == 1 and fnmatch.fnmatchcase(short, p)):
+                return True
+        return False
 
     @field_validator("allowed_change_classes")
     @classmethod
@@ -154,8 +197,8 @@ class Domain(BaseModel):
 
     @model_validator(mode="after")
     def _level_fits_classes(self) -> Domain:
-        if not self.assets and not self.select and not self.exposures and not self.warehouses:
-            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures or warehouses")
+        if not self.assets and not self.select and not self.exposures and not self.tables and not self.warehouses:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures, tables or warehouses")
         if self.autonomy == "L3":
             extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
             if extra:
@@ -289,6 +332,40 @@ class ReviewSettings(BaseModel):
     sensitive: SensitiveSettings = Field(default_factory=SensitiveSettings)
 
 
+class AccessSettings(BaseModel):
+    """Access requests (``access:`` in the domains file, :mod:`dw_dagster.access`).
+
+    Attributes:
+        role_name: how a person's email becomes their database role (PostgreSQL) or user
+            (Snowflake): a template with ``{email}``, ``{local}`` (before the ``@``) and
+            ``{local_snake}`` (that, lower snake case). The name is looked up in the engine's
+            catalog exactly as the template writes it (quoted: never case-folded).
+        max_hours: the longest grant a request may ask for.
+        remind_before_minutes: the requester is reminded this long before a grant ends (at most
+            half the grant's length).
+        revoke_retry_minutes: how long after a failed revoke it is tried again (the incident stays open).
+        valid_until: give a PostgreSQL login role ``VALID UNTIL`` the grant's end too (a second line
+            should the revoke not happen; it stops password logins only), put back at the revoke.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    role_name: str = "{email}"
+    max_hours: float = Field(168, gt=0, le=24 * 90)
+    remind_before_minutes: float = Field(60, ge=0)
+    revoke_retry_minutes: float = Field(5, gt=0)
+    valid_until: bool = Field(True, description="PostgreSQL login roles also get VALID UNTIL the grant's end")
+
+    @field_validator("role_name")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        try:
+            v.format(email="a@b", local="a", local_snake="a")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"role_name may use {{email}}, {{local}} and {{local_snake}} only: {e}") from e
+        return v
+
+
 class Domains(BaseModel):
     """A domains file: the domains, the identity providers decisions are verified with, the operators."""
 
@@ -299,6 +376,7 @@ class Domains(BaseModel):
     review: ReviewSettings = Field(default_factory=ReviewSettings)
     operators: list[str] = Field(default_factory=list, description="who may lift an org-wide stop "
                                  "(default: every domain's approvers)")
+    access: AccessSettings = Field(default_factory=AccessSettings)
 
     @field_validator("operators")
     @classmethod
@@ -367,6 +445,10 @@ class Domains(BaseModel):
             if warehouse.upper() in (w.upper() for w in d.warehouses):
                 return d
         raise KeyError(f"no domain owns warehouse {warehouse}")
+
+    def for_table(self, table: str) -> list[Domain]:
+        """The domains whose ``tables`` patterns match ``table`` (an access request's ownership)."""
+        return [d for d in self.domains if d.owns_table(table)]
 
     def get(self, name: str) -> Domain:
         for d in self.domains:

@@ -91,3 +91,28 @@ SAVING_EVIDENCE_KEY = "dw/evidence_sql"
 WAREHOUSE_VERIFY_JOB = "dw_warehouse_verify"
 WAREHOUSE_RECEIPT_JOB = "dw_warehouse_receipts"
 WAREHOUSE_SENSOR = "dw_warehouse_remediation_sensor"
+
+# Access requests (dw_dagster.access): time-bound grants the data owners approve
+#: the asset whose events show every access request, grant, reminder, revoke and receipt
+ACCESS_ASSET = "dw_access"
+ACCESS_REQUEST_KEY = "dw/access_request"
+ACCESS_EVENT_KEY = "dw/access_event"
+ACCESS_RECEIPT_KEY = "dw/access_receipt"
+ACCESS_RECEIPT_MD_KEY = "dw/access_receipt_md"
+ACCESS_RECEIPT_HASH_KEY = "dw/access_receipt_hash"
+ACCESS_RECEIPT_SIG_KEY = "dw/access_receipt_sig"
+ACCESS_REQUEST_ID_KEY = "dw/access_request_id"
+ACCESS_REQUEST_TAG = "dw/access_request_id"
+#: jobs, ops and the sensor of the access machinery; ``dw/kind`` of its jobs (a ticket is needed)
+ACCESS_GRANT_JOB = "dw_access_grant"
+ACCESS_REVOKE_JOB = "dw_access_revoke"
+ACCESS_GRANT_OP = "dw_apply_access_grant"
+ACCESS_REVOKE_OP = "dw_revoke_access_grant"
+ACCESS_SENSOR = "dw_access_sensor"
+ACCESS_KIND = "access"
+#: the resource key of the pager a failed revoke pages through
+ACCESS_PAGER_KEY = "dw_access_pager"
+#: the step kind of an access change set (its stages: ``grant``, then ``revoke-1``, ``revoke-2`` ...)
+ACCESS_STEP_KIND = "access_grant"
+#: prefix of the change sets that ask one domain's owners to approve an access request
+ACCESS_CHANGE_SET_PREFIX = "ar-"

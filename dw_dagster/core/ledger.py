@@ -48,7 +48,8 @@ from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident stat
     CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, UNREPAIRED,
     IncidentsMixin,
 )
-from dw_dagster.core.ledger_tables import _sqlite_engine, ledger_url
+from dw_dagster.core.ledger_access import AccessMixin
+from dw_dagster.core.ledger_tables import AccessRow, _sqlite_engine, ledger_url  # noqa: F401 - AccessRow is part of the API
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
     ChangeSetRow,
@@ -94,7 +95,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
-class Ledger(IncidentsMixin):
+class Ledger(IncidentsMixin, AccessMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
     def __init__(self, engine: Engine, *, url: str) -> None:

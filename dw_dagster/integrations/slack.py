@@ -363,6 +363,24 @@ def login_command(change_set_id: str, *, dagster_home: str | None = None) -> str
     return shlex.join(parts)
 
 
+def _access_lines(cs: ChangeSet) -> str | None:
+    """The summary of an access change set (:mod:`dw_dagster.access`): for whom, until when, what opens."""
+    from dw_dagster.approval.access_view import access_request_of
+
+    req = access_request_of(cs)
+    if req is None:
+        return None
+    esc = mrkdwn_escape
+    e, spec = req["dry_run"]["engine"], req["spec"]
+    opens = [f"{x['privilege']} on {x['table']}" + (f" ({', '.join(x['columns'])})" if not x.get("table_level") else "")
+             for x in e["newly_reachable"]] + [f"{x['privilege']} on {x['table']} through {x['how']}"
+                                               for x in e.get("also_reachable", [])]
+    sensitive = [f"{x['table']}.{x['column']} ({x['category']})" for x in req["dry_run"]["sensitive"]]
+    return (f"*{esc(cs.summary)}*\n*Access for:* {esc(spec['grantee_email'])}   *Asked by:* {esc(req['requester'])}\n"
+            f"*Why:* {esc(spec['why'])}\n*Until:* {esc(req['expires_at'])} (revoked then)\n"
+            f"*Opens:* {esc(_list(opens))}\n*Sensitive columns:* {esc(_list(sensitive))}")
+
+
 def approval_request_message(
     change_set: ChangeSet,
     blast_radius: BlastRadius | None,
@@ -406,7 +424,11 @@ def approval_request_message(
                + f"*Rebuild:* {esc(_list(['/'.join(k) for k in cs.rebuild_assets]))}")
     if cs.new_tests:
         summary += f"\n*New tests:* {esc(_list(cs.new_tests))}"
-    if blast_radius is not None:
+    access = _access_lines(cs)
+    if access is not None:  # an access request: what it opens, not a window to rerun
+        summary = access
+        radius = "*Blast radius*\nthe tables above; the review page lists what reads them"
+    elif blast_radius is not None:
         br = blast_radius
         radius = ("*Blast radius*\n"
                   f"• Models: {esc(_list([m.name for m in br.models]))}\n"

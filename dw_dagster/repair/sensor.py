@@ -41,7 +41,7 @@ from dw_dagster.approval.job import approval_status, parse_change_set
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.asset_graph import asset_graph_of
-from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import ACCESS_GRANT, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.ledger import (
     ABANDONED,
     ACTIVE_STATES,
@@ -218,6 +218,8 @@ def build_remediation_sensor(
                 records.quarantine(instance, f"change_set:{row.change_set_id}:{row.version}", "change_set",
                                    row.target_asset, f"{e}: refused as tampering")
                 plan.waiting.append(f"{row.change_set_id}: quarantined ({e})")
+                continue
+            if ACCESS_GRANT in cs.change_classes:  # an access request's approval: the access sensor runs it
                 continue
             if accepts is not None and not accepts(cs):
                 continue

@@ -54,7 +54,8 @@ SIGNING_KEY_ENV = c.SIGNING_KEY_ENV
 
 __all__ = [
     "MARKER", "PROPOSER", "QUIET", "RANGE_END_TAG", "RANGE_START_TAG", "SIGNING_KEY_ENV", "STAGE_TAG", "DemoDirError",
-    "DemoError", "DemoSpec", "Timeline", "claim_demo_dir", "clip", "demo_approvals", "demo_login", "evaluations",
+    "DemoError", "DemoSpec", "Timeline", "claim_demo_dir", "clip", "demo_approvals", "demo_login", "demo_login_for",
+    "evaluations",
     "example_dbt_project", "notifications", "owner_merges", "run_job", "run_repair_stages", "source_change_sentence",
     "write_dbt_profile",
 ]
@@ -205,6 +206,18 @@ def demo_login(domains_file: Path, change_set_id: str, email: str, instance: dg.
     settings = load_domains(domains_file).identity.oidc
     return login(settings, nonce=decision_nonce(cs.id, cs.version, decision), login_hint=email,
                  open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
+
+
+def demo_login_for(domains_file: Path, nonce: str, email: str) -> str:
+    """An ID token for ``email`` bound to ``nonce`` (an access request's, say), through the identity
+    provider's login, as :func:`demo_login` does for a decision."""
+    import httpx
+
+    from dw_dagster.approval.identity.oidc import login
+    from dw_dagster.core.domains import load_domains
+
+    settings = load_domains(domains_file).identity.oidc
+    return login(settings, nonce=nonce, login_hint=email, open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
 
 
 def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, change_set_id: str, *, owner: str,
