@@ -76,8 +76,18 @@ from dw_dagster.access import (AccessRequest, AccessSpec, EmailNotifier, SlackNo
                                request_access, request_nonce)
 from dw_dagster.detection.volume import build_volume_sensor
 from dw_dagster.detection.volume import VolumeTable, days_ago
+from dw_dagster.cost.models import CostReport
+from dw_dagster.cost.observe import build_cost_observation_job
+from dw_dagster.cost.sources import CostResource
+from dw_dagster.cost.warehouse import draft_warehouse_changes
+from dw_dagster.definitions import build_warehouse_change_definitions
 
 __all__ = [
+    "CostReport",
+    "CostResource",
+    "build_cost_observation_job",
+    "build_warehouse_change_definitions",
+    "draft_warehouse_changes",
     "AccessRequest",
     "AccessSpec",
     "EmailNotifier",

@@ -45,6 +45,7 @@ def _instance(dagster_home: str | None):
 #: through that entry point, as Dagster loads a code location by module name, and imports nothing
 #: else of it (the examples are not part of the product's import graph).
 DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
+         "cost": "dw_dagster.examples.store_sales.cost_demo",
          "access": "dw_dagster.examples.access.demo"}
 
 
@@ -124,6 +125,18 @@ def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: boo
 def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
     """The orders-stream incident: a release wrote NULL into a REQUIRED column; the sink parked the rows."""
     _run_demo(demo_spec("orders"), workdir=workdir, as_json=as_json, scale=scale)
+
+
+@demo.command("cost")
+@click.option("--scale", type=float, default=0.0004, show_default=True, callback=_scale_for("cost"),
+              help="Scale of the store-sales runs whose seconds the embedded part reports.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, logs and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_cost(scale: float, workdir: str, as_json: bool) -> None:
+    """What runs cost: one report per engine (embedded DuckDB, Snowflake on fakesnow with a seeded month) and a
+    drafted warehouse change approved by its owner, applied and verified over the next week's metering."""
+    _run_demo(demo_spec("cost"), workdir=workdir, as_json=as_json, scale=scale)
 
 
 @demo.command("access")
@@ -531,12 +544,14 @@ from dw_dagster.cli.access import register as register_access  # noqa: E402
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
+from dw_dagster.cli.cost import cost_command  # noqa: E402
 
 register(main)
 register_incident_commands(incidents_cmd)
 register_review(main)
 register_access(main)
 main.add_command(mcp_command)
+main.add_command(cost_command)
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         approval_expiry_hours: 24
         identity: verified          # the default; "unverified" only for a scratch sandbox
         exposures: [store_pnl]      # dbt exposures the domain owns (by name), for pull-request review
+        warehouses: [TRANSFORM_WH]  # Snowflake warehouses it owns: drafted setting changes go to its approvers
         tables: ["pos.*"]           # warehouse tables it owns for access requests (schema.table globs)
         autonomous_access: never    # or non_sensitive: see "Access requests" below
         slack_channel: C0123STORE   # the domain's channel: requests, ladder steps, pull-request reviews
@@ -110,6 +111,8 @@ REBUILD_MODELS = "rebuild_models"
 REPLAY_DEAD_LETTER = "replay_dead_letter"
 SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
+#: A warehouse setting (ALTER WAREHOUSE ... SET ...) drafted from measured cost symptoms: always waits for its owner.
+WAREHOUSE_SETTING = "warehouse_setting"
 #: A time-bound warehouse grant (dw_dagster.access); its undo is the revoke at expiry.
 ACCESS_GRANT = "access_grant"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
@@ -118,7 +121,7 @@ UNDO = "undo"
 REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER, ACCESS_GRANT})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
-CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAREHOUSE_SETTING}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 #: a duration in the domains file: ``2h``, ``30m``, ``1d``, ``1h30m`` (read by :func:`parse_duration`)
@@ -147,6 +150,8 @@ class Domain(BaseModel):
         "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")
     exposures: list[str] = Field(default_factory=list, description="dbt exposures the domain owns, by name "
                                  "(pull-request review names the domain's people when one is affected)")
+    warehouses: list[str] = Field(default_factory=list, description="warehouses the domain owns (Snowflake names); "
+                                  "their drafted setting changes go to its approvers (dw_dagster.cost.warehouse)")
     tables: list[str] = Field(default_factory=list, description="warehouse tables the domain owns for access requests: "
                               "schema.table or database.schema.table, * and ? as wildcards, matched case-insensitively")
     autonomous_access: Literal["never", "non_sensitive"] = Field(
@@ -235,12 +240,14 @@ class Domain(BaseModel):
             raise ValueError("pipeline_code can never run without its owner: it always goes to them as a diff")
         if UNDO in v:
             raise ValueError("undo always waits for a person's approval")
+        if WAREHOUSE_SETTING in v:
+            raise ValueError("a warehouse setting change always waits for the warehouse owner's approval")
         return v
 
     @model_validator(mode="after")
     def _level_fits_classes(self) -> Domain:
-        if not self.assets and not self.select and not self.exposures and not self.tables:
-            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures or tables")
+        if not self.assets and not self.select and not self.exposures and not self.tables and not self.warehouses:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures, tables or warehouses")
         if self.autonomy == "L3":
             extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
             if extra:
@@ -486,6 +493,12 @@ class Domains(BaseModel):
                 other = seen.setdefault(tuple(k), d.name)
                 if other != d.name:
                     raise ValueError(f"asset {'/'.join(k)} is in two domains: {other} and {d.name}")
+        owners: dict[str, str] = {}
+        for d in self.domains:
+            for w in d.warehouses:
+                other = owners.setdefault(w.upper(), d.name)
+                if other != d.name:
+                    raise ValueError(f"warehouse {w} is in two domains: {other} and {d.name}")
         return self
 
     def for_asset(self, asset_key: Sequence[str], asset_graph=None) -> Domain:
@@ -506,6 +519,17 @@ class Domains(BaseModel):
                     if dg.AssetKey(list(asset_key)) in dg.AssetSelection.from_string(s).resolve(asset_graph):
                         return d
         raise KeyError(f"no domain owns asset {'/'.join(asset_key)}")
+
+    def for_warehouse(self, warehouse: str) -> Domain:
+        """The domain owning ``warehouse`` (names compared case-insensitively, as Snowflake does unquoted).
+
+        Raises:
+            KeyError: no domain owns it.
+        """
+        for d in self.domains:
+            if warehouse.upper() in (w.upper() for w in d.warehouses):
+                return d
+        raise KeyError(f"no domain owns warehouse {warehouse}")
 
     def for_table(self, table: str) -> list[Domain]:
         """The domains whose ``tables`` patterns match ``table`` (an access request's ownership)."""

@@ -40,6 +40,58 @@ PROPOSER = "dw-dagster"
 # Environment variable holding the HMAC key that signs approvals.
 SIGNING_KEY_ENV = "DW_APPROVAL_SIGNING_KEY"
 
+# -- cost (dw_dagster.cost) ---------------------------------------------------------------------
+# The query tag dw_dagster's database resources put on every statement they issue inside a Dagster
+# step (Snowflake QUERY_TAG and an appended /* ... */ comment; BigQuery job labels and the comment),
+# so the warehouse's own query history says which run, asset and partition a query served.
+QUERY_TAG_APP = "dw_dagster"
+QUERY_TAG_APP_KEY = "app"
+QUERY_TAG_RUN_KEY = "dagster_run_id"
+QUERY_TAG_ASSET_KEY = "asset_key"
+QUERY_TAG_PARTITION_KEY = "partition"
+# What dbt puts in its query comment (``node_id``) and in its query tag / BigQuery job labels.
+DBT_NODE_ID_KEY = "node_id"
+DBT_INVOCATION_ID_KEY = "dbt_invocation_id"
+DBT_INVOCATION_ID_ALT_KEY = "invocation_id"
+
+# Daily cost observation metadata (numeric, so the Dagster UI plots them per asset)
+COST_CREDITS_KEY = "dw/cost_credits"
+COST_BYTES_BILLED_KEY = "dw/cost_bytes_billed"
+COST_USD_KEY = "dw/cost_usd"
+COST_SLOT_MS_KEY = "dw/cost_slot_ms"
+COST_SECONDS_KEY = "dw/cost_seconds"
+COST_QUERIES_KEY = "dw/cost_queries"
+COST_DAY_KEY = "dw/cost_day"
+COST_ENGINE_KEY = "dw/cost_engine"
+COST_REPORT_KEY = "dw/cost_report"
+# A receipt's evidence_summary key holding what its repair cost
+REPAIR_COST_KEY = "repair_cost"
+COST_JOB_NAME = "dw_cost_observations"
+COST_OP_NAME = "dw_observe_cost"
+COST_REPORT_ASSET_PREFIX = "dw_cost"
+WAREHOUSE_ASSET_PREFIX = "warehouse"
+WAREHOUSE_SAVING_CHECK = "warehouse_saving"
+WAREHOUSE_SETTING_STEP = "warehouse_setting"
+COST_KIND = "cost"
+COST_METERED_KEY = "dw/cost_metered"
+COST_ATTRIBUTED_KEY = "dw/cost_attributed"
+COST_IDLE_KEY = "dw/cost_idle"
+COST_UNATTRIBUTED_KEY = "dw/cost_unattributed"
+# The warehouse_saving check's metadata (what the receipt says was saved)
+SAVING_EXPECTED_KEY = "dw/saving_expected"
+SAVING_MEASURED_KEY = "dw/saving_measured"
+SAVING_BEFORE_KEY = "dw/credits_per_day_before"
+SAVING_AFTER_KEY = "dw/credits_per_day_after"
+SAVING_SINCE_KEY = "dw/measure_since"
+SAVING_UNTIL_KEY = "dw/measure_until"
+SAVING_DAYS_KEY = "dw/metered_days"
+SAVING_RULE_KEY = "dw/rule"
+SAVING_EVIDENCE_KEY = "dw/evidence_sql"
+# The jobs and the sensor that carry an approved warehouse change
+WAREHOUSE_VERIFY_JOB = "dw_warehouse_verify"
+WAREHOUSE_RECEIPT_JOB = "dw_warehouse_receipts"
+WAREHOUSE_SENSOR = "dw_warehouse_remediation_sensor"
+
 # Access requests (dw_dagster.access): time-bound grants the data owners approve
 #: the asset whose events show every access request, grant, reminder, revoke and receipt
 ACCESS_ASSET = "dw_access"

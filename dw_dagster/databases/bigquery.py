@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import pyarrow as pa
 
 from dw_dagster.databases.base import DatabaseError, _first_line, _rechunk, _short
+from dw_dagster.databases.tags import bigquery_labels, tagged
 
 BIGQUERY_EXTRA_HINT = "pip install 'dw-dagster[bigquery]'"
 
@@ -149,18 +150,23 @@ class BigQueryDatabase:
         else:
             yield self._client_or_resource
 
-    def _job_config(self) -> Any:
+    def _job_config(self, labels: dict[str, str] | None = None) -> Any:
         bigquery = _import_bigquery()
         config = bigquery.QueryJobConfig()
         if self._default_dataset:
             config.default_dataset = self._default_dataset
+        if labels:
+            config.labels = labels
         return config
 
     def _run(self, client: Any, sql: str) -> Any:
         from google.api_core.retry import Retry
 
+        # Inside a Dagster step: the step's tag as job labels and an appended comment (databases.tags).
+        sql, tag = tagged(sql)
         # Bounded retries: a server error must surface as a DatabaseError, not retry for minutes.
-        kwargs: dict[str, Any] = {"job_config": self._job_config(), "retry": Retry(deadline=self.retry_deadline_s),
+        kwargs: dict[str, Any] = {"job_config": self._job_config(bigquery_labels(tag)),
+                                  "retry": Retry(deadline=self.retry_deadline_s),
                                   "job_retry": None, "timeout": self.retry_deadline_s}
         if self.project:
             kwargs["project"] = self.project

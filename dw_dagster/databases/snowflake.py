@@ -16,8 +16,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import pyarrow as pa
 
 from dw_dagster.databases.base import DatabaseError, _first_line, _rechunk, _rows_to_batch, _short
+from dw_dagster.databases.tags import tag_json, tagged
 
 SNOWFLAKE_EXTRA_HINT = "pip install 'dw-dagster[snowflake]'"
+#: Snowflake's QUERY_TAG holds at most 2,000 characters; a longer tag is left to the appended comment
+QUERY_TAG_MAX = 2000
 
 
 # Query parameters a snowflake:// URL may carry, with their type; anything else is refused.
@@ -156,11 +159,18 @@ class SnowflakeDatabase:
 
     @contextlib.contextmanager
     def _executed(self, sql: str) -> Iterator[Any]:
-        """A cursor that has run ``sql``; cursor and connection are closed on exit."""
+        """A cursor that has run ``sql``; cursor and connection are closed on exit.
+
+        Inside a Dagster step the statement carries the step's tag (:mod:`dw_dagster.databases.tags`)
+        as its ``QUERY_TAG`` and as an appended comment."""
+        sql, tag = tagged(sql)
         with self.connect() as con:
             cur = con.cursor()
             try:
-                cur.execute(sql)
+                if tag and len(tag_json(tag)) <= QUERY_TAG_MAX:
+                    cur.execute(sql, _statement_params={"QUERY_TAG": tag_json(tag)})
+                else:
+                    cur.execute(sql)
                 yield cur
             finally:
                 cur.close()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core import records
 from dw_dagster.core.ledger import OPEN_INCIDENT_STATES, asset_str
 from dw_dagster.mcp.models import ReceiptVerdict, receipt_check, receipt_verdicts
+from dw_dagster.mcp.cost import AssetCost, asset_cost
 from dw_dagster.mcp.state import DwState, fail, shown
 
 #: the weight of a check's latest result in the score, by severity
@@ -245,6 +246,8 @@ class TableExplanation(BaseModel):
     downstream_exposures: list[str] = Field(description="dbt exposures (dashboards) reading it, any depth, with owner")
     open_incidents: list[str]
     receipts: list[ReceiptVerdict] = Field(description="receipts on it, newest first")
+    cost: AssetCost | None = Field(default=None, description="what it cost over the last 30 days (credits, bytes "
+                                   "billed or seconds) and where that comes from; None when nothing is recorded")
 
 
 def _columns(state: DwState, loc: Any, key: dg.AssetKey) -> tuple[list[ColumnView], str]:
@@ -333,7 +336,8 @@ def explain_table(state: DwState, asset: str) -> TableExplanation:
         domain=_domain(state, key, loc.asset_graph), partitions=parts, columns=columns, columns_from=columns_from, checks=score.checks,
         quality=score, upstream=sorted(list(k.path) for k in node.parent_keys),
         downstream=sorted(list(k.path) for k in node.child_keys), downstream_exposures=sorted(set(exposures)),
-        open_incidents=score.open_incidents, receipts=receipt_verdicts(receipts, checked, problems))
+        open_incidents=score.open_incidents, receipts=receipt_verdicts(receipts, checked, problems),
+        cost=asset_cost(state, key))
 
 
 __all__ = ["CheckResult", "FORMULA", "QualityCheckRun", "QualityScore", "TableExplanation", "explain_table",

@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from dw_dagster.mcp import access, audit, changes, diagnosis, incidents, lineage, quality
+from dw_dagster.mcp import access, audit, changes, cost, diagnosis, incidents, lineage, quality
 from dw_dagster.mcp.state import DwState, ServerSettings
 from dw_dagster.version import __version__
 
@@ -38,7 +38,7 @@ PROPOSES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempot
 #: every tool this server offers; none approves, rejects, merges, resumes or runs a repair
 TOOLS = ("list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
          "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-         "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access")
+         "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost")
 
 INSTRUCTIONS = (
     "dw_dagster finds why a table is wrong, proposes one change set, waits for a verified owner's approval inside "
@@ -366,7 +366,7 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         cap) from the domains file; partitions; columns and types (dagster/column_schema, a dw/schema
         snapshot, or the dbt manifest's documented columns, as `columns_from` says); each check with
         its latest result and the quality score; parents and children, and the dashboards downstream;
-        open incidents; receipts with whether they verify now.
+        open incidents; receipts with whether they verify now; what it cost over the last 30 days.
 
         Args:
             asset: the asset.
@@ -463,6 +463,41 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
                 job in the workspace, a diagnosis run that failed or proposed nothing (with why).
         """
         return changes.remediate(st, incident_id)
+
+    @tool(annotations=READ)
+    @guarded
+    def get_cost(
+        since: Annotated[str | None, Field(description="First UTC day, YYYY-MM-DD (default 7 days before until)",
+                                           max_length=10)] = None,
+        until: Annotated[str | None, Field(description="The UTC day after the last, YYYY-MM-DD (default tomorrow: "
+                                           "today so far counts)",
+                                           max_length=10)] = None,
+        by: Annotated[cost.By, Field(description="The breakdown listed in `top`")] = "model",
+        engine: Annotated[cost.Engine | None, Field(description="Default: the first with recorded reports")] = None,
+        top: Annotated[int, Field(description="How many rows of the breakdown", ge=1, le=500)] = 25,
+    ) -> cost.CostAnswer:
+        """What a period cost, reconciled to the meter: metered = attributed + idle + unattributed.
+
+        Snowflake in credits (hourly metering split by each query's execution time, idle warehouse
+        hours apart, cloud services as billed), BigQuery in bytes billed (with slot time and USD), DuckDB
+        and engines without billing in seconds of Dagster steps and dbt nodes. From the daily reports the
+        cost observation job recorded, else the period's Dagster step timings, else $DW_COST_URL live.
+
+        Args:
+            since: first UTC day.
+            until: the day after the last.
+            by: model (dbt node, tests included), asset, run or warehouse.
+            engine: snowflake, bigquery or duckdb.
+            top: rows of the breakdown.
+
+        Returns:
+            CostAnswer: `source`, `top` (key, amount, queries, share_pct), `report` (the whole CostReport
+            with its reconciliation and the SQL that computed it).
+
+        Raises:
+            ToolError: a bad date, nothing recorded for the period.
+        """
+        return cost.get_cost(st, since, until, by, engine, top)
 
     @tool(annotations=PROPOSES)
     @guarded

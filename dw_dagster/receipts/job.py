@@ -30,6 +30,7 @@ from dw_dagster.core.models import Approval, ChangeSet, CheckOutcome, Receipt, u
 from dw_dagster.core import records
 from dw_dagster.approval.job import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
+from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -70,6 +71,10 @@ def receipt_markdown(r: Receipt) -> str:
     if not_run:
         lines.append(f"- **Not run** ({sum(n.rows for n in not_run)} row(s) of the cause): "
                      + "; ".join(n.words() for n in not_run))
+    cost = cost_line(r.evidence_summary.get(c.REPAIR_COST_KEY) or {})
+    if cost:
+        lines.append(cost)
+    lines += [saving_line(o) for o in r.checks if c.SAVING_MEASURED_KEY in o.metadata]
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
@@ -116,9 +121,14 @@ def _outcome(stage: str, stages: dict, halted_reason: str) -> str:
 
 
 def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approval, *, stage: str = "receipt",
-                   halted_reason: str = "", run_id: str | None = None) -> tuple[list[Receipt], list[dg.AssetObservation]]:
+                   halted_reason: str = "", run_id: str | None = None,
+                   cost=None) -> tuple[list[Receipt], list[dg.AssetObservation]]:
     """Build one receipt per touched asset from the ledger's stages and the runs that held them,
-    chain each on its asset's ledger head, and return them with their observations (to log)."""
+    chain each on its asset's ledger head, and return them with their observations (to log).
+
+    Every receipt says what the repair cost (``evidence_summary["repair_cost"]``,
+    :func:`dw_dagster.cost.receipt.repair_cost`): its runs' seconds, and with ``cost`` (a
+    :class:`~dw_dagster.cost.sources.CostResource` on the warehouse) the queries they issued, by tag."""
     led = ledger_for(instance)
     stages = {n: s for n, s in led.stages(cs.id, cs.version).items() if not n.startswith("receipt")}
     run_ids = {n: s.run_id for n, s in stages.items() if s.run_id}
@@ -170,7 +180,7 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     not_run_summary = ({"partitions_not_run": [n.model_dump(mode="json") for n in not_run_notes],
                         "rows_not_run": sum(n.rows for n in not_run_notes),
                         "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
-    not_run_summary = {**not_run_summary, **not_run_summary_extra}
+    not_run_summary = {**not_run_summary, **not_run_summary_extra, c.REPAIR_COST_KEY: repair_cost(instance, run_ids, cost)}
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
@@ -232,20 +242,23 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
 _receipt_jobs: dict[str, dg.JobDefinition] = {}
 
 
-def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None,
+                      cost=None) -> dg.JobDefinition:
     """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
 
-    Without ``executor`` (the guarded in-process one), the same object for the same name, so it can
-    be passed to the sensor and to ``Definitions``; with one (e.g. ``guarded_executor(celery_executor)``)
-    a new job each call."""
-    if executor is not None:
-        return _build_receipt_job(name, executor)
+    Without ``executor`` (the guarded in-process one) and ``cost``, the same object for the same
+    name, so it can be passed to the sensor and to ``Definitions``; with one (e.g.
+    ``guarded_executor(celery_executor)``) a new job each call. ``cost``: a
+    :class:`~dw_dagster.cost.sources.CostResource` whose warehouse the repair's queries ran on (the
+    receipt then counts them by tag; without it, the runs' seconds)."""
+    if executor is not None or cost is not None:
+        return _build_receipt_job(name, executor, cost)
     if name not in _receipt_jobs:
         _receipt_jobs[name] = _build_receipt_job(name)
     return _receipt_jobs[name]
 
 
-def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None, cost=None) -> dg.JobDefinition:
     from dw_dagster.repair.guard import guarded_executor, hold_stage
 
     @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
@@ -259,7 +272,7 @@ def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None)
             d = ledger_for(context.instance).decision(held.approval.id)
             halted = (d or {}).get("withdrawn_reason") or row.note
         receipts, events = write_receipts(context.instance, cs, held.approval, stage=held.stage, halted_reason=halted,
-                                          run_id=context.run_id)
+                                          run_id=context.run_id, cost=cost)
         for e in events:
             context.log_event(e)
         held.complete(context.instance, context.run_id, success=True,

@@ -32,7 +32,7 @@ does not verify) releases its incident (``unrepaired``: diagnosed again on new e
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -123,7 +123,7 @@ def build_remediation_sensor(
     partitions_def: dg.PartitionsDefinition | None = None,
     partitions_of: "dg.AssetKey | None" = None,
     window_job: "dg.JobDefinition | None" = None,
-    rebuild_job: "dg.JobDefinition",
+    rebuild_job: "dg.JobDefinition | None" = None,
     verify_job: "dg.JobDefinition",
     receipt_job: dg.JobDefinition,
     pipeline_root: str | Path | None = None,
@@ -134,6 +134,8 @@ def build_remediation_sensor(
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     reissue_after_seconds: float | None = None,
+    stage_gates: "Mapping[str, Callable[[dg.DagsterInstance, ChangeSet], str | None]] | None" = None,
+    accepts: "Callable[[ChangeSet], bool] | None" = None,
 ) -> dg.SensorDefinition:
     """A sensor that runs approved change sets, stage by stage (see the module docstring).
 
@@ -159,6 +161,11 @@ def build_remediation_sensor(
         reissue_after_seconds: an issued ticket no run took after this long, carried by no live run,
             is replaced (a dry run of the sensor showed it, or another run took its run key);
             default four tick intervals, at least 120 s.
+        stage_gates: stage name → ``gate(instance, change_set)``: a reason to wait (the stage is not
+            dispatched yet, the reason is shown) or None. E.g. a warehouse change's ``verify`` waits
+            for the next period's metering (:func:`dw_dagster.cost.warehouse_apply.saving_gate`).
+        accepts: only change sets for which this is true are walked (default all); several
+            sensors on one instance must not both walk a change set.
 
     Returns:
         A ``SensorDefinition`` (STOPPED by default). A tick reads only the ledger's active
@@ -214,6 +221,8 @@ def build_remediation_sensor(
                 plan.waiting.append(f"{row.change_set_id}: quarantined ({e})")
                 continue
             if ACCESS_GRANT in cs.change_classes:  # an access request's approval: the access sensor runs it
+                continue
+            if accepts is not None and not accepts(cs):
                 continue
             try:
                 plan.walk(cs, row.state, decisions.get((cs.id, cs.version)), all_stages.get((cs.id, cs.version), {}), now,
@@ -353,6 +362,11 @@ def build_remediation_sensor(
                 if _changes_data(stage, steps) and pipeline_root is not None and (missing := unmerged_files(cs, pipeline_root)):
                     self.waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
                     return
+                gate = (stage_gates or {}).get(stage)
+                why = gate(self.instance, cs) if gate is not None else None
+                if why:
+                    self.waiting.append(f"{cs.id}: stage {stage} {why}")
+                    return
                 job, run_config, extra = self._job_for(cs, stage, steps, ranges)
                 if job is None:
                     self.waiting.append(f"{cs.id}: {run_config}")
@@ -421,6 +435,8 @@ def build_remediation_sensor(
                     return None, f"stage {stage} needs a window job (build_remediation_sensor(window_job=...))", None
                 return window_job, None, {"window": ranges[int(stage.split("-")[1]) - 1]}
             if stage == "rebuild":
+                if rebuild_job is None:
+                    return None, "stage rebuild needs a rebuild job (build_remediation_sensor(rebuild_job=...))", None
                 return rebuild_job, None, {"asset_selection": [dg.AssetKey(k) for k in cs.rebuild_assets]}
             if stage in ("snapshot", "restore"):
                 job = undo_jobs[0] if stage == "snapshot" else undo_jobs[1]

@@ -32,6 +32,10 @@ the seconds per million rows in ``curve``.
 fakesnow in server mode, 5,000 tables each, with a curve at 500 and 1,500 tables per warehouse)
 takes about 20 minutes and runs only with ``--only volume_tick_3x5000`` (:data:`BIG`).
 
+``cost_attribution_1m_queries`` (:mod:`.cost_attribution`): Snowflake credits per query over a
+month of 1,000,000 ``QUERY_HISTORY`` rows on 3 warehouses (DuckDB, the account usage layout), ours
+(the sqlglot-built report) against the same allocation as one bare statement; goal ratio ≤ 1.2.
+
 ``rowdiff_crossdb_100m`` (:mod:`.crossdb_100m`) is the cross-database diff of
 ``rowdiff_crossdb_10m`` at ``rows`` × 0.1, 0.3 and 1, each size in a fresh child process, with the
 peak memory, seconds per million rows and bytes moved at each in ``curve``, reladiff ``hashdiff``
@@ -266,6 +270,12 @@ def bench_slice_compare_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
     return run(work, rows, repeat)  # PostgreSQL on loopback against DuckDB, at three sizes up to rows
 
 
+def bench_cost_attribution(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.cost_attribution import bench_cost_attribution_1m
+
+    return bench_cost_attribution_1m(work, repeat)  # 1,000,000 QUERY_HISTORY rows whatever --scale says
+
+
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
            "blast_radius_20k": bench_blast_radius, "blast_radius_100k": bench_blast_radius_100k,
@@ -273,7 +283,7 @@ BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_r
            "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools,
            "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb,
            "volume_tick_50000": bench_volume_tick_50000, "volume_tick_3x5000": bench_volume_tick_3x,
-           "rowdiff_crossdb_100m": bench_rowdiff_crossdb_100m}
+           "rowdiff_crossdb_100m": bench_rowdiff_crossdb_100m, "cost_attribution_1m_queries": bench_cost_attribution}
 
 #: run by hand only (``--only NAME`` or ``--big``), never in ``make bench``'s default list (each takes
 #: many minutes on the reference machine)

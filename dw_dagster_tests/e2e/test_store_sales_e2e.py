@@ -107,6 +107,24 @@ def test_receipts_on_every_touched_asset(loop):
     assert c.RECEIPT_MD_KEY in md
 
 
+def test_every_receipt_states_what_its_repair_cost(loop):
+    """The queries (here: DuckDB, no billing) and seconds of the runs that held the stages, by stage; the
+    rebuild's dbt nodes with dbt's own timings (dagster-dbt's Execution Duration from run_results)."""
+    from dw_dagster.receipts.job import receipt_markdown
+
+    result, instance, _ = loop
+    for r in records.receipts(instance):
+        cost = r.evidence_summary[c.REPAIR_COST_KEY]
+        assert cost == result.repair_cost
+        assert set(cost["by_stage"]) == set(r.run_ids) and cost["runs"] == len(r.run_ids)
+        assert cost["seconds"] == pytest.approx(sum(cost["by_stage"].values()), abs=0.01)
+        assert cost["by_stage"]["rebuild"] > 0
+        assert {"model.store_sales.fct_store_sales_daily", "model.store_sales.region_sales_daily"} <= set(cost["dbt_nodes"])
+        assert any(k.startswith("test.store_sales.") for k in cost["dbt_nodes"])
+        assert "**Repair cost**: 4 run(s)" in receipt_markdown(r)
+    assert "the repair cost" in result.printed_timeline
+
+
 def test_lightup_driven_timeline(loop):
     """Lightup raised it, dw_dagster commented, paged, asked Slack, and closed everything with the receipt."""
     from dw_dagster.integrations.notifications import notifications

@@ -163,6 +163,10 @@ def _serve_fakesnow(host: str, port: int) -> None:
     import fakesnow
 
     _patch_fakesnow_exact_sum()
+    # SHOW WAREHOUSES / ALTER WAREHOUSE from a seeded SNOWFLAKE.DW_FAKESNOW.WAREHOUSES (cost tests)
+    from dw_dagster.testing.fakes.fakesnow_server import patch_warehouse_emulation
+
+    patch_warehouse_emulation()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

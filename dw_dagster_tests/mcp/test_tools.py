@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
                   "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-                  "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access"}
+                  "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost"}
 MODELS = {"fct_store_sales_daily", "region_sales_daily", "region_sales_mtd"}
 OWNER, EXPOSURE_OWNER = "dana.ortiz@grocer.example", "priya.raman@grocer.example"
 
@@ -225,6 +225,22 @@ async def test_explain_table(server):
     model, _ = await call(server, "explain_table", {"asset": "fct_store_sales_daily"})
     assert {c["name"] for c in model["columns"]} >= {"store_id", "line_count"}
     assert model["columns_from"] == "dagster/column_schema"  # dagster-dbt puts the documented columns there
+    cost = out["cost"]  # no cost job ran on the demo: the seconds of the runs that materialized it
+    assert cost["unit"] == "seconds" and cost["amount"] > 0 and cost["queries"] >= 1 and "run(s)" in cost["source"]
+
+
+async def test_get_cost_reconciles_and_names_the_assets_and_runs(server):
+    out, err = await call(server, "get_cost", {"since": "2020-01-01", "by": "asset"})
+    assert err is None, err
+    r = out["report"]
+    assert r["engine"] == "duckdb" and r["unit"] == "seconds" and r["reconciled"]
+    assert abs(r["attributed"] + r["idle"] + r["unattributed"] - r["metered"]) <= 1e-6
+    assert {"store_sales_line", "fct_store_sales_daily"} <= {row["key"] for row in out["top"]}
+    assert any(k.startswith("test.store_sales.") for k in r["by_model"])  # dbt tests are nodes of their own
+    runs, _ = await call(server, "get_cost", {"since": "2020-01-01", "by": "run", "top": 3})
+    assert len(runs["top"]) == 3 and runs["top"][0]["amount"] >= runs["top"][1]["amount"]
+    _, err = await call(server, "get_cost", {"since": "last week"})
+    assert_clear_error(err, "YYYY-MM-DD")
 
 
 async def test_audit_trail_has_the_refusals_the_approval_and_four_verified_receipts(server):

@@ -91,6 +91,7 @@ class DemoResult:
     review_page_url: str = ""
     fail_verify: bool = False
     slack_messages: int = 0
+    repair_cost: dict = field(default_factory=dict)
     ok: bool = False
 
     def to_json(self) -> str:
@@ -314,6 +315,11 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     res.outcome = receipts[0].outcome if receipts else ""
     res.recovered_rows = res.gap_rows_before
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
+    res.repair_cost = receipts[0].evidence_summary.get("repair_cost", {}) if receipts else {}
+    if res.repair_cost:
+        log.detail(f"the repair cost {res.repair_cost['seconds']:.1f} s over {res.repair_cost['runs']} runs "
+                   f"({', '.join(f'{k} {v:.1f} s' for k, v in res.repair_cost['by_stage'].items())}); "
+                   f"dbt: {len(res.repair_cost['dbt_nodes'])} nodes, {sum(res.repair_cost['dbt_nodes'].values()):.1f} s")
     # close the loop outside: Lightup re-collects and confirms, the page is resolved with the receipt link
     mark = max((n["storage_id"] for n in notifications(instance)), default=0)
     daemon.tick("dw_notification_sensor")
