@@ -86,11 +86,13 @@ SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
 UNDO = "undo"
+#: A migration wave's sign-off (dw_dagster.migration): a person's decision by definition, never unasked.
+WAVE_SIGN_OFF = "wave_sign_off"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
 REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
-CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAVE_SIGN_OFF}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 
@@ -143,6 +145,8 @@ class Domain(BaseModel):
             raise ValueError("pipeline_code can never run without its owner: it always goes to them as a diff")
         if UNDO in v:
             raise ValueError("undo always waits for a person's approval")
+        if WAVE_SIGN_OFF in v:
+            raise ValueError("a wave sign-off is the owner's decision: it always waits for a person")
         return v
 
     @model_validator(mode="after")

@@ -1,0 +1,135 @@
+"""The parity checks of one wave, as Dagster asset checks on each pair's target asset.
+
+One multi-asset check per wave (``dw_parity__<migration>__<wave>``) declares, for every pair, one
+check per parity kind on the pair's *target* asset: ``parity_schema``, ``parity_counts``,
+``parity_key_diff`` and, with a compare metric, ``parity_lightup``. It can be subset (the verify
+stage of a repair runs only its asset's checks), evaluates the selected pairs concurrently
+(``max_workers``; every query runs in the databases, only aggregates and differing rows come
+back), and never fails as a whole: a pair whose table is missing gets failed results naming the
+error. Each result's metadata holds the kind, the pair, the values compared and the SQL run
+(:meth:`~dw_dagster.migration.parity.KindResult.check_metadata`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+
+from dw_dagster.core import keys as k
+from dw_dagster.migration.config import MigrationConfig, PairConfig, WaveConfig, pair_kinds, parity_check_name
+from dw_dagster.migration.parity import (
+    KindResult,
+    _failed,
+    counts_parity,
+    key_diff_parity,
+    lightup_parity,
+    schema_parity,
+)
+
+
+def target_key(pair: PairConfig) -> dg.AssetKey:
+    return dg.AssetKey.from_user_string(pair.target.asset)
+
+
+def pair_check_keys(pair: PairConfig, lightup: bool = True) -> list[dg.AssetCheckKey]:
+    """The parity check keys of one pair (lightup only with a compare metric and a Lightup resource)."""
+    return [dg.AssetCheckKey(target_key(pair), parity_check_name(kind)) for kind in pair_kinds(pair)
+            if lightup or kind != k.PARITY_LIGHTUP]
+
+
+def wave_check_keys(wave: WaveConfig, lightup: bool = True) -> list[dg.AssetCheckKey]:
+    return [key for p in wave.pairs for key in pair_check_keys(p, lightup)]
+
+
+_DESCRIBE = {
+    k.PARITY_SCHEMA: "columns present, types mapped across the two engines, nullability, key uniqueness on both sides",
+    k.PARITY_COUNTS: "rows and exact sums per slice against the source",
+    k.PARITY_KEY_DIFF: "the key diff across the two databases (sampled by key buckets above the configured size)",
+    k.PARITY_LIGHTUP: "Lightup's compare metric for the pair: its latest datapoint reads 0",
+}
+
+
+def evaluate_pair(pair: PairConfig, kinds: list[str], src, tgt, *, rule, lightup_client=None,
+                  now: dt.datetime | None = None) -> list[KindResult]:
+    """The selected parity kinds of one pair, in kind order; an unexpected error fails that kind, never the others."""
+    out = []
+    for kind in kinds:
+        try:
+            if kind == k.PARITY_SCHEMA:
+                out.append(schema_parity(pair, src, tgt))
+            elif kind == k.PARITY_COUNTS:
+                out.append(counts_parity(pair, src, tgt, now))
+            elif kind == k.PARITY_KEY_DIFF:
+                out.append(key_diff_parity(pair, src, tgt, rule))
+            elif kind == k.PARITY_LIGHTUP:
+                if lightup_client is None:
+                    out.append(KindResult(kind, False, "no Lightup resource: the compare metric cannot be read"))
+                else:
+                    out.append(lightup_parity(pair, lightup_client))
+        except Exception as e:  # noqa: BLE001 - one kind's bug never hides the others' results
+            out.append(_failed(kind, e))
+    return out
+
+
+def build_wave_parity_check(migration: MigrationConfig, wave: WaveConfig, *,
+                            lightup_resource_key: str | None = None) -> dg.AssetChecksDefinition:
+    """The wave's parity checks (module docstring) as one subsettable multi-asset check.
+
+    Args:
+        migration: the migration (its key diff rule and ``max_workers``).
+        wave: the wave.
+        lightup_resource_key: the :class:`~dw_dagster.integrations.lightup.LightupResource`'s key;
+            None leaves the ``parity_lightup`` checks out.
+    """
+    lightup = lightup_resource_key is not None
+    specs = []
+    for p in wave.pairs:
+        deps = [dg.AssetKey.from_user_string(p.source.asset)] if p.source.asset else []
+        for kind in pair_kinds(p):
+            if kind == k.PARITY_LIGHTUP and not lightup:
+                continue
+            specs.append(dg.AssetCheckSpec(
+                name=parity_check_name(kind), asset=target_key(p), additional_deps=deps,
+                description=f"Migration {migration.name}, {wave.name}: {_DESCRIBE[kind]} ({p.label}).",
+                metadata={k.CHECK_KIND_KEY: "parity", k.PARITY_KIND_KEY: kind, k.MIGRATION_TAG: migration.name,
+                          k.WAVE_TAG: wave.name, "dw/source_table": p.source.table, "dw/target_table": p.target.table}))
+    resources = {p.source.database for p in wave.pairs} | {p.target.database for p in wave.pairs}
+    if lightup and any(p.lightup_compare_metric for p in wave.pairs):
+        resources.add(lightup_resource_key)
+
+    @dg.multi_asset_check(specs=specs, can_subset=True, required_resource_keys=resources,
+                          name=f"{k.MIGRATION_PARITY_OP_PREFIX}{migration.name}__{wave.name}",
+                          description=f"Parity of the {len(wave.pairs)} table pairs of wave {wave.name} of "
+                          f"migration {migration.name}.")
+    def _parity(context):
+        selected = set(context.selected_asset_check_keys)
+        client = None
+        if lightup and any(p.lightup_compare_metric for p in wave.pairs):
+            client = getattr(context.resources, lightup_resource_key).get_client()
+        work = []
+        for p in wave.pairs:
+            kinds = [kind for kind in pair_kinds(p)
+                     if dg.AssetCheckKey(target_key(p), parity_check_name(kind)) in selected]
+            if kinds:
+                work.append((p, kinds))
+
+        def run(item):
+            p, kinds = item
+            src = getattr(context.resources, p.source.database).get_database()
+            tgt = getattr(context.resources, p.target.database).get_database()
+            return evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff, lightup_client=client)
+
+        with ThreadPoolExecutor(max_workers=min(migration.max_workers, max(1, len(work)))) as pool:
+            for (p, _), results in zip(work, pool.map(run, work)):
+                for r in results:
+                    yield dg.AssetCheckResult(asset_key=target_key(p), check_name=parity_check_name(r.kind),
+                                              passed=r.passed, severity=dg.AssetCheckSeverity.ERROR,
+                                              description=r.description, metadata=r.check_metadata(p))
+
+    return _parity
+
+
+__all__ = ["build_wave_parity_check", "evaluate_pair", "pair_check_keys", "target_key", "wave_check_keys"]
