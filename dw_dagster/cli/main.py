@@ -44,7 +44,8 @@ def _instance(dagster_home: str | None):
 #: Each defines ``DEMO`` (a :class:`~dw_dagster.testing.demo.DemoSpec`): the command runs an example
 #: through that entry point, as Dagster loads a code location by module name, and imports nothing
 #: else of it (the examples are not part of the product's import graph).
-DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo"}
+DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
+         "migration": "dw_dagster.examples.migration.demo"}
 
 
 def demo_spec(name: str):
@@ -119,7 +120,22 @@ def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
     _run_demo(demo_spec("orders"), workdir=workdir, as_json=as_json, scale=scale)
 
 
-def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
+@demo.command("migration")
+@click.option("--source", type=click.Choice(["duckdb", "postgres"]), default="duckdb", show_default=True,
+              help="The on-premises source: an embedded DuckDB file, or the PostgreSQL server on loopback.")
+@click.option("--source-url", default=None, help="With --source postgres: the database (default $DW_TEST_POSTGRES_URL, "
+              "else postgresql+psycopg://postgres@127.0.0.1:5432/postgres); the demo makes and drops its schema pos.")
+@click.option("--scale", type=float, default=0.01, show_default=True, help="Sales lines per store-day (0.01: 12).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (waves, parity, repaired, reopened).")
+def demo_migration(source: str, source_url: str | None, scale: float, workdir: str, as_json: bool) -> None:
+    """A migration in two waves: parity per pair, a failing pair repaired, the owner's sign-off, a reopening."""
+    _run_demo(demo_spec("migration"), workdir=workdir, as_json=as_json, scale=scale, source=source,
+              source_url=source_url)
+
+
+def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, **extra) -> None:
     """What every demo command does around the example's loop: claim the folders, make the signing
     key, keep the run logs in a file, print the timeline (stderr with --json), the outcome and how
     to open the same instance in the UI; exit 1 naming the stage that failed."""
@@ -170,7 +186,7 @@ def _run_demo(spec, *, workdir: str, as_json: bool, scale: float) -> None:
         try:
             with dg.DagsterInstance.get() as instance:
                 # fills result stage by stage: a failure keeps what came before
-                spec.run(home=home, instance=instance, scale=scale, log=log, result=result)
+                spec.run(home=home, instance=instance, scale=scale, log=log, result=result, **extra)
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details

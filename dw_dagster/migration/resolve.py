@@ -6,8 +6,10 @@ catalogs, :func:`~dw_dagster.databases.catalog.table_columns`); then the key, sl
 compared columns on both sides, under each engine's rule for matching names
 (:func:`~dw_dagster.databases.catalog.resolve_column`). Each unknown name is one line
 ``file:line: field: problem`` (the line of the field in the YAML file when the configuration came
-from one); all of them are reported at once, and nothing is defined. A database that cannot be
-reached at load is named in a warning, and its names are checked when the checks run instead.
+from one); all of them are reported at once, and nothing is defined. A target table that does not
+exist yet is no error (the pair is ``not_loaded`` until its first load; its columns are checked by
+the parity checks then). A database that cannot be reached at load is named in a warning, and its
+names are checked when the checks run instead.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ def resolve_migration(migration: MigrationConfig, open_database: Callable[[str],
             names = [n for n, _ in table_columns(db, table)]
         except (DatabaseError, CatalogError) as e:
             text = str(e).splitlines()[0]
-            if "not found" in text or "does not exist" in text or "no columns" in text:
+            if loc[-2] == "target" and ("not found" in text or "does not exist" in text or "no columns" in text):
+                names = None  # not loaded yet: the wave shows the pair as not_loaded; its columns are checked then
+            elif "not found" in text or "does not exist" in text or "no columns" in text:
                 problems.append(f"{source.locate(loc)}: {'.'.join(map(str, loc))}: table {table} is not in database "
                                 f"{db_name} ({text})")
             else:
