@@ -70,7 +70,8 @@ def demo_spec(name: str):
 def _open_target(spec) -> str:
     """``-w workspace.yaml`` in a checkout of the repository (both locations), else ``-m`` the location's module."""
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    return f"-w {workspace}" if workspace.exists() else f"-m {spec.location_module}"
+    listed = workspace.exists() and spec.location_module in workspace.read_text()
+    return f"-w {workspace}" if listed else f"-m {spec.location_module}"
 
 
 def _scale_for(name: str):
@@ -125,7 +126,8 @@ def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
               help="The on-premises source: an embedded DuckDB file, or the PostgreSQL server on loopback.")
 @click.option("--source-url", default=None, help="With --source postgres: the database (default $DW_TEST_POSTGRES_URL, "
               "else postgresql+psycopg://postgres@127.0.0.1:5432/postgres); the demo makes and drops its schema pos.")
-@click.option("--scale", type=float, default=0.01, show_default=True, help="Sales lines per store-day (0.01: 12).")
+@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale_for("migration"),
+              help="Sales lines per store-day (0.01: 12).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (waves, parity, repaired, reopened).")
@@ -524,11 +526,13 @@ def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
+from dw_dagster.cli.migration import migration_group  # noqa: E402
 
 register(main)
 register_incident_commands(incidents_cmd)
 register_review(main)
 main.add_command(mcp_command)
+main.add_command(migration_group)
 
 if __name__ == "__main__":
     main()
