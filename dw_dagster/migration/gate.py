@@ -150,6 +150,11 @@ def make_sign_off_runner(migrations: dict[str, MigrationConfig], *, lightup: boo
                 f"the evidence changed since the sign-off was requested ({spec['evidence_hash'][:12]}…): "
                 + (f"{', '.join(held[:5])} no longer hold" if held else "the compared numbers are different now")
                 + "; the gate asks again on the new evidence", {"held": held})
+        changed = _recheck(context, migration, wave, spec, lightup)
+        if changed:
+            raise StepRefused("the evidence changed since the sign-off was requested "
+                              f"({spec['evidence_hash'][:12]}…): the pairs read now differ: " + "; ".join(changed[:5])
+                              + "; the gate asks again on the next evaluations", {"changed": changed})
         led = ledger_for(context.instance)
         approval = active_decision(led, cs)
         rec = gate_record(context.instance, migration.name, wave.name)
@@ -168,6 +173,28 @@ def make_sign_off_runner(migrations: dict[str, MigrationConfig], *, lightup: boo
                 "evidence_hash": spec["evidence_hash"], "pairs": len(wave.pairs)}
 
     return run
+
+
+def _recheck(context, migration: MigrationConfig, wave: WaveConfig, spec: dict, lightup: bool) -> list[str]:
+    """Evaluate the wave's pairs again now (Lightup aside) and name each kind that no longer passes, or
+    whose values differ from the newest evaluation in the evidence: data changed since the request."""
+    import json
+
+    from dw_dagster.migration.checks import evaluate_pair
+    from dw_dagster.migration.parity import _jsonable
+    from dw_dagster.migration.state import required_kinds
+
+    changed = []
+    evidence = {e["pair"]: (e["evaluations"][0] if e["evaluations"] else {}) for e in spec.get("evidence", [])}
+    for p in wave.pairs:
+        kinds = [kind for kind in required_kinds(p, migration.gate_of(wave), lightup) if kind != k.PARITY_LIGHTUP]
+        src = getattr(context.resources, p.source.database).get_database()
+        tgt = getattr(context.resources, p.target.database).get_database()
+        for r in evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff):
+            seen = evidence.get(p.label, {}).get(r.kind, {}).get("values")
+            if not r.passed or json.loads(json.dumps(_jsonable(r.values), default=str)) != seen:
+                changed.append(f"{p.label}: {r.kind}: {r.description}"[:300])
+    return changed
 
 
 __all__ = ["gate_step", "make_sign_off_runner", "sign_off_change_set", "sign_off_id"]

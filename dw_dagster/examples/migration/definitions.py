@@ -119,8 +119,9 @@ def build_definitions(home: Path | None = None) -> dg.Definitions:
             data = pa.Table.from_batches(list(gen.table_batches(src, table)))
             with wh.connect() as con:
                 con.execute("CREATE SCHEMA IF NOT EXISTS pos")
-                con.register("dw_copy", data)
-                con.execute(f"CREATE OR REPLACE TABLE pos.{table} AS SELECT * FROM dw_copy")
+                con.register("dw_copy", data)  # the source's declared types, not the ones Arrow infers from values
+                con.execute(f"CREATE OR REPLACE TABLE pos.{table} ({gen.DDL[table]})")
+                con.execute(f"INSERT INTO pos.{table} BY NAME SELECT * FROM dw_copy")
                 con.unregister("dw_copy")
             yield dg.MaterializeResult(asset_key=key, metadata={"dagster/row_count": data.num_rows})
 
