@@ -52,9 +52,48 @@ _DESCRIBE = {
 }
 
 
+class CatalogCache:
+    """A database whose catalog is read once per table for one pair's evaluation: schema parity, the
+    reconciliation's name resolution and the key diff's plan all take the same read (each kind would
+    otherwise read ``information_schema`` again). Everything else goes to the database."""
+
+    def __init__(self, db) -> None:
+        self._db, self._schemas = db, {}
+        self.dialect, self.name = db.dialect, db.name
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)
+
+    def fetch_all(self, sql_text: str) -> list[tuple]:
+        return self._db.fetch_all(sql_text)
+
+    def fetch_batches(self, sql_text: str, batch_rows: int = 100_000):
+        return self._db.fetch_batches(sql_text, batch_rows)
+
+    def execute(self, sql_text: str) -> None:
+        self._db.execute(sql_text)
+
+    def table_schema(self, table: str):
+        from dw_dagster.databases.catalog import read_table_schema
+
+        if table not in self._schemas:
+            self._schemas[table] = read_table_schema(self._db, table)
+        return self._schemas[table]
+
+    def column_types(self, table: str):
+        from dw_dagster.databases.catalog import ColumnTypes
+
+        if hasattr(self._db, "column_types"):
+            return self._db.column_types(table)
+        cols = self.table_schema(table).columns
+        fix = (lambda t: "REAL" if t == "FLOAT" else t) if self.dialect == "duckdb" else (lambda t: t)  # noqa: E731
+        return ColumnTypes({c.name.lower(): fix(c.type.upper()) for c in cols}, {c.name.lower(): c.name for c in cols})
+
+
 def evaluate_pair(pair: PairConfig, kinds: list[str], src, tgt, *, rule, lightup_client=None,
                   now: dt.datetime | None = None) -> list[KindResult]:
     """The selected parity kinds of one pair, in kind order; an unexpected error fails that kind, never the others."""
+    src, tgt = CatalogCache(src), CatalogCache(tgt)
     out = []
     for kind in kinds:
         try:

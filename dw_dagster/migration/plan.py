@@ -52,7 +52,7 @@ class PlannedWave:
 def _size_sql(db: Database, table: str) -> str | None:
     t = sql.table(table)
     if db.dialect == "postgres":
-        return f"SELECT pg_total_relation_size('{t.sql(dialect='postgres')}'::regclass)"
+        return f"SELECT pg_total_relation_size(to_regclass({sql.literal(t.sql(dialect='postgres')).sql('postgres')}))"
     if db.dialect == "duckdb":
         schema = t.args.get("db")
         cond = f"table_name = {sql.literal(t.name).sql('duckdb')}" + (
@@ -73,7 +73,7 @@ def _key_sql(db: Database, table: str) -> str | None:
         return f"SELECT constraint_column_names FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' AND {cond}"
     if db.dialect == "postgres":
         return ("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = "
-                f"ANY(i.indkey) WHERE i.indisprimary AND i.indrelid = '{t.sql(dialect='postgres')}'::regclass "
+                f"ANY(i.indkey) WHERE i.indisprimary AND i.indrelid = to_regclass({sql.literal(t.sql(dialect='postgres')).sql('postgres')}) "
                 "ORDER BY array_position(i.indkey, a.attnum)")
     return None
 
