@@ -68,14 +68,14 @@ class KeyDiffRule(dg.Model, dg.Resolvable):
     """How the cross-database key diff reads a pair: in full below a size, sampled by key buckets above it."""
 
     full_below_rows: int = Field(1_000_000, ge=0, description="source rows below which every key is compared")
-    sample: tuple[int, int] = Field((1, 16), description="above it, compare keys in buckets 0..k-1 of n (k, n): "
-                                    "MOD(ABS(key), n) < k on the first key column (an integer)")
+    sample: list[int] = Field(default_factory=lambda: [1, 16], description="above it, compare keys in buckets "
+                              "0..k-1 of n, as [k, n]: MOD(ABS(key), n) < k on the first key column (an integer)")
     max_download_rows: int = Field(2_000_000, ge=1, description="refuse to download more differing rows than this")
 
     @field_validator("sample")
     @classmethod
-    def _sample(cls, v: tuple[int, int]) -> tuple[int, int]:
-        if not 0 < v[0] <= v[1]:
+    def _sample(cls, v: list[int]) -> list[int]:
+        if len(v) != 2 or not 0 < v[0] <= v[1]:
             raise ValueError(f"sample is [k, n] with 0 < k <= n, got {list(v)}")
         return v
 
