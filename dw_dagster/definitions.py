@@ -366,6 +366,10 @@ def build_dw_definitions(
     dbt_window_target: str | None = None
     dbt_windowed = False  # a dbt_incremental asset: its rebuild keeps a snapshot first, as windows do
     built: list[dg.Definitions] = []
+    mig = _migration(cfg, resources, domains, config_source)
+    parity_of: dict[dg.AssetKey, list[dg.AssetCheckKey]] = {}
+    for ck in (mig.verify_keys if mig else []):
+        parity_of.setdefault(ck.asset_key, []).append(ck)
     for a in cfg.assets:
         key = _key(a.key)
         sink = a.pipeline.dead_letter_sink if a.pipeline else None
@@ -379,7 +383,7 @@ def build_dw_definitions(
         checks += own
         names = [next(iter(c.check_keys)).name for c in own]
         detect_keys += [dg.AssetCheckKey(key, n) for n in (a.detect if a.detect is not None else names)]
-        asset_verify = [dg.AssetCheckKey(key, n) for n in names]
+        asset_verify = [dg.AssetCheckKey(key, n) for n in names] + parity_of.get(key, [])  # a migrated pair's parity
         if sink is not None:
             replay_checks = build_replay_checks(asset=key, sink_table=sink_table, resource_key=a.database)
             checks += replay_checks
@@ -459,7 +463,6 @@ def build_dw_definitions(
 
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
-    mig = _migration(cfg, resources, domains, config_source)
     if mig is not None:
         checks += mig.checks
         detect_keys += mig.detect_keys

@@ -381,6 +381,9 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
 
         Returns:
             MigrationStatus: `waves`.
+
+        Raises:
+            ToolError: no Dagster instance at the configured path.
         """
         from dw_dagster.migration.status import migration_status
 

@@ -136,7 +136,7 @@ def test_the_diff_and_catalog_sql_is_informix(parsers):
         dialect = DELIM
 
     rel = '(SELECT "sales_line_id" AS dwkey0, "net_sales" AS dwcol0 FROM pos.sales_line)'
-    sampled = f"(SELECT * FROM {rel} AS dw_r WHERE MOD(ABS(dwkey0), 8) < 1)"
+    sampled = f"(SELECT * FROM {rel} AS dw_r WHERE (MOD(ABS(dwkey0), 8) < 1 OR dwkey0 IS NULL))"
     statements = [
         sqlglot.transpile(f"SELECT COUNT(*), COUNT(*) - COUNT(dwkey0) FROM {rel} AS x", read="duckdb", write=DELIM)[0],
         sqlglot.transpile(f"SELECT dwkey0, dwcol0 FROM {sampled} AS dw_x", read="duckdb", write=DELIM)[0],

@@ -200,7 +200,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             local join over them).
         sample: ``(k, n)``: compare only the keys in buckets ``0 .. k-1`` of ``n`` (``MOD(ABS(key),
             n) < k`` on the first key column, which must be an integer on both sides; pushed down,
-            so both sides read the same keys); None compares every key. The result's warnings
+            so both sides read the same keys; rows whose first key is NULL are always compared);
+            None compares every key. The result's warnings
             say what share was compared.
 
     A side whose engine has no row hash in SQL (Informix: no MD5 built in) cannot be checksummed
@@ -323,7 +324,7 @@ def _sampled(plan, sample: tuple[int, int]):
     if not (_is(ints, plan.st.get(key)) and _is(ints, plan.tt.get(key))):
         raise ValueError(f"sampling by key buckets needs an integer first key column; {plan.labels.get(key, key)} is "
                          f"{plan.st.get(key)} / {plan.tt.get(key)}")
-    cond = f"MOD(ABS({key}), {n}) < {k}"
+    cond = f"(MOD(ABS({key}), {n}) < {k} OR {key} IS NULL)"  # rows with a NULL key are always in the sample
     wrap = lambda rel: f"(SELECT * FROM {rel} AS dw_r WHERE {cond})"  # noqa: E731
     note = (f"sampled: keys with {plan.labels.get(key, key)} mod {n} below {k} ({k / n:.1%} of the key space) were "
             "compared; the counts cover the sample only")
