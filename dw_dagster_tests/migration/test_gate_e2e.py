@@ -189,6 +189,7 @@ def _story(source: str, home) -> dict:  # noqa: C901 - one story, told in order
         daemon.tick("dw_check_incident_sensor")
         out["incidents"] = [i for i in records.incidents(instance) if i.asset_key == ["b"]]
         out["table_wave"] = table_wave(instance, dg.AssetKey("b"))
+        out["mcp"] = _mcp_status(home / "dagster_home")
         # 8. evidence changed between the owner's approval and the sign-off step
         t.copy("b")
         evaluate()
@@ -204,6 +205,24 @@ def _story(source: str, home) -> dict:  # noqa: C901 - one story, told in order
     finally:
         t.close()
     return out
+
+
+def _mcp_status(dagster_home) -> dict:
+    """What the MCP tool ``get_migration_status`` answers on the instance (in-memory MCP client)."""
+    import asyncio
+    import json
+
+    from mcp import Client
+
+    from dw_dagster.mcp.server import build_server
+    from dw_dagster.mcp.state import ServerSettings
+
+    async def call():
+        async with Client(build_server(ServerSettings(dagster_home=str(dagster_home)))) as c:
+            res = await c.call_tool("get_migration_status", {"migration": "m"})
+            return res.structured_content or json.loads(res.content[0].text)
+
+    return asyncio.run(call())
 
 
 def _failure(result) -> str:
@@ -282,5 +301,7 @@ def test_a_dropped_target_table_reopens_the_wave(story):
     assert next(p for p in w["pairs"] if p["target"] == "b")["state"].startswith("reopened")
     assert story["incidents"] and story["incidents"][0].check_name.startswith("parity_")
     assert story["table_wave"]["wave"] == "w1" and story["table_wave"]["wave_state"] == "reopened"
+    (wave,) = story["mcp"]["waves"]  # the MCP tool answers the same
+    assert wave["state"] == "reopened" and wave["reopened"]["cause"] == story["reopened"]["reopened"]["cause"]
     state, req = story["reopened_request"]
     assert state == "reopened" and req is not None  # holding again: a new sign-off is needed

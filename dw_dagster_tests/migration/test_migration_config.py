@@ -196,3 +196,15 @@ def test_docs_snippet_informix_prints_what_it_says(capsys):
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == text.strip().splitlines()[-1].lstrip("# ")
     assert '"region"' in printed[0] and '"' not in printed[1]
+
+
+def test_plan_places_a_table_no_later_than_what_is_built_from_it():
+    """A model's output that is itself migrated comes after the tables it reads; the budget splits the rest."""
+    from dw_dagster.migration.plan import TableInfo, plan_waves
+
+    tables = [TableInfo("pos.daily", 10, 900), TableInfo("pos.lines", 1000, 900), TableInfo("pos.stores", 10, 900)]
+    waves = plan_waves(tables, [("daily_model", {"pos.lines"})], {"pos.daily": {"pos.lines"}}, budget_bytes=1000)
+    where = {t.name: i for i, w in enumerate(waves) for t in w.tables}
+    assert where["pos.lines"] < where["pos.daily"]
+    assert "after pos.lines (built from it)" in waves[where["pos.daily"]].reasons["pos.daily"]
+    assert all(w.bytes <= 1000 for w in waves)
