@@ -57,18 +57,52 @@ class CatalogCache:
     reconciliation's name resolution and the key diff's plan all take the same read (each kind would
     otherwise read ``information_schema`` again). Everything else goes to the database."""
 
-    def __init__(self, db) -> None:
-        self._db, self._schemas = db, {}
+    def __init__(self, db, anchor=None) -> None:
+        self._db, self._schemas, self._anchor = db, {}, anchor
         self.dialect, self.name = db.dialect, db.name
+        self._con = None  # a DuckDB file: one connection for the pair's evaluation, not one per query
 
     def __getattr__(self, name: str):
         return getattr(self._db, name)
 
+    def _duck(self):
+        from dw_dagster.databases import DuckDBDatabase
+
+        if not isinstance(self._db, DuckDBDatabase):
+            return None
+        if self._con is None:  # a cursor of the evaluation's open connection: the file is opened once
+            self._con = self._anchor.cursor() if self._anchor is not None else self._db._open()
+            self._con.execute("SET TimeZone = 'UTC'")
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
     def fetch_all(self, sql_text: str) -> list[tuple]:
-        return self._db.fetch_all(sql_text)
+        con = self._duck()
+        if con is None:
+            return self._db.fetch_all(sql_text)
+        try:
+            return con.execute(sql_text).fetchall()
+        except Exception as e:  # duckdb raises many error classes
+            from dw_dagster.databases.base import DatabaseError, _short
+
+            raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql_text)}") from e
 
     def fetch_batches(self, sql_text: str, batch_rows: int = 100_000):
-        return self._db.fetch_batches(sql_text, batch_rows)
+        con = self._duck()
+        if con is None:
+            yield from self._db.fetch_batches(sql_text, batch_rows)
+            return
+        try:
+            reader = con.sql(sql_text).to_arrow_reader(batch_rows)
+        except Exception as e:
+            from dw_dagster.databases.base import DatabaseError, _short
+
+            raise DatabaseError(f"{self.name}: query failed: {e}\n  SQL: {_short(sql_text)}") from e
+        yield from reader
 
     def execute(self, sql_text: str) -> None:
         self._db.execute(sql_text)
@@ -91,9 +125,23 @@ class CatalogCache:
 
 
 def evaluate_pair(pair: PairConfig, kinds: list[str], src, tgt, *, rule, lightup_client=None,
-                  now: dt.datetime | None = None) -> list[KindResult]:
-    """The selected parity kinds of one pair, in kind order; an unexpected error fails that kind, never the others."""
-    src, tgt = CatalogCache(src), CatalogCache(tgt)
+                  now: dt.datetime | None = None, anchors: dict | None = None) -> list[KindResult]:
+    """The selected parity kinds of one pair, in kind order; an unexpected error fails that kind, never the others.
+
+    ``anchors`` maps a DuckDB file's path to a connection held open for the whole evaluation (each pair
+    takes a cursor of it instead of opening the file again)."""
+    anchors = anchors or {}
+    src = CatalogCache(src, anchors.get(getattr(src, "path", None)))
+    tgt = CatalogCache(tgt, anchors.get(getattr(tgt, "path", None)))
+    try:
+        return _evaluate(pair, kinds, src, tgt, rule=rule, lightup_client=lightup_client, now=now)
+    finally:
+        src.close()
+        tgt.close()
+
+
+def _evaluate(pair: PairConfig, kinds: list[str], src, tgt, *, rule, lightup_client=None,
+              now: dt.datetime | None = None) -> list[KindResult]:
     out = []
     for kind in kinds:
         try:
@@ -155,20 +203,42 @@ def build_wave_parity_check(migration: MigrationConfig, wave: WaveConfig, *,
             if kinds:
                 work.append((p, kinds))
 
+        anchors = _anchors(context, {x for p, _ in work for x in (p.source.database, p.target.database)})
+
         def run(item):
             p, kinds = item
             src = getattr(context.resources, p.source.database).get_database()
             tgt = getattr(context.resources, p.target.database).get_database()
-            return evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff, lightup_client=client)
+            return evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff, lightup_client=client,
+                                 anchors=anchors)
 
-        with ThreadPoolExecutor(max_workers=min(migration.max_workers, max(1, len(work)))) as pool:
-            for (p, _), results in zip(work, pool.map(run, work)):
-                for r in results:
-                    yield dg.AssetCheckResult(asset_key=target_key(p), check_name=parity_check_name(r.kind),
-                                              passed=r.passed, severity=dg.AssetCheckSeverity.ERROR,
-                                              description=r.description, metadata=r.check_metadata(p))
+        try:
+            with ThreadPoolExecutor(max_workers=min(migration.max_workers, max(1, len(work)))) as pool:
+                for (p, _), results in zip(work, pool.map(run, work)):
+                    for r in results:
+                        yield dg.AssetCheckResult(asset_key=target_key(p), check_name=parity_check_name(r.kind),
+                                                  passed=r.passed, severity=dg.AssetCheckSeverity.ERROR,
+                                                  description=r.description, metadata=r.check_metadata(p))
+        finally:
+            for con in anchors.values():
+                con.close()
 
     return _parity
+
+
+def _anchors(context, names: set[str]) -> dict:
+    """One open connection per DuckDB file the wave reads, held for the evaluation (path → connection)."""
+    from dw_dagster.databases import DuckDBDatabase
+
+    out = {}
+    for name in sorted(names):
+        db = getattr(context.resources, name).get_database()
+        if isinstance(db, DuckDBDatabase) and db.path not in out:
+            try:
+                out[db.path] = db._open()
+            except Exception:  # noqa: BLE001 - unreachable now: each pair opens it (and reports the error)
+                continue
+    return out
 
 
 __all__ = ["build_wave_parity_check", "evaluate_pair", "pair_check_keys", "target_key", "wave_check_keys"]

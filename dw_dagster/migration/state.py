@@ -30,8 +30,9 @@ from dw_dagster.core.models import stable_hash
 from dw_dagster.migration.config import GateRule, MigrationConfig, PairConfig, WaveConfig, parity_check_name, wave_job_name
 from dw_dagster.migration.checks import target_key
 
-#: how many of a wave job's newest runs are read for streaks (beyond the longest rule)
-_RUNS_READ = 40
+#: how many of a wave job's newest runs are read for streaks by default: a streak is counted up to the
+#: rule's ``consecutive`` and a few more (``holding since`` is the start of the runs read)
+_RUNS_READ = 8
 
 
 @dataclass
@@ -115,7 +116,7 @@ def pair_history(instance: dg.DagsterInstance, pair: PairConfig, kinds: list[str
     wanted, out = set(runs), {}
     for kind in kinds:
         key = dg.AssetCheckKey(target_key(pair), parity_check_name(kind))
-        for rec in instance.event_log_storage.get_asset_check_execution_history(key, limit=len(runs) * 2 + 5):
+        for rec in instance.event_log_storage.get_asset_check_execution_history(key, limit=len(runs) * 2 + 3):
             if rec.run_id not in wanted:
                 continue
             seen = _seen(rec, kind)
@@ -229,7 +230,7 @@ def read_wave_state(instance: dg.DagsterInstance, migration: MigrationConfig, wa
     """The wave's state from its runs' evaluations and the gate's ledger entry (module docstring)."""
     rule = migration.gate_of(wave)
     gate = gate_record(instance, migration.name, wave.name)
-    runs = wave_run_ids(instance, migration.name, wave.name, current_run, max(_RUNS_READ, rule.consecutive + 5))
+    runs = wave_run_ids(instance, migration.name, wave.name, current_run, rule.consecutive + 3)
     signed = gate.get("signed_off") is not None
     ever = signed or bool(gate.get("history"))
     pairs = []

@@ -19,7 +19,7 @@ from dw_dagster.core import keys as k
 from dw_dagster.core.domains import DomainsSource
 from dw_dagster.migration.checks import wave_check_keys
 from dw_dagster.migration.config import MigrationConfig, WaveConfig, wave_asset_key, wave_job_name
-from dw_dagster.migration.state import WaveState, gate_record, read_wave_state
+from dw_dagster.migration.state import WaveState, read_wave_state
 
 #: seconds the wave op waits for its run's check evaluations (steps side by side)
 EVALUATION_WAIT_S = 300.0
@@ -82,11 +82,12 @@ def build_wave_asset(migration: MigrationConfig, wave: WaveConfig, *, domains: D
         selected = {c for c in checks if c in set(context.selected_asset_check_keys or ())} or checks
         _wait_for_evaluations(context, selected)
         ws = read_wave_state(context.instance, migration, wave, current_run=context.run_id, lightup=lightup)
-        for event in gate_step(context.instance, migration, wave, ws, domains, resource_key=resource_key,
-                               run_id=context.run_id):
+        events = gate_step(context.instance, migration, wave, ws, domains, resource_key=resource_key,
+                           run_id=context.run_id)
+        for event in events:
             context.log_event(event)
-        ws.gate = gate_record(context.instance, migration.name, wave.name)
-        ws = read_wave_state(context.instance, migration, wave, current_run=context.run_id, lightup=lightup)
+        if events:  # the gate moved (a request, a withdrawal, a reopening): the pairs' states follow it
+            ws = read_wave_state(context.instance, migration, wave, current_run=context.run_id, lightup=lightup)
         context.log.info(f"wave {wave.name}: {ws.state}, {ws.holding}/{len(ws.pairs)} pairs holding")
         return dg.MaterializeResult(metadata=wave_metadata(ws))
 
