@@ -203,14 +203,16 @@ def build_wave_parity_check(migration: MigrationConfig, wave: WaveConfig, *,
             if kinds:
                 work.append((p, kinds))
 
-        anchors = _anchors(context, {x for p, _ in work for x in (p.source.database, p.target.database)})
+        names = sorted({x for p, _ in work for x in (p.source.database, p.target.database)})
+        # one Database per resource for the whole evaluation (an engine and its connection pool, shared by the
+        # pairs' threads), and one open connection per DuckDB file
+        dbs = {name: getattr(context.resources, name).get_database() for name in names}
+        anchors = _anchors(dbs)
 
         def run(item):
             p, kinds = item
-            src = getattr(context.resources, p.source.database).get_database()
-            tgt = getattr(context.resources, p.target.database).get_database()
-            return evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff, lightup_client=client,
-                                 anchors=anchors)
+            return evaluate_pair(p, kinds, dbs[p.source.database], dbs[p.target.database],
+                                 rule=p.key_diff or migration.key_diff, lightup_client=client, anchors=anchors)
 
         try:
             with ThreadPoolExecutor(max_workers=min(migration.max_workers, max(1, len(work)))) as pool:
@@ -222,17 +224,19 @@ def build_wave_parity_check(migration: MigrationConfig, wave: WaveConfig, *,
         finally:
             for con in anchors.values():
                 con.close()
+            for db in dbs.values():
+                if hasattr(db, "dispose"):
+                    db.dispose()
 
     return _parity
 
 
-def _anchors(context, names: set[str]) -> dict:
+def _anchors(dbs: dict) -> dict:
     """One open connection per DuckDB file the wave reads, held for the evaluation (path → connection)."""
     from dw_dagster.databases import DuckDBDatabase
 
     out = {}
-    for name in sorted(names):
-        db = getattr(context.resources, name).get_database()
+    for db in dbs.values():
         if isinstance(db, DuckDBDatabase) and db.path not in out:
             try:
                 out[db.path] = db._open()

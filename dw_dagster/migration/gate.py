@@ -186,14 +186,20 @@ def _recheck(context, migration: MigrationConfig, wave: WaveConfig, spec: dict, 
 
     changed = []
     evidence = {e["pair"]: (e["evaluations"][0] if e["evaluations"] else {}) for e in spec.get("evidence", [])}
-    for p in wave.pairs:
-        kinds = [kind for kind in required_kinds(p, migration.gate_of(wave), lightup) if kind != k.PARITY_LIGHTUP]
-        src = getattr(context.resources, p.source.database).get_database()
-        tgt = getattr(context.resources, p.target.database).get_database()
-        for r in evaluate_pair(p, kinds, src, tgt, rule=p.key_diff or migration.key_diff):
-            seen = evidence.get(p.label, {}).get(r.kind, {}).get("values")
-            if not r.passed or json.loads(json.dumps(_jsonable(r.values), default=str)) != seen:
-                changed.append(f"{p.label}: {r.kind}: {r.description}"[:300])
+    names = sorted({x for p in wave.pairs for x in (p.source.database, p.target.database)})
+    dbs = {name: getattr(context.resources, name).get_database() for name in names}
+    try:
+        for p in wave.pairs:
+            kinds = [kind for kind in required_kinds(p, migration.gate_of(wave), lightup) if kind != k.PARITY_LIGHTUP]
+            for r in evaluate_pair(p, kinds, dbs[p.source.database], dbs[p.target.database],
+                                   rule=p.key_diff or migration.key_diff):
+                seen = evidence.get(p.label, {}).get(r.kind, {}).get("values")
+                if not r.passed or json.loads(json.dumps(_jsonable(r.values), default=str)) != seen:
+                    changed.append(f"{p.label}: {r.kind}: {r.description}"[:300])
+    finally:
+        for db in dbs.values():
+            if hasattr(db, "dispose"):
+                db.dispose()
     return changed
 
 
