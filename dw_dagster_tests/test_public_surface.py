@@ -53,7 +53,7 @@ def test_no_product_module_imports_the_examples():
     assert offenders == []
 
 
-EXAMPLES = ("store_sales", "orders")
+EXAMPLES = ("store_sales", "orders", "migration")
 
 
 def test_examples_do_not_import_each_other():

@@ -87,3 +87,11 @@ MIGRATION_CONTROL_PREFIX = "migration:"
 #: run tag on a wave job's runs naming the migration and wave
 MIGRATION_TAG = "dw/migration"
 WAVE_TAG = "dw/wave"
+#: parity check metadata beside the above: seconds taken, the column mapping table, the cut-off of
+#: closed partitions, the Lightup compare metric read, the pair's tables on the check's spec
+PARITY_SECONDS_KEY = "dw/seconds"
+PARITY_COLUMNS_KEY = "dw/columns"
+COMPARED_UP_TO_KEY = "dw/compared_up_to"
+LIGHTUP_METRIC_KEY = "dw/lightup_metric"
+SOURCE_TABLE_KEY = "dw/source_table"
+TARGET_TABLE_KEY = "dw/target_table"

@@ -182,7 +182,7 @@ def build_wave_parity_check(migration: MigrationConfig, wave: WaveConfig, *,
                 name=parity_check_name(kind), asset=target_key(p), additional_deps=deps,
                 description=f"Migration {migration.name}, {wave.name}: {_DESCRIBE[kind]} ({p.label}).",
                 metadata={k.CHECK_KIND_KEY: "parity", k.PARITY_KIND_KEY: kind, k.MIGRATION_TAG: migration.name,
-                          k.WAVE_TAG: wave.name, "dw/source_table": p.source.table, "dw/target_table": p.target.table}))
+                          k.WAVE_TAG: wave.name, k.SOURCE_TABLE_KEY: p.source.table, k.TARGET_TABLE_KEY: p.target.table}))
     resources = {p.source.database for p in wave.pairs} | {p.target.database for p in wave.pairs}
     if lightup and any(p.lightup_compare_metric for p in wave.pairs):
         resources.add(lightup_resource_key)

@@ -56,7 +56,7 @@ class KindResult:
         md = {k.PARITY_KIND_KEY: self.kind, k.PARITY_PAIR_KEY: pair.label,
               k.PARITY_VALUES_KEY: dg.MetadataValue.json(_jsonable(self.values)),
               k.PARITY_SQL_KEY: dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in self.sql) or "none"),
-              "dw/seconds": round(self.seconds, 3)}
+              k.PARITY_SECONDS_KEY: round(self.seconds, 3)}
         md.update(self.metadata)
         return md
 
@@ -156,7 +156,7 @@ def schema_parity(pair: PairConfig, src: Database, tgt: Database) -> KindResult:
                        "type_problems": len(problems), "notes": notes, "duplicate_keys_source": dups["source"],
                        "duplicate_keys_target": dups["target"],
                        "types": {r["column"]: [r["source"], r["target"]] for r in rows}},
-                      run, {"dw/columns": metadata_table(rows, [("column", "text"), ("source", "text"), ("target", "text"),
+                      run, {k.PARITY_COLUMNS_KEY: metadata_table(rows, [("column", "text"), ("source", "text"), ("target", "text"),
                                                                 ("mapping", "text"), ("ok", "bool")])},
                       time.perf_counter() - t0)
 
@@ -192,7 +192,7 @@ def counts_parity(pair: PairConfig, src: Database, tgt: Database, now: dt.dateti
     md = reconciliation_metadata(r, pair.sums)
     md.pop(k.QUERIES_KEY, None)
     if scope.get("compared_up_to"):
-        md["dw/compared_up_to"] = scope["compared_up_to"]
+        md[k.COMPARED_UP_TO_KEY] = scope["compared_up_to"]
     worst = max(r.slices, key=lambda s: abs(s.gap_pct), default=None)
     values = {"source_rows": sum(s.source_rows for s in r.slices), "target_rows": sum(s.target_rows for s in r.slices),
               "gap_rows": r.gap_rows, "worst_gap_pct": worst.gap_pct if worst else 0.0,
@@ -298,7 +298,7 @@ def lightup_parity(pair: PairConfig, client, now: float | None = None, lookback_
     desc = (f"compare metric {metric} reads 0 at {when} in {len(values)} slice(s)" if not bad else
             f"compare metric {metric} at {when}: " + ", ".join(f"{s} = {v}" for s, v in list(bad.items())[:5]))
     return KindResult(k.PARITY_LIGHTUP, not bad, desc[:1000], {"metric": metric, "event_ts": latest, "values": values},
-                      [req], {"dw/lightup_metric": metric}, time.perf_counter() - t0)
+                      [req], {k.LIGHTUP_METRIC_KEY: metric}, time.perf_counter() - t0)
 
 
 __all__ = ["KindResult", "closed_scope", "counts_parity", "key_diff_parity", "lightup_parity", "schema_parity"]

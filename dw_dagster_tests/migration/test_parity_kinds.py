@@ -225,3 +225,25 @@ def test_duckdb_to_duckdb(tmp_path):
     r = key_diff_parity(p, s, t, FULL)
     assert r.values["changed"] == 1 and r.values["changed_columns"] == {"v": 1}
     assert os.path.exists(tmp_path / "t.duckdb")
+
+
+def test_lightup_compare_metric_latest_datapoint_must_read_zero(tmp_path):
+    """The pair's Lightup compare metric, read over real HTTP from the fake Lightup on loopback: its latest
+    datapoint reads the Southwest gap until the target is repaired and Lightup collects again."""
+    from dw_dagster.integrations.lightup import LightupClient, read_credential_file
+    from dw_dagster.migration.parity import lightup_parity
+    from dw_dagster_tests.harness.lightup_fixtures import epoch, fake_lightup
+
+    with fake_lightup(tmp_path) as (server, state, ids, cred):
+        p = pair("pos.sales_line", ["sales_line_id"], lightup_compare_metric=ids["rows_compare"])
+        with LightupClient(read_credential_file(cred)) as client:
+            bad = lightup_parity(p, client, now=epoch("2026-11-26"))
+            assert not bad.passed and "Southwest" in bad.description and bad.values["metric"] == ids["rows_compare"]
+            src, wh = DuckDBDatabase(tmp_path / "pos_db.duckdb"), DuckDBDatabase(tmp_path / "wh.duckdb")
+            wh.execute(f"ATTACH '{src.path}' AS s (READ_ONLY); INSERT INTO pos.sales_line SELECT * FROM s.pos.sales_line "
+                       "WHERE region = 'Southwest' AND sale_ts >= TIMESTAMP '2026-11-23'")
+            state.collect([ids["rows_compare"]])
+            good = lightup_parity(p, client, now=epoch("2026-11-26"))
+            assert good.passed and "reads 0" in good.description, good.description
+            none = lightup_parity(p, client, now=epoch("2026-10-01"))  # nothing collected in the fortnight before
+            assert not none.passed and "no datapoint" in none.description
