@@ -235,6 +235,7 @@ def test_lightup_compare_metric_latest_datapoint_must_read_zero(tmp_path):
     from dw_dagster_tests.harness.lightup_fixtures import epoch, fake_lightup
 
     with fake_lightup(tmp_path) as (server, state, ids, cred):
+        state.collect([ids["rows_compare"]])  # Lightup's scheduled collection
         p = pair("pos.sales_line", ["sales_line_id"], lightup_compare_metric=ids["rows_compare"])
         with LightupClient(read_credential_file(cred)) as client:
             bad = lightup_parity(p, client, now=epoch("2026-11-26"))
