@@ -68,11 +68,23 @@ from dw_dagster.repair.steps import StepRefused, build_step_jobs, migration_step
 from dw_dagster.approval.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
 from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.integrations.slack import SlackResource, approval_request_message
+from dw_dagster.integrations.jira import JiraResource
+from dw_dagster.integrations.mail import EmailResource
+from dw_dagster.integrations.servicenow import ServiceNowResource
 from dw_dagster.version import __version__
+from dw_dagster.access import (AccessRequest, AccessSpec, EmailNotifier, SlackNotifier, build_access_definitions,
+                               request_access, request_nonce)
 from dw_dagster.detection.volume import build_volume_sensor
 from dw_dagster.detection.volume import VolumeTable, days_ago
 
 __all__ = [
+    "AccessRequest",
+    "AccessSpec",
+    "EmailNotifier",
+    "SlackNotifier",
+    "build_access_definitions",
+    "request_access",
+    "request_nonce",
     "CatalogError",
     "DatabaseError",
     "DuckDBDatabase",
@@ -137,6 +149,9 @@ __all__ = [
     "MigrationError",
     "MigrationRefused",
     "OpsgenieResource",
+    "JiraResource",
+    "EmailResource",
+    "ServiceNowResource",
     "Pager",
     "PagerDutyResource",
     "PipelineRepoResource",

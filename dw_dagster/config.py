@@ -369,6 +369,50 @@ class SlackConfig(dg.Model, dg.Resolvable):
     optional: bool = Field(False, description=_OPTIONAL)
 
 
+class JiraConfig(dg.Model, dg.Resolvable):
+    """One Jira Cloud issue per incident (:class:`~dw_dagster.integrations.jira.JiraResource`); when Lightup's
+    alert channel is Jira, the issue Lightup opened is the one annotated."""
+
+    url: str = Field(description="https://<site>.atlassian.net")
+    email: str = Field(description="the Atlassian account of the API token")
+    api_token_env: str = Field("JIRA_API_TOKEN", description="the env var holding the API token")
+    project_key: str = Field(description="the project issues are opened in", pattern=r"^[A-Z][A-Z0-9_]+$")
+    issue_type: str = "Task"
+    done_transition: str | None = Field(None, description="the transition to done (default: any into the done category)")
+    optional: bool = Field(False, description=_OPTIONAL)
+
+
+class ServiceNowConfig(dg.Model, dg.Resolvable):
+    """One ServiceNow incident per dw_dagster incident (:class:`~dw_dagster.integrations.servicenow.ServiceNowResource`)."""
+
+    instance_url: str = Field(description="https://<instance>.service-now.com")
+    username: str = Field(description="the integration user")
+    password_env: str = Field("SERVICENOW_PASSWORD", description="the env var holding its password")
+    assignment_group: str | None = None
+    close_code: str = Field("Solution provided", description="incident.close_code of a verified repair")
+    optional: bool = Field(False, description=_OPTIONAL)
+
+
+class EmailConfig(dg.Model, dg.Resolvable):
+    """Email over SMTP with STARTTLS (:class:`~dw_dagster.integrations.mail.EmailResource`): requests,
+    ladder steps, receipts. The login comes from the environment variables named here."""
+
+    host: str
+    port: int = Field(587, ge=1, le=65535)
+    sender: str = Field(description="the From address")
+    username_env: str | None = Field(None, description="the env var holding the SMTP user (no login when unset)")
+    password_env: str | None = Field(None, description="the env var holding the SMTP password")
+    starttls: bool = Field(True, description="STARTTLS before anything else (false only for a trusted local relay)")
+    ca_file: str | None = Field(None, description="CA bundle of the server's certificate (default: the system's)")
+    optional: bool = Field(False, description=_OPTIONAL)
+
+    @model_validator(mode="after")
+    def _login_pair(self) -> EmailConfig:
+        if bool(self.username_env) != bool(self.password_env):
+            raise ValueError("password_env: give username_env and password_env together (or neither)")
+        return self
+
+
 class MageConfig(dg.Model, dg.Resolvable):
     """A Mage OSS server dw_dagster reads (never changes): runs in an incident's window, the outcome of a
     rerun. The resource ``mage`` (:class:`~dw_dagster.integrations.mage.MageResource`) reads the
@@ -397,8 +441,13 @@ class IntegrationsConfig(dg.Model, dg.Resolvable):
     lightup: LightupConfig | None = None
     pagerduty: PagerDutyConfig | None = None
     slack: SlackConfig | None = None
+    jira: JiraConfig | None = None
+    servicenow: ServiceNowConfig | None = None
+    email: EmailConfig | None = None
     mage: MageConfig | None = None
     dagster_url: str = Field("http://localhost:3000", description="base of links in notifications")
+    review_url: str | None = Field(None, description="the review site (dw-dagster approvals serve) every notification "
+                                   "links to (default: $DW_REVIEW_URL)")
 
 
 class DataOpsConfig(dg.Model, dg.Resolvable):
@@ -547,7 +596,7 @@ def load_dataops_config(path: str | os.PathLike[str], *, scope: Mapping[str, Any
 
 __all__ = [
     "ChecksConfig", "DataOpsConfig", "DatabaseConfig", "DbtConfig", "DbtCountTestConfig", "DbtIncrementalConfig", "DeadLetterConfig",
-    "DeadLetterSinkConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "LightupConfig", "MageConfig", "MageSourceConfig",
-    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig",
+    "DeadLetterSinkConfig", "EmailConfig", "FreshnessConfig", "IncrementalLoadConfig", "IntegrationsConfig", "JiraConfig", "LightupConfig", "MageConfig", "MageSourceConfig",
+    "NullRateConfig", "PagerDutyConfig", "PipelineConfig", "ReconciliationConfig", "RecordedLoadConfig", "RowDiffConfig", "ServiceNowConfig",
     "SlackConfig", "SourceRef", "VolumeConfig", "WatchedAssetConfig", "load_dataops_config",
 ]

@@ -676,17 +676,48 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
 
         resources["slack"] = SlackResource(bot_token=dg.EnvVar(slack.bot_token_env), base_url=slack.api_url,
                                            default_channel=slack.channel)
-    sensors.append(build_expiry_sensor(slack_resource_key="slack" if slack else None, domains=domains,
-                                       default_status=status))
-    if lightup or pager or slack:
+    sensors.append(build_expiry_sensor(domains=domains, default_status=status))
+    tickets, email = _tickets_and_email(integ, resources)
+    if lightup or pager or slack or tickets or email:
         from dw_dagster.integrations.notifications import build_notification_sensor
 
         sensors.append(build_notification_sensor(
-            dagster_url=integ.dagster_url, location_name=cfg.location_name,
+            dagster_url=integ.dagster_url, location_name=cfg.location_name, review_url=integ.review_url,
             lightup_resource_key="lightup" if lightup else None,
             pager_resource_key="pager" if pager else None,
-            slack_resource_key="slack" if slack else None, default_status=status))
+            slack_resource_key="slack" if slack else None, slack_channel=slack.channel if slack else None,
+            email_resource_key="email" if email else None, ticket_resource_keys=tickets, domains=domains,
+            default_status=status))
     return checks, sensors
+
+
+def _tickets_and_email(integ, resources: dict) -> tuple[list[str], bool]:
+    """Jira, ServiceNow and email resources as configured (secrets read from the named env vars at run
+    time); the resource keys of the ticket systems, and whether email is on."""
+    tickets = []
+    if integ.jira and (not integ.jira.optional or _credentials_set(integ.jira.api_token_env)):
+        from dw_dagster.integrations.jira import JiraResource
+
+        j = integ.jira
+        resources["jira"] = JiraResource(base_url=j.url, email=j.email, api_token=dg.EnvVar(j.api_token_env),
+                                         project_key=j.project_key, issue_type=j.issue_type, done_transition=j.done_transition)
+        tickets.append("jira")
+    if integ.servicenow and (not integ.servicenow.optional or _credentials_set(integ.servicenow.password_env)):
+        from dw_dagster.integrations.servicenow import ServiceNowResource
+
+        n = integ.servicenow
+        resources["servicenow"] = ServiceNowResource(instance_url=n.instance_url, username=n.username,
+                                                     password=dg.EnvVar(n.password_env),
+                                                     assignment_group=n.assignment_group, close_code=n.close_code)
+        tickets.append("servicenow")
+    e = integ.email
+    if e and (not e.optional or not e.username_env or _credentials_set(e.username_env, e.password_env)):
+        from dw_dagster.integrations.mail import EmailResource
+
+        resources["email"] = EmailResource(host=e.host, port=e.port, sender=e.sender, username_env=e.username_env,
+                                           password_env=e.password_env, starttls=e.starttls, ca_file=e.ca_file)
+        return tickets, True
+    return tickets, False
 
 
 __all__ = ["build_dw_definitions", "dbt_asset_keys", "dbt_executable", "prepare_manifest"]

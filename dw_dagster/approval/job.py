@@ -20,7 +20,10 @@ endpoint and the review page (``dw-dagster approvals serve``) all call it. It en
 A decision is signed with HMAC-SHA256 under the deployment's key (``$DW_APPROVAL_SIGNING_KEY``
 or the file named by ``$DW_APPROVAL_SIGNING_KEY_FILE``), recorded in the ledger and shown as an
 ``AssetObservation`` with ``dw/approval`` metadata on the change set's target asset. A refused
-attempt is shown as ``dw/approval_refused`` (who, why) and changes nothing.
+attempt is shown as ``dw/approval_refused`` (who, why) and changes nothing; the approval job's run
+then ends *successfully* with the tags ``dw/decision: refused`` and ``dw/refusal_reason`` (a refusal is
+an outcome the rules produced, not a failure of dw_dagster), and a decision recorded tags its run
+``dw/decision: approved`` or ``rejected``.
 """
 
 
@@ -38,8 +41,9 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, ValidationError
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
-from dw_dagster.core.domains import Domain, Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import Domain, Domains, DomainsFileError, DomainsSource, duration_text, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
 from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, SUPERSEDED, Ledger, LedgerError, ledger_for
 from dw_dagster.proposals.change_sets import record_proposal
@@ -162,15 +166,30 @@ def _domain(domains: Domains | None, cs: ChangeSet) -> Domain:
         raise ApprovalRefused(f"domain {cs.domain!r} of change set {cs.id} is not in the domains file") from e
 
 
-def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity) -> str | None:
-    """Why ``identity`` may not decide on ``cs`` in ``domain`` as it is now, or None when it may."""
+def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity,
+                      now: dt.datetime | None = None) -> str | None:
+    """Why ``identity`` may not decide on ``cs`` in ``domain`` as it is now (at ``now``), or None when it may.
+
+    A listed approver may decide at any time before the expiry; an escalation approver from the
+    moment ``escalate_after`` has passed since the change set was proposed (the domain's ladder).
+    """
     email = identity.email
+    now = now or utcnow()
     if email == cs.proposer.strip().lower():
         return f"{email} proposed change set {cs.id} and cannot approve it"
+    if email in {e.strip().lower() for e in cs.excluded_approvers}:
+        return f"{email} benefits from change set {cs.id} (it is for them) and cannot approve it"
     if identity.method == "autonomy":
         return "an autonomous approval is not a person's decision"
-    if not domain.may_approve(email):
-        return (f"{email} is not an approver of domain {domain.name!r} (listed now: {', '.join(domain.approvers)})")
+    if not domain.may_decide(email, cs.created_at, now):
+        if domain.may_escalate(email) and domain.escalate_after is not None:
+            opens = cs.created_at + domain.escalate_after
+            return (f"{email} is an escalation approver of domain {domain.name!r}: they may decide from "
+                    f"{opens.isoformat()} (escalate_after after the proposal), not before")
+        return (f"{email} is not an approver of domain {domain.name!r} (listed now: {', '.join(domain.approvers)}"
+                + (f"; escalation approvers after {duration_text(domain.escalate_after)}: "
+                   f"{', '.join(domain.escalation_approvers)}"
+                   if domain.escalation_approvers else "") + ")")
     if not identity.verified and domain.identity != "unverified":
         return (f"domain {domain.name!r} needs a verified identity (an OIDC ID token or a Slack interaction); "
                 f"{email} was typed, not verified")
@@ -221,7 +240,7 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
         raise ApprovalRefused(f"change set {cs.id} changed since you read it (version {version[:12]}… is now "
                               f"{cs.version[:12]}…): review the new version")
     domain = _domain(domains, cs)
-    why = person_may_decide(domain, cs, identity) or (content_fits(domain, cs) if decision == "approve" else None)
+    why = person_may_decide(domain, cs, identity, now) or (content_fits(domain, cs) if decision == "approve" else None)
     if why:
         raise ApprovalRefused(why)
     row = led.change_set_row(cs.id, cs.version)
@@ -252,7 +271,7 @@ def approval_observation(cs: ChangeSet, a: Approval) -> dg.AssetObservation:
     """The ``dw/approval`` observation that shows a decision on the change set's target asset."""
     how = a.identity.describe() if a.identity is not None else a.approver
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
-                               description=f"change set {cs.id} {PAST[a.decision]} by {how}"[:1000],
+                               description=describe(f"change set {cs.id} {PAST[a.decision]} by {how}", change_set_id=cs.id),
                                metadata={c.APPROVAL_KEY: dg.MetadataValue.json(a.model_dump(mode="json")),
                                          c.CHANGE_SET_ID_KEY: cs.id})
 
@@ -261,7 +280,7 @@ def refusal_observation(change_set_id: str, target_asset: list[str], who: str, d
                         run_id: str | None) -> dg.AssetObservation:
     """The ``dw/approval_refused`` observation (who tried, why it was refused)."""
     return dg.AssetObservation(
-        asset_key=dg.AssetKey(target_asset), description=f"approval refused: {reason}"[:1000],
+        asset_key=dg.AssetKey(target_asset), description=describe(f"approval refused: {reason}", change_set_id=change_set_id),
         metadata={c.APPROVAL_REFUSED_KEY: dg.MetadataValue.json({
             "change_set_id": change_set_id, "approver": who, "decision": decision, "reason": reason,
             "at": utcnow().isoformat(), "run_id": run_id}), c.CHANGE_SET_ID_KEY: change_set_id})
@@ -321,7 +340,7 @@ def approval_status(led: Ledger, cs: ChangeSet, domains: Domains | None, *, deci
         return ApprovalStatus(None, f"autonomy {level} was withdrawn (domain {domain.name} is {domain.autonomy} now)",
                               d, withdraw=True)
     identity = d.identity or VerifiedIdentity(email=d.approver, method="unverified", verified_at=d.decided_at)
-    why = person_may_decide(domain, cs, identity) or content_fits(domain, cs)
+    why = person_may_decide(domain, cs, identity, d.decided_at) or content_fits(domain, cs)
     if why:
         return ApprovalStatus(None, f"approval {d.id} no longer counts: {why}", d, withdraw=True)
     if d.decided_at >= cs.expires_at:
@@ -425,9 +444,14 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
             _, observation = decide(context.instance, config.change_set_id, decision, identity, domains=doms,
                                     comment=config.comment, run_id=context.run_id)
         except ApprovalRefused as e:
+            # a refusal is the rules doing their job: recorded as a refusal (observation, run tags), the run
+            # succeeds; a red failed run would read as "dw_dagster broke"
             if cs is not None:
                 context.log_event(refusal_observation(cs.id, cs.target_asset, who, decision, str(e), context.run_id))
-            raise dg.Failure(description=f"Approval refused: {e}") from e
+            context.instance.add_run_tags(context.run_id, {c.DECISION_TAG: "refused", c.REFUSAL_TAG: str(e)[:500]})
+            context.log.warning(f"Approval refused (nothing recorded): {e}")
+            return
+        context.instance.add_run_tags(context.run_id, {c.DECISION_TAG: PAST[decision]})
         context.log_event(observation)
         context.log.info(f"Recorded: {observation.description}")
 
@@ -463,6 +487,9 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, *, id_t
         tags={c.CHANGE_SET_TAG: change_set_id},
         raise_on_error=False,
     )
+    run = instance.get_run_by_id(result.run_id)
+    if result.success and run is not None and run.tags.get(c.DECISION_TAG) == "refused":
+        return False, run.tags.get(c.REFUSAL_TAG, "refused")
     if result.success:
         obs = next((e.event_specific_data.asset_observation for e in result.all_events
                     if e.event_type_value == "ASSET_OBSERVATION"), None)

@@ -59,7 +59,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from dw_dagster.core.domains import Domains, DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import ACCESS_GRANT, Domains, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, credential_digest
 from dw_dagster.approval.identity.slack import NotFromSlack, SlackInteractionVerifier, SlackNotConfigured, parse_block_actions
 from dw_dagster.core.ledger import HALTED, PROPOSED, ledger_for
@@ -228,15 +228,18 @@ class _Service:
                 continue
             except KeyError:
                 continue
-            if not domain.may_approve(email):
-                continue
+            if not domain.may_decide(email, cs.created_at, dt.datetime.now(dt.timezone.utc)):
+                continue  # a listed approver, or an escalation approver once escalate_after has passed
             note = ""
             decided = active_decision(led, cs)
             if decided is not None:
                 note = f"already {PAST[decided.decision]} by {decided.approver}"
             elif email == cs.proposer.strip().lower():
                 note = "you proposed it, so you cannot approve it"
-            diag = next((d for d in records.diagnoses(inst, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id),
+            elif email in {e.strip().lower() for e in cs.excluded_approvers}:
+                note = "it is for you, so you cannot approve it"
+            diag = None if ACCESS_GRANT in cs.change_classes else next((
+                d for d in records.diagnoses(inst, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id),
                         None)
             out.append((cs, diag, note))
         return out
@@ -330,6 +333,9 @@ def _when(t: dt.datetime) -> str:
 
 
 def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str) -> str:
+    from dw_dagster.approval.access_view import access_request_html, access_request_of
+
+    access = access_request_of(cs)
     window = ", ".join(cs.window) + "".join(f" ({line})" for line in cs.not_run_lines())
     if note:
         form = f"<p class=note>{esc(note)}</p>"
@@ -357,8 +363,10 @@ def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str
             f"<dt>Expires</dt><dd class=expires>{esc(_when(cs.expires_at))}</dd>"
             f"<dt>Approvers</dt><dd>{esc(', '.join(cs.approvers))} (the domain's list as it is now decides)</dd>"
             f"<dt>Undo</dt><dd>{esc(cs.undo) or 'n/a'}</dd></dl>"
-            f"<h3>Diff</h3>{_diff_html(cs.diff)}<h3>Steps</h3>{_steps_html(cs)}"
-            f"<h3>Blast radius</h3>{_blast_html(diag, cs)}{form}</article>")
+            + (f"<h3>Access request</h3>{access_request_html(cs, access)}<h3>Statements</h3>{_steps_html(cs)}"
+               if access is not None else
+               f"<h3>Diff</h3>{_diff_html(cs.diff)}<h3>Steps</h3>{_steps_html(cs)}<h3>Blast radius</h3>{_blast_html(diag, cs)}")
+            + f"{form}</article>")
 
 
 # -- the app -----------------------------------------------------------------------------------
@@ -378,7 +386,8 @@ def _redirect(url: str) -> RedirectResponse:
 
 
 def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], domains: DomainsSource, *,
-              base_url: str, session_secret: str | None = None) -> Starlette:
+              base_url: str, session_secret: str | None = None, dagster_url: str = "http://localhost:3000",
+              extra_routes: "list | tuple" = ()) -> Starlette:
     """The approvals app (see the module docstring).
 
     Args:
@@ -388,6 +397,10 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         base_url: the public URL of this server (``/callback`` under it is the OIDC redirect URI,
             ``/slack/interactions`` Slack's Request URL); https makes the cookie ``Secure``.
         session_secret: the session cookie key (default: derived from the deployment's signing key).
+        dagster_url: the Dagster UI, for run and asset links on the read-only pages
+            (:mod:`dw_dagster.approval.board`: incidents and change sets, for anyone signed in).
+        extra_routes: more Starlette routes served beside these (the access request slash command,
+            :func:`dw_dagster.access.slack.access_routes`).
 
     Raises:
         ApprovalRefused: no ``session_secret`` and no signing key is configured.
@@ -416,11 +429,16 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         except DomainsFileError as err:
             return _message("Cannot read the domains file", str(err), 500, who)
         if not found:
-            body = (f"<h1>Nothing waits for you</h1><p id=empty>No pending change set in a domain where "
+            body = ("<p><a href=\"/incidents\">Incidents</a> · <a href=\"/change-sets\">Change sets</a> "
+                    "(read-only, for everyone signed in)</p>"
+                    f"<h1>Nothing waits for you</h1><p id=empty>No pending change set in a domain where "
                     f"{esc(who['email'])} is listed as an approver.</p>")
         else:
             body = (f"<h1>{len(found)} change set{'s' if len(found) > 1 else ''} waiting for your decision</h1>"
                     + "".join(_change_set_html(cs, diag, note, who["csrf"]) for cs, diag, note in found))
+        from dw_dagster.approval.access_view import grants_html, grants_in_force
+
+        body += grants_html(await run_in_threadpool(grants_in_force, ledger_for(svc.instance()), who["email"], doms))
         return _page("Change sets waiting for you", body, who)
 
     async def login(request: Request) -> Response:
@@ -538,7 +556,11 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         Route("/callback", callback, methods=["GET"]),
         Route("/decide", decide_route, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
+        *extra_routes,
     ]
+    from dw_dagster.approval.board import board_routes
+
+    routes += board_routes(svc, _who, dagster_url=dagster_url)  # read-only, for anyone signed in
     middleware = [Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
                              max_age=SESSION_SECONDS, same_site="lax", https_only=svc.base_url.startswith("https://"))]
     app = Starlette(routes=routes, middleware=middleware)

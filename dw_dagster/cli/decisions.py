@@ -228,7 +228,10 @@ def register(main: click.Group) -> None:
     @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
     @click.option("--base-url", default=None, help="The URL people and Slack reach this server at (https behind a "
                   "TLS proxy in production); default http://HOST:PORT.")
-    def approvals_serve(host, port, domains_file, dagster_home, base_url):
+    @click.option("--workspace", default=None, type=click.Path(dir_okay=False),
+                  help="The workspace file whose database resources the /dw-access slash command may name "
+                       "(default $DW_WORKSPACE; without one, requests name a database URL).")
+    def approvals_serve(host, port, domains_file, dagster_home, base_url, workspace):
         """Serve the review page (OIDC login) and Slack's interactivity endpoint for the Approve / Reject buttons.
 
         Register BASE_URL/callback as the OIDC client's redirect URI and BASE_URL/slack/interactions
@@ -245,7 +248,11 @@ def register(main: click.Group) -> None:
         base = (base_url or f"http://{host}:{port}").rstrip("/")
         with _instance(dagster_home) as instance:
             _check_signing_key(instance)
-            app = build_app(instance, source, base_url=base)
+            from dw_dagster.access.slack import access_routes
+            from dw_dagster.cli.access import _workspace_resources
+
+            resources = _workspace_resources(workspace)[0] if workspace or os.environ.get("DW_WORKSPACE") else {}
+            app = build_app(instance, source, base_url=base, extra_routes=access_routes(instance, source, resources))
             if domains.identity.oidc is None:
                 click.echo("warning: the domains file names no OIDC provider: the review page cannot log anyone in", err=True)
             if domains.identity.slack is None:
@@ -254,7 +261,8 @@ def register(main: click.Group) -> None:
                 click.echo("warning: identity.slack names no team_id: clicks from any workspace the app is installed "
                            "in are accepted", err=True)
             click.echo(f"review page {base}/ · OIDC redirect URI {base}/callback · "
-                       f"Slack Request URL {base}/slack/interactions", err=True)
+                       f"Slack Request URL {base}/slack/interactions · /dw-access slash command {base}/slack/commands",
+                       err=True)
             uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
 
     @main.group("change-sets", invoke_without_command=True)
@@ -344,6 +352,11 @@ def register(main: click.Group) -> None:
             row = led.change_set_row(cs.id, cs.version)
             decisions = [d for d in led.decisions(cs.id) if d["version"] == cs.version]
             stages = led.stages(cs.id, cs.version)
+            from dw_dagster.approval.ladder import ladder_history
+
+            ladder = [s for s in ladder_history(instance, change_set_id=cs.id) if s["version"] == cs.version]
+            unreachable = [e["body"] for e in led.audit_entries("approver_unreachable", cs.id)
+                           if e["body"].get("version") == cs.version]
         if patch:
             if cs.diff:
                 click.echo(cs.diff, nl=not cs.diff.endswith("\n"))
@@ -356,12 +369,18 @@ def register(main: click.Group) -> None:
                 sorted(stages.items(), key=lambda kv: kv[1].issued_at)]
         if as_json:
             click.echo(json.dumps({"change_set": cs.model_dump(mode="json"), "state": row.state if row else None,
-                                   "decisions": history, "stages": runs}, indent=2, default=str))
+                                   "decisions": history, "stages": runs, "ladder": ladder, "unreachable": unreachable},
+                                  indent=2, default=str))
             return
         click.echo(f"state: {row.state if row else 'unknown'}" + (f"; {row.note}" if row and row.note else ""))
         for h in history:
             click.echo(f"decision: {h['decision']} by {h['by']} ({h['method']}) at {h['at']}"
                        + ("" if h["counts"] else f" - does not count: {h['withdrawn'] or 'withdrawn'}"))
+        for step in ladder:  # the escalation ladder: each step a ledger transition
+            click.echo(f"ladder: {step['kind']} {step['step']} at {step['at']}"
+                       + (" (skipped: a later step was due)" if step["skipped"] else f" → {', '.join(step['to']) or 'nobody'}"))
+        for u in unreachable:
+            click.echo(f"not reached: {u['email']} ({u['channel']}): {u['reason']}")
         for r in runs:
             click.echo(f"stage {r['stage']}: {r['state']}" + (f" (run {r['run_id']})" if r["run_id"] else ""))
         click.echo("")

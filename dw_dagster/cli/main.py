@@ -45,7 +45,7 @@ def _instance(dagster_home: str | None):
 #: through that entry point, as Dagster loads a code location by module name, and imports nothing
 #: else of it (the examples are not part of the product's import graph).
 DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
-         "migration": "dw_dagster.examples.migration.demo"}
+         "access": "dw_dagster.examples.access.demo", "migration": "dw_dagster.examples.migration.demo"}
 
 
 def demo_spec(name: str):
@@ -70,8 +70,9 @@ def demo_spec(name: str):
 def _open_target(spec) -> str:
     """``-w workspace.yaml`` in a checkout of the repository (both locations), else ``-m`` the location's module."""
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    listed = workspace.exists() and spec.location_module in workspace.read_text()
-    return f"-w {workspace}" if listed else f"-m {spec.location_module}"
+    if workspace.exists() and spec.location_module in workspace.read_text():
+        return f"-w {workspace}"
+    return f"-m {spec.location_module}"
 
 
 def _scale_for(name: str):
@@ -105,9 +106,13 @@ def demo() -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
               help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
-def demo_store_sales(scale: float, workdir: str, as_json: bool) -> None:
+@click.option("--fail-verify", is_flag=True, help="A straggler store posts more lines while the repair runs: the verify "
+              "finds the gap still open; the receipt says NOT verified, the page stays open (re-triggered with the "
+              "failing check) and the escalation ladder asks the escalation approver.")
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale)
+    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale,
+              options={"fail_verify": True} if fail_verify else None)
 
 
 @demo.command("orders")
@@ -133,11 +138,26 @@ def demo_orders(scale: float, workdir: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (waves, parity, repaired, reopened).")
 def demo_migration(source: str, source_url: str | None, scale: float, workdir: str, as_json: bool) -> None:
     """A migration in two waves: parity per pair, a failing pair repaired, the owner's sign-off, a reopening."""
-    _run_demo(demo_spec("migration"), workdir=workdir, as_json=as_json, scale=scale, source=source,
-              source_url=source_url)
+    _run_demo(demo_spec("migration"), workdir=workdir, as_json=as_json, scale=scale, options={"source": source,
+              "source_url": source_url})
 
 
-def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, **extra) -> None:
+@demo.command("access")
+@click.option("--database-url", default=None,
+              help="The PostgreSQL server the demo makes its roles and tables on (default $DW_ACCESS_DEMO_URL, else "
+                   "postgresql+psycopg://postgres@127.0.0.1:5432/postgres). It drops what it made afterwards.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its domains file, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the outcome (timeline goes to stderr).")
+def demo_access(database_url: str | None, workdir: str, as_json: bool) -> None:
+    """An access request: dry-run, two owners approve, grant, reminder, revoke at expiry verified, receipt."""
+    if database_url:
+        os.environ["DW_ACCESS_DEMO_URL"] = database_url
+    spec = demo_spec("access")
+    _run_demo(spec, workdir=workdir, as_json=as_json, scale=spec.default_scale)
+
+
+def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, options: dict | None = None) -> None:
     """What every demo command does around the example's loop: claim the folders, make the signing
     key, keep the run logs in a file, print the timeline (stderr with --json), the outcome and how
     to open the same instance in the UI; exit 1 naming the stage that failed."""
@@ -188,7 +208,7 @@ def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, **extra) -> No
         try:
             with dg.DagsterInstance.get() as instance:
                 # fills result stage by stage: a failure keeps what came before
-                spec.run(home=home, instance=instance, scale=scale, log=log, result=result, **extra)
+                spec.run(home=home, instance=instance, scale=scale, log=log, result=result, **(options or {}))
         except DemoError as e:
             error = str(e)
         except Exception as e:  # report any stage's crash, with the log for details
@@ -523,6 +543,7 @@ def fake_oidc_cmd(port: int, users: tuple[str, ...], clients: tuple[str, ...]) -
     raise SystemExit(code)
 
 
+from dw_dagster.cli.access import register as register_access  # noqa: E402
 from dw_dagster.cli.decisions import register, register_incident_commands  # noqa: E402
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
@@ -531,6 +552,7 @@ from dw_dagster.cli.migration import migration_group  # noqa: E402
 register(main)
 register_incident_commands(incidents_cmd)
 register_review(main)
+register_access(main)
 main.add_command(mcp_command)
 main.add_command(migration_group)
 

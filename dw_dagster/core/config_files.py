@@ -30,13 +30,22 @@ def describe_validation_error(e: ValidationError, text: str, path: str | Path) -
         root = yaml.compose(text)
     except yaml.YAMLError:
         root = None
+    import re
+
     lines = []
     for err in e.errors():
         loc = tuple(err.get("loc", ()))
+        msg = str(err.get("msg")).removeprefix("Value error, ")
+        # a model-level check that names its field first ("deny_after: ...") points at that field
+        named = re.match(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", msg, re.S)
         node = _node_at(root, loc)
+        if named and isinstance(node, yaml.MappingNode) and any(
+                getattr(k, "value", None) == named.group(1) for k, _ in node.value):
+            loc, msg = (*loc, named.group(1)), named.group(2)
+            node = _node_at(root, loc)
         line = node.start_mark.line + 1 if node is not None else 1
         where = ".".join(str(p) for p in loc) or "(top level)"
-        lines.append(f"{path}:{line}: {where}: {err.get('msg')}")
+        lines.append(f"{path}:{line}: {where}: {msg}")
     return "\n".join(lines)
 
 

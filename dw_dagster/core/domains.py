@@ -17,7 +17,13 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         approval_expiry_hours: 24
         identity: verified          # the default; "unverified" only for a scratch sandbox
         exposures: [store_pnl]      # dbt exposures the domain owns (by name), for pull-request review
-        slack_channel: C0123STORE   # where `dw-dagster review --notify slack` tells the domain
+        tables: ["pos.*"]           # warehouse tables it owns for access requests (schema.table globs)
+        autonomous_access: never    # or non_sensitive: see "Access requests" below
+        slack_channel: C0123STORE   # the domain's channel: requests, ladder steps, pull-request reviews
+        remind_after: 2h            # the escalation ladder: remind the approvers,
+        escalate_after: 6h          # then ask these people, who may decide from then on,
+        escalation_approvers: [head-of-data@grocer.example]
+        deny_after: 24h             # then the request ends expired (never granted)
 
     review:                         # pull-request review (dw-dagster review, dw_dagster.lineage.review)
       sensitive:
@@ -39,8 +45,19 @@ naming the file and line (:func:`dw_dagster.core.config_files.read_yaml_model`):
         bot_token_env: SLACK_BOT_TOKEN
     operators: [data-oncall@grocer.example]           # who may lift an org-wide stop (default: every approver)
 
+    access:                         # access requests (dw_dagster.access)
+      role_name: "{email}"          # the database role (PostgreSQL) or user (Snowflake) of a person
+      max_hours: 168                # the longest grant anyone may ask for
+      remind_before_minutes: 60     # the requester is reminded this long before the grant ends
+
 Any value may be written ``{env: NAME}`` (or ``{env: NAME, default: VALUE}``): it is read from the
 environment when the file is read, and a missing variable without a default is an error naming it.
+
+**The escalation ladder.** A change set waiting for a decision is reminded (``remind_after``),
+escalated (``escalate_after``: the ``escalation_approvers`` are asked and may decide, verified and
+bound to the version exactly like approvers) and finally denied (``deny_after``: the request ends
+expired, never granted); a repair that failed, halted or did not verify climbs the same ladder
+(:mod:`dw_dagster.approval.ladder`). Durations are written ``2h``, ``30m``, ``1d`` or ``1h30m``.
 
 **Identity.** A decision counts only when its approver's identity was verified by the
 organisation's identity provider (an OIDC ID token checked against its JWKS) or by a signed Slack
@@ -60,16 +77,25 @@ UNVERIFIED on every record); never by default.
 - **L4 autonomous** — also the listed *repeatable* classes (:data:`REPEATABLE_CLASSES`, e.g. a
   schema migration with rollback, a new dbt test) run end to end. Pipeline code changes are
   never autonomous: they go to their owner as a diff at every level.
+
+**Access requests** (:mod:`dw_dagster.access`) are change sets of class ``access_grant``, one per
+domain whose tables a grant newly opens; every one of those domains must approve. They wait for a
+person at every level unless the domain says ``autonomous_access: non_sensitive`` *and* runs at
+L3/L4 with ``access_grant`` among its ``allowed_change_classes``: then a grant that opens no
+sensitive column of the domain (``review.sensitive``) is approved by dw_dagster; one that opens
+any sensitive column always waits for a person.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
@@ -84,17 +110,21 @@ REBUILD_MODELS = "rebuild_models"
 REPLAY_DEAD_LETTER = "replay_dead_letter"
 SCHEMA_MIGRATION = "schema_migration"
 ADD_TEST = "add_test"
+#: A time-bound warehouse grant (dw_dagster.access); its undo is the revoke at expiry.
+ACCESS_GRANT = "access_grant"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
 UNDO = "undo"
 #: A migration wave's sign-off (dw_dagster.migration): a person's decision by definition, never unasked.
 WAVE_SIGN_OFF = "wave_sign_off"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
-REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER})
+REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER, ACCESS_GRANT})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
 CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAVE_SIGN_OFF}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
+#: a duration in the domains file: ``2h``, ``30m``, ``1d``, ``1h30m`` (read by :func:`parse_duration`)
+Duration = dt.timedelta
 
 
 class DomainsFileError(DwDagsterError, ValueError):
@@ -119,13 +149,53 @@ class Domain(BaseModel):
         "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")
     exposures: list[str] = Field(default_factory=list, description="dbt exposures the domain owns, by name "
                                  "(pull-request review names the domain's people when one is affected)")
-    slack_channel: str | None = Field(default=None, description="Slack channel (ID, C...) where pull-request "
-                                      "reviews that reach the domain are posted (dw-dagster review --notify slack)")
+    tables: list[str] = Field(default_factory=list, description="warehouse tables the domain owns for access requests: "
+                              "schema.table or database.schema.table, * and ? as wildcards, matched case-insensitively")
+    autonomous_access: Literal["never", "non_sensitive"] = Field(
+        "never", description="non_sensitive: at L3/L4 with access_grant allowed, a grant opening no sensitive column of "
+        "the domain is approved by dw_dagster; never (the default): every grant waits for a person")
+    slack_channel: str | None = Field(default=None, description="Slack channel (ID, C...) of the domain: approval "
+                                      "requests and ladder steps are posted there as well as to each person, and "
+                                      "pull-request reviews that reach the domain (dw-dagster review --notify slack)")
+    remind_after: Duration | None = Field(default=None, description="after this long without a decision the "
+                                          "approvers are reminded (e.g. 2h)")
+    escalate_after: Duration | None = Field(default=None, description="after this long the escalation approvers are "
+                                            "asked and may decide too (e.g. 6h)")
+    escalation_approvers: list[str] = Field(default_factory=list, description="people who may decide once "
+                                            "escalate_after has passed (verified, bound to the version like approvers)")
+    deny_after: Duration | None = Field(default=None, description="after this long the request ends expired, never "
+                                        "granted (e.g. 24h; sets approval_expiry_hours)")
 
-    @field_validator("approvers", "escalation")
+    @field_validator("approvers", "escalation", "escalation_approvers")
     @classmethod
     def _emails(cls, v: list[str]) -> list[str]:
         return _canonical_emails(v)
+
+    @field_validator("remind_after", "escalate_after", "deny_after", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+    @field_validator("escalate_after")
+    @classmethod
+    def _after_reminder(cls, v: dt.timedelta | None, info: ValidationInfo) -> dt.timedelta | None:
+        remind = info.data.get("remind_after")
+        if v is not None and remind is not None and v <= remind:
+            raise ValueError(f"must come after remind_after ({duration_text(remind)}), got {duration_text(v)}")
+        return v
+
+    @field_validator("deny_after")
+    @classmethod
+    def _last(cls, v: dt.timedelta | None, info: ValidationInfo) -> dt.timedelta | None:
+        if v is None:
+            return v
+        if v > dt.timedelta(days=14):
+            raise ValueError(f"at most 14 days, got {duration_text(v)}")
+        for earlier in ("escalate_after", "remind_after"):
+            e = info.data.get(earlier)
+            if e is not None and v <= e:
+                raise ValueError(f"must come after {earlier} ({duration_text(e)}), got {duration_text(v)}")
+        return v
 
     @field_validator("assets")
     @classmethod
@@ -134,6 +204,28 @@ class Domain(BaseModel):
             if not key or any(not isinstance(p, str) or not p.strip() for p in key):
                 raise ValueError(f"an asset key is a non-empty list of non-empty names, got {key!r}")
         return v
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, v: list[str]) -> list[str]:
+        for t in v:
+            parts = t.split(".") if isinstance(t, str) else []
+            if not 1 <= len(parts) <= 3 or any(not p.strip() for p in parts):
+                raise ValueError(f"a table is schema.table (or database.schema.table), wildcards * and ?, got {t!r}")
+        return v
+
+    def owns_table(self, table: str) -> bool:
+        """Whether ``table`` (``schema.table`` or ``database.schema.table``) matches one of :attr:`tables`
+        (case-insensitively; a two-part pattern matches a three-part name on its last two parts)."""
+        import fnmatch
+
+        name = table.casefold()
+        short = ".".join(name.split(".")[-2:])
+        for pattern in self.tables:
+            p = pattern.casefold()
+            if fnmatch.fnmatchcase(name, p) or (p.count(".") == 1 and fnmatch.fnmatchcase(short, p)):
+                return True
+        return False
 
     @field_validator("allowed_change_classes")
     @classmethod
@@ -151,8 +243,8 @@ class Domain(BaseModel):
 
     @model_validator(mode="after")
     def _level_fits_classes(self) -> Domain:
-        if not self.assets and not self.select and not self.exposures:
-            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select or exposures")
+        if not self.assets and not self.select and not self.exposures and not self.tables:
+            raise ValueError(f"domain {self.name!r} owns nothing: give assets, select, exposures or tables")
         if self.autonomy == "L3":
             extra = sorted(set(self.allowed_change_classes) - REVERSIBLE_CLASSES)
             if extra:
@@ -160,7 +252,43 @@ class Domain(BaseModel):
                                  f"{extra} need L4 or an approval")
         if self.autonomy in ("L3", "L4") and not self.allowed_change_classes:
             raise ValueError(f"autonomy {self.autonomy} needs allowed_change_classes (which changes may run unasked)")
+        if self.escalation_approvers and self.escalate_after is None:
+            raise ValueError("escalation_approvers: they need escalate_after (when they may start to decide)")
+        if self.escalate_after is not None and not self.escalation_approvers:
+            raise ValueError("escalate_after: needs escalation_approvers (who is asked, and may decide, then)")
+        if self.deny_after is not None:
+            hours = self.deny_after.total_seconds() / 3600
+            if "approval_expiry_hours" in self.model_fields_set and abs(self.approval_expiry_hours - hours) > 1e-9:
+                raise ValueError(f"deny_after: {duration_text(self.deny_after)} contradicts approval_expiry_hours "
+                                 f"{self.approval_expiry_hours:g}; give one of them")
+            self.approval_expiry_hours = hours
+        for when in ("remind_after", "escalate_after"):
+            step = getattr(self, when)
+            if step is not None and step.total_seconds() >= self.approval_expiry_hours * 3600:
+                raise ValueError(f"{when}: {duration_text(step)} is not before the request expires "
+                                 f"({self.approval_expiry_hours:g} h)")
         return self
+
+    def ladder(self) -> list[tuple[str, dt.timedelta]]:
+        """The domain's ladder as ``(step, after)`` pairs in order: ``remind``, ``escalate``, ``deny``
+        (``deny`` always: at ``approval_expiry_hours`` when ``deny_after`` is not given)."""
+        steps = [(name, getattr(self, f)) for name, f in (("remind", "remind_after"), ("escalate", "escalate_after"))
+                 if getattr(self, f) is not None]
+        return steps + [("deny", dt.timedelta(hours=self.approval_expiry_hours))]
+
+    def may_decide(self, who: str, proposed_at: dt.datetime, now: dt.datetime) -> bool:
+        """Whether ``who`` may decide on a change set proposed at ``proposed_at``, at ``now``: a listed
+        approver, or an escalation approver once ``escalate_after`` has passed."""
+        if self.may_approve(who):
+            return True
+        return self.may_escalate(who) and self.escalate_after is not None and now >= proposed_at + self.escalate_after
+
+    def may_escalate(self, who: str) -> bool:
+        """Whether ``who`` is a listed escalation approver (who may decide after ``escalate_after``)."""
+        try:
+            return canonical_email(who) in self.escalation_approvers
+        except IdentityError:
+            return False
 
     def owns(self, asset_key: Sequence[str], selected: Iterable[Sequence[str]] = ()) -> bool:
         key = list(asset_key)
@@ -286,6 +414,40 @@ class ReviewSettings(BaseModel):
     sensitive: SensitiveSettings = Field(default_factory=SensitiveSettings)
 
 
+class AccessSettings(BaseModel):
+    """Access requests (``access:`` in the domains file, :mod:`dw_dagster.access`).
+
+    Attributes:
+        role_name: how a person's email becomes their database role (PostgreSQL) or user
+            (Snowflake): a template with ``{email}``, ``{local}`` (before the ``@``) and
+            ``{local_snake}`` (that, lower snake case). The name is looked up in the engine's
+            catalog exactly as the template writes it (quoted: never case-folded).
+        max_hours: the longest grant a request may ask for.
+        remind_before_minutes: the requester is reminded this long before a grant ends (at most
+            half the grant's length).
+        revoke_retry_minutes: how long after a failed revoke it is tried again (the incident stays open).
+        valid_until: give a PostgreSQL login role ``VALID UNTIL`` the grant's end too (a second line
+            should the revoke not happen; it stops password logins only), put back at the revoke.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    role_name: str = "{email}"
+    max_hours: float = Field(168, gt=0, le=24 * 90)
+    remind_before_minutes: float = Field(60, ge=0)
+    revoke_retry_minutes: float = Field(5, gt=0)
+    valid_until: bool = Field(True, description="PostgreSQL login roles also get VALID UNTIL the grant's end")
+
+    @field_validator("role_name")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        try:
+            v.format(email="a@b", local="a", local_snake="a")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"role_name may use {{email}}, {{local}} and {{local_snake}} only: {e}") from e
+        return v
+
+
 class Domains(BaseModel):
     """A domains file: the domains, the identity providers decisions are verified with, the operators."""
 
@@ -296,6 +458,7 @@ class Domains(BaseModel):
     review: ReviewSettings = Field(default_factory=ReviewSettings)
     operators: list[str] = Field(default_factory=list, description="who may lift an org-wide stop "
                                  "(default: every domain's approvers)")
+    access: AccessSettings = Field(default_factory=AccessSettings)
 
     @field_validator("operators")
     @classmethod
@@ -348,11 +511,53 @@ class Domains(BaseModel):
                         return d
         raise KeyError(f"no domain owns asset {'/'.join(asset_key)}")
 
+    def for_table(self, table: str) -> list[Domain]:
+        """The domains whose ``tables`` patterns match ``table`` (an access request's ownership)."""
+        return [d for d in self.domains if d.owns_table(table)]
+
     def get(self, name: str) -> Domain:
         for d in self.domains:
             if d.name == name:
                 return d
         raise KeyError(f"no domain named {name!r}")
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
+
+
+def parse_duration(v: Any) -> Any:
+    """``2h``, ``90m``, ``1d``, ``1h30m``, ``45s``, ``2w`` (or a ``timedelta``) as a ``timedelta``.
+
+    Raises:
+        ValueError: a bare number (its unit would be a guess), or text that is not such a duration.
+    """
+    if v is None or isinstance(v, dt.timedelta):
+        return v
+    if isinstance(v, bool) or isinstance(v, (int, float)):
+        raise ValueError(f"a duration needs a unit (s, m, h, d, w), e.g. '{v}h'; got the bare number {v}")
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"a duration looks like 2h, 30m, 1d or 1h30m; got {v!r}")
+    text, total, pos = v.strip().lower(), 0.0, 0
+    while pos < len(text):
+        m = _DURATION.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"a duration looks like 2h, 30m, 1d or 1h30m; got {v!r}")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if total <= 0:
+        raise ValueError(f"a duration must be longer than 0; got {v!r}")
+    return dt.timedelta(seconds=total)
+
+
+def duration_text(d: dt.timedelta) -> str:
+    """``6h``, ``1d 2h``, ``90m`` → compact words for messages."""
+    secs, parts = int(d.total_seconds()), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if secs >= size:
+            parts.append(f"{secs // size}{unit}")
+            secs %= size
+    return " ".join(parts) or "0s"
 
 
 def _canonical_emails(v: list[str]) -> list[str]:

@@ -40,6 +40,49 @@ PROPOSER = "dw-dagster"
 # Environment variable holding the HMAC key that signs approvals.
 SIGNING_KEY_ENV = "DW_APPROVAL_SIGNING_KEY"
 
+# Access requests (dw_dagster.access): time-bound grants the data owners approve
+#: the asset whose events show every access request, grant, reminder, revoke and receipt
+ACCESS_ASSET = "dw_access"
+ACCESS_REQUEST_KEY = "dw/access_request"
+ACCESS_EVENT_KEY = "dw/access_event"
+ACCESS_RECEIPT_KEY = "dw/access_receipt"
+ACCESS_RECEIPT_MD_KEY = "dw/access_receipt_md"
+ACCESS_RECEIPT_HASH_KEY = "dw/access_receipt_hash"
+ACCESS_RECEIPT_SIG_KEY = "dw/access_receipt_sig"
+ACCESS_REQUEST_ID_KEY = "dw/access_request_id"
+ACCESS_REQUEST_TAG = "dw/access_request_id"
+#: jobs, ops and the sensor of the access machinery; ``dw/kind`` of its jobs (a ticket is needed)
+ACCESS_GRANT_JOB = "dw_access_grant"
+ACCESS_REVOKE_JOB = "dw_access_revoke"
+ACCESS_GRANT_OP = "dw_apply_access_grant"
+ACCESS_REVOKE_OP = "dw_revoke_access_grant"
+ACCESS_SENSOR = "dw_access_sensor"
+ACCESS_KIND = "access"
+#: the resource key of the pager a failed revoke pages through
+ACCESS_PAGER_KEY = "dw_access_pager"
+#: the step kind of an access change set (its stages: ``grant``, then ``revoke-1``, ``revoke-2`` ...)
+ACCESS_STEP_KIND = "access_grant"
+#: prefix of the change sets that ask one domain's owners to approve an access request
+ACCESS_CHANGE_SET_PREFIX = "ar-"
+# The escalation ladder and notifications (integrations/notifications.py)
+ESCALATION_KEY = "dw/escalation"
+EXPIRED_KEY = "dw/change_set_expired"
+NOTIFICATION_KEY = "dw/notification"
+NOTIFICATION_STEP_KEY = "dw/notification_step"
+UNREACHABLE_KEY = "dw/unreachable"
+
+# The approval job's run ends successfully when it refused a decision: a refusal is an outcome, not a failure
+DECISION_TAG = "dw/decision"
+REFUSAL_TAG = "dw/refusal_reason"
+
+# Evidence masked before it leaves the warehouse (lineage/sensitive.py): the columns whose values were masked
+MASKED_COLUMNS_KEY = "dw/masked_columns"
+
+# Check evaluation metadata that notifications and the review site read back
+QUERY_KEY = "dw/query"
+QUERIES_KEY = "dw/queries"
+SLICES_JSON_KEY = "dw/slices_json"
+
 # ---- migrations (dw_dagster.migration): waves of table pairs, parity checks, the completion gate ----
 #: the parity kinds a pair is checked for, in the order they are reported
 PARITY_SCHEMA = "schema"
@@ -81,7 +124,6 @@ PARITY_PAIR_KEY = "dw/parity_pair"
 PARITY_VALUES_KEY = "dw/parity_values"
 PARITY_SQL_KEY = "dw/parity_sql"
 CHECK_KIND_KEY = "dw/check_kind"
-QUERIES_KEY = "dw/queries"
 #: ledger control key of a wave's gate state (round, sign-off, reopen): ``migration:<migration>/<wave>``
 MIGRATION_CONTROL_PREFIX = "migration:"
 #: run tag on a wave job's runs naming the migration and wave

@@ -48,7 +48,9 @@ from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident stat
     CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, UNREPAIRED,
     IncidentsMixin,
 )
-from dw_dagster.core.ledger_tables import _sqlite_engine, ledger_url
+from dw_dagster.core.ledger_access import AccessMixin
+from dw_dagster.core.ledger_ladder import LadderMixin
+from dw_dagster.core.ledger_tables import AccessRow, _sqlite_engine, ledger_url  # noqa: F401 - AccessRow is part of the API
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
     ChangeSetRow,
@@ -94,7 +96,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
-class Ledger(IncidentsMixin):
+class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
     def __init__(self, engine: Engine, *, url: str) -> None:
@@ -175,9 +177,13 @@ class Ledger(IncidentsMixin):
         return _row(ChangeSetRow, r) if r is not None else None
 
     def change_set_rows(self, *, states: Iterable[str] | None = None, target_asset: str | None = None,
-                        incident_id: str | None = None, latest_only: bool = True, limit: int | None = None) -> list[ChangeSetRow]:
-        """Recorded change sets, newest first, filtered on indexed columns."""
+                        incident_id: str | None = None, latest_only: bool = True, limit: int | None = None,
+                        updated_after: float | None = None) -> list[ChangeSetRow]:
+        """Recorded change sets, newest first, filtered on indexed columns (``updated_after``: only rows
+        whose state moved after that epoch time)."""
         q = sa.select(change_sets_t)
+        if updated_after is not None:
+            q = q.where(change_sets_t.c.updated_at > updated_after)
         if latest_only:
             q = q.where(change_sets_t.c.latest.is_(True))
         if states is not None:

@@ -146,6 +146,47 @@ quarantine_t = sa.Table(
     sa.Column("last_seen", sa.Float, nullable=False),
 )
 
+access_t = sa.Table(
+    "dw_ledger_access", _meta,
+    sa.Column("request_id", sa.String(64), primary_key=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("grantee", sa.String(320), nullable=False),
+    sa.Column("requested_by", sa.String(320), nullable=False),
+    sa.Column("database", sa.String(1024), nullable=False),
+    sa.Column("content_key", sa.String(64), nullable=False),
+    sa.Column("requested_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("granted_at", sa.Float, nullable=True),
+    sa.Column("revoked_at", sa.Float, nullable=True),
+    sa.Column("reminder_claimed_at", sa.Float, nullable=True),
+    sa.Column("reminded_at", sa.Float, nullable=True),
+    sa.Column("revoke_attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("next_revoke_at", sa.Float, nullable=True),
+    sa.Column("incident_id", sa.String(255), nullable=True),
+    sa.Column("note", sa.Text, nullable=False, default=""),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("result", sa.Text, nullable=False, default="{}"),
+    sa.Index("dw_ledger_access_state", "state", "expires_at"),
+    sa.Index("dw_ledger_access_content", "content_key"),
+)
+
+ladder_t = sa.Table(
+    "dw_ledger_ladder", _meta,
+    sa.Column("subject", sa.String(512), primary_key=True),
+    sa.Column("step", sa.String(32), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("change_set_id", sa.String(255), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("incident_id", sa.String(255), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("shown", sa.Boolean, nullable=False, default=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("dw_ledger_ladder_cs", "change_set_id"),
+    sa.Index("dw_ledger_ladder_incident", "incident_id"),
+    sa.Index("dw_ledger_ladder_shown", "shown"),
+)
+
 meta_t = sa.Table(
     "dw_ledger_meta", _meta,
     sa.Column("key", sa.String(64), primary_key=True),
@@ -214,6 +255,31 @@ class IncidentRow:
 
 
 @dataclass(frozen=True)
+class AccessRow:
+    """One access request as the ledger holds it (:mod:`dw_dagster.core.ledger_access`); times are epoch seconds."""
+
+    request_id: str
+    state: str
+    grantee: str
+    requested_by: str
+    database: str
+    content_key: str
+    requested_at: float
+    expires_at: float
+    updated_at: float
+    granted_at: float | None
+    revoked_at: float | None
+    reminder_claimed_at: float | None
+    reminded_at: float | None
+    revoke_attempts: int
+    next_revoke_at: float | None
+    incident_id: str | None
+    note: str
+    body: str
+    result: dict
+
+
+@dataclass(frozen=True)
 class ReceiptLink:
     asset_key: str
     seq: int
@@ -225,11 +291,31 @@ class ReceiptLink:
     created_at: float
 
 
+@dataclass(frozen=True)
+class LadderRow:
+    """One step of an escalation ladder as the ledger holds it (see :mod:`dw_dagster.core.ledger_ladder`)."""
+
+    subject: str
+    step: str
+    kind: str
+    change_set_id: str
+    version: str
+    incident_id: str
+    at: float
+    shown: bool
+    body: dict
+
+
 def _row(cls, r) -> Any:
     d = dict(r._mapping)
     d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
     if cls is StageRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else None
+    if cls is AccessRow:
+        d["result"] = json.loads(d["result"]) if d.get("result") else {}
+    if cls is LadderRow:
+        d["body"] = json.loads(d["body"]) if d.get("body") else {}
+        d["shown"] = bool(d["shown"])
     return cls(**d)
 
 

@@ -87,7 +87,7 @@ class Incident(_Record):
 
     id: str
     asset_key: list[str]
-    source: Literal["dw_check", "lightup", "volume_sensor", "manual"]
+    source: Literal["dw_check", "lightup", "volume_sensor", "manual", "access"]
     check_name: str | None = None
     detected_at: dt.datetime
     summary: str
@@ -108,6 +108,8 @@ class Evidence(_Record):
     database: str
     sql: str
     values: Any
+    key_columns: list[str] = Field(default_factory=list, description="the columns of the key lists in values "
+                                   "(``[v1, v2]`` under ``key`` or as rows), so a sensitive key column can be masked")
 
 
 class CauseFinding(_Record):
@@ -305,7 +307,7 @@ class PartitionNote(_Record):
 
 #: ChangeSet fields added after records were first sealed: left out of the hash while empty, so
 #: the versions of earlier records still verify
-_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps")
+_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers")
 
 
 class ChangeSet(_Record):
@@ -353,6 +355,8 @@ class ChangeSet(_Record):
                                     "replay of parked rows) run in order after the window and before the rebuild")
     manual_steps: list[ManualStep] = Field(default_factory=list, description="steps a person takes outside "
                                            "dw_dagster (a Mage rerun), checked by the verify stage; not stages")
+    excluded_approvers: list[str] = Field(default_factory=list, description="people who may not decide on it besides "
+                                          "the proposer, e.g. the person an access grant is for (canonical emails)")
 
     @staticmethod
     def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:

@@ -68,5 +68,20 @@ class SqlAlchemyDatabase:
         except Exception as e:
             raise DatabaseError(f"{self.name}: statement failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
 
+    def execute_many(self, statements: "list[str]") -> None:
+        """Run ``statements`` in one transaction: all of them, or (on an error) none.
+
+        Raises:
+            DatabaseError: a statement failed (named); the transaction was rolled back.
+        """
+        sql = ""
+        try:
+            with self._engine.begin() as con:
+                for sql in statements:
+                    con.exec_driver_sql(sql)
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: statement failed (nothing of the transaction kept): {type(e).__name__}: "
+                                f"{str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
     def dispose(self) -> None:
         self._engine.dispose()

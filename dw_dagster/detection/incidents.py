@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.domains import DomainsSource, domain_for
@@ -73,7 +74,7 @@ def open_incident(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> Incid
 def incident_observation(inc: Incident, description: str | None = None) -> dg.AssetObservation:
     """The ``dw/incident`` observation that shows an incident on its asset."""
     return dg.AssetObservation(
-        asset_key=dg.AssetKey(inc.asset_key), description=(description or f"incident {inc.id}: {inc.summary}")[:1000],
+        asset_key=dg.AssetKey(inc.asset_key), description=describe(description or f"incident {inc.id}: {inc.summary}", incident_id=inc.id),
         metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")), c.INCIDENT_ID_KEY: inc.id})
 
 

@@ -31,6 +31,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from dw_dagster.lineage.sensitive import mask_diagnosis, rules_in_force
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG
 from dw_dagster.diagnosis.combine import combine_findings
@@ -183,6 +185,9 @@ def build_diagnosis_job(
 
     def diagnose_claimed(context: dg.OpExecutionContext, led, incident: Incident) -> None:
         diagnosis, cs = diagnoser(context, incident)
+        # sample values leave the warehouse in this record (asset metadata, the MCP server, notifications):
+        # masked by the domains file's review.sensitive rules before it is written
+        diagnosis = mask_diagnosis(diagnosis, rules_in_force(domains))
         domain = domain_for(incident.asset_key, domains)
         if cs is not None and domain is not None and not domain.proposes:
             context.log.info(f"Domain {domain.name} is at autonomy {domain.autonomy}: diagnosed and annotated, "
@@ -192,7 +197,8 @@ def build_diagnosis_job(
         primary = diagnosis.primary
         context.log_event(dg.AssetObservation(
             asset_key=key,
-            description=f"diagnosis {diagnosis.id}: {primary.kind if primary else 'no cause found'}",
+            description=describe(f"diagnosis {diagnosis.id}: {primary.kind if primary else 'no cause found'}",
+                                 incident_id=diagnosis.incident_id),
             metadata={c.DIAGNOSIS_KEY: dg.MetadataValue.json(diagnosis.model_dump(mode="json")),
                       c.DIAGNOSIS_MD_KEY: dg.MetadataValue.md(diagnosis_markdown(diagnosis)),
                       c.INCIDENT_ID_KEY: incident.id},

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
@@ -257,7 +258,7 @@ class DeadLetterDiagnoser:
             mage_ui_url=_ui_url(mage))
         if domain.proposes:  # the steps' SQL on the asset page, beside the change set (which shows its diff)
             context.log_event(dg.AssetObservation(
-                asset_key=dg.AssetKey(cs.target_asset), description=f"change set {cs.id}: its steps (migration, replay)",
+                asset_key=dg.AssetKey(cs.target_asset), description=describe(f"change set {cs.id}: its steps (migration, replay)", change_set_id=cs.id),
                 metadata={STEPS_MD_KEY: dg.MetadataValue.md(steps_markdown(cs)), c.CHANGE_SET_ID_KEY: cs.id}))
         return diagnosis, cs
 

@@ -384,6 +384,34 @@ class LightupClient:
         return self._list(f"/api/v1/ws/{self.workspace}/monitors/",
                           metric_uuids=",".join(metric_uuids) if metric_uuids else None)
 
+    def get_integration(self, uuid: str) -> dict:
+        """``GET /api/v1/ws/{ws}/integrations/{uuid}``: one alert channel (``type``: email, slack, msteams,
+        pagerduty, jira, servicenow, opsgenie; its ``config``)."""
+        return self.request("GET", f"/api/v1/ws/{self.workspace}/integrations/{uuid}")
+
+    def alerting_integrations(self, incident_uuid: str) -> list[dict]:
+        """The alert channels the incident's monitor routes to (``monitor.config.alertConfig.channels[].channelId``
+        → integrations), in the monitor's order; a channel that no longer exists is left out."""
+        from dw_dagster.core.http import HttpApiError
+
+        raw = self.get_incident(incident_uuid)
+        monitor_uuid = raw.get("filter_uuid") or raw.get("monitor_uuid")
+        if not monitor_uuid:
+            return []
+        monitor = self.get_monitor(str(monitor_uuid))
+        channels = ((monitor.get("config") or {}).get("alertConfig") or {}).get("channels") or []
+        out = []
+        for ch in channels:
+            cid = ch.get("channelId") if isinstance(ch, dict) else None
+            if not cid:
+                continue
+            try:
+                out.append(self.get_integration(str(cid)))
+            except HttpApiError as e:
+                if e.status != 404:
+                    raise
+        return out
+
     def get_metric(self, uuid: str) -> dict:
         return self.request("GET", f"/api/v1/ws/{self.workspace}/metrics/{uuid}")
 

@@ -254,12 +254,17 @@ def resolution_note(receipt_url: str | None, receipts: Sequence[Receipt] = (), *
         receipts: the receipts written by the repair (may be empty).
         extra: a free-text line appended at the end.
     """
-    lines = ["Resolved by dw_dagster: repaired, verified, receipt written."]
+    if not receipts:
+        lines = ["Resolved by dw_dagster."]
+    elif all(r.verified for r in receipts):
+        lines = ["Resolved by dw_dagster: repaired, verified, receipt written."]
+    else:  # the wording follows the receipts, whoever calls this
+        lines = [f"dw_dagster repair NOT verified ({receipts[0].outcome}); receipt written."]
     if receipt_url:
         lines.append(f"Receipt: {receipt_url}")
     for r in receipts:
-        lines.append(f"- {'/'.join(r.asset_key)}: change set {r.change_set_id}, approved by {r.approver}, "
-                     f"partitions {', '.join(r.partitions) or 'none'}, verified={r.verified}")
+        lines.append(f"- {'/'.join(r.asset_key)}: receipt {r.id} ({r.outcome}, {'verified' if r.verified else 'NOT verified'}), "
+                     f"change set {r.change_set_id}, approved by {r.approver}, partitions {', '.join(r.partitions) or 'none'}")
     if extra:
         lines.append(extra)
     return "\n".join(lines)

@@ -363,6 +363,24 @@ def login_command(change_set_id: str, *, dagster_home: str | None = None) -> str
     return shlex.join(parts)
 
 
+def _access_lines(cs: ChangeSet) -> str | None:
+    """The summary of an access change set (:mod:`dw_dagster.access`): for whom, until when, what opens."""
+    from dw_dagster.approval.access_view import access_request_of
+
+    req = access_request_of(cs)
+    if req is None:
+        return None
+    esc = mrkdwn_escape
+    e, spec = req["dry_run"]["engine"], req["spec"]
+    opens = [f"{x['privilege']} on {x['table']}" + (f" ({', '.join(x['columns'])})" if not x.get("table_level") else "")
+             for x in e["newly_reachable"]] + [f"{x['privilege']} on {x['table']} through {x['how']}"
+                                               for x in e.get("also_reachable", [])]
+    sensitive = [f"{x['table']}.{x['column']} ({x['category']})" for x in req["dry_run"]["sensitive"]]
+    return (f"*{esc(cs.summary)}*\n*Access for:* {esc(spec['grantee_email'])}   *Asked by:* {esc(req['requester'])}\n"
+            f"*Why:* {esc(spec['why'])}\n*Until:* {esc(req['expires_at'])} (revoked then)\n"
+            f"*Opens:* {esc(_list(opens))}\n*Sensitive columns:* {esc(_list(sensitive))}")
+
+
 def approval_request_message(
     change_set: ChangeSet,
     blast_radius: BlastRadius | None,
@@ -372,6 +390,8 @@ def approval_request_message(
     job_name: str = APPROVAL_JOB_NAME,
     repository: str = DEFAULT_REPOSITORY,
     dagster_home: str | None = None,
+    review_url: str | None = None,
+    header: str | None = None,
 ) -> SlackMessage:
     """The approval request for a change set, for the domain's approvers.
 
@@ -383,6 +403,9 @@ def approval_request_message(
         job_name: the approval job (default ``dw_approve_change_set``).
         repository: the repository name inside the location (default ``__repository__``).
         dagster_home: when given, the CLI command carries ``--dagster-home`` with it.
+        review_url: the change set's own page on the review site (every version, decision and
+            ladder step), linked first when given.
+        header: a line above the request (a reminder, an escalation: who asks and why now).
 
     Returns:
         A :class:`SlackMessage`: header, summary, blast radius, expiry and approvers, the Approve /
@@ -406,7 +429,11 @@ def approval_request_message(
                + f"*Rebuild:* {esc(_list(['/'.join(k) for k in cs.rebuild_assets]))}")
     if cs.new_tests:
         summary += f"\n*New tests:* {esc(_list(cs.new_tests))}"
-    if blast_radius is not None:
+    access = _access_lines(cs)
+    if access is not None:  # an access request: what it opens, not a window to rerun
+        summary = access
+        radius = "*Blast radius*\nthe tables above; the review page lists what reads them"
+    elif blast_radius is not None:
         br = blast_radius
         radius = ("*Blast radius*\n"
                   f"• Models: {esc(_list([m.name for m in br.models]))}\n"
@@ -427,8 +454,13 @@ def approval_request_message(
            f"```{esc(chr(10).join(commands))}```\n"
            f"Only a listed approver can approve; the proposer ({esc(cs.proposer)}) cannot. "
            f"Add `--reject` to reject.")
-    blocks = [
-        _header(f"Approval needed: change set {cs.id}"),
+    blocks = [_header(f"Approval needed: change set {cs.id}")]
+    if header:
+        blocks.append(_section(f"*{esc(header)}*"))
+    if review_url:
+        blocks.append(_section(f"<{esc(review_url)}|Open change set {esc(cs.id)} on the review page> "
+                               "(every version, decision and escalation step)"))
+    blocks += [
         _section(summary),
         _section(radius),
         _section(timing),
@@ -436,7 +468,8 @@ def approval_request_message(
         _section(how),
         _context(f"version `{esc(cs.version)}` · proposed by {esc(cs.proposer)} · undo: {esc(clip(cs.undo, 300)) or 'n/a'}"),
     ]
-    text = (f"Approval needed for change set {cs.id} on {asset}: {cs.summary}. "
+    text = ((f"{header} " if header else "") + f"Approval needed for change set {cs.id} (version {cs.version[:12]}) "
+            f"on {asset}: {cs.summary}. " + (f"Review: {review_url}. " if review_url else "") +
             f"Expires {expires}. Approve or reject with the buttons, or run: {login}; "
             f"or in the Launchpad: {url} or run: {commands[0]}")
     return SlackMessage(text=text, blocks=blocks)
@@ -454,15 +487,48 @@ def page_annotated_message(incident_id: str, vendor: str, note: str, *, page_url
 
 def resolved_message(incident_id: str, receipts: Sequence[Receipt], receipt_url: str | None) -> SlackMessage:
     """"Resolved with receipt": per asset, the change set, approver, partitions and verification."""
-    lines = [f"*Resolved* incident `{mrkdwn_escape(incident_id)}`: repaired, verified, receipts written."]
+    verified = bool(receipts) and all(r.verified for r in receipts)
+    head = ("*Resolved* incident `{}`: repaired, verified, receipts written." if verified
+            else "*NOT resolved* incident `{}`: the repair did not verify; receipts written.")
+    lines = [head.format(mrkdwn_escape(incident_id))]
     if receipt_url:
         lines.append(f"<{mrkdwn_escape(receipt_url)}|Read the receipt>")
     for r in receipts[:20]:
-        lines.append(f"• `{mrkdwn_escape('/'.join(r.asset_key))}`: change set `{mrkdwn_escape(r.change_set_id)}`, "
-                     f"approved by {mrkdwn_escape(r.approver)}, partitions {mrkdwn_escape(_list(r.partitions))}, "
-                     f"verified {'yes' if r.verified else 'NO'}")
-    text = f"Incident {incident_id} resolved with {len(receipts)} receipt(s)" + (f": {receipt_url}" if receipt_url else "")
+        lines.append(f"• `{mrkdwn_escape('/'.join(r.asset_key))}`: receipt `{mrkdwn_escape(r.id)}` "
+                     f"({mrkdwn_escape(r.outcome)}, {'verified' if r.verified else 'NOT verified'}), change set "
+                     f"`{mrkdwn_escape(r.change_set_id)}`, approved by {mrkdwn_escape(r.approver)}, partitions "
+                     f"{mrkdwn_escape(_list(r.partitions))}")
+    text = (f"Incident {incident_id} {'resolved' if verified else 'NOT resolved'} with {len(receipts)} receipt(s)"
+            + (f": {receipt_url}" if receipt_url else ""))
     return SlackMessage(text=text, blocks=[_section("\n".join(lines))])
+
+
+def outcome_message(verdict: Any, incident_id: str, receipt_url: str | None, *,
+                    next_steps: Sequence[str] = ()) -> SlackMessage:
+    """A repair that resolves nothing (failed, halted, not verified, undone): what happened, the failing
+    checks with their SQL and values, and what happens next. ``verdict`` is a
+    :class:`~dw_dagster.integrations.outcomes.RepairVerdict`."""
+    esc = mrkdwn_escape
+    r = verdict.receipt
+    head = (f":rotating_light: *{esc(verdict.headline)}* for incident `{esc(incident_id)}` on "
+            f"`{esc('/'.join(r.asset_key))}`: {esc(r.outcome)}")
+    lines = [head, f"Change set `{esc(r.change_set_id)}` approved by {esc(r.approver_identity or r.approver)}; "
+             f"receipt `{esc(r.id)}` is *{'verified' if r.verified else 'NOT verified'}*."]
+    if receipt_url:
+        lines.append(f"<{esc(receipt_url)}|Read the receipt>")
+    blocks = [_section("\n".join(lines))]
+    for fc in verdict.checks[:10]:
+        values = ", ".join(f"{k}={v}" for k, v in fc.values.items()) or "no values recorded"
+        text = f"*Check* `{esc(fc.check)}` on `{esc(fc.asset)}` failed: {esc(clip(values, 1200))}"
+        if fc.sql:
+            text += f"\n```{esc(clip(fc.sql, 1500))}```"
+        blocks.append(_section(text))
+    if next_steps:
+        blocks.append(_context("The page stays open: " + esc("; ".join(next_steps))))
+    text = (f"Incident {incident_id}: {verdict.headline}: {r.outcome}"
+            + "".join(f"; check {fc.check} failed" for fc in verdict.checks[:5])
+            + (f". Receipt: {receipt_url}" if receipt_url else ""))
+    return SlackMessage(text=text, blocks=blocks)
 
 
 __all__ = [
@@ -477,6 +543,7 @@ __all__ = [
     "login_command",
     "message_ref",
     "mrkdwn_escape",
+    "outcome_message",
     "page_annotated_message",
     "ref_metadata",
     "resolved_message",

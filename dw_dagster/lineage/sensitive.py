@@ -181,4 +181,153 @@ def match_column(name: str, rules: Iterable[SensitiveRule], *, description: str 
     return out
 
 
-__all__ = ["DEFAULT_RULES", "SensitiveMatch", "match_column", "normalise_name", "rules_from"]
+# -- masking evidence that leaves the warehouse ------------------------------------------------------
+
+#: the column that lists which columns of a masked row or record were masked
+MASKED_COLUMNS_KEY = "masked_columns"
+
+
+def masked_text(rule: SensitiveRule) -> str:
+    """What a masked value reads as: ``[masked: email]`` (the rule's category; never a hash of the value,
+    which a short or guessable value would give away)."""
+    return f"[masked: {rule.category}]"
+
+
+def sensitive_column(name: str, rules: Iterable[SensitiveRule]) -> SensitiveRule | None:
+    """The first rule that flags a column by its name, or None (only ``name`` rules apply to evidence:
+    a sample carries no description, tags or meta)."""
+    return next((m.rule for m in match_column(name, [r for r in rules if "name" in r.applies_to])), None)
+
+
+def mask_row(row: Mapping[str, Any], rules: Iterable[SensitiveRule]) -> tuple[dict[str, Any], list[str]]:
+    """A row (column → value) with the values of sensitive columns masked, and the columns masked."""
+    rules = list(rules)
+    out, masked = {}, []
+    for k, v in row.items():
+        rule = sensitive_column(str(k), rules) if v is not None else None
+        out[k] = masked_text(rule) if rule is not None else v
+        if rule is not None:
+            masked.append(str(k))
+    return out, masked
+
+
+def mask_rows(rows: Iterable[Mapping[str, Any]], rules: Iterable[SensitiveRule]) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`mask_row` over a sample: the rows, and every column masked in any of them (in column order)."""
+    rules = list(rules)
+    out, masked = [], []
+    for row in rows:
+        r, m = mask_row(row, rules)
+        out.append(r)
+        masked += [c for c in m if c not in masked]
+    return out, masked
+
+
+def mask_values(values: Any, rules: Iterable[SensitiveRule]) -> Any:
+    """Evidence as JSON (dicts, lists, scalars) with every value under a sensitive key masked, at any
+    depth; a dict that had values masked names them in ``masked_columns``."""
+    rules = list(rules)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            row, masked = mask_row({k: walk(x) if sensitive_column(str(k), rules) is None else x for k, x in v.items()},
+                                   rules)
+            if masked:
+                row[MASKED_COLUMNS_KEY] = sorted(set(masked) | set(v.get(MASKED_COLUMNS_KEY) or []))
+            return row
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(values)
+
+
+def mask_keyed(keys: list[list[Any]], key_columns: list[str], rules: Iterable[SensitiveRule]) -> tuple[list[list[Any]], list[str]]:
+    """Key tuples (values in ``key_columns`` order) with the sensitive key columns' values masked."""
+    rules = list(rules)
+    flagged = {i: r for i, c in enumerate(key_columns) if (r := sensitive_column(c, rules)) is not None}
+    if not flagged:
+        return keys, []
+    return ([[masked_text(flagged[i]) if i in flagged and v is not None else v for i, v in enumerate(k)] for k in keys],
+            [key_columns[i] for i in sorted(flagged)])
+
+
+def _mask_json_text(text: str, rules: list[SensitiveRule]) -> str:
+    """A JSON object held as text (a dead-letter payload) with its sensitive fields masked; other text as it is."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return text
+    if not isinstance(data, (dict, list)):
+        return text
+    return json.dumps(mask_values(data, rules), default=str)
+
+
+def mask_evidence_values(values: Any, key_columns: list[str], rules: Iterable[SensitiveRule]) -> Any:
+    """Evidence values with every sensitive value masked: fields by their name (:func:`mask_values`), key
+    lists (``[v1, v2]`` under ``key``, or rows that are key lists) by ``key_columns``, and JSON payload text."""
+    rules = list(rules)
+    flagged = {i for i, c in enumerate(key_columns) if sensitive_column(c, rules) is not None}
+
+    def key_list(v: list) -> list:
+        return [masked_text(sensitive_column(key_columns[i], rules)) if i in flagged and x is not None else x  # type: ignore[arg-type]
+                for i, x in enumerate(v)]
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            out = {}
+            for k, x in v.items():
+                if k == "key" and isinstance(x, list) and flagged:
+                    out[k] = key_list(x)
+                elif isinstance(x, str) and k in ("payload", "row", "record"):
+                    out[k] = _mask_json_text(x, rules)
+                else:
+                    out[k] = walk(x)
+            return out
+        if isinstance(v, list):
+            if flagged and v and all(isinstance(x, list) and len(x) == len(key_columns) for x in v):
+                return [key_list(x) for x in v]
+            return [walk(x) for x in v]
+        return v
+
+    return mask_values(walk(values), rules)
+
+
+def mask_diagnosis(diagnosis: Any, rules: Iterable[SensitiveRule]) -> Any:
+    """A :class:`~dw_dagster.core.models.Diagnosis` whose evidence values and finding details are masked
+    (what is recorded on the asset and shown anywhere else); everything else as it is."""
+    rules = list(rules)
+    causes = []
+    for f in diagnosis.causes:
+        keys = next((e.key_columns for e in f.evidence if e.key_columns), [])
+        evidence = [e.model_copy(update={"values": mask_evidence_values(e.values, e.key_columns, rules)}) for e in f.evidence]
+        details = mask_evidence_values(f.details, list(keys), rules)
+        causes.append(f.model_copy(update={"evidence": evidence, "details": details}))
+    return diagnosis.model_copy(update={"causes": causes})
+
+
+def rules_in_force(domains: Any = None) -> list[SensitiveRule]:
+    """The rules of the domains file in force (``domains``: a DomainsSource, default ``$DW_DOMAINS_FILE``),
+    else the built-in ones; never fails (a broken domains file still masks with every built-in rule)."""
+    from dw_dagster.core.domains import resolve_domains
+
+    try:
+        return rules_from(resolve_domains(domains))
+    except Exception:  # noqa: BLE001 - masking never stops the evidence from being recorded, only its values
+        return list(DEFAULT_RULES)
+
+
+def masker(settings: SensitiveSettings | Domains | None):
+    """``mask_values`` bound to the rules of ``settings`` (the domains file's ``review.sensitive``, else the
+    built-in rules): what every outlet applies before evidence leaves the warehouse."""
+    try:
+        rules = rules_from(settings)
+    except ValueError:
+        rules = list(DEFAULT_RULES)  # a bad disable list still masks with every built-in rule
+    return lambda values: mask_values(values, rules)
+
+
+__all__ = ["DEFAULT_RULES", "MASKED_COLUMNS_KEY", "SensitiveMatch", "mask_diagnosis", "mask_evidence_values", "mask_keyed",
+           "mask_row", "mask_rows", "mask_values", "rules_in_force",
+           "masked_text", "masker", "match_column", "normalise_name", "rules_from", "sensitive_column"]

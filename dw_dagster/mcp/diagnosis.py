@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
+from dw_dagster.lineage.sensitive import mask_evidence_values, rules_in_force
 from dw_dagster.core import records
 from dw_dagster.core.ledger import asset_str
 from dw_dagster.core.models import BlastRadius, CauseFinding, Diagnosis, Incident
@@ -64,10 +65,13 @@ def cause_view(f: CauseFinding) -> CauseView:
     cuts: dict[str, int] = {}
     details = _cut(f.details, "details", cuts)
     evidence = []
+    rules = rules_in_force()  # sample values leave the warehouse here: masked (a live diagnosis is not masked yet)
+    details = mask_evidence_values(details, next((e.key_columns for e in f.evidence if e.key_columns), []), rules)
     for e in f.evidence:
         ecuts: dict[str, int] = {}
         evidence.append(EvidenceView(description=e.description, database=e.database, sql=e.sql,
-                                     values=_cut(e.values, "values", ecuts), cut=ecuts))
+                                     values=_cut(mask_evidence_values(e.values, e.key_columns, rules), "values", ecuts),
+                                     cut=ecuts))
     return CauseView(kind=f.kind, summary=f.summary, confidence=f.confidence, explained_rows=f.explained_rows,
                      unexplained_rows=f.unexplained_rows, window=f.window, details=details, cut=cuts, evidence=evidence)
 

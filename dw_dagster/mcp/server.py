@@ -5,9 +5,10 @@ decisions, receipts, check results; the ledger and the ``dw/`` observations) and
 locations of a workspace file (asset graph, dbt manifest, lineage). Every result is a pydantic
 model, so clients get a JSON schema for it (``outputSchema``) and ``structuredContent``.
 
-It can propose a repair (``remediate``) and run an asset's checks (``run_quality_check``, no data
-change) but never approve, reject, merge, resume or run a repair: no such tool exists, and a
-change set proposed here waits for a listed approver in the approval job like any other.
+It can propose a repair (``remediate``), propose an access request (``request_access``) and run an
+asset's checks (``run_quality_check``, no data change) but never approve, reject, merge, resume or
+run a repair, or grant access: no such tool exists, and a change set or access request proposed
+here waits for the listed approvers in the approval job like any other.
 
 Transports: stdio (default; what Claude Code, Cursor and Codex start) and streamable HTTP at
 ``/mcp`` (``--http HOST:PORT``) behind a bearer token or OAuth access tokens (:mod:`.auth`).
@@ -24,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from dw_dagster.mcp import audit, changes, diagnosis, incidents, lineage, quality
+from dw_dagster.mcp import access, audit, changes, diagnosis, incidents, lineage, quality
 from dw_dagster.mcp.state import DwState, ServerSettings
 from dw_dagster.version import __version__
 
@@ -44,13 +45,15 @@ PROPOSES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempot
 #: every tool this server offers; none approves, rejects, merges, resumes or runs a repair
 TOOLS = ("list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
          "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-         "explain_table", "get_audit_trail", "generate_migration", "remediate", "get_migration_status")
+         "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access",
+         "get_migration_status")
 
 INSTRUCTIONS = (
     "dw_dagster finds why a table is wrong, proposes one change set, waits for a verified owner's approval inside "
     "Dagster, runs the bounded repair and leaves signed receipts. Start with list_incidents; diagnose_incident and "
     "get_root_cause explain an incident from its recorded diagnosis; blast_radius_analysis says what a fix touches. "
-    "remediate only proposes: a listed approver decides in the approval job. Asset keys are slash-separated."
+    "remediate only proposes: a listed approver decides in the approval job. request_access dry-runs a warehouse grant "
+    "(what it really opens, who must approve) and files it; it never grants. Asset keys are slash-separated."
 )
 
 KeyText = Annotated[str, Field(max_length=1000)]
@@ -495,6 +498,46 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
                 job in the workspace, a diagnosis run that failed or proposed nothing (with why).
         """
         return changes.remediate(st, incident_id)
+
+    @tool(annotations=PROPOSES)
+    @guarded
+    def request_access(
+        database: Annotated[str, Field(description="a database resource key of the workspace's code locations, or a URL",
+                                       max_length=2000)],
+        who: Annotated[str, Field(description="whom the access is for (email)", max_length=320)],
+        why: Annotated[str, Field(description="the reason the owners read", min_length=1, max_length=2000)],
+        duration: Annotated[str, Field(description="how long: 8h, 30m, 1h30m, 2d", max_length=20)] = "8h",
+        grant: Annotated[str | None, Field(description="a role to grant", max_length=300)] = None,
+        tables: Annotated[list[Annotated[str, Field(max_length=600)]], Field(max_length=100,
+                                                                              description="schema.table names")] = [],  # noqa: B006
+        columns: Annotated[list[Annotated[str, Field(max_length=300)]], Field(max_length=500, description=(
+            "columns of those tables (PostgreSQL); all of them when empty"))] = [],  # noqa: B006
+        privilege: Annotated[Literal["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"],
+                             Field(description="the table privilege")] = "SELECT",
+        end_sessions: Annotated[bool, Field(description="end the grantee's live sessions at the revoke")] = False,
+        dry_run: Annotated[bool, Field(description="only say what the grant would open; record nothing")] = False,
+    ) -> access.AccessProposal:
+        """Ask for time-bound warehouse access. It never approves and never grants.
+
+        The dry-run runs on the engine: the privileges the grantee newly gets (exactly what
+        has_table_privilege / has_column_privilege would say after the grant minus before), what
+        becomes reachable through SET ROLE, WITH ADMIN or default privileges, the sensitive columns,
+        the downstream assets and exposures, and the domains whose owners must all approve. A grant
+        that opens nothing new is not filed. A caller proven by the HTTP endpoint's OAuth token files
+        a pending request (the owners are asked); otherwise it is a draft the person confirms with
+        `dw-dagster access confirm REQUEST --login`.
+
+        Returns:
+            AccessProposal: `state`, `request_id`, `statements`, `rollback`, `newly_reachable`,
+            `sensitive`, `domains`, `approvers`, `expires_at`, `next` (what a person does next).
+
+        Raises:
+            ToolError: no domains file, an unknown database, role, table or column, a table no domain
+                owns, an engine other than PostgreSQL or Snowflake, a duration over the allowed one.
+        """
+        return access.request_access(st, database=database, who=who, grant=grant, tables=list(tables),
+                                     columns=list(columns), privilege=privilege, duration=duration, why=why,
+                                     end_sessions=end_sessions, dry_run=dry_run)
 
     return server
 

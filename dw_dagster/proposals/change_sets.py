@@ -7,6 +7,7 @@ record back re-computes its hash: a record whose content was altered is refused 
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import Ledger, asset_str, ledger_for
 from dw_dagster.core.models import ChangeSet
@@ -35,7 +36,8 @@ def change_set_observation(cs: ChangeSet) -> dg.AssetObservation:
     from dw_dagster.proposals.watermark import change_set_markdown
 
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
-                               description=f"change set {cs.id} proposed; waiting for approval by {', '.join(cs.approvers)}",
+                               description=describe(f"change set {cs.id} proposed; waiting for approval by "
+                                                    f"{', '.join(cs.approvers)}", change_set_id=cs.id),
                                metadata={c.CHANGE_SET_KEY: dg.MetadataValue.json(cs.model_dump(mode="json")),
                                          c.CHANGE_SET_MD_KEY: dg.MetadataValue.md(change_set_markdown(cs)),
                                          c.CHANGE_SET_ID_KEY: cs.id})

@@ -23,6 +23,7 @@ import dagster as dg
 from dagster import DagsterEventType
 from pydantic import Field
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import CLOSED, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
@@ -215,7 +216,7 @@ def receipt_observation(r: Receipt, description: str) -> dg.AssetObservation:
     md = receipt_markdown(r)
     h = r.content_hash(md)
     return dg.AssetObservation(
-        asset_key=dg.AssetKey(r.asset_key), description=description[:1000],
+        asset_key=dg.AssetKey(r.asset_key), description=describe(description, change_set_id=r.change_set_id),
         metadata={c.RECEIPT_KEY: dg.MetadataValue.json(r.model_dump(mode="json")),
                   c.RECEIPT_MD_KEY: dg.MetadataValue.md(md),
                   c.RECEIPT_HASH_KEY: h,

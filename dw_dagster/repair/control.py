@@ -15,13 +15,15 @@ sensor records, in the ledger, a decision signed like a person's with approver
 the domains file still allows it; when the level is lowered it is withdrawn, so the owner can decide
 (:mod:`dw_dagster.repair.sensor` says what happens to a repair already under way).
 
-**Expiry and escalation.** :func:`build_expiry_sensor` marks every change set version that reached
-its ``expires_at`` without a decision as expired (in the ledger and as ``dw/change_set_expired``)
-and tells the domain's next escalation contact (Slack when configured); it never grants anything.
+**Expiry and escalation.** :func:`build_expiry_sensor` climbs each domain's escalation ladder
+(:mod:`dw_dagster.approval.ladder`): it reminds, escalates to people who may then decide, and
+marks a version that reached its ``expires_at`` without a decision expired (in the ledger and as
+``dw/change_set_expired``); it never grants anything.
 """
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 
 import dagster as dg
 from pydantic import BaseModel, Field
@@ -29,7 +31,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import Domain, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import VerifiedIdentity, decision_nonce
-from dw_dagster.core.ledger import EXPIRED, PROPOSED, asset_str, ledger_for
+from dw_dagster.core.ledger import EXPIRED, asset_str, ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, utcnow
 from dw_dagster.approval.job import (
     AUTONOMY_PREFIX,
@@ -45,7 +47,7 @@ from dw_dagster.approval.job import (
 
 CONTROL_ASSET = dg.AssetKey(["dw_control"])
 STOP_KEY = "dw/stop"
-EXPIRED_KEY = "dw/change_set_expired"
+EXPIRED_KEY = c.EXPIRED_KEY
 STOP_CONTROL = "org_wide_stop"
 
 
@@ -234,82 +236,42 @@ def expired_ids(instance: dg.DagsterInstance) -> set[str]:
 
 def build_expiry_sensor(
     *,
-    slack_resource_key: str | None = None,
-    slack_channel: str | None = None,
     domains: DomainsSource = None,
+    clock: Callable[[], dt.datetime] | None = None,
     name: str = "dw_expiry_sensor",
-    minimum_interval_seconds: int = 300,
+    minimum_interval_seconds: int = 60,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
-    """Mark unanswered change sets expired and tell the next escalation contact; never grants.
+    """The escalation ladder's sensor: reminds, escalates and denies unanswered requests (and repairs
+    that did not verify) as each domain's ladder says; never grants (:mod:`dw_dagster.approval.ladder`).
 
     Args:
-        slack_resource_key: a :class:`~dw_dagster.integrations.slack.SlackResource` key to notify through, or None
-            (the escalation is then only recorded).
-        slack_channel: the channel for escalations (default: the resource's).
-        domains: the domains (escalation contacts); default ``$DW_DOMAINS_FILE``.
+        domains: the domains (ladders, approvers, escalation approvers); default ``$DW_DOMAINS_FILE``.
+        clock: what "now" is (default: the current UTC time; tests pass a clock they control).
+        name: the sensor's name (``dw_expiry_sensor`` keeps the name the expiry-only sensor had).
 
     Returns:
-        A ``SensorDefinition`` (STOPPED by default) emitting ``dw/change_set_expired`` observations:
-        ``{change_set_id, version, expired_at, escalated_to, notified}``. Reads only the ledger's
-        waiting versions.
+        A ``SensorDefinition`` (STOPPED by default). Each step is recorded in the ledger and shown at
+        once as a ``dw/escalation`` observation on the change set's target asset (a denied request
+        also as ``dw/change_set_expired``); the notification sensor tells the people. The tick's
+        skip reason says what was told.
     """
-    keys = {slack_resource_key} if slack_resource_key else set()
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
-               required_resource_keys=keys,
-               description="Marks change sets that expired without a decision and escalates to the next contact.")
+               description="The escalation ladder: reminds, escalates to people who may then decide, and denies "
+               "(expires) unanswered change sets; never grants.")
     def _sensor(context: dg.SensorEvaluationContext):
-        instance = context.instance
-        led = ledger_for(instance)
-        now = utcnow()
-        slack = getattr(context.resources, slack_resource_key) if slack_resource_key else None
+        from dw_dagster.approval.ladder import climb
+
         try:
             doms = resolve_domains(domains)
-        except DomainsFileError as e:  # reported; the expiry itself still recorded
+        except DomainsFileError as e:  # reported; requests still expire at their recorded expiry
             context.log.error(f"cannot read the domains file: {e}")
             doms = None
-        events = []
-        for row in led.change_set_rows(states=[PROPOSED]):
-            if row.expires_at > now.timestamp() or led.active_decision(row.change_set_id, row.version) is not None:
-                continue
-            try:
-                cs = parse_change_set(row.body)
-            except Exception as e:  # noqa: BLE001 - a tampered record expires nothing; it is quarantined
-                from dw_dagster.core.records import quarantine
-
-                quarantine(instance, f"change_set:{row.change_set_id}:{row.version}", "change_set", row.target_asset, str(e))
-                continue
-            if not led.set_change_set_state(cs.id, cs.version, EXPIRED, from_states=[PROPOSED]):
-                continue
-            domain = None
-            if doms is not None:
-                try:
-                    domain = doms.get(cs.domain)
-                except KeyError:
-                    domain = None
-            contact = domain.escalation[0] if domain and domain.escalation else None
-            notified = False
-            if slack is not None and contact:
-                try:
-                    from dw_dagster.integrations.slack import SlackMessage
-
-                    text = (f"Escalation to {contact}: change set {cs.id} on {'/'.join(cs.target_asset)} expired at "
-                            f"{cs.expires_at.isoformat()} without a decision by {', '.join(cs.approvers)}. Nothing was "
-                            f"applied. {cs.summary}. A new proposal is needed to act.")
-                    slack.post_message(SlackMessage(text=text, blocks=[]), channel=slack_channel)
-                    notified = True
-                except Exception as e:  # noqa: BLE001 - recorded; the expiry itself still stands
-                    context.log.error(f"escalation message for {cs.id} failed: {e}")
-            events.append(dg.AssetObservation(
-                asset_key=dg.AssetKey(cs.target_asset),
-                description=f"change set {cs.id} expired without a decision; escalated to {contact or 'nobody listed'}",
-                metadata={EXPIRED_KEY: dg.MetadataValue.json({
-                    "change_set_id": cs.id, "version": cs.version, "expired_at": cs.expires_at.isoformat(),
-                    "escalated_to": contact, "notified": notified}), c.CHANGE_SET_ID_KEY: cs.id}))
-        if not events:
-            return dg.SkipReason("no change set expired since the last tick")
-        return dg.SensorResult(asset_events=events)
+        tick = climb(context.instance, doms, clock() if clock else None)
+        for p in tick.problems:
+            context.log.error(p)
+        return dg.SkipReason(tick.summary()[:1000])
 
     return _sensor
 

@@ -50,7 +50,7 @@ TICKET_TAG = "dw/ticket"
 KIND_TAG = "dw/kind"
 #: ``dw/kind`` job tags of the jobs that change data or write receipts: they need a ticket (the
 #: checks-only verify job reads and may run any time; only the run the sensor dispatched counts)
-REPAIR_KINDS = frozenset({"window", "step", "undo", "rebuild", "receipt"})
+REPAIR_KINDS = frozenset({"window", "step", "undo", "rebuild", "receipt", "access"})
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 PARTITION_TAG = "dagster/partition"

@@ -37,11 +37,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.approval.job import approval_status, parse_change_set
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.asset_graph import asset_graph_of
-from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
+from dw_dagster.core.domains import ACCESS_GRANT, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.ledger import (
     ABANDONED,
     ACTIVE_STATES,
@@ -211,6 +212,8 @@ def build_remediation_sensor(
                 records.quarantine(instance, f"change_set:{row.change_set_id}:{row.version}", "change_set",
                                    row.target_asset, f"{e}: refused as tampering")
                 plan.waiting.append(f"{row.change_set_id}: quarantined ({e})")
+                continue
+            if ACCESS_GRANT in cs.change_classes:  # an access request's approval: the access sensor runs it
                 continue
             try:
                 plan.walk(cs, row.state, decisions.get((cs.id, cs.version)), all_stages.get((cs.id, cs.version), {}), now,
@@ -460,7 +463,7 @@ def _receipt_config(cs: ChangeSet) -> dict:
 
 def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
-                               description=f"approval {d.id} of change set {cs.id} withdrawn: {reason}"[:1000],
+                               description=describe(f"approval {d.id} of change set {cs.id} withdrawn: {reason}", change_set_id=cs.id),
                                metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
                                    {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
                                     "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),

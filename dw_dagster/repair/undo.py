@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import dagster as dg
 from pydantic import Field
 
+from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
@@ -228,7 +229,7 @@ def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
             "at": utcnow().isoformat()}
     held.complete(context.instance, context.run_id, success=True, result=snap)
     context.log_event(dg.AssetObservation(
-        asset_key=dg.AssetKey(cs.target_asset), description=f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}",
+        asset_key=dg.AssetKey(cs.target_asset), description=describe(f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}", change_set_id=cs.id),
         metadata={SNAPSHOT_KEY: dg.MetadataValue.json(snap), c.CHANGE_SET_ID_KEY: cs.id}))
 
 

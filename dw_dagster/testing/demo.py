@@ -34,6 +34,7 @@ from typing import Any
 
 import dagster as dg
 
+from dw_dagster.core.links import REVIEW_URL_ENV  # noqa: F401 - the demos set it
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
@@ -54,10 +55,15 @@ SIGNING_KEY_ENV = c.SIGNING_KEY_ENV
 
 __all__ = [
     "MARKER", "PROPOSER", "QUIET", "RANGE_END_TAG", "RANGE_START_TAG", "SIGNING_KEY_ENV", "STAGE_TAG", "DemoDirError",
-    "DemoError", "DemoSpec", "Timeline", "claim_demo_dir", "clip", "demo_approvals", "demo_login", "evaluations",
+    "DemoError", "DemoSpec", "Timeline", "claim_demo_dir", "clip", "demo_approvals", "demo_login", "demo_login_for",
+    "evaluations",
     "example_dbt_project", "notifications", "owner_merges", "run_job", "run_repair_stages", "source_change_sentence",
     "write_dbt_profile",
 ]
+
+
+#: where the demos say the review site is: ``dw-dagster approvals serve``'s default address
+REVIEW_URL = "http://127.0.0.1:8770"
 
 
 class DemoError(RuntimeError):
@@ -207,6 +213,18 @@ def demo_login(domains_file: Path, change_set_id: str, email: str, instance: dg.
                  open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
 
 
+def demo_login_for(domains_file: Path, nonce: str, email: str) -> str:
+    """An ID token for ``email`` bound to ``nonce`` (an access request's, say), through the identity
+    provider's login, as :func:`demo_login` does for a decision."""
+    import httpx
+
+    from dw_dagster.approval.identity.oidc import login
+    from dw_dagster.core.domains import load_domains
+
+    settings = load_domains(domains_file).identity.oidc
+    return login(settings, nonce=nonce, login_hint=email, open_url=lambda url: httpx.get(url, follow_redirects=True, timeout=30))
+
+
 def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, change_set_id: str, *, owner: str,
                    not_listed: str, comment: str, refused: list, log: Timeline, owner_role: str,
                    domains_file: Path) -> dict:
@@ -351,3 +369,22 @@ class DemoSpec:
     default_scale: float
     min_scale: float
     max_scale: float
+
+
+def ladder_after(instance: dg.DagsterInstance, domains_file: Path, change_set_id: str, hours: float) -> list[dict]:
+    """Climb the escalation ladder at ``hours`` after the change set's repair ended (its receipt stage),
+    on a clock the demo sets: the steps told (``dw/escalation`` payloads). The demo's stand-in for the
+    hours a real ladder waits."""
+    import datetime as dt
+
+    from dw_dagster.approval.ladder import climb
+    from dw_dagster.core.domains import load_domains
+    from dw_dagster.core.ledger import ledger_for
+
+    led = ledger_for(instance)
+    row = led.change_set_row(change_set_id)
+    receipt = led.stages(change_set_id, row.version).get("receipt") if row else None
+    if receipt is None or receipt.finished_at is None:
+        raise DemoError(f"ladder: change set {change_set_id} has no finished receipt stage")
+    now = dt.datetime.fromtimestamp(receipt.finished_at, dt.timezone.utc) + dt.timedelta(hours=hours)
+    return [s for s in climb(instance, load_domains(domains_file), now).told if s["change_set_id"] == change_set_id]

@@ -116,12 +116,16 @@ def test_lightup_driven_timeline(loop):
     assert (result.incident_source, inc.source, inc.external_id) == ("lightup", "lightup", result.lightup_incident)
     assert inc.gap_rows == result.gap_rows_before and inc.slices[0].slice == {"region": "Southwest"}
     assert [d.isoformat()[:10] for d in (inc.window_start, inc.window_end)] == ["2026-11-26", "2026-11-28"]
-    assert result.page_annotated and result.page_resolved and result.lightup_closed
-    assert (result.lightup_gap_after, result.lightup_comments, result.slack_messages) == (0.0, 2, 2)
+    assert result.page_annotated and result.page_resolved and result.lightup_closed and result.receipt_verified
+    assert not result.page_retriggered and result.escalated_to == []
+    assert (result.lightup_gap_after, result.lightup_comments, result.slack_messages) == (0.0, 2, 3)  # + the owner's DM
+    assert result.approval_dms == ["dana.ortiz@grocer.example"] and result.unreachable == []
+    assert result.review_page_url == f"http://127.0.0.1:8770/incidents/{inc.id}"
+    assert result.outcome_in_messages == {"pager": True, "slack": True, "lightup": True}
     sent = [(n["channel"], n["action"]) for n in notifications(instance)]
     assert sorted(sent) == sorted([("pager", "trigger"), ("lightup", "comment"), ("pager", "annotate"),
-                                   ("slack", "approval_request"), ("lightup", "verify"), ("pager", "resolve"),
-                                   ("slack", "resolved")])
+                                   ("slack", "approval_request"), ("slack_dm:dana.ortiz@grocer.example", "approval_request"),
+                                   ("lightup", "verify"), ("pager", "resolve"), ("slack", "resolved")])
     last = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(dg.AssetKey("store_sales_line"), "lightup_compare"))
     assert last.event.dagster_event.event_specific_data.passed
 

@@ -87,13 +87,16 @@ def test_each_record_once_per_channel(env):
     _records(instance)
     daemon.tick("dw_notification_sensor")
     sent = sorted((n["channel"], n["action"], n["ok"]) for n in notifications(instance))
-    assert sent == [("pager", "annotate", True), ("pager", "trigger", True), ("slack", "approval_request", True)]
+    assert sent == [("pager", "annotate", True), ("pager", "trigger", True), ("slack", "approval_request", True),
+                    ("slack_dm:fin@x.example", "approval_request", False)]  # no Slack member has that address
+    [dm] = [n for n in notifications(instance) if n["channel"].startswith("slack_dm:")]
+    assert dm["unreachable"] is True and "cannot be reached in Slack" in dm["detail"]
     (alert,) = server.state.opsgenie_alerts(dedup_key_for("inc-1"))
     assert len(alert["notes"]) == 1
     (msg,) = server.state.slack_messages("C0DWAPPROV")
     assert "dw-dagster approve cs-1 --approver fin@x.example" in str(msg)
     daemon.tick("dw_notification_sensor")
-    assert len(notifications(instance)) == 3 and len(server.state.slack_messages()) == 1
+    assert len(notifications(instance)) == 4 and len(server.state.slack_messages()) == 1
 
 
 def test_failed_channel_is_retried_without_repeating_the_others(env):
@@ -103,7 +106,7 @@ def test_failed_channel_is_retried_without_repeating_the_others(env):
     _records(instance)
     server.state.add_fault(status=500, count=-1, path="/api/chat.postMessage")
     first = daemon.tick("dw_notification_sensor")
-    failed = [n for n in notifications(instance) if not n["ok"]]
+    failed = [n for n in notifications(instance) if not n["ok"] and not n.get("unreachable")]
     assert [(n["channel"], n["action"]) for n in failed] == [("slack", "change_set")]
     server.state.clear_faults()
     daemon.tick("dw_notification_sensor")
@@ -162,7 +165,7 @@ def test_slack_message_applied_but_timed_out_is_not_posted_on_the_next_tick(pagi
         server.state.add_fault(delay_s=SLOW, after_apply=True, method="POST", path="/api/chat.postMessage")
         server.state.add_fault(status=500, count=1, path="/api/conversations.history")  # the in-call look-up fails too
         daemon.tick("dw_notification_sensor")
-        [failed] = notifications(instance)
+        [failed] = [n for n in notifications(instance) if n["channel"] == "slack"]
         assert (failed["channel"], failed["action"], failed["ok"]) == ("slack", "change_set", False)
         assert "could not check whether it was applied" in failed["detail"]
         [msg] = server.state.slack_messages("C0DWAPPROV")  # Slack did post it
@@ -177,7 +180,7 @@ def test_slack_message_applied_but_timed_out_is_not_posted_on_the_next_tick(pagi
         assert [(n["action"], n["ts"], n["steps"]["message"]["deduplicated"]) for n in done] == [
             ("approval_request", msg["ts"], True)]
         daemon.tick("dw_notification_sensor")
-        assert len(server.state.slack_messages()) == 1 and len(notifications(instance)) == 2
+        assert len(server.state.slack_messages()) == 1 and len(notifications(instance)) == 3  # + the unreachable DM
 
 
 def test_opsgenie_note_applied_but_timed_out_is_posted_once(paging):
@@ -258,11 +261,11 @@ def test_a_tick_whose_result_was_lost_repeats_nothing(env):
     before = daemon.cursors["dw_notification_sensor"]
     _records(instance)
     daemon.tick("dw_notification_sensor")
-    assert len(notifications(instance)) == 3
+    assert len(notifications(instance)) == 4
     requests = len(server.state.request_log())
     daemon.cursors["dw_notification_sensor"] = before  # the daemon never stored that tick's cursor (timed out)
     again = daemon.tick("dw_notification_sensor")
-    assert again.skip_reason == "nothing to tell" and len(notifications(instance)) == 3
+    assert again.skip_reason == "nothing to tell" and len(notifications(instance)) == 4
     assert len(server.state.request_log()) == requests  # the records say it was all done: not even a look-up
     (alert,) = server.state.opsgenie_alerts(dedup_key_for("inc-1"))
     assert len(alert["notes"]) == 1 and len(server.state.slack_messages()) == 1

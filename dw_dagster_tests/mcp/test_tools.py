@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"get_migration_status", "list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
                   "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-                  "explain_table", "get_audit_trail", "generate_migration", "remediate"}
+                  "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access"}
 MODELS = {"fct_store_sales_daily", "region_sales_daily", "region_sales_mtd"}
 OWNER, EXPOSURE_OWNER = "dana.ortiz@grocer.example", "priya.raman@grocer.example"
 
@@ -51,7 +51,7 @@ async def test_the_tool_list_is_exactly_these_and_none_decides_or_repairs(server
         for prop, schema in t.input_schema.get("properties", {}).items():
             assert schema.get("description"), (t.name, prop)  # every argument documented in the schema
         ro = t.annotations.read_only_hint if t.annotations else None
-        assert ro is (t.name not in ("run_quality_check", "remediate")), t.name
+        assert ro is (t.name not in ("run_quality_check", "remediate", "request_access")), t.name
 
 
 async def test_list_incidents_equals_the_cli(server, demo_env):

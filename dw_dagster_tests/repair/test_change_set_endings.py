@@ -112,8 +112,10 @@ def test_an_expired_change_set_lets_the_next_failure_diagnose_the_incident_again
     (inc,) = records.incidents(instance)
     (first,) = records.change_sets(instance)
     assert led.incident(inc.id).state == "diagnosed"
-    expiry = daemon.tick("dw_expiry_sensor")
-    assert [e.metadata["dw/change_set_expired"].value["change_set_id"] for e in expiry.events] == [first.id]
+    daemon.tick("dw_expiry_sensor")
+    expired = [records.metadata_json(r.asset_observation.metadata, "dw/change_set_expired")
+               for r in records.iter_observations(instance, dg.AssetKey(first.target_asset))]
+    assert [e["change_set_id"] for e in expired if e] == [first.id]
     row = led.incident(inc.id)
     assert row.state == "unrepaired" and f"change set {first.id} expired" in row.note
     assert [e["body"]["version"] for e in led.audit_entries("incident_unrepaired", inc.id)] == [first.version]

@@ -216,6 +216,17 @@ class SlackInteractionVerifier:
                 workspace, or a user who is unknown, deactivated, a bot or without an email (also
                 when ``users.info`` fails).
         """
+        digest = self.signed(body, headers, ledger, now=now)
+        _, action = parse_block_actions(body)
+        return self.person(action.user_id, action.team_id, digest, now=now), action
+
+    def signed(self, body: bytes, headers: Mapping[str, str], ledger: Any, *, now: float | None = None) -> str:
+        """Check that a request (an interaction or a slash command) is a fresh, first-time one signed
+        by Slack; return the SHA-256 of its signature (consumed in the ledger).
+
+        Raises:
+            SlackNotConfigured, NotFromSlack: as :meth:`verify`.
+        """
         s = self.settings
         if len(body) > _MAX_BODY:
             raise NotFromSlack(f"request body larger than {_MAX_BODY} bytes")
@@ -223,29 +234,39 @@ class SlackInteractionVerifier:
         _secret(s.bot_token_env, "the Slack bot token")
         signature = check_signature(body, headers, secret, now=now)
         digest = hashlib.sha256(signature.encode()).hexdigest()
-        if not ledger.use_credential(REQUEST_CREDENTIAL_PREFIX + digest, "slack interaction request"):
+        if not ledger.use_credential(REQUEST_CREDENTIAL_PREFIX + digest, "slack request"):
             raise NotFromSlack("replayed request: this signed Slack request was already received once")
-        _, action = parse_block_actions(body)
-        if s.team_id and action.team_id != s.team_id:
-            raise IdentityError(f"the click came from Slack workspace {action.team_id}, not {s.team_id}")
-        user = self.user_info(action.user_id)
+        return digest
+
+    def person(self, user_id: str, team_id: str, digest: str, *, now: float | None = None,
+               what: str = "interaction") -> VerifiedIdentity:
+        """The person behind a signed request: ``users.info`` says who, in which workspace, whether a
+        bot or deactivated, and their email.
+
+        Raises:
+            IdentityError: another workspace, a deactivated user, a bot, no email, or users.info failed.
+        """
+        s = self.settings
+        if s.team_id and team_id != s.team_id:
+            said = "click" if what == "interaction" else what
+            raise IdentityError(f"the {said} came from Slack workspace {team_id}, not {s.team_id}")
+        user = self.user_info(user_id)
         if s.team_id and user.get("team_id") not in (None, s.team_id):
-            raise IdentityError(f"Slack user {action.user_id} belongs to workspace {user.get('team_id')}, not {s.team_id}")
+            raise IdentityError(f"Slack user {user_id} belongs to workspace {user.get('team_id')}, not {s.team_id}")
         if user.get("deleted") is True:
-            raise IdentityError(f"Slack user {action.user_id} is deactivated")
-        if user.get("is_bot") is True or user.get("is_app_user") is True or action.user_id == "USLACKBOT":
-            raise IdentityError(f"Slack user {action.user_id} is a bot, not a person")
+            raise IdentityError(f"Slack user {user_id} is deactivated")
+        if user.get("is_bot") is True or user.get("is_app_user") is True or user_id == "USLACKBOT":
+            raise IdentityError(f"Slack user {user_id} is a bot, not a person")
         email = (user.get("profile") or {}).get("email")
         if not isinstance(email, str) or not email.strip():
-            raise IdentityError(f"Slack user {action.user_id} has no email visible to the app (the bot token "
+            raise IdentityError(f"Slack user {user_id} has no email visible to the app (the bot token "
                                 "needs the users:read.email scope)")
         at = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc)
-        team = s.team_id or action.team_id
-        identity = VerifiedIdentity(
-            email=canonical_email(email), method="slack", issuer=f"slack:{team}", subject=action.user_id,
+        team = s.team_id or team_id
+        return VerifiedIdentity(
+            email=canonical_email(email), method="slack", issuer=f"slack:{team}", subject=user_id,
             verified_at=at, credential_id=f"slack:{digest}",
-            detail=f"a signed Slack interaction by user {action.user_id} ({user.get('name') or '?'}) in workspace {team}")
-        return identity, action
+            detail=f"a signed Slack {what} by user {user_id} ({user.get('name') or '?'}) in workspace {team}")
 
     def user_info(self, user_id: str) -> dict[str, Any]:
         """``users.info`` for ``user_id`` through slack_sdk's ``WebClient`` (the ``user`` object).

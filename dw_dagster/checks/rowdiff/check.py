@@ -41,13 +41,19 @@ def row_diff_summary(result: RowDiffResult) -> str:
     return ", ".join(parts + dups)
 
 
-def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
+def row_diff_metadata(result: RowDiffResult, key_columns: Sequence[str] = (), rules: Any = None) -> dict[str, Any]:
     """The check result's metadata: counts (keys), per-column change counts, a key sample table the
-    Dagster UI renders, warnings and the SQL run."""
-    sample = [{"key": str(e.key[0]) if len(e.key) == 1 and e.key[0] is not None else json.dumps(e.key, default=str),
+    Dagster UI renders, warnings and the SQL run. Key values of sensitive key columns (``rules``, default
+    the domains file's ``review.sensitive``) are masked in the sample, and the masked columns named."""
+    from dw_dagster.lineage.sensitive import mask_keyed, rules_in_force
+
+    keys, masked = mask_keyed([list(e.key) for e in result.sample], list(key_columns),
+                              rules if rules is not None else rules_in_force()) if key_columns else \
+        ([list(e.key) for e in result.sample], [])
+    sample = [{"key": str(k[0]) if len(k) == 1 and k[0] is not None else json.dumps(k, default=str),
                "status": e.status,
                "columns": ", ".join(e.columns), "source_rows": e.source_rows, "target_rows": e.target_rows}
-              for e in result.sample]
+              for k, e in zip(keys, result.sample)]
     meta: dict[str, Any] = {
         "dw/missing": result.missing,
         "dw/extra": result.extra,
@@ -63,6 +69,10 @@ def row_diff_metadata(result: RowDiffResult) -> dict[str, Any]:
         "dw/warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
         "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
     }
+    if masked:
+        from dw_dagster.core.keys import MASKED_COLUMNS_KEY
+
+        meta[MASKED_COLUMNS_KEY] = ", ".join(masked)
     if result.timestamp_rule:
         meta["dw/timestamp_rule"] = result.timestamp_rule
     if result.buckets_compared is not None:
@@ -185,8 +195,8 @@ def build_row_diff_check(
             if result.unstable:
                 return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
                                            description=f"inconclusive after {_READ_ATTEMPTS} reads: {'; '.join(result.unstable)}",
-                                           metadata={**row_diff_metadata(result), INCONCLUSIVE_KEY: True})
+                                           metadata={**row_diff_metadata(result, key_columns), INCONCLUSIVE_KEY: True})
         return dg.AssetCheckResult(passed=result.identical, severity=severity, description=row_diff_summary(result),
-                                   metadata=row_diff_metadata(result))
+                                   metadata=row_diff_metadata(result, key_columns))
 
     return _row_diff

@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from dw_dagster.core.links import describe
 from dw_dagster.checks.volume import BaselineScore, score_against_baseline
 from dw_dagster.core import keys as c
 from dw_dagster.core.models import Incident, stable_hash, utcnow
@@ -607,7 +608,7 @@ def build_volume_sensor(
                         opened_ids.append(inc.id)
                         detail, opened_now = f"incident {inc.id}", True
                         events.append(dg.AssetObservation(
-                            asset_key=s.asset_key, description=f"incident {inc.id}: {inc.summary}"[:1000],
+                            asset_key=s.asset_key, description=describe(f"incident {inc.id}: {inc.summary}", incident_id=inc.id),
                             metadata={c.INCIDENT_KEY: dg.MetadataValue.json(inc.model_dump(mode="json")),
                                       c.INCIDENT_ID_KEY: inc.id}))
                         context.log.warning(f"{s.id}: {inc.summary} -> incident {inc.id}")

@@ -37,6 +37,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dw_dagster.lineage.sensitive import mask_keyed, rules_in_force
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB
 from dw_dagster.databases.snippets import (
     iso,
@@ -267,7 +268,7 @@ def diagnose_required_nulls(
                                  f"WHERE {match} ORDER BY {', '.join(kcols)} LIMIT {int(sample_size)}", dlq_db.dialect)
             evidence.append(Evidence(
                 description=f"dead-letter records of the first {len(parked)} parked missing keys, with their payload",
-                database=dlq_db.name, sql=pay_sql,
+                database=dlq_db.name, sql=pay_sql, key_columns=list(dlq.key_columns),
                 values=[{"key": list(r[:n]), **({"error": r[n]} if err else {}), "payload": (r[-1] or "")[:500]}
                         for r in dlq_db.fetch_all(pay_sql)]))
 
@@ -308,7 +309,8 @@ def diagnose_required_nulls(
             parts.append(f"{'all ' if null_parked == missing_null else ''}{null_parked} of them are parked in {dlq.table} ({errs})"
                          + ("; the dead-letter keys equal the missing NULL keys;" if keys_equal else ";"))
     parts.append(f"explains {explained} of {gap} missing row(s); {unexplained} unexplained"
-                 + (f" (missing, no NULL in a REQUIRED column, no dead-letter record: e.g. keys {unexplained_sample[:5]})"
+                 + (f" (missing, no NULL in a REQUIRED column, no dead-letter record: e.g. keys "
+                    f"{mask_keyed(unexplained_sample[:5], list(key_columns), rules_in_force())[0]})"
                     if unexplained and unexplained_sample else "") + ".")
     summary = " ".join(parts)
 
@@ -327,7 +329,7 @@ def diagnose_required_nulls(
     evidence.insert(1, Evidence(
         description=f"missing keys explained (NULL in a REQUIRED column or dead-lettered; first {len(explained_sample)}) "
         f"and unexplained (first {len(unexplained_sample)})",
-        database=evidence_db, sql=keys_sql,
+        database=evidence_db, sql=keys_sql, key_columns=list(key_columns),
         values={"explained": explained_sample, "unexplained": unexplained_sample}))
     if local is not None:
         local.close()

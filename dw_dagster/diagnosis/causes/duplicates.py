@@ -126,7 +126,7 @@ def diagnose_duplicates(
         description=f"keys of {target_table} held by more than one row" + (", per day of the key's first row" if partition_column else "")
         + " (surplus = copies beyond the first)", database=target.name, sql=agg_sql, values=per_day)]
     if sample:
-        evidence.append(Evidence(description=f"the {len(sample)} most duplicated keys", database=target.name,
+        evidence.append(Evidence(description=f"the {len(sample)} most duplicated keys", database=target.name, key_columns=list(key_columns),
                                  sql=sample_sql, values=sample))
 
     double_loads = []

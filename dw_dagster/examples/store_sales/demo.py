@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from dw_dagster.examples.store_sales import generator as gen
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
 from dw_dagster.testing.demo import (
+    REVIEW_URL,
+    REVIEW_URL_ENV,
+    ladder_after,
     RANGE_END_TAG,
     RANGE_START_TAG,
     DemoError,
@@ -77,6 +81,15 @@ class DemoResult:
     lightup_closed: bool = False
     page_annotated: bool = False
     page_resolved: bool = False
+    page_retriggered: bool = False
+    receipt_verified: bool = False
+    outcome: str = ""
+    outcome_in_messages: dict[str, bool] = field(default_factory=dict)
+    escalated_to: list[str] = field(default_factory=list)
+    approval_dms: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+    review_page_url: str = ""
+    fail_verify: bool = False
     slack_messages: int = 0
     ok: bool = False
 
@@ -124,19 +137,25 @@ def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], 
 
 def run_store_sales_demo(
     *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None,
-    result: DemoResult | None = None,
+    result: DemoResult | None = None, fail_verify: bool = False,
 ) -> DemoResult:
     """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong.
 
     ``result``, when given, is filled in as the stages finish, so a caller still has what the
     stages before a failure found.
 
+    With ``fail_verify``, a straggler store posts more lines for the window's last day while the
+    repair runs (after its window stage, before its verify stage): the verify finds the gap still
+    open, the receipt says NOT verified, the page is re-triggered with the failing check (never
+    resolved), Lightup's incident stays open, and six hours later (on the demo's clock) the
+    escalation ladder asks the escalation approver.
+
     The fake Lightup and the fake PagerDuty/Slack run as child processes on loopback for the
     duration (:class:`~dw_dagster.testing.services.FakeServices`).
     """
     log = log or Timeline()
     res = result if result is not None else DemoResult(scale=scale)
-    res.scale, res.store_sales_home = scale, str(home)
+    res.scale, res.store_sales_home, res.fail_verify = scale, str(home), fail_verify
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
     h.ensure_home(home)
@@ -144,7 +163,15 @@ def run_store_sales_demo(
                       oidc_users=[OWNER, NOT_LISTED]) as svc:
         log("setup", f"fake Lightup {svc.lightup_url} (workspace {svc.workspace_uuid[:8]}); "
             f"fake PagerDuty/Slack {svc.paging_url}; stand-in identity provider {svc.oidc_url}")
-        return _loop(home, instance, scale, log, res, svc)
+        saved = os.environ.get(REVIEW_URL_ENV)
+        os.environ[REVIEW_URL_ENV] = os.environ.get(REVIEW_URL_ENV) or REVIEW_URL  # every link points at the review site
+        try:
+            return _loop(home, instance, scale, log, res, svc, fail_verify)
+        finally:
+            if saved is None:
+                os.environ.pop(REVIEW_URL_ENV, None)
+            else:
+                os.environ[REVIEW_URL_ENV] = saved
 
 
 def _day(ts: float) -> str:
@@ -187,7 +214,8 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     return defs
 
 
-def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices) -> DemoResult:
+def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices,
+          fail_verify: bool = False) -> DemoResult:
     defs = prepare_incident_data(home, instance, scale, log)
 
     # detect: Lightup's scheduled collection raises a compare incident; the Lightup sensor picks it up
@@ -248,6 +276,10 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     sent = [n for n in _notified(instance, mark) if n["ok"]]
     if not any(n["action"] == "annotate" for n in sent) or not any(n["action"] == "approval_request" for n in sent):
         raise DemoError(f"notify: page annotation or approval request missing ({tick.skip_reason})")
+    res.approval_dms = sorted(n["person"] for n in sent if n["channel"].startswith("slack_dm:"))
+    res.unreachable = sorted(n["person"] for n in _notified(instance, mark) if n.get("unreachable"))
+    res.review_page_url = f"{os.environ[REVIEW_URL_ENV].rstrip('/')}/incidents/{inc.id}"
+    log("notify", f"asked directly (Slack DM): {', '.join(res.approval_dms) or 'nobody'}; review page {res.review_page_url}")
 
     # approve
     res.approval_identity = demo_approvals(
@@ -264,14 +296,22 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     log("merge", f"{OWNER} merged the diff as {commit[:10]}; code location reloaded ({len(cs.new_tests)} new dbt test)")
 
     # repair, verify, receipt: one stage per tick
-    run_repair_stages(daemon, instance, res.run_ids, log, ticks=8, describe=lambda stage, run: (
+    def straggler(stage: str) -> None:
+        if fail_verify and stage.startswith("window"):
+            n = gen.post_straggler_day(DuckDBDatabase(h.source_path(home)), dt.date.fromisoformat(cs.window[-1]),
+                                       max(5, round(2000 * scale)), dt.datetime(2026, 11, 29, 2, 0))
+            log("outage", f"--fail-verify: a straggler store posted {n} more lines sold {cs.window[-1]} after the "
+                "window ran: the verify will find the gap open")
+
+    run_repair_stages(daemon, instance, res.run_ids, log, ticks=8, after_stage=straggler, describe=lambda stage, run: (
         f" partitions {run.tags.get(RANGE_START_TAG)}..{run.tags.get(RANGE_END_TAG)}" if stage.startswith("window") else ""))
     res.gap_after, _, passed = _gaps(instance, res.run_ids["verify"])
     log("verify", f"region_compare {'passed' if passed else 'FAILED'}: target vs source rows: {_gap_text(res.gap_after)}")
     log("verify", _volume(instance, res.run_ids["verify"]))
     receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
     res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
-    res.verified = bool(receipts) and all(r.verified for r in receipts)
+    res.verified = res.receipt_verified = bool(receipts) and all(r.verified for r in receipts)
+    res.outcome = receipts[0].outcome if receipts else ""
     res.recovered_rows = res.gap_rows_before
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
     # close the loop outside: Lightup re-collects and confirms, the page is resolved with the receipt link
@@ -292,15 +332,51 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     page = next((p for p in pd if p.get("incident_key") == dedup_key_for(inc.id)), None)
     res.page_annotated = bool(page and len(page.get("notes", [])) >= 1)
     res.page_resolved = bool(page and page.get("status") == "resolved")
+    triggers = [e for e in svc.paging_state()["pagerduty"]["events"]
+                if e.get("dedup_key") == dedup_key_for(inc.id) and e.get("event_action") == "trigger"]
+    res.page_retriggered = any("verdict" in (e.get("payload", {}).get("custom_details") or {}) for e in triggers)
+    told = _notified(instance, mark)
+    verdict = "verified" if res.verified else "NOT verified"  # the outcome, and whether it verified, in every message
+    own = next((r for r in receipts if r.asset_key == inc.asset_key), receipts[0])  # the receipt on the incident's asset
+    res.outcome_in_messages = {n["channel"]: all(w in _told_text(svc, n, inc) for w in (res.outcome, verdict, own.id))
+                               for n in told if n.get("incident_id") == inc.id and n["channel"] in ("pager", "slack", "lightup")}
+    if not res.verified:
+        steps = ladder_after(instance, h.domains_path(home), cs.id, hours=6.1)
+        res.escalated_to = sorted({p for s in steps if s["step"] == "escalate" for p in s["to"]})
+        log("ladder", f"6 hours later (demo clock) nobody acted: escalated to {', '.join(res.escalated_to) or 'nobody'} "
+            "(who may now decide)")
+        mark2 = max((n["storage_id"] for n in notifications(instance)), default=0)
+        daemon.tick("dw_notification_sensor")
+        for n in _notified(instance, mark2):
+            log("notify", f"{n['channel']:<7} {n['action']}: {clip(n['detail'])}" + ("" if n["ok"] else " (FAILED)"))
     res.slack_messages = sum(len(m) for m in svc.paging_state()["slack"]["messages"].values())
     log("close", f"Lightup incident {'CLOSED' if res.lightup_closed else 'still open'} ({res.lightup_comments} comments); "
         f"page {'resolved' if res.page_resolved else 'NOT resolved'} ({len(page.get('notes', [])) if page else 0} notes); "
         f"{res.slack_messages} Slack messages")
+    if fail_verify:
+        res.ok = (not res.verified and not res.page_resolved and res.page_retriggered and not res.lightup_closed
+                  and bool(res.escalated_to) and bool(res.outcome_in_messages) and all(res.outcome_in_messages.values()))
+        if not res.ok:
+            raise DemoError(f"verify: --fail-verify expected an open page, a re-triggered page, an escalation and the "
+                            f"outcome in every message: {res.outcome_in_messages}, escalated to {res.escalated_to}")
+        return res
     res.ok = (passed and res.verified and all(v == 0.0 for v in res.gap_after.values()) and res.lightup_closed
               and res.page_annotated and res.page_resolved)
     if not res.ok:
         raise DemoError("verify: the repair did not bring every region to 0.0 %, or Lightup/the page did not close")
     return res
+
+
+def _told_text(svc: FakeServices, n: dict, inc) -> str:
+    """What a channel was told about the receipt, as the fake service holds it (the page's notes, the Slack
+    messages, the Lightup comments)."""
+    if n["channel"] == "pager":
+        pd = svc.paging_state()["pagerduty"]["incidents"]
+        return " ".join(note.get("content", "") for p in pd if p.get("incident_key") == dedup_key_for(inc.id)
+                        for note in p.get("notes", []))
+    if n["channel"] == "slack":
+        return json.dumps(svc.paging_state()["slack"]["messages"])
+    return json.dumps(svc.lightup_state()["comments"].get(inc.external_id, []))
 
 
 #: what ``dw-dagster demo store-sales`` runs (:class:`~dw_dagster.testing.demo.DemoSpec`)

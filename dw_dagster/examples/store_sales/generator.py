@@ -243,3 +243,18 @@ def post_lines(db: Database, scale: float, posted_until: dt.datetime) -> int:
         )
     return inserted
 
+
+def post_straggler_day(db: Database, day: dt.date, lines: int, posted: dt.datetime) -> int:
+    """Post ``lines`` more Southwest lines sold on ``day`` and posted at ``posted``: a straggler store
+    that sends one more back-dated day after the incident was diagnosed (``demo --fail-verify``: the
+    repair's window misses that partition, so its verify finds the gap still open). Returns the lines posted."""
+    outage = outage_store_ids()
+    start = dt.datetime.combine(day, dt.time(0)) + dt.timedelta(seconds=OPEN_SECONDS)
+    values = ", ".join(
+        f"({i}, {outage[i % len(outage)]}, '{OUTAGE_REGION}', TIMESTAMP '{start + dt.timedelta(minutes=7 * i)}', "
+        f"TIMESTAMP '{posted}', {12.5 + i % 7:.2f})" for i in range(lines))
+    db.execute(f"INSERT INTO pos.sales_line SELECT (SELECT max(sales_line_id) FROM pos.sales_line) + 1 + v.i, v.store_id, "
+               f"v.region, v.sale_ts, v.posted_ts, v.net_sales FROM (VALUES {values}) AS v(i, store_id, region, sale_ts, "
+               "posted_ts, net_sales)")
+    return lines
+

@@ -18,7 +18,9 @@ Shapes follow ``shared/reference/lightup_api.md`` (Lightup's published OpenAPI d
   (bare list of ``{eventTs, recordedTs, slice, value, metricUuid}``; ``slice`` as a JSON object in
   the query string); ``/monitors/`` (bare list, or wrapped in ``data`` as lightctl reads it: a
   switch), ``/monitors/{uuid}``, ``/monitors/{uuid}/slices``; ``/sources/``, ``/sources/{uuid}``,
-  ``POST``/``GET /sources/{uuid}/trigger``; ``GET /api/v0/healthz/``.
+  ``POST``/``GET /sources/{uuid}/trigger``; ``GET /api/v1/ws/{ws}/integrations/`` and
+  ``/integrations/{uuid}`` (alert channels: ``{uuid, name, type, config}``, secrets left out; a monitor
+  routes to them by ``config.alertConfig.channels[].channelId``); ``GET /api/v0/healthz/``.
 
 Incident objects are snake_case with integer ``status`` and ``direction``; metric, monitor and
 source objects camelCase; timestamps epoch seconds. Unknown workspace → 403.
@@ -135,6 +137,10 @@ class FakeLightup:
     comments: dict[str, list[dict]] = field(default_factory=dict)
     datapoints: dict[str, list[dict]] = field(default_factory=dict)
     triggers: dict[str, dict] = field(default_factory=dict)
+    #: alert channels (``/api/v1/ws/{ws}/integrations/``); a monitor routes to them by ``alertConfig.channels``
+    integrations: dict[str, dict] = field(default_factory=dict)
+    #: what the alert channels did: ``{"integration", "incident", "status", "answer"}`` per ticket opened
+    alerts_sent: list[dict] = field(default_factory=list)
     collect_start_ts: float | None = None
     collect_end_ts: float | None = None
     faults: Faults = field(default_factory=Faults)
@@ -236,8 +242,59 @@ class FakeLightup:
         }
         return uid
 
+    def add_integration(self, type: str, name: str, config: dict[str, Any], uuid: str | None = None) -> str:
+        """An alert channel (``type``: jira, servicenow, slack, email, pagerduty, ...). What the fake adds:
+        a jira channel's ``config`` is ``{"url", "projectKey", "email", "apiToken"}``, a servicenow one's
+        ``{"instanceUrl", "username", "password"}``; a new incident of a monitor routed to it opens a ticket
+        there over the vendor's REST API (Lightup does not publish how its channels word a ticket: the
+        fake's summary names the monitor, the description holds the incident's uuid and link, and a
+        ServiceNow incident's ``correlation_id`` is the Lightup incident's uuid)."""
+        uid = uuid or str(uuidlib.uuid4())
+        self.integrations[uid] = {"uuid": uid, "name": name, "type": type, "config": dict(config),
+                                  "workspaceId": self.workspace_uuid, "createdTs": time.time()}
+        return uid
+
+    def route_monitor(self, monitor_uuid: str, integration_uuid: str) -> None:
+        """Add the channel to the monitor's ``config.alertConfig.channels``."""
+        self.monitors[monitor_uuid]["config"]["alertConfig"]["channels"].append({"channelId": integration_uuid})
+
+    def _alert(self, inc: dict) -> None:
+        import httpx
+
+        mon = self.monitors.get(str(inc.get("filter_uuid") or ""))
+        if mon is None:
+            return
+        link = f"https://fake.lightup.example/#/ws/{self.workspace_uuid}/incidents/{inc['uuid']}"
+        text = (f"Lightup incident {inc['uuid']} on monitor {mon['metadata']['name']}, slice {json.dumps(inc.get('slice'))}: "
+                f"{link}")
+        for ch in mon["config"]["alertConfig"]["channels"]:
+            integ = self.integrations.get(ch.get("channelId"))
+            if integ is None or integ["type"] not in ("jira", "servicenow"):
+                continue
+            cfg = integ["config"]
+            try:
+                if integ["type"] == "jira":
+                    r = httpx.post(f"{cfg['url'].rstrip('/')}/rest/api/3/issue", auth=(cfg["email"], cfg["apiToken"]),
+                                   timeout=10, json={"fields": {
+                                       "project": {"key": cfg["projectKey"]}, "issuetype": {"name": "Bug"},
+                                       "summary": f"Lightup: {mon['metadata']['name']} {json.dumps(inc.get('slice'))}",
+                                       "description": {"type": "doc", "version": 1, "content": [
+                                           {"type": "paragraph", "content": [{"type": "text", "text": text}]}]},
+                                       "labels": ["lightup"]}})
+                else:
+                    r = httpx.post(f"{cfg['instanceUrl'].rstrip('/')}/api/now/table/incident", timeout=10,
+                                   auth=(cfg["username"], cfg["password"]),
+                                   json={"short_description": f"Lightup: {mon['metadata']['name']}", "description": text,
+                                         "correlation_id": inc["uuid"], "correlation_display": "Lightup"})
+                self.alerts_sent.append({"integration": integ["uuid"], "incident": inc["uuid"], "status": r.status_code,
+                                         "answer": r.json() if r.content else None})
+            except httpx.HTTPError as e:
+                self.alerts_sent.append({"integration": integ["uuid"], "incident": inc["uuid"], "status": None,
+                                         "answer": f"{type(e).__name__}: {e}"})
+
     def add_incident(self, **fields: Any) -> dict:
-        """Store an incident; missing fields get defaults (``uuid``, ``updated_ts`` now, status 1...)."""
+        """Store an incident; missing fields get defaults (``uuid``, ``updated_ts`` now, status 1...); a
+        monitor's Jira/ServiceNow alert channels open their tickets (:meth:`add_integration`)."""
         now = time.time()
         inc = {"uuid": str(uuidlib.uuid4()), "id": len(self.incidents) + 1, "incident_type": "anomalyIncident",
                "start_ts": now - DAY, "end_ts": now, "creation_ts": now, "updated_ts": now, "ongoing": True,
@@ -246,6 +303,7 @@ class FakeLightup:
                "send_reminder": False}
         inc.update(fields)
         self.incidents[str(inc["uuid"])] = inc
+        self._alert(inc)
         return inc
 
     # -- collection ------------------------------------------------------------------------------
@@ -724,6 +782,17 @@ def build_app(state: FakeLightup) -> Starlette:
     def fake_collect(request, body):
         return {"incidents_changed": state.collect((body or {}).get("metricUuids"))}
 
+    def _public(integ: dict) -> dict:
+        secret = {"apiToken", "password", "token", "routingKey", "webHookUrl"}
+        return {**integ, "config": {k: v for k, v in integ["config"].items() if k not in secret}}
+
+    def integrations(request, body):
+        return _list([_public(i) for i in state.integrations.values()])
+
+    def integration(request, body):
+        i = state.integrations.get(request.path_params["uuid"])
+        return _public(i) if i is not None else _err(404, "Not found.")
+
     ws = "/api/v0/ws/{ws}"
     v1 = "/api/v1/ws/{ws}"
     routes = [
@@ -739,6 +808,8 @@ def build_app(state: FakeLightup) -> Starlette:
         Route(f"{v1}/monitors/", guarded(monitors)),
         Route(f"{v1}/monitors/{{uuid}}", guarded(monitor)),
         Route(f"{v1}/monitors/{{uuid}}/slices", guarded(monitor_slices)),
+        Route(f"{v1}/integrations/", guarded(integrations)),
+        Route(f"{v1}/integrations/{{uuid}}", guarded(integration)),
         Route(f"{v1}/sources/", guarded(sources)),
         Route(f"{v1}/sources/{{uuid}}", guarded(source)),
         Route(f"{v1}/sources/{{uuid}}/trigger", guarded(trigger), methods=["GET", "POST"]),

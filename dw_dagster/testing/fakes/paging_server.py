@@ -59,6 +59,15 @@ Routes (one server, told apart by path, as the real hosts are):
   "tz", "is_admin", "is_bot", "is_app_user", "updated", "profile": {"real_name", "display_name",
   "email", "team", ...}}}``, ``profile.email`` only with ``users:read.email``. Users are
   configured in :class:`Credentials` (``slack_users``: id → email, name, deleted, is_bot, team_id).
+- Slack ``GET``/``POST /api/users.lookupByEmail`` (Slack API docs "users.lookupByEmail"): needs
+  ``users:read.email``; ``email`` (else ``invalid_arguments``); an address no active, non-bot member
+  has → ``users_not_found``; else ``{"ok": true, "user"}`` as ``users.info``.
+- Slack ``POST /api/conversations.open`` (Slack API docs "conversations.open"): form-encoded or JSON
+  ``users`` = one user ID; needs ``im:write``; ``user_not_found``, ``user_disabled`` (deleted),
+  ``users_list_not_supplied``, ``too_many_users``; answers ``{"ok": true, "no_op", "already_open",
+  "channel": {"id": "D..."}}`` with the same ``D...`` id each time for a user. The direct message
+  channel can then be posted to (``chat.postMessage``) and read (``conversations.history``, which
+  needs ``im:history`` for ``D...`` channels).
 - Slack **interactivity** (Slack API docs "Handling user interaction in your Slack apps",
   "block_actions payloads", "Verifying requests from Slack"): the test control ``POST
   /_fake/slack/click`` ``{"channel", "ts", "action_id", "user"}`` clicks a button of a posted
@@ -124,12 +133,14 @@ DEFAULT_PAGERDUTY_USERS = ("oncall@grocer.example",)
 DEFAULT_OPSGENIE_KEY = "a1b2c3d4-0000-4000-8000-fakeopsgenie"
 DEFAULT_SLACK_TOKEN = "xoxb-000000000000-000000000000-FakeSlackBotToken"
 DEFAULT_SLACK_CHANNELS = {"C0DWAPPROV": "dw-approvals", "C0DATAOPS1": "data-ops"}
-DEFAULT_SLACK_SCOPES = ("chat:write", "channels:history", "groups:history", "users:read", "users:read.email")
+DEFAULT_SLACK_SCOPES = ("chat:write", "channels:history", "groups:history", "users:read", "users:read.email",
+                        "im:write", "im:history")
 DEFAULT_SLACK_TEAM = "T0FAKETEAM"
 #: a Slack signing secret is 32 hex digits (Slack app settings, "Basic Information → App Credentials")
 DEFAULT_SLACK_SIGNING_SECRET = "8f742231b10e8888abcd99ee01fa5a5d"
 DEFAULT_SLACK_USERS: dict[str, dict[str, Any]] = {
     "U0DANAORTZ": {"email": "dana.ortiz@grocer.example", "name": "dana.ortiz", "real_name": "Dana Ortiz"},
+    "U0HEADDATA": {"email": "head.of.data@grocer.example", "name": "head.of.data", "real_name": "Robin Okafor"},
 }
 #: the deprecated verification token Slack still puts in interaction payloads (never to be trusted)
 FAKE_VERIFICATION_TOKEN = "FakeVerificationTokenNotASecret"
@@ -975,7 +986,7 @@ def slack_history(state: PagingState, method: str, headers: dict[str, str], quer
         return _slack_error("channel_not_found")
     if channel not in state.credentials.slack_channels:  # names are not accepted here, only IDs
         return _slack_error("channel_not_found")
-    needed = "groups:history" if channel.startswith("G") else "channels:history"
+    needed = {"G": "groups:history", "D": "im:history"}.get(channel[:1], "channels:history")
     if needed not in state.credentials.slack_scopes:
         return _slack_error("missing_scope", needed=needed, provided=",".join(sorted(state.credentials.slack_scopes)))
     try:
@@ -1043,6 +1054,11 @@ def slack_users_info(state: PagingState, method: str, headers: dict[str, str], q
         u = dict(cr.slack_users.get(uid) or {})
     if not u:
         return _slack_error("user_not_found")
+    return 200, {"ok": True, "user": _slack_user(cr, uid, u)}, {}
+
+
+def _slack_user(cr: "Credentials", uid: str, u: dict[str, Any]) -> dict[str, Any]:
+    """A Slack user object as ``users.info`` and ``users.lookupByEmail`` return it."""
     name = u.get("name") or uid.lower()
     real = u.get("real_name") or name
     profile: dict[str, Any] = {"real_name": real, "display_name": name, "real_name_normalized": real,
@@ -1058,7 +1074,74 @@ def slack_users_info(state: PagingState, method: str, headers: dict[str, str], q
             "tz_offset": 0, "profile": profile, "is_admin": False, "is_owner": False, "is_primary_owner": False,
             "is_restricted": False, "is_ultra_restricted": False, "is_bot": bool(u.get("is_bot")),
             "is_app_user": False, "updated": 1764000000, "has_2fa": False}
-    return 200, {"ok": True, "user": user}, {}
+    return user
+
+
+def _slack_auth(state: PagingState, headers: dict[str, str], form: dict[str, Any] | None,
+                scope: str) -> Reply | None:
+    """The error reply for a missing/invalid token or a missing scope, else None."""
+    token = _slack_token(headers, form)
+    cr = state.credentials
+    if not token:
+        return _slack_error("not_authed")
+    if token not in cr.slack_tokens:
+        return _slack_error("invalid_auth")
+    if scope not in cr.slack_scopes:
+        return _slack_error("missing_scope", needed=scope, provided=",".join(sorted(cr.slack_scopes)))
+    return None
+
+
+def slack_lookup_by_email(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
+                          raw_bytes: bytes) -> Reply:
+    """``users.lookupByEmail`` (Slack API docs): needs ``users:read.email``; ``users_not_found`` for an
+    address no (active) member of the workspace has; the user object otherwise."""
+    args, form = _slack_read_args(method, headers, query, raw_bytes)
+    refused = _slack_auth(state, headers, form, "users:read.email")
+    if refused is not None:
+        return refused
+    email = str(args.get("email") or "").strip().lower()
+    if not email:
+        return _slack_error("invalid_arguments", response_metadata={"messages": ["[ERROR] missing required field: email"]})
+    cr = state.credentials
+    with state.lock:
+        found = [(uid, dict(u)) for uid, u in cr.slack_users.items()
+                 if str(u.get("email", "")).lower() == email and not u.get("deleted") and not u.get("is_bot")]
+    if not found:
+        return _slack_error("users_not_found")
+    uid, u = found[0]
+    return 200, {"ok": True, "user": _slack_user(cr, uid, u)}, {}
+
+
+def slack_open_conversation(state: PagingState, method: str, headers: dict[str, str], query: dict[str, list[str]],
+                            raw_bytes: bytes) -> Reply:
+    """``conversations.open`` with ``users`` = one user ID (Slack API docs): needs ``im:write``; opens
+    (or returns the already open) direct message channel ``D...``, registered as a channel the bot can
+    post to and read (``im:history``)."""
+    args, form = _slack_read_args(method, headers, query, raw_bytes)
+    if headers.get("content-type", "").startswith("application/json"):
+        try:
+            args.update(json.loads(raw_bytes or b"{}"))
+        except ValueError:
+            return _slack_error("invalid_json")
+    refused = _slack_auth(state, headers, form, "im:write")
+    if refused is not None:
+        return refused
+    users = [u for u in str(args.get("users") or "").split(",") if u]
+    if not users and not args.get("channel"):
+        return _slack_error("users_list_not_supplied")
+    if len(users) != 1:
+        return _slack_error("not_enough_users" if not users else "too_many_users")
+    cr = state.credentials
+    with state.lock:
+        u = cr.slack_users.get(users[0])
+        if u is None:
+            return _slack_error("user_not_found")
+        if u.get("deleted"):
+            return _slack_error("user_disabled")
+        cid = "D" + hashlib.sha256(users[0].encode()).hexdigest()[:10].upper()
+        already = cid in cr.slack_channels
+        cr.slack_channels[cid] = f"dm-{users[0]}"
+    return 200, {"ok": True, "no_op": already, "already_open": already, "channel": {"id": cid}}, {}
 
 
 def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -1243,6 +1326,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return slack_history(state, self.command, headers, query, raw_bytes)
             if self.command in ("GET", "POST") and path == "/api/users.info":
                 return slack_users_info(state, self.command, headers, query, raw_bytes)
+            if self.command in ("GET", "POST") and path == "/api/users.lookupByEmail":
+                return slack_lookup_by_email(state, self.command, headers, query, raw_bytes)
+            if self.command == "POST" and path == "/api/conversations.open":
+                return slack_open_conversation(state, self.command, headers, query, raw_bytes)
             return 200, {"ok": False, "error": "unknown_method"}, {}
         if path.startswith("/actions/") and self.command == "POST":  # a click's response_url
             try:
