@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCALE ?= 0.01
 
-.PHONY: install browser-deps demo demo-orders test bench validate clean
+.PHONY: install browser-deps demo demo-orders demo-migration test bench validate clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 ## The orders-stream incident (dead-letter rows, a migration with rollback, a guarded replay).
 demo-orders: install
 	$(BIN)/dw-dagster demo orders
+
+## A migration in two waves (parity per table pair, a repair, the owner's sign-off, a reopening); SOURCE=postgres for the loopback server.
+SOURCE ?= duckdb
+demo-migration: install
+	$(BIN)/dw-dagster demo migration --source $(SOURCE)
 
 ## Debian's Chromium and ChromeDriver for the browser test (test_browser.py), only when missing; needs root or sudo.
 browser-deps:

@@ -37,6 +37,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.core.domains import Domains
 from dw_dagster.errors import DwConfigError
+from dw_dagster.migration.config import MigrationConfig
 
 
 class DatabaseConfig(dg.Model, dg.Resolvable):
@@ -456,7 +457,10 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
         description="the domains file (a path; read when used, so edits apply at once) or the domains inline "
         "({domains: [...], identity: ..., operators: [...]}, the same shape as the file)")
     databases: dict[str, DatabaseConfig] = Field(min_length=1)
-    assets: list[WatchedAssetConfig] = Field(min_length=1)
+    assets: list[WatchedAssetConfig] = Field(default_factory=list, description="the watched assets (at least one, "
+                                             "unless a migration is configured)")
+    migration: MigrationConfig | None = Field(None, description="a migration: waves of table pairs, their parity "
+                                              "checks and the completion gate (dw_dagster.migration)")
     dbt: DbtConfig | None = None
     integrations: IntegrationsConfig = Field(default_factory=IntegrationsConfig)
     location_name: str = Field("dw_dagster", description="the code location's name (links in notifications)")
@@ -503,6 +507,15 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
             for n in a.detect or []:
                 if n not in names:
                     problems.append(f"assets.{i}.detect: {n!r} is not one of this asset's checks ({names})")
+        if not self.assets and self.migration is None:
+            problems.append("assets: give at least one watched asset (or a migration)")
+        if self.migration is not None:
+            for i, w in enumerate(self.migration.waves):
+                for j, p in enumerate(w.pairs):
+                    for side, ref in (("source", p.source), ("target", p.target)):
+                        if ref.database not in self.databases:
+                            problems.append(f"migration.waves.{i}.pairs.{j}.{side}.database: {ref.database!r} is not "
+                                            f"under databases ({sorted(self.databases)})")
         keys = [a.key for a in self.assets]
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:

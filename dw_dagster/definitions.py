@@ -232,6 +232,7 @@ def build_dw_definitions(
     base_dir: str | Path | None = None,
     scope: Mapping[str, Any] | None = None,
     executor: dg.ExecutorDefinition | None = None,
+    config_source: Any = None,
 ) -> dg.Definitions:
     """The complete dw_dagster loop for the watched assets of ``config``, as one ``Definitions``.
 
@@ -259,6 +260,8 @@ def build_dw_definitions(
             ``dagster_celery.celery_executor`` (configured with its broker), ``dagster_k8s``'s
             ``k8s_job_executor`` or ``dg.multiprocess_executor`` to spread the steps over workers
             (README, "Scaling out"); it must be one the run's job can be reconstructed for.
+        config_source: where ``config`` was read from, for ``file:line`` in errors
+            (:class:`~dw_dagster.migration.resolve.ConfigSource`; the Component passes its ``defs.yaml``).
 
     Returns:
         ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
@@ -295,6 +298,10 @@ def build_dw_definitions(
 
         cfg = load_dataops_config(config, scope=scope)
         base = Path(base_dir) if base_dir is not None else Path(config).resolve().parent
+        if config_source is None:
+            from dw_dagster.migration.resolve import ConfigSource
+
+            config_source = ConfigSource(Path(config), Path(config).read_text())
     elif scope is not None:
         raise DwConfigError("scope: template values apply to a YAML file; pass the file's path as config")
     else:
@@ -360,6 +367,10 @@ def build_dw_definitions(
     dbt_window_target: str | None = None
     dbt_windowed = False  # a dbt_incremental asset: its rebuild keeps a snapshot first, as windows do
     built: list[dg.Definitions] = []
+    mig = _migration(cfg, resources, domains, config_source)
+    parity_of: dict[dg.AssetKey, list[dg.AssetCheckKey]] = {}
+    for ck in (mig.verify_keys if mig else []):
+        parity_of.setdefault(ck.asset_key, []).append(ck)
     for a in cfg.assets:
         key = _key(a.key)
         sink = a.pipeline.dead_letter_sink if a.pipeline else None
@@ -373,7 +384,7 @@ def build_dw_definitions(
         checks += own
         names = [next(iter(c.check_keys)).name for c in own]
         detect_keys += [dg.AssetCheckKey(key, n) for n in (a.detect if a.detect is not None else names)]
-        asset_verify = [dg.AssetCheckKey(key, n) for n in names]
+        asset_verify = [dg.AssetCheckKey(key, n) for n in names] + parity_of.get(key, [])  # a migrated pair's parity
         if sink is not None:
             replay_checks = build_replay_checks(asset=key, sink_table=sink_table, resource_key=a.database)
             checks += replay_checks
@@ -453,6 +464,13 @@ def build_dw_definitions(
 
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
+    if mig is not None:
+        checks += mig.checks
+        detect_keys += mig.detect_keys
+        verify_keys += mig.verify_keys
+        step_runners.update(mig.step_runners)
+        for target, diagnoser in mig.diagnosers.items():
+            diagnosers.setdefault(target, diagnoser)  # a watched asset's own pipeline diagnoses it first
     diagnosis_job = build_diagnosis_job(diagnoser=_ByAsset(diagnosers), domains=domains,
                                         required_resource_keys=db_keys + (["mage"] if "mage" in resources else []))
     windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
@@ -479,16 +497,31 @@ def build_dw_definitions(
     ]
     more_checks, more_sensors = _integrations(cfg, resources, diagnosis_job.name, domains, status)
     defs = dg.Definitions(
-        assets=[control_asset_spec()],
+        assets=[control_asset_spec(), *(mig.assets if mig else [])],
         asset_checks=[*checks, *more_checks],
         jobs=[j for j in (diagnosis_job, build_approval_job(domains), window_job, rebuild_job, verify_job, receipt_job,
-                          stop_job, resume_job, *undo_jobs, *step_jobs.values()) if j is not None],
+                          stop_job, resume_job, *undo_jobs, *step_jobs.values(), *(mig.jobs if mig else []))
+              if j is not None],
+        schedules=mig.schedules if mig else [],
         sensors=[*sensors, *more_sensors],
         resources=resources,
         executor=guarded,
     )
     built.append(defs)
     return defs
+
+
+def _migration(cfg: DataOpsConfig, resources: dict, domains, source):
+    """The migration's definitions (:mod:`dw_dagster.migration.build`), or None without one."""
+    if cfg.migration is None:
+        return None
+    from dw_dagster.core.domains import resolve_domains
+    from dw_dagster.migration.build import build_migration
+
+    lightup = cfg.integrations.lightup
+    lightup_key = "lightup" if lightup is not None and (not lightup.optional or _lightup_credentials_set()) else None
+    return build_migration(cfg.migration, resources=resources, database_names=sorted(cfg.databases), domains=domains,
+                           lightup_resource_key=lightup_key, source=source, domains_model=resolve_domains(domains))
 
 
 def _dbt_incremental(di, field: str, *, key: dg.AssetKey, table: str, database: str, repo: Path, project_dir: Path,

@@ -53,7 +53,7 @@ def test_no_product_module_imports_the_examples():
     assert offenders == []
 
 
-EXAMPLES = ("store_sales", "orders", "access")
+EXAMPLES = ("store_sales", "orders", "access", "migration")
 
 
 def test_examples_do_not_import_each_other():
@@ -103,7 +103,7 @@ def test_the_demo_harness_names_exist():
 #: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
 #: proposes a repair with its steps; a detection starts a diagnosis and reads the stop switch.
 LAYERS = ["errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
-          "integrations", "repair", "cost", "receipts", "access", "diagnosis", "detection", "mcp", "config", "definitions", "components",
+          "integrations", "repair", "cost", "receipts", "access", "diagnosis", "detection", "migration", "mcp", "config", "definitions", "components",
           "testing", "cli"]
 
 

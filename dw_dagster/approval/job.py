@@ -45,7 +45,7 @@ from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import Domain, Domains, DomainsFileError, DomainsSource, duration_text, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
-from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, Ledger, LedgerError, ledger_for
+from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, SUPERSEDED, Ledger, LedgerError, ledger_for
 from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.core.records import load_change_set, parse_change_set
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
@@ -244,7 +244,7 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
     if why:
         raise ApprovalRefused(why)
     row = led.change_set_row(cs.id, cs.version)
-    if row.state in (REJECTED, APPLIED, FAILED) or (row.state == EXPIRED):
+    if row.state in (REJECTED, APPLIED, FAILED, SUPERSEDED) or (row.state == EXPIRED):
         raise ApprovalRefused(f"change set {cs.id} version {cs.version[:12]}… is {row.state}; a new proposal is needed")
     if now >= cs.expires_at:
         raise ApprovalRefused(f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal")

@@ -46,7 +46,7 @@ def _instance(dagster_home: str | None):
 #: else of it (the examples are not part of the product's import graph).
 DEMOS = {"store-sales": "dw_dagster.examples.store_sales.demo", "orders": "dw_dagster.examples.orders.demo",
          "cost": "dw_dagster.examples.store_sales.cost_demo",
-         "access": "dw_dagster.examples.access.demo"}
+         "access": "dw_dagster.examples.access.demo", "migration": "dw_dagster.examples.migration.demo"}
 
 
 def demo_spec(name: str):
@@ -137,6 +137,22 @@ def demo_cost(scale: float, workdir: str, as_json: bool) -> None:
     """What runs cost: one report per engine (embedded DuckDB, Snowflake on fakesnow with a seeded month) and a
     drafted warehouse change approved by its owner, applied and verified over the next week's metering."""
     _run_demo(demo_spec("cost"), workdir=workdir, as_json=as_json, scale=scale)
+
+
+@demo.command("migration")
+@click.option("--source", type=click.Choice(["duckdb", "postgres"]), default="duckdb", show_default=True,
+              help="The on-premises source: an embedded DuckDB file, or the PostgreSQL server on loopback.")
+@click.option("--source-url", default=None, help="With --source postgres: the database (default $DW_TEST_POSTGRES_URL, "
+              "else postgresql+psycopg://postgres@127.0.0.1:5432/postgres); the demo makes and drops its schema pos.")
+@click.option("--scale", type=float, default=0.01, show_default=True, callback=_scale_for("migration"),
+              help="Sales lines per store-day (0.01: 12).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=".dw_demo", show_default=True,
+              help="Where the demo keeps its data, working copy, log and (unless $DAGSTER_HOME is set) its Dagster instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (waves, parity, repaired, reopened).")
+def demo_migration(source: str, source_url: str | None, scale: float, workdir: str, as_json: bool) -> None:
+    """A migration in two waves: parity per pair, a failing pair repaired, the owner's sign-off, a reopening."""
+    _run_demo(demo_spec("migration"), workdir=workdir, as_json=as_json, scale=scale, options={"source": source,
+              "source_url": source_url})
 
 
 @demo.command("access")
@@ -545,6 +561,7 @@ from dw_dagster.cli.decisions import register, register_incident_commands  # noq
 from dw_dagster.cli.review import register as register_review  # noqa: E402
 from dw_dagster.mcp.command import mcp_command  # noqa: E402
 from dw_dagster.cli.cost import cost_command  # noqa: E402
+from dw_dagster.cli.migration import migration_group  # noqa: E402
 
 register(main)
 register_incident_commands(incidents_cmd)
@@ -552,6 +569,7 @@ register_review(main)
 register_access(main)
 main.add_command(mcp_command)
 main.add_command(cost_command)
+main.add_command(migration_group)
 
 if __name__ == "__main__":
     main()

@@ -117,11 +117,13 @@ WAREHOUSE_SETTING = "warehouse_setting"
 ACCESS_GRANT = "access_grant"
 #: The undo of an applied change set: always waits for a person (never in an allowed list's effect).
 UNDO = "undo"
+#: A migration wave's sign-off (dw_dagster.migration): a person's decision by definition, never unasked.
+WAVE_SIGN_OFF = "wave_sign_off"
 #: Undone exactly: the partitions' previous content is kept; models rebuild from it; replayed keys are deleted.
 REVERSIBLE_CLASSES = frozenset({RERUN_WINDOW, REBUILD_MODELS, REPLAY_DEAD_LETTER, ACCESS_GRANT})
 #: Also allowed at L4: they have a tested rollback, but change structure (schema, tests).
 REPEATABLE_CLASSES = REVERSIBLE_CLASSES | {SCHEMA_MIGRATION, ADD_TEST}
-CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAREHOUSE_SETTING}
+CHANGE_CLASSES = REPEATABLE_CLASSES | {PIPELINE_CODE, UNDO, WAREHOUSE_SETTING, WAVE_SIGN_OFF}
 
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
 #: a duration in the domains file: ``2h``, ``30m``, ``1d``, ``1h30m`` (read by :func:`parse_duration`)
@@ -242,6 +244,8 @@ class Domain(BaseModel):
             raise ValueError("undo always waits for a person's approval")
         if WAREHOUSE_SETTING in v:
             raise ValueError("a warehouse setting change always waits for the warehouse owner's approval")
+        if WAVE_SIGN_OFF in v:
+            raise ValueError("a wave sign-off is the owner's decision: it always waits for a person")
         return v
 
     @model_validator(mode="after")

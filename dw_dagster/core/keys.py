@@ -134,3 +134,58 @@ MASKED_COLUMNS_KEY = "dw/masked_columns"
 QUERY_KEY = "dw/query"
 QUERIES_KEY = "dw/queries"
 SLICES_JSON_KEY = "dw/slices_json"
+
+# ---- migrations (dw_dagster.migration): waves of table pairs, parity checks, the completion gate ----
+#: the parity kinds a pair is checked for, in the order they are reported
+PARITY_SCHEMA = "schema"
+PARITY_COUNTS = "counts"
+PARITY_KEY_DIFF = "key_diff"
+PARITY_LIGHTUP = "lightup"
+PARITY_KINDS = (PARITY_SCHEMA, PARITY_COUNTS, PARITY_KEY_DIFF, PARITY_LIGHTUP)
+#: the asset check of each parity kind on a pair's target asset (``parity_counts`` ...)
+PARITY_CHECK_PREFIX = "parity_"
+#: the first part of every wave asset's key: ``migration/<migration>/<wave>``
+MIGRATION_ASSET_PREFIX = "migration"
+#: the job that evaluates one wave's parity and materializes its wave asset: ``dw_migration__<migration>__<wave>``
+MIGRATION_WAVE_JOB_PREFIX = "dw_migration__"
+#: the multi-check op evaluating one wave's pairs: ``dw_parity__<migration>__<wave>``
+MIGRATION_PARITY_OP_PREFIX = "dw_parity__"
+#: the schedule running a migration's wave jobs: ``dw_migration_schedule__<migration>``
+MIGRATION_SCHEDULE_PREFIX = "dw_migration_schedule__"
+#: the step kind and change class of a wave sign-off (a change set whose only step records the sign-off)
+WAVE_SIGN_OFF = "wave_sign_off"
+#: the step job that records a sign-off after the owner's verified approval
+WAVE_SIGN_OFF_JOB = "dw_step_wave_sign_off"
+#: the receipt kind of an ordinary repair (receipts recorded before kinds existed are this kind)
+RECEIPT_KIND_REPAIR = "change_set"
+#: the id prefix of a wave's sign-off change set
+SIGN_OFF_ID_PREFIX = "so-"
+#: wave asset metadata: the wave's state as JSON (pairs, streaks, evidence), its table, its numbers
+MIGRATION_WAVE_KEY = "dw/migration_wave"
+MIGRATION_PAIRS_TABLE_KEY = "dw/migration_pairs"
+MIGRATION_STATE_KEY = "dw/migration_state"
+MIGRATION_PAIRS_HOLDING_KEY = "dw/pairs_holding"
+MIGRATION_PAIRS_TOTAL_KEY = "dw/pairs_total"
+MIGRATION_ROWS_COMPARED_KEY = "dw/rows_compared"
+MIGRATION_LARGEST_GAP_KEY = "dw/largest_gap_pct"
+MIGRATION_EVIDENCE_HASH_KEY = "dw/evidence_hash"
+MIGRATION_REOPENED_KEY = "dw/migration_reopened"
+#: parity check result metadata: the kind, the pair, the SQL run and the values compared
+PARITY_KIND_KEY = "dw/parity_kind"
+PARITY_PAIR_KEY = "dw/parity_pair"
+PARITY_VALUES_KEY = "dw/parity_values"
+PARITY_SQL_KEY = "dw/parity_sql"
+CHECK_KIND_KEY = "dw/check_kind"
+#: ledger control key of a wave's gate state (round, sign-off, reopen): ``migration:<migration>/<wave>``
+MIGRATION_CONTROL_PREFIX = "migration:"
+#: run tag on a wave job's runs naming the migration and wave
+MIGRATION_TAG = "dw/migration"
+WAVE_TAG = "dw/wave"
+#: parity check metadata beside the above: seconds taken, the column mapping table, the cut-off of
+#: closed partitions, the Lightup compare metric read, the pair's tables on the check's spec
+PARITY_SECONDS_KEY = "dw/seconds"
+PARITY_COLUMNS_KEY = "dw/columns"
+COMPARED_UP_TO_KEY = "dw/compared_up_to"
+LIGHTUP_METRIC_KEY = "dw/lightup_metric"
+SOURCE_TABLE_KEY = "dw/source_table"
+TARGET_TABLE_KEY = "dw/target_table"

@@ -489,6 +489,8 @@ class Receipt(_Record):
                          "'halted after window-1: autonomy withdrawn ...'")
     approver_identity: str = Field(default="", description="how the approver was verified, in words")
     change_set_stages: dict[str, str] = Field(default_factory=dict, description="stage → its end state in the ledger")
+    kind: str = Field(default="change_set", description="what the receipt records: change_set (a repair) or "
+                      "wave_sign_off (a migration wave's owner signed it off)")
 
     def partitions_not_run(self) -> list[PartitionNote]:
         """The partitions the change set named but did not run (outside the definition, deferred),
@@ -498,4 +500,7 @@ class Receipt(_Record):
     def content_hash(self, markdown: str) -> str:
         """SHA-256 of the receipt's JSON *and* its markdown (what the asset page shows), so an edit
         of either is detected."""
-        return stable_hash({"receipt": self.model_dump(mode="json"), "markdown": markdown})
+        body = self.model_dump(mode="json")
+        if body.get("kind") == "change_set":  # receipts recorded before kinds existed keep their hash
+            body.pop("kind")
+        return stable_hash({"receipt": body, "markdown": markdown})

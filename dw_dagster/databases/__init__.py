@@ -9,6 +9,7 @@ Informix through ``ibm_db_sa`` and anything else SQLAlchemy reaches), :mod:`.sno
 :mod:`.catalog` reads columns, types and nullability from each engine's catalog.
 """
 
+from dw_dagster.databases import informix_dialect as _informix_dialect  # noqa: F401 - registers the 'informix' sqlglot dialect
 from dw_dagster.databases import sql
 from dw_dagster.databases.base import Database, DatabaseError
 from dw_dagster.databases.duckdb import DuckDBDatabase, LocalDuckDB

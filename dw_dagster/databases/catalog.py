@@ -237,7 +237,9 @@ def read_table_schema(db: Database, table: str) -> TableSchema:
         dw_dagster.databases.DatabaseError: the query or the API call failed.
     """
     dialect = db.dialect
-    if dialect == "bigquery":
+    if hasattr(db, "table_schema"):  # an engine with its own catalog (Informix: systables/syscolumns)
+        schema = db.table_schema(table)
+    elif dialect == "bigquery":
         schema = _read_bigquery_schema(db, table)
     else:
         q = _info_schema_columns(table, dialect).sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)

@@ -19,7 +19,9 @@ def database_from_url(url: str) -> Database:
     reaches an emulator); ``bigquery://project/dataset?location=EU`` opens
     :class:`~dw_dagster.databases.bigquery.BigQueryDatabase` with Application Default Credentials, and
     ``bigquery://project/dataset?endpoint=http://127.0.0.1:9050`` an emulator with anonymous
-    credentials; anything else is handed to SQLAlchemy.
+    credentials; ``informix://`` and ``ibm_db_sa://`` open
+    :class:`~dw_dagster.databases.informix.InformixDatabase` (the ``informix`` extra's driver,
+    imported only then); anything else is handed to SQLAlchemy.
 
     Raises:
         ValueError: for an empty URL, or a malformed ``snowflake://`` or ``bigquery://`` URL.
@@ -41,6 +43,10 @@ def database_from_url(url: str) -> Database:
         return DuckDBDatabase(url[len("duckdb://") :] or ":memory:")
     if url.endswith(".duckdb") and "://" not in url:
         return DuckDBDatabase(url)
+    from dw_dagster.databases.informix import InformixDatabase, is_informix_url
+
+    if is_informix_url(url):  # the driver (dw-dagster[informix]) is imported only here
+        return InformixDatabase(url)
     return SqlAlchemyDatabase(url)
 
 

@@ -36,18 +36,24 @@ class SqlAlchemyDatabase:
         self.dialect = _SQLALCHEMY_TO_SQLGLOT.get(backend, backend)
         u = self._engine.url
         self.name = f"{backend}:{u.host or ''}{':' + str(u.port) if u.port else ''}/{u.database or ''}"
+        # drivers with format/pyformat parameters (psycopg, PyMySQL) read '%' as a placeholder even with no
+        # parameters: a '%' operator (PostgreSQL's modulo) or a LIKE pattern must reach them doubled
+        self._percent = getattr(self._engine.dialect, "paramstyle", "") in ("format", "pyformat")
+
+    def _text(self, sql: str) -> str:
+        return sql.replace("%", "%%") if self._percent else sql
 
     def fetch_all(self, sql: str) -> list[tuple]:
         try:
             with self._engine.connect() as con:
-                return [tuple(r) for r in con.exec_driver_sql(sql).fetchall()]
+                return [tuple(r) for r in con.exec_driver_sql(self._text(sql)).fetchall()]
         except Exception as e:
             raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
 
     def fetch_batches(self, sql: str, batch_rows: int = 100_000) -> Iterator[pa.RecordBatch]:
         try:
             with self._engine.connect() as con:
-                result = con.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(sql)
+                result = con.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(self._text(sql))
                 names = list(result.keys())
                 for part in result.partitions(batch_rows):
                     cols = list(zip(*part)) if part else [[] for _ in names]
@@ -58,7 +64,7 @@ class SqlAlchemyDatabase:
     def execute(self, sql: str) -> None:
         try:
             with self._engine.begin() as con:
-                con.exec_driver_sql(sql)
+                con.exec_driver_sql(self._text(sql))
         except Exception as e:
             raise DatabaseError(f"{self.name}: statement failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
 

@@ -248,6 +248,8 @@ class TableExplanation(BaseModel):
     receipts: list[ReceiptVerdict] = Field(description="receipts on it, newest first")
     cost: AssetCost | None = Field(default=None, description="what it cost over the last 30 days (credits, bytes "
                                    "billed or seconds) and where that comes from; None when nothing is recorded")
+    migration: dict | None = Field(default=None, description="the migration wave a table pair lands in this asset: "
+                                   "{migration, wave, wave_state, pair, state, signed_off_by}; None when none does")
 
 
 def _columns(state: DwState, loc: Any, key: dg.AssetKey) -> tuple[list[ColumnView], str]:
@@ -337,7 +339,14 @@ def explain_table(state: DwState, asset: str) -> TableExplanation:
         quality=score, upstream=sorted(list(k.path) for k in node.parent_keys),
         downstream=sorted(list(k.path) for k in node.child_keys), downstream_exposures=sorted(set(exposures)),
         open_incidents=score.open_incidents, receipts=receipt_verdicts(receipts, checked, problems),
-        cost=asset_cost(state, key))
+        cost=asset_cost(state, key), migration=_wave_of(state, key))
+
+
+def _wave_of(state: DwState, key: dg.AssetKey) -> dict | None:
+    """The wave (and the pair's state) of a migration whose pair lands in ``key``."""
+    from dw_dagster.migration.status import table_wave
+
+    return table_wave(state.instance(), key)
 
 
 __all__ = ["CheckResult", "FORMULA", "QualityCheckRun", "QualityScore", "TableExplanation", "explain_table",

@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from dw_dagster.mcp import access, audit, changes, cost, diagnosis, incidents, lineage, quality
 from dw_dagster.mcp.state import DwState, ServerSettings
@@ -32,13 +32,21 @@ from dw_dagster.version import __version__
 log = logging.getLogger("dw_dagster.mcp")
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+class MigrationStatus(BaseModel):
+    """The migration waves as ``get_migration_status`` returns them."""
+
+    waves: list[dict] = Field(description="one entry per wave, as dw-dagster migration status --json prints it")
+
 RUNS_CHECKS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 PROPOSES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 #: every tool this server offers; none approves, rejects, merges, resumes or runs a repair
 TOOLS = ("list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
          "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-         "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost")
+         "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost",
+         "get_migration_status")
 
 INSTRUCTIONS = (
     "dw_dagster finds why a table is wrong, proposes one change set, waits for a verified owner's approval inside "
@@ -356,6 +364,33 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
             ToolError: no workspace, an unknown asset (with the closest names).
         """
         return quality.get_quality_score(st, asset)
+
+    @tool(annotations=READ)
+    @guarded
+    def get_migration_status(
+        migration: Annotated[str | None, Field(description="Only this migration's waves (default every one)",
+                                               max_length=200)] = None,
+    ) -> MigrationStatus:
+        """Every migration wave's state: its pairs and their parity state, the gate, the sign-off, any reopening.
+
+        The same view as `dw-dagster migration status --json`: per wave (`migration/<name>/<wave>`) its
+        state (not_loaded, failing, holding, awaiting_sign_off, signed_off, reopened), pairs holding and
+        total, who signed it off and how they were verified, the evidence hash the sign-off is bound to,
+        the pending sign-off request and the reopening's cause; per pair its state (`failing: counts`,
+        `holding since ...`, `signed_off`, `reopened: counts`) and consecutive holds.
+
+        Args:
+            migration: one migration's name.
+
+        Returns:
+            MigrationStatus: `waves`.
+
+        Raises:
+            ToolError: no Dagster instance at the configured path.
+        """
+        from dw_dagster.migration.status import migration_status
+
+        return MigrationStatus(waves=migration_status(st.instance(), migration))
 
     @tool(annotations=READ)
     @guarded

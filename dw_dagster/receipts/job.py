@@ -59,7 +59,7 @@ def receipt_markdown(r: Receipt) -> str:
     """A receipt as markdown, for the asset's page in the Dagster UI and for the CLI."""
     title = "verified" if r.verified else "NOT verified"
     lines = [
-        f"### Receipt {r.id} - change set {r.change_set_id} ({title})",
+        f"### Receipt {r.id} - {'wave sign-off' if r.kind == 'wave_sign_off' else 'change set'} {r.change_set_id} ({title})",
         f"- **Outcome**: {r.outcome}",
         f"- **Cause** ({r.cause_kind}): {r.cause_summary}",
         f"- **Approved by** {r.approver_identity or r.approver} at {r.approved_at.isoformat()} "
@@ -153,6 +153,11 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                    f"{', '.join(cs.window)}")
     if outcome == "applied" and not_run:
         outcome = f"applied, but the verify run did not run {', '.join('/'.join(k) for k in not_run)}"
+    sign_off = cs.cause_kind == c.WAVE_SIGN_OFF
+    if sign_off:  # a wave's sign-off is proven by the wave's own parity checks, not by the location's others
+        wanted = {tuple(k) for k in cs.verify_checks}
+        outcomes = [o for o in outcomes if (*o.asset_key, o.check_name) in wanted]
+        verify = [o for o in verify if (*o.asset_key, o.check_name) in wanted]
     verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
     incident = next((i for i in records.incidents(instance, [dg.AssetKey(cs.target_asset)]) if i.id == cs.incident_id), None)
     before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
@@ -163,6 +168,8 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     diag = next((d for d in records.diagnoses(instance, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id), None)
     primary = diag.primary if diag else None
     touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
+    for step in cs.steps:  # a sign-off's receipt goes on every asset of its wave
+        touched += [list(a) for a in step.spec.get("receipt_assets", []) if list(a) not in touched]
     # the partitions the cause reached that the change set did not run (outside, deferred), with their rows
     not_run_notes = cs.not_run()
     # parked rows of a dead-letter replay, per recorded state (replayed, superseded, duplicate, ...)
@@ -200,7 +207,8 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                 rows_after=after if asset == cs.target_asset else {}, checks=[o for o in outcomes if o.asset_key == asset],
                 verified=verified, undo=cs.undo, created_at=utcnow(), previous_hash=head[1] if head else None,
                 outcome=outcome, approver_identity=approval.identity.describe() if approval.identity else approval.approver,
-                change_set_stages={n: s.state for n, s in stages.items()})
+                change_set_stages={n: s.state for n, s in stages.items()},
+                kind=c.WAVE_SIGN_OFF if sign_off else c.RECEIPT_KIND_REPAIR)
             h = receipt_hash(r)
             if led.append_receipt(asset_key=asset_str(asset), expected_head=head, receipt_id=r.id, hash=h,
                                   previous_hash=r.previous_hash, change_set_id=cs.id, run_id=run_id):

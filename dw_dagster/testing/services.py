@@ -155,3 +155,41 @@ class FakeServices:
 
     def paging_state(self) -> dict:
         return httpx.get(f"{self.paging_url}/_fake/state", timeout=30).json()
+
+
+@dataclass
+class PagingFake:
+    """The fake PagerDuty and Slack alone (no Lightup) as a child process; sets the environment a
+    deployment gives the code location (``PAGERDUTY_*``, ``SLACK_*``) while it runs. Use as a context manager."""
+
+    folder: Path
+    url: str = ""
+    proc: subprocess.Popen | None = None
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+
+    def __enter__(self) -> "PagingFake":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc, self.url = _start(["dw_dagster.testing.fakes.paging_server", "--port", "0"], self.folder / "fake_paging.log")
+        env = {"PAGERDUTY_ROUTING_KEY": DEFAULT_ROUTING_KEY, "PAGERDUTY_API_TOKEN": DEFAULT_PAGERDUTY_TOKEN,
+               "PAGERDUTY_FROM": DEFAULT_PAGERDUTY_USERS[0], "PAGERDUTY_EVENTS_URL": self.url, "PAGERDUTY_API_URL": self.url,
+               "SLACK_BOT_TOKEN": DEFAULT_SLACK_TOKEN, "SLACK_API_URL": f"{self.url}/api", "SLACK_CHANNEL": APPROVALS_CHANNEL}
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def state(self) -> dict:
+        return httpx.get(f"{self.url}/_fake/state", timeout=30).json()

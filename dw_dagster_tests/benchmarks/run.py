@@ -36,6 +36,10 @@ takes about 20 minutes and runs only with ``--only volume_tick_3x5000`` (:data:`
 month of 1,000,000 ``QUERY_HISTORY`` rows on 3 warehouses (DuckDB, the account usage layout), ours
 (the sqlglot-built report) against the same allocation as one bare statement; goal ratio ≤ 1.2.
 
+``migration_parity_100_pairs`` (:mod:`.migration_parity`): one full parity evaluation of a wave of
+100 table pairs of 100,000 rows, PostgreSQL → DuckDB (the wave job), against the same counts and sums
+per slice as bare SQL in the same run; fixed size, goal ratio ≤ 1.5 and peak ≤ 1 GB.
+
 ``rowdiff_crossdb_100m`` (:mod:`.crossdb_100m`) is the cross-database diff of
 ``rowdiff_crossdb_10m`` at ``rows`` × 0.1, 0.3 and 1, each size in a fresh child process, with the
 peak memory, seconds per million rows and bytes moved at each in ``curve``, reladiff ``hashdiff``
@@ -276,6 +280,12 @@ def bench_cost_attribution(work: Path, rows: int, repeat: int) -> dict:
     return bench_cost_attribution_1m(work, repeat)  # 1,000,000 QUERY_HISTORY rows whatever --scale says
 
 
+def bench_migration_parity_100_pairs(work: Path, rows: int, repeat: int) -> dict:
+    from dw_dagster_tests.benchmarks.migration_parity import bench_migration_parity as run
+
+    return run(work, 100_000, repeat)  # 100 pairs of 100,000 rows, PostgreSQL on loopback against DuckDB; fixed size
+
+
 BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_rowdiff_indb,
            "rowdiff_crossdb_10m": bench_rowdiff_crossdb, "volume_tick_5000": bench_volume_tick,
            "blast_radius_20k": bench_blast_radius, "blast_radius_100k": bench_blast_radius_100k,
@@ -283,7 +293,8 @@ BENCHES = {"slice_compare_10m": bench_slice_compare, "rowdiff_indb_10m": bench_r
            "remediation_tick_10k_change_sets": bench_remediation_tick, "mcp_tools_demo": bench_mcp_tools,
            "rowdiff_pg_duckdb_10m": bench_rowdiff_pg_duckdb, "slice_compare_pg_duckdb_10m": bench_slice_compare_pg_duckdb,
            "volume_tick_50000": bench_volume_tick_50000, "volume_tick_3x5000": bench_volume_tick_3x,
-           "rowdiff_crossdb_100m": bench_rowdiff_crossdb_100m, "cost_attribution_1m_queries": bench_cost_attribution}
+           "rowdiff_crossdb_100m": bench_rowdiff_crossdb_100m, "cost_attribution_1m_queries": bench_cost_attribution,
+           "migration_parity_100_pairs": bench_migration_parity_100_pairs}
 
 #: run by hand only (``--only NAME`` or ``--big``), never in ``make bench``'s default list (each takes
 #: many minutes on the reference machine)

@@ -15,7 +15,7 @@ from dw_dagster_tests.mcp.client import assert_clear_error, call
 
 pytestmark = pytest.mark.anyio
 
-EXPECTED_TOOLS = {"list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
+EXPECTED_TOOLS = {"get_migration_status", "list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
                   "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
                   "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost"}
 MODELS = {"fct_store_sales_daily", "region_sales_daily", "region_sales_mtd"}

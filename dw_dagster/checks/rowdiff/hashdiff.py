@@ -157,7 +157,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                     trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
-                    pass_rows: int = 2_000_000) -> RowDiffResult:
+                    pass_rows: int = 2_000_000, sample: tuple[int, int] | None = None) -> RowDiffResult:
     """Diff two tables in different databases by bucketed checksums (see the module docstring).
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
@@ -198,6 +198,15 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         pass_rows: rows (both sides together) downloaded and diffed per pass, about; bounds the
             memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
             local join over them).
+        sample: ``(k, n)``: compare only the keys in buckets ``0 .. k-1`` of ``n`` (``MOD(ABS(key),
+            n) < k`` on the first key column, which must be an integer on both sides; pushed down,
+            so both sides read the same keys; rows whose first key is NULL are always compared);
+            None compares every key. The result's warnings
+            say what share was compared.
+
+    A side whose engine has no row hash in SQL (Informix: no MD5 built in) cannot be checksummed
+    in its database: both sides' rows (of the sample, when given) are downloaded and diffed
+    locally in one pass, refused above ``max_download_rows``.
 
     Returns:
         A :class:`RowDiffResult` with ``buckets_compared``, ``buckets_downloaded``,
@@ -223,10 +232,16 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
     plan = _plan(source, target, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
                  source_char_columns, target_char_columns)
+    sample_note = None
+    if sample is not None:
+        plan, sample_note = _sampled(plan, sample)
     key_columns, compare_columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
     n_s, warn_s, q_ns = _counts_and_null_keys(source, plan.source_rel, key_columns, "source", plan.labels)
     n_t, warn_t, q_nt = _counts_and_null_keys(target, plan.target_rel, key_columns, "target", plan.labels)
-    warnings, queries = plan.warnings + warn_s + warn_t, [q_ns, q_nt]
+    warnings, queries = plan.warnings + warn_s + warn_t + ([sample_note] if sample_note else []), [q_ns, q_nt]
+    if not (_hashable(source) and _hashable(target)):
+        return _download_all(source, target, plan, n_s, n_t, warnings, queries, opts, sample_limit, max_download_rows,
+                             timestamp_precision, timestamp_rounding)
     collisions, collided = [], []
     for db, rel, side, own, other in ((source, plan.source_rel, "source", st, tt), (target, plan.target_rel, "target", tt, st)):
         found, total, q = _collisions(db, rel, key_columns, side, own, other, case_insensitive_keys)
@@ -281,6 +296,60 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                 raise DatabaseError(f"{n_diff} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
             _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows, pass_rows, opts,
                              sample_limit)
+    finally:
+        local.con.close()
+    result.bytes_fetched = fetched.bytes
+    result.bytes_sent = sum(len(q.encode()) for q in result.queries)
+    return _relabel(result, plan.labels)
+
+
+def _hashable(db: Database) -> bool:
+    """Whether the engine computes the 48-bit row hash in SQL (Informix has no MD5 built in)."""
+    return db.dialect in _HEX48
+
+
+def _sampled(plan, sample: tuple[int, int]):
+    """The plan reading only the keys in buckets ``0 .. k-1`` of ``n`` of its first (integer) key column.
+
+    Raises:
+        ValueError: a sample that is not ``0 < k <= n``, or a first key column that is not an integer on both sides.
+    """
+    from dw_dagster.checks.rowdiff.rules import _is
+
+    k, n = (int(v) for v in sample)
+    if not 0 < k <= n:
+        raise ValueError(f"a sample is k of n buckets with 0 < k <= n, got {k} of {n}")
+    key = plan.keys[0]
+    ints = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "INT2", "INT4", "INT8", "INT64", "SERIAL")
+    if not (_is(ints, plan.st.get(key)) and _is(ints, plan.tt.get(key))):
+        raise ValueError(f"sampling by key buckets needs an integer first key column; {plan.labels.get(key, key)} is "
+                         f"{plan.st.get(key)} / {plan.tt.get(key)}")
+    cond = f"(MOD(ABS({key}), {n}) < {k} OR {key} IS NULL)"  # rows with a NULL key are always in the sample
+    wrap = lambda rel: f"(SELECT * FROM {rel} AS dw_r WHERE {cond})"  # noqa: E731
+    note = (f"sampled: keys with {plan.labels.get(key, key)} mod {n} below {k} ({k / n:.1%} of the key space) were "
+            "compared; the counts cover the sample only")
+    return plan._replace(source_rel=wrap(plan.source_rel), target_rel=wrap(plan.target_rel)), note
+
+
+def _download_all(source: Database, target: Database, plan, n_s: int, n_t: int, warnings: list[str], queries: list[str],
+                  opts, sample_limit: int, max_download_rows: int, timestamp_precision, timestamp_rounding) -> RowDiffResult:
+    """Both sides' rows downloaded and diffed locally in one pass (an engine without a row hash)."""
+    if n_s + n_t > max_download_rows:
+        raise DatabaseError(f"{n_s + n_t} rows to download (no row hash on {source.dialect if not _hashable(source) else target.dialect}) "
+                            f"exceed max_download_rows={max_download_rows}; compare a sample (sample=(k, n))")
+    result = RowDiffResult(queries=queries, warnings=warnings + ["no row hash in SQL on one side: every row compared "
+                                                                 "was downloaded"],
+                           buckets_compared=0, buckets_downloaded=0, rows_downloaded=0, download_passes=0,
+                           timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
+    local, fetched = LocalDuckDB(), _Fetched()
+    try:
+        downloaded = []
+        for db, rel in ((source, plan.source_rel), (target, plan.target_rel)):
+            names = ", ".join([*plan.keys, *plan.columns])
+            q = sqlglot.transpile(f"SELECT {names} FROM {rel} AS dw_x", read="duckdb", write=db.dialect)[0]
+            result.queries.append(q)
+            downloaded.append(fetched.batches(db, q))
+        _diff_pass(result, local, downloaded, plan, opts, sample_limit)
     finally:
         local.con.close()
     result.bytes_fetched = fetched.bytes

@@ -57,8 +57,13 @@ class DataOpsComponent(DataOpsConfig, dg.Component):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         from dw_dagster.definitions import build_dw_definitions
 
+        from dw_dagster.migration.resolve import ConfigSource
+
         self._check_assets_exist(context)
-        return build_dw_definitions(self, base_dir=Path(context.path), partitions_def=self._partitions())
+        yaml_file = Path(context.path) / "defs.yaml"
+        source = ConfigSource(yaml_file, yaml_file.read_text(), ("attributes",)) if yaml_file.exists() else None
+        return build_dw_definitions(self, base_dir=Path(context.path), partitions_def=self._partitions(),
+                                    config_source=source)
 
     def _check_assets_exist(self, context: dg.ComponentLoadContext) -> None:
         """Refuse a watched asset that no other ``defs`` folder defines.
