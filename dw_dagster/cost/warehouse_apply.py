@@ -11,7 +11,7 @@
   warehouse's metered credits per day over the days after the change against the drafting period;
   a saving change passes when it saved credits, a performance change (more clusters, a larger size)
   when its symptom shrank. The check's numbers (expected and measured saving) land in the receipt.
-- :func:`dw_dagster.definitions.build_warehouse_change_definitions` wires them: the warehouses as
+- :func:`dw_dagster.wiring.warehouse.build_warehouse_change_definitions` wires them: the warehouses as
   assets, their checks, the step, verify and receipt jobs and a remediation sensor that walks only
   warehouse changes.
 """

@@ -114,7 +114,7 @@ def test_the_component_names_its_defs_yaml_line(home, tmp_path):
     """Through the Component the line is the defs.yaml's (fields under ``attributes:``)."""
     from dw_dagster.migration.resolve import ConfigSource
 
-    text = (home / "dataops.yaml").read_text() if (home / "dataops.yaml").exists() else ""
+    text = _yaml(home, GOOD).read_text()  # its own file: no test before it need have written one
     defs_yaml = "type: dw_dagster.DataOpsComponent\nattributes:\n" + textwrap.indent(text, "  ")
     src = ConfigSource(tmp_path / "defs.yaml", defs_yaml, ("attributes",))
     assert src.locate(("migration", "waves", 0, "pairs", 0, "key")).endswith("defs.yaml:15")  # two lines below the file's own

@@ -1,0 +1,1 @@
+"""What build_dw_definitions assembles besides the core loop (one module per piece)."""
