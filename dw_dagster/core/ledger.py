@@ -48,7 +48,7 @@ from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident stat
     CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, UNREPAIRED,
     IncidentsMixin,
 )
-from dw_dagster.core.ledger_tables import _sqlite_engine, ledger_url
+from dw_dagster.core.ledger_tables import _sqlite_engine, add_missing_columns, ledger_url
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
     ChangeSetRow,
@@ -108,6 +108,7 @@ class Ledger(IncidentsMixin):
         for attempt in range(5):
             try:
                 _meta.create_all(self.engine, checkfirst=True)
+                add_missing_columns(self.engine)
                 with self.engine.begin() as conn:
                     row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
                     if row is None:
@@ -344,10 +345,12 @@ class Ledger(IncidentsMixin):
     # -- stages ----------------------------------------------------------------------------------
 
     def issue_ticket(self, change_set_id: str, version: str, stage: str, approval_id: str, job_name: str,
-                     expect: dict | None = None) -> str | None:
+                     expect: dict | None = None, dispatch: dict | None = None) -> str | None:
         """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
-        (its partition tags, asset selection and run config, see
+        (its code location and repository, partition tags, asset selection and run config, see
         :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice).
+        ``dispatch`` names the sensor evaluation that issued it (``{"location", "repository", "ticks"}``:
+        only a run the daemon reserved in one of those ticks takes it; None for a ticket issued in process).
 
         The version must be approved, running or halted (checked and moved to running first, in the
         same transaction: a version superseded meanwhile gets no ticket).
@@ -367,10 +370,26 @@ class Ledger(IncidentsMixin):
                 conn.execute(stages_t.insert().values(
                     change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
                     state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
+                    dispatch=json.dumps(dispatch, sort_keys=True) if dispatch is not None else None,
                     issued_at=time.time(), started_at=None, finished_at=None, result=None))
         except sa.exc.IntegrityError:
             return None
         return ticket
+
+    def note_dispatch(self, ticket: str, tick_id: str, keep: int = 10) -> bool:
+        """Add a daemon tick that dispatched an issued ticket again (its run request repeated by a later
+        tick) to the ticks whose reserved runs may take it (the newest ``keep``); False when a run took
+        it meanwhile or it was issued in process."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(stages_t.c.dispatch).where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED)).first()
+            if r is None or not r[0]:
+                return False
+            d = json.loads(r[0])
+            ticks = [t for t in d.get("ticks") or [] if t != tick_id] + [tick_id]
+            d["ticks"] = ticks[-keep:]
+            return conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None)).values(
+                dispatch=json.dumps(d, sort_keys=True))).rowcount == 1
 
     def stage_by_ticket(self, ticket: str) -> StageRow | None:
         with self.engine.connect() as conn:
@@ -446,7 +465,8 @@ class Ledger(IncidentsMixin):
         with self._tx() as conn:
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
-                ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time()))
+                ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time(),
+                dispatch=_no_ticks(conn, ticket)))
             return new if res.rowcount == 1 else None
 
     def rotate_ticket(self, ticket: str) -> str | None:
@@ -457,7 +477,7 @@ class Ledger(IncidentsMixin):
         with self._tx() as conn:
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED).values(
-                ticket=new, issued_at=time.time()))
+                ticket=new, issued_at=time.time(), dispatch=_no_ticks(conn, ticket)))
             return new if res.rowcount == 1 else None
 
     def revoke_ticket(self, ticket: str) -> bool:
@@ -488,7 +508,7 @@ class Ledger(IncidentsMixin):
                 return None
             res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.state == r.state).values(
                 ticket=new, run_id=None, state=ISSUED, started_at=None, finished_at=None, issued_at=time.time(),
-                result=json.dumps({"attempts": attempts + 1, "earlier": earlier})))
+                result=json.dumps({"attempts": attempts + 1, "earlier": earlier}), dispatch=_no_ticks(conn, ticket)))
             return new if res.rowcount == 1 else None
 
     def abandon_stage(self, ticket: str, reason: str) -> bool:
@@ -618,6 +638,17 @@ class Ledger(IncidentsMixin):
 
 class _Lost(Exception):
     pass
+
+
+def _no_ticks(conn, ticket: str) -> str | None:
+    """The ``dispatch`` of ``ticket``'s stage with no tick yet: a new ticket is taken only by a run
+    reserved in a tick that dispatches *it* (its location and repository stay)."""
+    r = conn.execute(sa.select(stages_t.c.dispatch).where(stages_t.c.ticket == ticket)).first()
+    if r is None or not r[0]:
+        return None
+    d = json.loads(r[0])
+    d["ticks"] = []
+    return json.dumps(d, sort_keys=True)
 
 
 # -- opening the ledger of an instance ---------------------------------------------------------------

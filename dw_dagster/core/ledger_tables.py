@@ -75,6 +75,9 @@ stages_t = sa.Table(
     sa.Column("run_id", sa.String(64), nullable=True),
     sa.Column("job_name", sa.String(255), nullable=True),
     sa.Column("expect", sa.Text, nullable=True),
+    # who dispatched the ticket (JSON): the sensor's code location and repository and the daemon ticks
+    # whose reserved run ids may take it (see dw_dagster.repair.guard); NULL for a ticket issued in process
+    sa.Column("dispatch", sa.Text, nullable=True),
     sa.Column("issued_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=True),
@@ -177,6 +180,9 @@ class StageRow:
     started_at: float | None
     finished_at: float | None
     result: dict | None
+    #: ``{"location", "repository", "ticks": [tick ids]}`` of the sensor evaluation that issued the ticket
+    #: (None: issued in process, e.g. by the LocalSensorDaemon; then only runs without a code location take it)
+    dispatch: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,26 @@ def _row(cls, r) -> Any:
     d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
     if cls is StageRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else None
+        d["dispatch"] = json.loads(d["dispatch"]) if d.get("dispatch") else None
     return cls(**d)
+
+
+#: columns added after a table was first created: (table, column), added by :func:`add_missing_columns`
+ADDED_COLUMNS = ((stages_t, "dispatch"),)
+
+
+def add_missing_columns(engine: Engine) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for each of :data:`ADDED_COLUMNS` a ledger made by an earlier
+    dw_dagster lacks (all nullable: rows written before read back as before)."""
+    inspector = sa.inspect(engine)
+    for table, name in ADDED_COLUMNS:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        if name in have:
+            continue
+        col = table.c[name]
+        ddl = f'ALTER TABLE {table.name} ADD COLUMN {name} {col.type.compile(dialect=engine.dialect)}'
+        with engine.begin() as conn:
+            conn.exec_driver_sql(ddl)
 
 
 # -- where an instance's ledger lives -------------------------------------------------------------

@@ -117,6 +117,43 @@ def _changes_data(stage: str, steps: Mapping[str, int]) -> bool:
     return stage.startswith("window-") or stage in ("snapshot", "restore") or stage in steps
 
 
+IN_PROCESS, DAEMON, DRY_RUN = "in_process", "daemon", "dry_run"
+
+
+def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | None, str | None, str | None]:
+    """How this evaluation of the sensor runs: ``(mode, code location, repository, daemon tick id)``.
+
+    - ``daemon``: a tick of the sensor daemon. The daemon creates the tick (status started) before it
+      asks the code server to evaluate, and passes its id in the log key; the tick is read back from
+      the instance and must be this sensor's. Tickets issued now bind only runs the daemon reserves
+      in this tick (:func:`dw_dagster.repair.guard.admit_run`).
+    - ``dry_run``: evaluated in a code server outside a daemon tick: the UI's "Test sensor" (GraphQL
+      ``sensorDryRun``), which anyone who can open the UI may press. Nothing is issued: the dry run
+      shows what would be dispatched without a ticket.
+    - ``in_process``: evaluated without a code location (``build_sensor_context``, the
+      :class:`~dw_dagster.testing.local_daemon.LocalSensorDaemon`): tickets bind runs made in process.
+    """
+    origin = getattr(context, "code_location_origin", None)
+    if origin is None:
+        return IN_PROCESS, None, None, None
+    location, repository = origin.location_name, context.repository_name
+    log_key = list(context.log_key or [])
+    tick_id = str(log_key[-1]) if log_key else ""
+    if tick_id.isdigit() and context.instance_ref is not None:
+        from dagster._core.definitions.selector import InstigatorSelector
+        from dagster._core.scheduler.instigation import TickStatus
+
+        try:
+            tick = context.instance.schedule_storage.get_tick(int(tick_id))
+        except Exception:  # noqa: BLE001 - no such tick: not the daemon
+            tick = None
+        selector = InstigatorSelector(location_name=location, repository_name=repository, name=context.sensor_name)
+        if (tick is not None and tick.status == TickStatus.STARTED and tick.instigator_name == context.sensor_name
+                and tick.selector_id in (None, selector.get_id())):
+            return DAEMON, location, repository, tick_id
+    return DRY_RUN, location, repository, None
+
+
 def build_remediation_sensor(
     *,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -193,7 +230,7 @@ def build_remediation_sensor(
         decisions = led.active_decisions(keys)
         all_stages = led.stages_of_many(keys)
         now = utcnow()
-        plan = _Tick(instance, led, doms, ordered, context)
+        plan = _Tick(instance, led, doms, ordered, context, sensor_evaluation(context))
         plan.earlier = {r.change_set_id: r.version for r in rows if not r.latest and all_stages.get((r.change_set_id, r.version))
                         and r.state != HALTED}
         for row in rows:
@@ -225,8 +262,10 @@ def build_remediation_sensor(
         return dg.SensorResult(run_requests=plan.requests, asset_events=plan.events)
 
     class _Tick:
-        def __init__(self, instance, led: Ledger, doms, ordered, context) -> None:
+        def __init__(self, instance, led: Ledger, doms, ordered, context, evaluation) -> None:
             self.instance, self.led, self.doms, self.ordered, self.context = instance, led, doms, ordered, context
+            self.mode, self.location, self.repository, self.tick_id = evaluation
+            self.dry_run = self.mode == DRY_RUN
             self.requests: list[dg.RunRequest] = []
             self.events: list[dg.AssetObservation] = []
             self.waiting: list[str] = []
@@ -366,6 +405,11 @@ def build_remediation_sensor(
             """A receipt stage whose run ended before its op recorded the end (terminated, crashed,
             deleted, or its op failed) is dispatched again: a receipt changes no data, and each attempt
             appends its own receipts to the chain. Up to three attempts, then the change set fails."""
+            if self.dry_run:  # shown, not retried: a dry run changes no stage
+                if st.state not in (STAGE_FAILED, ABANDONED):
+                    return False
+                self._dispatch(cs, st.approval_id, st.stage, receipt_job, run_config=_receipt_config(cs), ticket=st.ticket)
+                return True
             ticket = self.led.retry_stage(st.ticket)
             if ticket is None:
                 return False
@@ -377,7 +421,7 @@ def build_remediation_sensor(
             """An issued ticket no run took for a while, and that no live run carries (a dry run of
             this sensor showed it, or another run took its run key): rotate it, so the old one is
             dead and the new request has a new run key."""
-            if time.time() - st.issued_at < reissue_after_s:
+            if self.dry_run or time.time() - st.issued_at < reissue_after_s:
                 return st
             live = [r for r in self.instance.get_runs(filters=dg.RunsFilter(tags={TICKET_TAG: st.ticket}))
                     if not r.is_finished]
@@ -438,10 +482,19 @@ def build_remediation_sensor(
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))
-            # the ticket binds this run's shape: its partitions, asset selection and run config
-            shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config)
+            if self.dry_run:  # "Test sensor": what would be dispatched, with no ticket (nothing issued, none shown)
+                self.requests.append(request.with_replaced_attrs(run_key=f"{run_key}:dry-run"))
+                self.waiting.append(f"{cs.id}: stage {stage} would be dispatched (a dry run issues no ticket)")
+                return
+            # the ticket binds this run's shape: its code location, partitions, asset selection and run config
+            shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config,
+                              location=self.location, repository=self.repository)
+            dispatch = ({"location": self.location, "repository": self.repository, "ticks": [self.tick_id]}
+                        if self.mode == DAEMON else None)
             try:
-                ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape)
+                if ticket is not None and self.mode == DAEMON:
+                    self.led.note_dispatch(ticket, self.tick_id)
+                ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape, dispatch)
             except LedgerError as e:  # superseded (or ended) meanwhile: nothing of it runs
                 self.waiting.append(f"{cs.id}: {e}")
                 return
