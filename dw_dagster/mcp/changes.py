@@ -218,9 +218,11 @@ class RemediationProposal(BaseModel):
 
 def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: bool, run_id: str | None) -> RemediationProposal:
     brief = change_set_brief(state.ledger(), cs)
+    # ``Definitions.sensors`` (the sensors as defined) is public on every Dagster the package allows;
+    # there is no ``resolve_all_sensor_defs`` in Dagster 1.13
     slack = [loc.name for loc in (state.workspace().locations_of(dg.AssetKey(cs.target_asset)) if state.workspace_path else [])
-             if "slack" in (loc.defs.resources or {}) and any(s.name == "dw_notification_sensor"
-                                                              for s in loc.defs.resolve_all_sensor_defs())]
+             if "slack" in (loc.defs.resources or {}) and any(getattr(s, "name", None) == "dw_notification_sensor"
+                                                              for s in (loc.defs.sensors or ()))]
     if brief.state == PROPOSED:
         approval = (f"waiting for a listed approver of domain {cs.domain} ({', '.join(cs.approvers)}) to approve it "
                     f"through the approval job: `dw-dagster approve {cs.id} --login`, the review page of "

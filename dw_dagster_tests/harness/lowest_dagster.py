@@ -20,11 +20,13 @@ import sys
 import tomllib
 from pathlib import Path
 
-from dw_dagster_tests.harness.emulators import CACHE_DIR, REPO, VenvBuild, ensure_venv
+from dw_dagster_tests.harness.emulators import CACHE_DIR, REPO, VenvBuild, build_venv_once, run_logged
 
 LOWEST_VENV = CACHE_DIR / "dagster-lowest-venv"
 #: the extras the lowest venv holds besides the hard dependencies (the MCP server's)
 EXTRAS = ("mcp",)
+#: bump to rebuild the venv when the way it is built changes
+BUILD = "2"
 #: Dagster's own libraries that a pinned ``dagster`` pulls in by exact version (pinned too, to be explicit)
 _SAME_RELEASE = ("dagster-graphql", "dagster-pipes", "dagster-shared")
 
@@ -67,7 +69,30 @@ def ensure_lowest_dagster_venv(venv: Path = LOWEST_VENV) -> VenvBuild:
     Raises:
         RuntimeError: the venv or ``pip install`` failed (with the tail of its log).
     """
-    return ensure_venv(venv, lowest_requirements(), what="the lowest-dagster venv", python=sys.executable)
+    requirements = lowest_requirements()
+
+    def build(tmp: Path, log) -> None:
+        run_logged([sys.executable, "-m", "venv", str(tmp)], log)
+        run_logged([str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+                    *requirements], log)
+        _point_scripts_at(tmp, venv)
+
+    return build_venv_once(venv, "\n".join([f"# build {BUILD}", *requirements]) + "\n", build, what="the lowest-dagster venv")
+
+
+def _point_scripts_at(built: Path, final: Path) -> None:
+    """Rewrite the console scripts' shebangs (``bin/dbt``, ``bin/dagster`` ...) from the build's
+    temporary place to the venv's final one: dagster-dbt runs ``<venv>/bin/dbt``."""
+    old, new = f"#!{built}/bin/", f"#!{final}/bin/"
+    for script in (built / "bin").iterdir():
+        if not script.is_file() or script.is_symlink():
+            continue
+        try:
+            text = script.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.startswith(old):
+            script.write_text(new + text[len(old):])
 
 
 if __name__ == "__main__":  # build it ahead of the tests: python -m dw_dagster_tests.harness.lowest_dagster
