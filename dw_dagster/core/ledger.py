@@ -48,6 +48,8 @@ from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident stat
     CLOSED, DIAGNOSED, DIAGNOSING, DIAGNOSIS_FAILED, OPEN, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, UNREPAIRED,
     IncidentsMixin,
 )
+from dw_dagster.core.ledger_finish import FinishMixin
+from dw_dagster.core.ledger_outage import OUTAGE_SECONDS, transient_storage_error, wrap_public_methods  # noqa: F401
 from dw_dagster.core.ledger_tables import _sqlite_engine, add_missing_columns, ledger_url
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
@@ -71,17 +73,10 @@ from dw_dagster.core.ledger_tables import (
 )
 from dw_dagster.errors import DwDagsterError
 
-#: change set states (latest version's lifecycle)
-PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
-RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
-#: states the remediation sensor looks at
-ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
-#: states whose window is held (an approved repair not yet ended), whichever version is latest
-HELD_STATES = (APPROVED, RUNNING, HALTED)
-#: states that end a version without a repair that proved itself: its incident may be diagnosed again
-ENDED_STATES = (REJECTED, EXPIRED, FAILED)
-#: stage states
-ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
+from dw_dagster.core.ledger_tables import (  # noqa: F401 - the states are part of this module's API
+    ABANDONED, ACTIVE_STATES, APPLIED, APPROVED, ENDED_STATES, EXPIRED, FAILED, HALTED, HELD_STATES, ISSUED, PROPOSED,
+    REJECTED, RUNNING, STAGE_FAILED, STARTED, SUCCEEDED, SUPERSEDED,
+)
 
 
 class LedgerError(DwDagsterError, RuntimeError):
@@ -94,7 +89,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
-class Ledger(IncidentsMixin):
+class Ledger(IncidentsMixin, FinishMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
     def __init__(self, engine: Engine, *, url: str) -> None:
@@ -452,21 +447,31 @@ class Ledger(IncidentsMixin):
         """Record the end of a stage by the run bound to it; True when it moved (only once)."""
         final = state or (SUCCEEDED if success else STAGE_FAILED)
         with self._tx() as conn:
+            before = conn.execute(sa.select(stages_t.c.result).where(stages_t.c.ticket == ticket)).scalar()
+            attempts = _attempts(before)
+            body = {**(result or {}), **({"attempts": attempts} if attempts > 1 else {})}
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
-                state=final, finished_at=time.time(), result=json.dumps(result or {}, default=str)))
+                state=final, finished_at=time.time(), result=json.dumps(body, default=str)))
             return res.rowcount == 1
 
-    def reissue_ticket(self, ticket: str, run_id: str) -> str | None:
-        """Give a stage a fresh ticket when the run bound to it never started (cancelled while queued,
-        e.g. by an org-wide stop): nothing ran, so running it later replays nothing. Returns the new
-        ticket, or None when the stage is not bound to ``run_id`` any more."""
+    def reissue_ticket(self, ticket: str, run_id: str, *, count: bool = False, why: str = "") -> str | None:
+        """Give a stage a fresh ticket when the run bound to it never executed a step (cancelled while
+        queued by an org-wide stop; its worker or the daemon killed before the first step; its start
+        timed out): nothing ran, so running it again replays nothing. Returns the new ticket, or None
+        when the stage is not bound to ``run_id`` any more. With ``count``, the attempt is counted in the
+        stage's result (``attempts``, ``earlier``: why each earlier run ended)."""
         new = secrets.token_hex(16)
         with self._tx() as conn:
+            before = conn.execute(sa.select(stages_t.c.result).where(stages_t.c.ticket == ticket)).scalar()
+            values: dict[str, Any] = dict(ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time(),
+                                          dispatch=_no_ticks(conn, ticket))
+            if count:
+                earlier = json.loads(before).get("earlier", []) if before else []
+                values["result"] = json.dumps({"attempts": _attempts(before) + 1,
+                                               "earlier": [*earlier, {"run_id": run_id, "why": why}][-10:]})
             res = conn.execute(stages_t.update().where(
-                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
-                ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time(),
-                dispatch=_no_ticks(conn, ticket)))
+                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(**values))
             return new if res.rowcount == 1 else None
 
     def rotate_ticket(self, ticket: str) -> str | None:
@@ -640,6 +645,15 @@ class _Lost(Exception):
     pass
 
 
+def _attempts(result_text: str | None) -> int:
+    """How many runs a stage has had, from its result (``attempts``; 1 when not counted)."""
+    try:
+        n = json.loads(result_text).get("attempts", 1) if result_text else 1
+        return int(n) if isinstance(n, (int, float, str)) and str(n).isdigit() else 1
+    except (ValueError, AttributeError):
+        return 1
+
+
 def _no_ticks(conn, ticket: str) -> str | None:
     """The ``dispatch`` of ``ticket``'s stage with no tick yet: a new ticket is taken only by a run
     reserved in a tick that dispatches *it* (its location and repository stay)."""
@@ -649,6 +663,9 @@ def _no_ticks(conn, ticket: str) -> str | None:
     d = json.loads(r[0])
     d["ticks"] = []
     return json.dumps(d, sort_keys=True)
+
+
+wrap_public_methods(Ledger)  # every call rides out a short storage outage (ledger_outage)
 
 
 # -- opening the ledger of an instance ---------------------------------------------------------------

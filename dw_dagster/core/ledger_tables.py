@@ -19,6 +19,18 @@ from sqlalchemy.engine import Engine
 SCHEMA_VERSION = 1
 _meta = sa.MetaData()
 
+#: change set states (latest version's lifecycle)
+PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
+RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
+#: states the remediation sensor looks at
+ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: states whose window is held (an approved repair not yet ended), whichever version is latest
+HELD_STATES = (APPROVED, RUNNING, HALTED)
+#: states that end a version without a repair that proved itself: its incident may be diagnosed again
+ENDED_STATES = (REJECTED, EXPIRED, FAILED)
+#: stage states
+ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
+
 change_sets_t = sa.Table(
     "dw_ledger_change_sets", _meta,
     sa.Column("change_set_id", sa.String(255), primary_key=True),

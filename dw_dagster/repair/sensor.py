@@ -63,6 +63,16 @@ from dw_dagster.core.ledger import (
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
 from dw_dagster.repair.control import active_stop, record_autonomous_approval
 from dw_dagster.repair.guard import TICKET_TAG, run_shape, run_started, stage_run_ended
+from dw_dagster.repair.liveness import (
+    MAX_ATTEMPTS,
+    NO_STEP_ATTEMPTS,
+    backoff_seconds,
+    executed_a_step,
+    finish_or_undo,
+    infrastructure_failure,
+    may_retry,
+    stale_assets,
+)
 from dw_dagster.repair.steps import step_op_name, step_stages
 from dw_dagster.core.windows import window_run_request
 
@@ -272,23 +282,38 @@ def build_remediation_sensor(
             self.earlier: dict[str, str] = {}  # change set id -> an earlier version whose repair is under way
 
         def _reconcile(self, stages: dict) -> dict:
-            """Stages whose bound run ended without its code completing them: complete (or abandon) from the run."""
+            """Stages whose bound run ended without its code completing them: complete (or abandon) from the
+            run; a run that never executed a step gives its stage a fresh ticket (:mod:`.liveness`)."""
             for name, st in list(stages.items()):
                 ended = stage_run_ended(self.led, self.instance, st)
                 if ended is None:
                     continue
                 ok, how = ended
                 run = self.instance.get_run_by_id(st.run_id) if st.run_id else None
-                if run is not None and run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id):
-                    if self.led.reissue_ticket(st.ticket, st.run_id):  # cancelled while queued: nothing ran
-                        self.waiting.append(f"{st.change_set_id}: stage {name} was cancelled before it started; issued again")
+                if run is not None and not ok and not executed_a_step(self.instance, run.run_id):
+                    self._again_no_step(name, st, run, how)
                 elif ok:
                     self.led.complete_stage(st.ticket, st.run_id, success=True, result={"reconciled": how})
                 elif run is None:
                     self.led.abandon_stage(st.ticket, how)
                 else:
-                    self.led.complete_stage(st.ticket, st.run_id, success=False, result={"reconciled": how})
+                    infra = infrastructure_failure(self.instance, run.run_id) if run.status == dg.DagsterRunStatus.FAILURE else None
+                    self.led.complete_stage(st.ticket, st.run_id, success=False,
+                                            result={"reconciled": how, **({"infrastructure": infra} if infra else {})})
             return stages
+
+        def _again_no_step(self, name: str, st, run, how: str) -> None:
+            """The stage's run ended before any step (cancelled while queued, its worker or the daemon killed,
+            its start timed out): nothing ran, so a fresh ticket, under the same approval, a few times."""
+            quiet = run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id)
+            attempts = int((st.result or {}).get("attempts", 1))
+            if not quiet and attempts >= NO_STEP_ATTEMPTS:
+                self.led.complete_stage(st.ticket, st.run_id, success=False, result={
+                    "reconciled": how, "reason": f"{attempts} runs ended before executing a step (last: {how})"})
+                return
+            if self.led.reissue_ticket(st.ticket, st.run_id, count=not quiet, why=how):
+                self.waiting.append(f"{st.change_set_id}: stage {name}'s run {run.run_id[:8]} ended before its first "
+                                    f"step ({how}); issued again under the same approval")
 
         def walk(self, cs: ChangeSet, state: str, decision_body: str | None, stages: dict, now: dt.datetime, *,
                  plan: list[str], latest: bool = True) -> None:
@@ -379,6 +404,8 @@ def build_remediation_sensor(
                 if st is not None and st.state in (STAGE_FAILED, ABANDONED):
                     if stage == "receipt" and self._retry_receipt(cs, st):
                         return
+                    if self._retry_infrastructure(cs, stage, st, steps, ranges):
+                        return
                     self._failed(cs, approval, stages, stage, st)
                     return
                 if st is not None and st.state == STARTED:
@@ -417,6 +444,34 @@ def build_remediation_sensor(
             self.waiting.append(f"{cs.id}: the {st.stage} run ended before it wrote the receipts; dispatched again")
             return True
 
+        def _retry_infrastructure(self, cs: ChangeSet, stage: str, st, steps, ranges) -> bool:
+            """A stage whose run failed on the infrastructure (storage unreachable, a dead worker) and that
+            may run again safely is dispatched again after a backoff, a few times (:mod:`.liveness`)."""
+            if st.state != STAGE_FAILED or not st.run_id or stage == "receipt":
+                return False
+            result = st.result or {}
+            infra = result.get("infrastructure")
+            if infra is None and "reason" not in result:  # completed by the executor: read the run now
+                infra = infrastructure_failure(self.instance, st.run_id)
+            attempts = int(result.get("attempts", 1))
+            if not infra or not may_retry(stage, attempts):
+                return False
+            wait = (st.finished_at or 0) + backoff_seconds(attempts) - time.time()
+            if wait > 0:
+                self.waiting.append(f"{cs.id}: stage {stage} failed on the infrastructure ({infra}); run "
+                                    f"{attempts + 1} of {MAX_ATTEMPTS} in {wait:.0f} s")
+                return True
+            job, run_config, extra = self._job_for(cs, stage, steps, ranges)
+            if job is None:
+                return False
+            ticket = st.ticket if self.dry_run else self.led.retry_stage(st.ticket, MAX_ATTEMPTS)
+            if ticket is None:
+                return False
+            self._dispatch(cs, st.approval_id, stage, job, run_config=run_config, extra=extra, ticket=ticket)
+            self.waiting.append(f"{cs.id}: stage {stage} failed on the infrastructure ({infra}); dispatched again "
+                                f"(run {attempts + 1} of {MAX_ATTEMPTS})")
+            return True
+
         def _fresh(self, cs: ChangeSet, stage: str, st):
             """An issued ticket no run took for a while, and that no live run carries (a dry run of
             this sensor showed it, or another run took its run key): rotate it, so the old one is
@@ -438,9 +493,12 @@ def build_remediation_sensor(
             why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or st.state
             receipt = stages.get("receipt")
             if stage == "receipt" or (receipt is not None and receipt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED)):
+                failed = next((n for n, s in stages.items() if s.state in (STAGE_FAILED, ABANDONED)
+                               and not n.startswith("receipt")), stage)
+                advice = finish_or_undo(cs.id, stale_assets(cs.target_asset, cs.rebuild_assets, stages), failed)
                 self.led.set_change_set_state(cs.id, cs.version, FAILED, from_states=[RUNNING, APPROVED],
-                                              note=f"stage {stage} {st.state}: {why}")
-                self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); needs a new change set or an undo")
+                                              note=f"stage {stage} {st.state}: {why}; {advice}"[:4000])
+                self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); {advice}")
                 return
             if receipt is not None and receipt.state == STARTED:
                 self.waiting.append(f"{cs.id}: writing the receipt of the failed repair")

@@ -161,23 +161,23 @@ class DagsterDev:
         return {d["daemonType"]: bool(d["healthy"]) for d in data["instance"]["daemonHealth"]["allDaemonStatuses"]
                 if d["required"]}
 
-    def start_sensor(self, name: str) -> str:
+    def start_sensor(self, name: str, location: str = LOCATION) -> str:
         """Set a sensor RUNNING through the ``startSensor`` mutation (what the UI's toggle does)."""
         data = self.graphql("""mutation Start($sel: SensorSelector!) { startSensor(sensorSelector: $sel) {
             __typename ... on Sensor { name sensorState { status } }
             ... on PythonError { message } ... on UnauthorizedError { message } ... on SensorNotFoundError { message } } }""",
-                            {"sel": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": name}})
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name}})
         res = data["startSensor"]
         if res["__typename"] != "Sensor":
             raise DagsterDevError(f"startSensor {name}: {res}")
         return res["sensorState"]["status"]
 
-    def sensor_ticks(self, name: str, limit: int = 5) -> list[dict]:
+    def sensor_ticks(self, name: str, limit: int = 5, location: str = LOCATION) -> list[dict]:
         """The newest ticks of a sensor (status, skip reason, error, run ids)."""
         data = self.graphql("""query Ticks($sel: SensorSelector!, $limit: Int) { sensorOrError(sensorSelector: $sel) {
             __typename ... on Sensor { sensorState { status ticks(limit: $limit) {
               status timestamp skipReason runIds error { message } } } } } }""",
-                            {"sel": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": name},
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name},
                              "limit": limit})
         res = data["sensorOrError"]
         return res["sensorState"]["ticks"] if res["__typename"] == "Sensor" else [res]
