@@ -161,6 +161,20 @@ quarantine_t = sa.Table(
     sa.Column("last_seen", sa.Float, nullable=False),
 )
 
+sessions_t = sa.Table(  # the review page's server-side sessions (dw_dagster.approval.sessions)
+    "dw_ledger_sessions", _meta,
+    sa.Column("id_hash", sa.String(64), primary_key=True),  # SHA-256 of the cookie's id: the table never holds the id
+    sa.Column("origin", sa.String(512), nullable=False),  # the server (scheme://host:port) the session was made for
+    sa.Column("kind", sa.String(16), nullable=False),  # login (in progress) or session
+    sa.Column("email", sa.String(320), nullable=True),
+    sa.Column("csrf", sa.String(128), nullable=True),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("dw_ledger_sessions_expiry", "expires_at"),
+    sa.Index("dw_ledger_sessions_email", "email"),
+)
+
 meta_t = sa.Table(
     "dw_ledger_meta", _meta,
     sa.Column("key", sa.String(64), primary_key=True),

@@ -229,7 +229,7 @@ def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: boo
                     "`dw-dagster approvals serve`, or the Slack buttons. Nothing runs before that; this server cannot "
                     "approve")
     else:
-        approval = f"change set {cs.id} is {brief.state}" + (f" ({brief.note})" if brief.note else "")
+        approval = f"change set {cs.id} is {brief.state}" + (" (change_set.note says why)" if brief.note else "")
     return RemediationProposal(
         incident_id=incident_id, proposed_now=proposed_now, change_set=brief, diff=cs.diff, files=[f.path for f in cs.files],
         window=cs.window, deferred_partitions=cs.deferred_partitions, not_run=[n.words() for n in cs.not_run()],
@@ -257,14 +257,6 @@ def _diagnosis_job(state: DwState, key: dg.AssetKey) -> tuple[Any, dg.JobDefinit
                "with the -w file of the location that runs dw_dagster's loop")
 
 
-def _run_messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    out = []
-    for entry in instance.all_logs(run_id):
-        if entry.dagster_event is None and entry.user_message and entry.level >= 20:
-            out.append(entry.user_message.strip().splitlines()[0])
-    return out
-
-
 def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     from dw_dagster.core.asset_graph import CURRENT_DEFINITIONS
@@ -277,7 +269,7 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     if live:
         return _proposal(state, row.incident_id, records.parse_change_set(live[0].body), False, None)
     if row.state == CLOSED:
-        raise fail(f"incident {row.incident_id} is closed ({row.note or 'no note'}); a person re-opens it with "
+        raise fail(f"incident {row.incident_id} is closed (get_incident shows its note); a person re-opens it with "
                    f"`dw-dagster incidents reopen {row.incident_id} --by EMAIL --reason WHY` before anything is proposed")
     if row.state == DIAGNOSING:
         raise fail(f"incident {row.incident_id} is being diagnosed now; call remediate again when it is diagnosed")
@@ -285,7 +277,7 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     try:
         inc = Incident.model_validate_json(row.body)
     except ValueError as e:
-        raise fail(f"incident {row.incident_id}'s record does not parse ({e}); it is quarantined") from e
+        raise fail(f"incident {row.incident_id}'s record does not parse; it is quarantined") from e
     loc, job = _diagnosis_job(state, key)
     before = {(r.change_set_id, r.version) for r in led.change_set_rows(incident_id=row.incident_id, latest_only=False)}
     rr = diagnosis_request(inc, f"{inc.id}:mcp-remediate", job.name)
@@ -297,21 +289,19 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
             tags={**rr.tags, "dw/launched_by": "dw-dagster mcp remediate"})
     finally:
         CURRENT_DEFINITIONS.reset(token)
-    messages = _run_messages(state.instance(), result.run_id)
+    # a run's messages and errors quote the warehouse and whatever failed: the answer names the run, never quotes it
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         err = getattr(getattr(failure, "event_specific_data", None), "error", None)
         raise fail(f"the diagnosis run {result.run_id} of {job.name} failed"
-                   + (f": {err.message.strip().splitlines()[0]}" if err and err.message else "")
-                   + "; see the run in the Dagster UI, fix its cause and call remediate again")
+                   + (f" ({err.cls_name} in step {failure.step_key})" if err is not None and failure is not None else "")
+                   + "; its error is in the run's events in the Dagster UI; fix its cause and call remediate again")
     new = [r for r in led.change_set_rows(incident_id=row.incident_id, latest_only=False)
            if (r.change_set_id, r.version) not in before]
     if not new:
-        said = [m for m in messages if "change" in m.lower() or "cause" in m.lower() or "autonomy" in m.lower()]
-        raise fail(f"the diagnosis run {result.run_id} proposed no new change set"
-                   + (f": {'; '.join(said[:3])}" if said else "")
-                   + f". diagnose_incident {row.incident_id} shows what it found; a change set with the same content as "
-                     "an earlier one keeps that one's record and expiry")
+        raise fail(f"the diagnosis run {result.run_id} proposed no new change set (its log in the Dagster UI says why). "
+                   f"diagnose_incident {row.incident_id} shows what it found; a change set with the same content as "
+                   "an earlier one keeps that one's record and expiry")
     return _proposal(state, row.incident_id, records.parse_change_set(new[0].body), True, result.run_id)
 
 

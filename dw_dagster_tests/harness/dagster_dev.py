@@ -190,6 +190,40 @@ class DagsterDev:
                                                 run_config=dict(run_config or {}), tags=dict(tags or {}),
                                                 op_selection=op_selection)
 
+    def sensor_dry_run(self, name: str, location: str = LOCATION, cursor: str | None = None) -> dict:
+        """GraphQL ``sensorDryRun`` (the UI's "Test sensor"): ``{"runRequests": [...], "skipReason", "error"}``."""
+        data = self.graphql("""mutation Dry($sel: SensorSelector!, $cursor: String) {
+            sensorDryRun(selectorData: $sel, cursor: $cursor) { __typename
+              ... on DryRunInstigationTick { evaluationResult { skipReason error { message }
+                runRequests { runKey jobName runConfigYaml tags { key value } assetSelection { path } } } }
+              ... on PythonError { message } ... on SensorNotFoundError { message } } }""",
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name},
+                             "cursor": cursor})
+        res = data["sensorDryRun"]
+        if res["__typename"] != "DryRunInstigationTick":
+            raise DagsterDevError(f"sensorDryRun {name}: {res}")
+        return res["evaluationResult"]
+
+    def launch_run(self, job_name: str, *, location: str = LOCATION, tags: Mapping[str, str] | None = None,
+                   run_config: Mapping[str, Any] | None = None, asset_selection: list[list[str]] | None = None,
+                   check_selection: list[tuple[list[str], str]] | None = None) -> str:
+        """GraphQL ``launchRun`` with any tags, config and asset / asset-check selection (what a Dagster user
+        can send); returns the run id (the run may be refused later by the coordinator)."""
+        selector: dict[str, Any] = {"repositoryLocationName": location, "repositoryName": REPOSITORY, "jobName": job_name}
+        if asset_selection is not None:
+            selector["assetSelection"] = [{"path": list(p)} for p in asset_selection]
+        if check_selection is not None:
+            selector["assetCheckSelection"] = [{"assetKey": {"path": list(p)}, "name": n} for p, n in check_selection]
+        data = self.graphql("""mutation Launch($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+            ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError { message }
+            ... on RunConfigValidationInvalid { errors { message } } ... on UnauthorizedError { message } } }""",
+                            {"p": {"selector": selector, "runConfigData": dict(run_config or {}),
+                                   "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}}})
+        res = data["launchRun"]
+        if res["__typename"] != "LaunchRunSuccess":
+            raise DagsterDevError(f"launchRun {job_name} in {location}: {res}")
+        return res["run"]["runId"]
+
     def reload_location(self) -> None:
         """Reload the code location (``reloadRepositoryLocation``), as after a merge; raises on failure."""
         from dagster_graphql import ReloadRepositoryLocationStatus
