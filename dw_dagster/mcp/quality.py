@@ -74,6 +74,16 @@ class CheckResult(BaseModel):
     evaluated_at: dt.datetime | None = None
 
 
+def _checks_of(state: DwState, key: dg.AssetKey) -> tuple[Any, list[dg.AssetCheckKey]]:
+    ws = state.workspace()
+    locs = ws.locations_of(key)
+    if not locs:
+        raise fail(f"{key.to_user_string()} is not an asset of the workspace's code locations "
+                   f"({', '.join(loc.name for loc in ws.loaded())}); restart the server with the -w file that defines it")
+    loc = next((x for x in locs if any(k.asset_key == key for k in x.asset_graph.asset_check_keys)), locs[0])
+    return loc, sorted((k for k in loc.asset_graph.asset_check_keys if k.asset_key == key), key=lambda k: k.name)
+
+
 def _from_record(ck: dg.AssetCheckKey, rec) -> CheckResult:
     ev = rec.event.dagster_event.event_specific_data
     origin = CHECK if rec.run_id else REPORTED

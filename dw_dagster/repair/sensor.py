@@ -451,8 +451,10 @@ def build_remediation_sensor(
                 return False
             result = st.result or {}
             infra = result.get("infrastructure")
-            if infra is None and "reason" not in result:  # completed by the executor: read the run now
-                infra = infrastructure_failure(self.instance, st.run_id)
+            if infra is None and "reason" not in result and "reconciled" not in result:  # completed by the executor
+                run = self.instance.get_run_by_id(st.run_id)
+                if run is not None and run.status == dg.DagsterRunStatus.FAILURE:  # a terminated run is no crash
+                    infra = infrastructure_failure(self.instance, st.run_id)
             attempts = int(result.get("attempts", 1))
             if not infra or not may_retry(stage, attempts):
                 return False
