@@ -59,7 +59,7 @@ from starlette.routing import Route
 from dw_dagster.core.domains import Domains, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, credential_digest
 from dw_dagster.approval.identity.slack import NotFromSlack, SlackInteractionVerifier, SlackNotConfigured, parse_block_actions
-from dw_dagster.core.ledger import HALTED, PROPOSED, ledger_for
+from dw_dagster.core.ledger import FAILED, HALTED, PROPOSED, ledger_for
 from dw_dagster.core.models import ChangeSet, Diagnosis, TamperedRecord
 from dw_dagster.core import records
 from dw_dagster.approval.job import (PAST, ApprovalRefused, active_decision, decide, load_change_set,
@@ -205,7 +205,7 @@ class _Service:
         inst = self.instance()
         led = ledger_for(inst)
         out = []
-        for row in led.change_set_rows(states=[PROPOSED, HALTED]):
+        for row in led.change_set_rows(states=[PROPOSED, HALTED, FAILED]):  # a failed repair may be finished
             if row.expires_at <= time.time():
                 continue
             try:
@@ -220,7 +220,7 @@ class _Service:
             if not domain.may_approve(email):
                 continue
             note = ""
-            decided = active_decision(led, cs)
+            decided = active_decision(led, cs) if row.state != FAILED else None
             if decided is not None:
                 note = f"already {PAST[decided.decision]} by {decided.approver}"
             elif email == cs.proposer.strip().lower():

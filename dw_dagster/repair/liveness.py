@@ -129,7 +129,7 @@ def finish_or_undo(change_set_id: str, stale: Sequence[str], failed_stage: str |
         return ("no data changed; a new proposal is needed to try again, or a listed approver approves this version "
                 f"again to retry it (`dw-dagster approve {change_set_id} --login`)")
     finish = (f"to finish, a listed approver approves the same version again (`dw-dagster approve {change_set_id} "
-              "--login`, the review page or Slack): the stages that succeeded stay done and "
+              "--login` or the review page): the stages that succeeded stay done and "
               f"{failed_stage or 'the failed stage'} and the rest run; ") if failed_stage is None or may_run_again(failed_stage) \
         else f"stage {failed_stage} cannot run again safely, so it cannot be finished; "
     return f"left stale: {', '.join(stale)}; {finish}to undo: `dw-dagster undo {change_set_id}`"

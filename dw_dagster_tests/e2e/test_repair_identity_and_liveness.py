@@ -24,9 +24,9 @@ The scenario runs once per module (shared by the tests below):
   ledger issued none, and launching what it shows (in either location) is refused;
 - the remediation sensor is started; every stage run the daemon launches is copied at once into the
   staging location (same job, tags, config and selection) and refused there;
-- the window stage's first run: its worker (the pid in the run's "Started process" event) and the
-  daemon (the pid of the process that wrote the run's ``RUN_DEQUEUED`` event) are killed before the
-  first step; a new daemon is started;
+- the window stage's first run: its worker (the pid in the run's own "Started process" event) and the
+  daemon (the deployment's ``dagster-daemon run`` process; Dagster 1.13 writes no daemon pid into a
+  run's events) are killed before the first step; a new daemon is started;
 - the rebuild stage: the proxy is cut for 20 s as soon as its first step started;
 - the repair must end ``applied``, once, by production's runs only, with verified receipts.
 """
@@ -126,30 +126,42 @@ def _copy(dev: DagsterServices, instance: dg.DagsterInstance, run: dg.DagsterRun
 
 
 def _kill_worker_and_daemon(dev: DagsterServices, instance: dg.DagsterInstance, run_id: str, sc: Scenario) -> None:
-    """As soon as the run's worker names its pid: SIGKILL it and the daemon that dequeued the run."""
+    """As soon as the run's worker names its pid in the run's events ("Started process for run (pid: N)",
+    written by the worker itself): SIGKILL it, and SIGKILL the daemon that launched the run (Dagster 1.13's
+    run events carry no pid of the daemon: its process is the deployment's ``dagster-daemon run``)."""
     deadline = time.monotonic() + 180
-    worker = daemon = None
+    worker = None
     while time.monotonic() < deadline and worker is None:
         for e in _events(instance, run_id):
             msg = e.message or ""
-            if e.dagster_event and e.dagster_event.event_type_value == "RUN_DEQUEUED":
-                daemon = e.pid
             if msg.startswith("Started process for run (pid: "):
                 worker = int(msg.split("pid: ")[1].split(")")[0])
-        time.sleep(0.1)
-    assert worker is not None and daemon is not None, f"run {run_id} never named its worker and daemon"
+        if worker is None:
+            time.sleep(0.1)
+    assert worker is not None, f"run {run_id} never named its worker"
+    daemon, parent = dev.daemon.pid, _parent(worker)
     for pid in (worker, daemon):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    sc.killed = {"run_id": run_id, "worker_pid": worker, "daemon_pid": daemon, "daemon_was_ours": daemon == dev.daemon.pid,
+    sc.killed = {"run_id": run_id, "worker_pid": worker, "daemon_pid": daemon, "daemon_was_ours": True,
+                 "worker_parent_is_the_code_server": parent == dev.code_servers[PROD].pid,
                  "steps_at_kill": _steps(instance, run_id)}
     dev.daemon.wait(30)
     run = _wait_run(instance, run_id, timeout=120)  # the code server reports the run whose process died
     sc.killed["run_status"] = run.status.value
     dev.restart_daemon()
     sc.log.append(f"killed worker {worker} and daemon {daemon} of {run_id[:8]}; run {run.status.value}; daemon restarted")
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of a process that may be gone already (None then)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def _cut_when_rebuild_steps(proxy: TcpProxy, instance: dg.DagsterInstance, run_id: str, sc: Scenario):

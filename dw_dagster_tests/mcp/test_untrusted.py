@@ -104,7 +104,6 @@ def _outside_untrusted(value, path="$") -> list[str]:
 def test_text_typed_by_users_comes_back_only_as_marked_data(world):
     from dw_dagster.approval.job import approve_in_process
     from dw_dagster.core.ledger import ledger_for
-    from dw_dagster.receipts.job import close_incident
 
     instance, server = world
     led = ledger_for(instance)
@@ -114,7 +113,13 @@ def test_text_typed_by_users_comes_back_only_as_marked_data(world):
     assert not ok and INJECTION in why  # refused: the typed name is recorded with the refusal
     instance.report_runless_asset_event(AssetCheckEvaluation(
         asset_key=ASSET, check_name="daily_volume", passed=False, description=INJECTION, metadata={"why": INJECTION}))
-    close_incident(instance, iid, INJECTION, INJECTION)
+    from click.testing import CliRunner
+
+    from dw_dagster.cli.main import main
+
+    res = CliRunner().invoke(main, ["incidents", "reopen", iid, "--by", "mallory@grocer.example", "--reason", INJECTION,
+                                    "--dagster-home", str(instance.root_directory)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output  # the incident was closed by its verified receipt; anyone may re-open it
     answers = {
         "list_incidents": _call(server, "list_incidents", {}),
         "get_incident": _call(server, "get_incident", {"incident_id": iid}),
@@ -131,8 +136,9 @@ def test_text_typed_by_users_comes_back_only_as_marked_data(world):
     trail = answers["get_audit_trail"]["events"]
     refused = [e for e in trail if e["kind"] == "approval_refused" and e["untrusted"]["actor"]["untrusted_data"] == INJECTION]
     assert refused and refused[0]["actor"] == "a Dagster user (not verified)"
-    closed = [e for e in answers["get_audit_trail (asset)"]["events"] if e["kind"] == "audit:incident_closed"]
-    assert closed and closed[0]["untrusted"]["reason"]["untrusted_data"] == INJECTION
+    (reopened,) = [e for e in answers["get_audit_trail (asset)"]["events"] if e["kind"] == "audit:incident_reopen"]
+    assert reopened["untrusted"]["reason"]["untrusted_data"] == INJECTION and reopened["actor"] == "a Dagster user (not verified)"
+    assert answers["get_incident"]["ledger_note"]["untrusted_data"].endswith(INJECTION)
     assert INJECTION in str(answers["get_audit_trail"])  # it is there, as data
 
 
