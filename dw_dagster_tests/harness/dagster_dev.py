@@ -140,7 +140,8 @@ class DagsterDev:
     def graphql(self, query: str, variables: Mapping[str, Any] | None = None, timeout: float = 120) -> dict:
         """POST one GraphQL document; returns ``data``; raises on transport or GraphQL errors."""
         r = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": dict(variables or {})}, timeout=timeout)
-        r.raise_for_status()
+        if r.status_code >= 400:
+            raise DagsterDevError(f"GraphQL HTTP {r.status_code}: {r.text[:3000]}\n{self.log_tail(40)}")
         body = r.json()
         if body.get("errors"):
             raise DagsterDevError(f"GraphQL errors: {body['errors']}")
