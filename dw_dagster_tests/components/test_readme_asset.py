@@ -1,8 +1,8 @@
-"""The README's "Your asset, for incremental_load" snippet, run as written: its pipeline file and its
+"""The adoption page's "Your asset, for incremental_load" snippets (docs/snippets/adopt/pipeline_sales.yaml
+and adopt/sales_asset.py), run as written: its pipeline file and its
 asset load a two-partition range in one run (as a repair's window run does) from a DuckDB source
 into a DuckDB warehouse, and record the loads the diagnosis reads."""
 
-import re
 from pathlib import Path
 
 import dagster as dg
@@ -10,18 +10,14 @@ import duckdb
 
 from dw_dagster import DatabaseResource
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SNIPPETS = Path(__file__).resolve().parents[2] / "docs" / "snippets"
 
 
 def _snippets() -> tuple[str, str]:
-    text = README.read_text()
-    part = text[text.index("**Your asset, for `incremental_load`**"):]
-    yaml_block = re.search(r"```yaml\n(.*?)```", part, re.S).group(1)
-    py_block = re.search(r"```python\n(.*?)```", part, re.S).group(1)
-    return yaml_block, py_block
+    return (SNIPPETS / "adopt/pipeline_sales.yaml").read_text(), (SNIPPETS / "adopt/sales_asset.py").read_text()
 
 
-def test_the_readme_asset_loads_a_partition_range_in_one_run(tmp_path, monkeypatch):
+def test_the_documented_asset_loads_a_partition_range_in_one_run(tmp_path, monkeypatch):
     yaml_block, py_block = _snippets()
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "sales.yaml").write_text(yaml_block)
@@ -37,7 +33,7 @@ def test_the_readme_asset_loads_a_partition_range_in_one_run(tmp_path, monkeypat
                     "amount DECIMAL(12,2))")
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(py_block, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    exec(compile(py_block, "adopt/sales_asset.py", "exec"), scope)  # noqa: S102 - the docs' own code
     result = dg.materialize(
         [scope["sales"]], partition_key=None,
         tags={"dagster/asset_partition_range_start": "2026-11-01", "dagster/asset_partition_range_end": "2026-11-02"},

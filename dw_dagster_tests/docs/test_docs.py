@@ -66,30 +66,66 @@ def test_every_snippet_is_run_by_a_test(snippet: Path) -> None:
 
 
 def _shell_commands(snippet: Path) -> list[list[str]]:
+    """Each command of a shell snippet (continuation lines joined, comments and VAR=value prefixes dropped)."""
+    text = snippet.read_text(encoding="utf-8").replace("\\\n", " ")
     out = []
-    for raw in snippet.read_text(encoding="utf-8").splitlines():
+    for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
         if line and not line.startswith("#"):
-            out.append(shlex.split(line))
+            argv = [a for a in shlex.split(line) if not ("=" in a and not a.startswith("-") and a.split("=")[0].isupper())]
+            if argv:
+                out.append(argv)
     return out
+
+
+CHECKED = {"make", "dw-dagster", "dagster", "dg", "pip"}  # other programs (claude, openssl, export) are not ours to run
+
+
+def _help(program: str, argv: list[str]) -> subprocess.CompletedProcess:
+    words = []
+    for a in argv:
+        if a.startswith(("-", "[", "$")) or len(words) == 2:
+            break
+        words.append(a)
+    exe = str(Path(sys.executable).with_name(program))
+    r = subprocess.run([exe, *words, "--help"], capture_output=True, text=True)
+    if r.returncode != 0 and len(words) == 2:  # the second word was an argument, not a command
+        r = subprocess.run([exe, words[0], "--help"], capture_output=True, text=True)
+    return r
+
+
+def _check_pip_install(snippet: Path, argv: list[str]) -> None:
+    """`pip install dw-dagster[extras]`: the package is ours and every extra exists in pyproject.toml."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for req in [a for a in argv[2:] if not a.startswith("-")]:
+        name, _, extras = req.partition("[")
+        assert name == project["name"], f"{snippet.name}: installs {name!r}, not {project['name']!r}"
+        for extra in filter(None, extras.rstrip("]").split(",")):
+            assert extra in project["optional-dependencies"], f"{snippet.name}: no extra {extra!r}"
 
 
 @pytest.mark.parametrize("snippet", [p for p in _snippet_files() if p.suffix == ".sh"],
                          ids=lambda p: str(p.relative_to(SNIPPETS)))
 def test_shell_snippet_commands_exist(snippet: Path) -> None:
-    cli = Path(sys.executable).with_name("dw-dagster")
+    """Every `make` target exists; every dw-dagster, dagster and dg (sub)command answers --help."""
     for argv in _shell_commands(snippet):
-        argv = [a for a in argv if "=" not in a or a.startswith("-")]  # drop VAR=value prefixes
-        if argv[0] == "make":
+        program = Path(argv[0]).name
+        if program not in CHECKED:
+            continue
+        if program == "pip":
+            _check_pip_install(snippet, argv)
+            continue
+        if program == "make":
             targets = [a for a in argv[1:] if not a.startswith("-")]
             r = subprocess.run(["make", "-n", "-C", str(ROOT), *targets], capture_output=True, text=True)
             assert r.returncode == 0, f"{snippet.name}: make {targets}: {r.stderr}"
-        elif argv[0].endswith("dw-dagster"):
-            words = [a for a in argv[1:] if not a.startswith("-")][:2]
-            r = subprocess.run([str(cli), *words, "--help"], capture_output=True, text=True)
-            if r.returncode != 0 and len(words) == 2:  # the second word was an argument, not a command
-                r = subprocess.run([str(cli), words[0], "--help"], capture_output=True, text=True)
-            assert r.returncode == 0, f"{snippet.name}: dw-dagster {' '.join(words)} --help: {r.stderr}"
+            continue
+        r = _help(program, argv[1:])
+        assert r.returncode == 0, f"{snippet.name}: {' '.join(argv)}: {r.stderr[-500:]}"
+        for flag in [a.strip("[]").split("=")[0] for a in argv if a.strip("[").startswith("--")]:
+            assert flag in r.stdout, f"{snippet.name}: {program} has no option {flag}"
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
@@ -97,3 +133,18 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+README = ROOT / "README.md"
+MARKER = re.compile(r"<!-- snippet: (?P<path>[^ ]+) -->\n(?P<fence>```+)[^\n]*\n(?P<body>.*?)^(?P=fence)\s*$", re.M | re.S)
+
+
+def test_readme_is_short_and_its_code_blocks_are_snippets() -> None:
+    """README.md: at most 150 lines; every code block is marked as a snippet and equals that file."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150, f"README.md has {len(text.splitlines())} lines (at most 150)"
+    marked = list(MARKER.finditer(text))
+    assert len(marked) == len(FENCE.findall(text)), "a README code block without a <!-- snippet: ... --> marker"
+    for m in marked:
+        assert m.group("body") == (SNIPPETS / m.group("path")).read_text(encoding="utf-8"), (
+            f"README.md's block differs from docs/snippets/{m.group('path')}")

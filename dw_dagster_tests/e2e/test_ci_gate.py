@@ -3,7 +3,7 @@
 import os
 import subprocess
 import sys
-import textwrap
+import shlex
 from pathlib import Path
 
 import pytest
@@ -12,23 +12,10 @@ from dw_dagster.databases import DuckDBDatabase
 
 BIN = Path(sys.executable).parent
 
-CODE = textwrap.dedent('''
-    import dagster as dg
-    from dw_dagster import DatabaseResource, build_null_rate_check, build_reconciliation_checks
-
-    recon = build_reconciliation_checks(
-        asset="orders", source_asset="orders_source", source_table="src.orders", target_table="tgt.orders",
-        slice_by=["region"], measures=["amount"], key_columns=["id"], blocking=True)
-    nulls = build_null_rate_check(asset="orders", table="tgt.orders", columns=["region"], name="region_nulls",
-                                  severity=dg.AssetCheckSeverity.WARN)
-    defs = dg.Definitions(
-        assets=[dg.AssetSpec("orders"), dg.AssetSpec("orders_source")],
-        asset_checks=[recon, nulls],
-        jobs=[dg.define_asset_job("ci_checks", selection=dg.AssetSelection.all_asset_checks())],
-        resources={"source_db": DatabaseResource(url=dg.EnvVar("CI_WAREHOUSE")),
-                   "warehouse": DatabaseResource(url=dg.EnvVar("CI_WAREHOUSE"))},
-    )
-''')
+# the docs' CI page (docs/snippets/ci/ci_defs.py and ci/ci_execute.sh), run as written
+SNIPPETS = Path(__file__).resolve().parents[2] / "docs" / "snippets"
+CODE = (SNIPPETS / "ci/ci_defs.py").read_text()
+COMMAND = shlex.split((SNIPPETS / "ci/ci_execute.sh").read_text().split("#")[0])
 
 
 @pytest.mark.parametrize("target_rows,exit_code", [("(1,'EU',10.00),(2,'US',5.50)", 0), ("(1,'EU',10.00)", 1)],
@@ -42,7 +29,8 @@ def test_checks_job_exit_code(tmp_path, target_rows, exit_code):
     (tmp_path / "ci_defs.py").write_text(CODE)
     env = {**os.environ, "CI_WAREHOUSE": f"duckdb:///{db.path}", "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    proc = subprocess.run([str(BIN / "dagster"), "job", "execute", "-f", str(tmp_path / "ci_defs.py"), "-j", "ci_checks"],
+    assert COMMAND[:4] == ["dagster", "job", "execute", "-f"]
+    proc = subprocess.run([str(BIN / "dagster"), *COMMAND[1:]],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == exit_code, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout + proc.stderr

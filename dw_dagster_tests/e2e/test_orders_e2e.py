@@ -5,6 +5,9 @@ receipt, and the numbers at each stage."""
 
 import datetime as dt
 
+import io
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -15,6 +18,7 @@ from dw_dagster.examples.orders import generator as g
 from dw_dagster.examples.orders import home as h
 from dw_dagster.examples.orders import paths as p
 from dw_dagster.examples.orders.demo import NOT_LISTED, OWNER, run_orders_demo
+from dw_dagster.testing.demo import Timeline
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
 from dw_dagster.core import records
@@ -36,7 +40,9 @@ def loop(tmp_path_factory):
         mp.setenv(h.HOME_ENV, str(root / "home"))
         mp.delenv(DOMAINS_FILE_ENV, raising=False)  # restored after the module (the location sets its own)
         mp.delenv(p.SCALE_ENV, raising=False)
-        result = run_orders_demo(home=root / "home", instance=instance, scale=SCALE)
+        printed = io.StringIO()
+        result = run_orders_demo(home=root / "home", instance=instance, scale=SCALE, log=Timeline(printed))
+        result.printed_timeline = printed.getvalue()
         yield result, instance, root / "home"
 
 
@@ -285,3 +291,13 @@ def test_a_change_set_without_steps_keeps_its_stages():
     keys = ["2026-11-25", "2026-11-26", "2026-11-27", "2026-11-28"]
     assert stage_plan(cs, keys, undo=True) == ["snapshot", "window-1", "rebuild", "verify", "receipt"]
     assert stage_plan(cs, keys) == ["window-1", "rebuild", "verify", "receipt"]
+
+
+def test_the_documented_timeline_shows_stages_the_demo_prints(loop):
+    """docs/snippets/orders/orders_timeline.txt (the page's abridged timeline) uses only stage labels this run printed."""
+    def stages(text: str) -> set[str]:
+        return {line.split("]", 1)[1].split()[0] for line in text.splitlines() if line.startswith("[")}
+
+    result, _, _ = loop
+    documented = (Path(__file__).resolve().parents[2] / "docs/snippets/orders/orders_timeline.txt").read_text()
+    assert stages(documented) and stages(documented) <= stages(result.printed_timeline)

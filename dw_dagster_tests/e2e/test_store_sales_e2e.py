@@ -1,5 +1,8 @@
 """The whole store-sales loop on a real Dagster instance, sensors evaluated through Dagster."""
 
+import io
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -8,6 +11,7 @@ from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.examples.store_sales import home as h
 from dw_dagster.examples.store_sales.definitions import build_definitions
 from dw_dagster.examples.store_sales.demo import OWNER, run_store_sales_demo
+from dw_dagster.testing.demo import Timeline
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core import records
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
@@ -21,7 +25,9 @@ def loop(tmp_path_factory):
     (root / "dagster_home").mkdir()
     with pytest.MonkeyPatch.context() as mp, dg.instance_for_test(temp_dir=str(root / "dagster_home")) as instance:
         mp.setenv(h.HOME_ENV, str(root / "home"))
-        result = run_store_sales_demo(home=root / "home", instance=instance, scale=SCALE)
+        printed = io.StringIO()
+        result = run_store_sales_demo(home=root / "home", instance=instance, scale=SCALE, log=Timeline(printed))
+        result.printed_timeline = printed.getvalue()
         yield result, instance, root / "home"
 
 
@@ -152,3 +158,13 @@ def test_window_was_kept_before_the_rerun_for_undo(loop):
     assert snap["rows"] + result.gap_rows_before == rows_now
     undo = propose_undo(instance, result.change_set_id)
     assert undo.change_classes == ["undo"] and undo.approvers == [OWNER]
+
+
+def test_the_documented_timeline_shows_stages_the_demo_prints(loop):
+    """docs/snippets/getting-started/store_sales_timeline.txt (the page's abridged timeline) uses only stage labels this run printed."""
+    def stages(text: str) -> set[str]:
+        return {line.split("]", 1)[1].split()[0] for line in text.splitlines() if line.startswith("[")}
+
+    result, _, _ = loop
+    documented = (Path(__file__).resolve().parents[2] / "docs/snippets/getting-started/store_sales_timeline.txt").read_text()
+    assert stages(documented) and stages(documented) <= stages(result.printed_timeline)

@@ -162,14 +162,13 @@ def test_the_installed_command(small_pair, tmp_path):
     assert (tmp_path / "c.md").read_text().startswith(MARKER)
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SNIPPETS = Path(__file__).resolve().parents[2] / "docs" / "snippets"
 
 
-def test_the_readme_ci_snippet_runs(small_pair, tmp_path, monkeypatch):
-    """The GitHub Actions job in the README is a valid workflow whose review step, run on two targets, blocks."""
-    text = README.read_text()
-    section = text[text.index("#### Review the dbt changes"):text.index("## Watching the row counts")]
-    (workflow,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+def test_the_documented_ci_workflow_runs(small_pair, tmp_path, monkeypatch):
+    """docs/snippets/ci/github_review.yaml is a valid workflow whose review step, run on two targets, blocks;
+    ci/review_cli.sh's flags are the CLI's; ci/review_python.py fails on the same pair."""
+    workflow = (SNIPPETS / "ci/github_review.yaml").read_text()
     steps = yaml.safe_load(workflow)["jobs"]["dbt-review"]["steps"]
     parse = next(s for s in steps if s.get("name", "").startswith("dbt parse"))
     assert "base/dbt_project" in parse["run"] and "head/dbt_project" in parse["run"]
@@ -182,13 +181,19 @@ def test_the_readme_ci_snippet_runs(small_pair, tmp_path, monkeypatch):
     Path("head/domains.yaml").write_text("domains:\n  - name: all\n    select: ['*']\n    approvers: [a@shop.example]\n")
     res = CliRunner().invoke(main, cmd[1:], catch_exceptions=False)
     assert res.exit_code == 1 and Path("review.md").read_text().startswith(MARKER)
+    documented = re.findall(r"--[a-z-]+", (SNIPPETS / "ci/review_cli.sh").read_text())
+    help_text = CliRunner().invoke(main, ["review", "--help"]).output
+    assert documented and all(flag in help_text for flag in documented)
+    Path("domains.yaml").write_text(Path("head/domains.yaml").read_text())
+    with pytest.raises(SystemExit) as stop:
+        exec(compile((SNIPPETS / "ci/review_python.py").read_text(), "ci/review_python.py", "exec"), {})  # noqa: S102
+    assert stop.value.code == 1
 
 
-def test_the_readme_domains_example_is_valid():
+def test_the_documented_domains_example_is_valid():
+    """docs/snippets/concepts/domains.yaml validates."""
     from dw_dagster.core.domains import Domains
 
-    text = README.read_text()
-    section = text[text.index("### The domains file"):]
-    doc = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    doc = yaml.safe_load((SNIPPETS / "concepts/domains.yaml").read_text())
     domains = Domains.model_validate(doc)
     assert domains.domains[0].slack_channel and domains.review.sensitive.rules[0].name == "loyalty_card"
