@@ -33,3 +33,23 @@ def test_the_marked_answer_is_a_valid_audit_event():
     typed = ev.untrusted["actor"].untrusted_data
     assert typed not in ev.actor and typed not in ev.summary
     assert AuditEvent.model_json_schema()["$defs"]["Untrusted"]["x-dw-untrusted"] is True
+
+
+def test_the_documented_diagnosis_marks_warehouse_text_as_untrusted():
+    """``mcp/diagnose_incident_output.txt`` (the MCP guide): what a diagnosis quotes from the warehouse is
+    inside untrusted objects, as the tool returns it."""
+    import json
+
+    from dw_dagster.mcp.diagnosis import CauseView
+    from dw_dagster.mcp.untrusted import Untrusted
+
+    text = (SNIPPETS / "mcp/diagnose_incident_output.txt").read_text()
+    doc = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+    primary = doc["primary"]
+    for field in ("summary", "details"):
+        Untrusted.model_validate(primary[field])
+    for e in primary["evidence"]:
+        for field in ("description", "sql", "values"):
+            Untrusted.model_validate(e[field])
+    Untrusted.model_validate(doc["markdown"])
+    assert set(primary) <= set(CauseView.model_fields)
