@@ -347,6 +347,8 @@ def _dispatched_run_or_refuse(instance: dg.DagsterInstance, row, facts: RunFacts
             f"{row.change_set_id} is for a run of code location {where.get('location')}, repository "
             f"{where.get('repository')} (where the remediation sensor that issued it runs), and this run has {got}: "
             "a job of the same name in another location is another run"))
+    if row.run_id is not None:  # taken already: the ledger refuses it, naming the run that holds the stage
+        return
     ticks = [t for t in where.get("ticks") or [] if str(t).isdigit()]
     for t in ticks:
         try:
