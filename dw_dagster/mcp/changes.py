@@ -23,6 +23,7 @@ from dw_dagster.core.ledger import APPLIED, APPROVED, CLOSED, DIAGNOSING, HALTED
 from dw_dagster.core.models import ChangeSet, Incident
 from dw_dagster.mcp.models import ChangeSetBrief, change_set_brief
 from dw_dagster.mcp.state import DwState, asset_of, fail, parse_asset_key
+from dw_dagster.mcp.untrusted import UPSTREAM, Untrusted, untrusted
 from dw_dagster.repair.migrations import (
     DIALECTS,
     AddColumn,
@@ -179,12 +180,14 @@ class StepView(BaseModel):
 
 
 class ManualStepView(BaseModel):
+    """What the engineer does outside dw_dagster; its names and link come from that system (marked)."""
+
     kind: str = Field(description="e.g. mage_rerun")
-    target: str = Field(description="what the engineer acts on (a Mage pipeline)")
+    target: Untrusted = Field(description="what the engineer acts on (a Mage pipeline, named by Mage)")
     after: list[str] = Field(description="the stages it follows")
-    summary: str
-    command: str = Field(description="how to do it (the mage-agent run_pipeline call)")
-    url: str | None = Field(description="where to do it in the system's UI")
+    summary: Untrusted
+    command: Untrusted = Field(description="how to do it (the mage-agent run_pipeline call)")
+    url: Untrusted | None = Field(description="where to do it in the system's UI")
 
 
 class RemediationProposal(BaseModel):
@@ -236,8 +239,10 @@ def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: boo
         rebuild_order=cs.rebuild_assets, new_tests=cs.new_tests,
         verify_checks=cs.verify_checks, steps=[StepView(kind=s.kind, summary=s.summary, sql=s.sql, rollback_sql=s.rollback_sql,
                                                         expected_rows=s.expected_rows) for s in cs.steps],
-        manual_steps=[ManualStepView(kind=m.kind, target=m.target, after=m.after, summary=m.summary, command=m.command,
-                                     url=m.url) for m in cs.manual_steps],
+        manual_steps=[ManualStepView(kind=m.kind, target=Untrusted(untrusted_data=m.target, origin=UPSTREAM), after=m.after,
+                                     summary=Untrusted(untrusted_data=m.summary, origin=UPSTREAM),
+                                     command=Untrusted(untrusted_data=m.command, origin=UPSTREAM),
+                                     url=untrusted(m.url, UPSTREAM)) for m in cs.manual_steps],
         expected_recovered_rows=cs.expected_recovered_rows, undo=cs.undo, expires_at=cs.expires_at,
         diagnosis_run_id=run_id, approval=approval,
         approval_request=(f"the notification sensor (dw_notification_sensor, location {', '.join(slack)}) posts the "
