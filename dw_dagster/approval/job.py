@@ -244,7 +244,8 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
     if why:
         raise ApprovalRefused(why)
     row = led.change_set_row(cs.id, cs.version)
-    if row.state in (REJECTED, APPLIED, FAILED, SUPERSEDED) or (row.state == EXPIRED):
+    finishing = row.state == FAILED and decision == "approve" and row.latest
+    if row.state in (REJECTED, APPLIED, EXPIRED, SUPERSEDED) or (row.state == FAILED and not finishing):
         raise ApprovalRefused(f"change set {cs.id} version {cs.version[:12]}… is {row.state}; a new proposal is needed")
     if now >= cs.expires_at:
         raise ApprovalRefused(f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal")
@@ -252,6 +253,15 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
     approval = _signed(dict(id=f"ap-{uuid.uuid4().hex[:12]}", change_set_id=cs.id, change_set_version=cs.version,
                             decision=decision, approver=identity.email, decided_at=now, comment=comment,
                             run_id=run_id, identity=identity))
+    if finishing:  # the repair failed half-way: this approval finishes it (the stages that succeeded stay done)
+        try:
+            led.record_finishing_decision(approval_id=approval.id, change_set_id=cs.id, version=cs.version,
+                                          approver=identity.email, method=identity.method, decided_at=now.timestamp(),
+                                          body=approval.model_dump_json(), credential_id=identity.credential_id,
+                                          credential_purpose=f"finish {cs.id} {cs.version}")
+        except LedgerError as e:
+            raise ApprovalRefused(str(e)) from e
+        return approval, approval_observation(cs, approval)
     try:
         ok = led.record_decision(approval_id=approval.id, change_set_id=cs.id, version=cs.version, decision=decision,
                                  approver=identity.email, method=identity.method, decided_at=now.timestamp(),

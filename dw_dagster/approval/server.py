@@ -19,25 +19,24 @@ One small Starlette app; every decision goes through :func:`dw_dagster.approval.
   owners, from the diagnosis the change set names), expiry and approvers, and Approve / Reject
   forms carrying the version shown. ``GET /login`` starts the OpenID Connect authorization code
   flow with PKCE (OpenID Connect Core 1.0 §3.1, RFC 7636): ``state``, ``nonce`` and the
-  ``code_verifier`` wait in the session cookie; ``GET /callback`` checks ``state`` (RFC 6749
+  ``code_verifier`` wait on the server, under the login's cookie; ``GET /callback`` checks ``state`` (RFC 6749
   §10.12) and ``iss`` (RFC 9207), redeems the code and verifies the ID token with the session's
   nonce (:meth:`~dw_dagster.approval.identity.oidc.OidcVerifier.verify`). ``POST /decide`` decides as
   that person (the form's CSRF token must be the session's; each decision consumes its own
   credential, ``<token credential>:<change set>:<version>:<decision>``). ``POST /logout``.
 - ``GET /healthz``.
 
-The session is a cookie signed with itsdangerous (Starlette's ``SessionMiddleware``; signed, not
-encrypted: it holds no secret beyond the PKCE verifier of a login in progress), ``HttpOnly``,
-``SameSite=Lax``, ``Secure`` when the base URL is https. A login lasts 15 minutes, then the page
-goes back to the identity provider. The cookie's key is ``session_secret`` or an HMAC-SHA256
-derivation of the deployment's signing key (never the key itself). Every value on a page is
-HTML-escaped; pages are sent with a restrictive Content-Security-Policy and ``no-store``.
+Sessions are server-side (:mod:`dw_dagster.approval.sessions`): the cookie holds an opaque id, the
+state (who, until when, the CSRF token) lives in the ledger's database; logout deletes it, so a
+cookie saved before logging out, or read by a server on another port of the host, decides nothing.
+The CSRF token is written only into the pages, never into the cookie. A login lasts 15 minutes,
+then the page goes back to the identity provider. Every value on a page is HTML-escaped; pages are
+sent with a restrictive Content-Security-Policy and ``no-store``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import hmac
 import html
 import logging
@@ -53,8 +52,6 @@ import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -62,30 +59,22 @@ from starlette.routing import Route
 from dw_dagster.core.domains import ACCESS_GRANT, Domains, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, credential_digest
 from dw_dagster.approval.identity.slack import NotFromSlack, SlackInteractionVerifier, SlackNotConfigured, parse_block_actions
-from dw_dagster.core.ledger import HALTED, PROPOSED, ledger_for
+from dw_dagster.core.ledger import FAILED, HALTED, PROPOSED, ledger_for
 from dw_dagster.core.models import ChangeSet, Diagnosis, TamperedRecord
 from dw_dagster.core import records
 from dw_dagster.approval.job import (PAST, ApprovalRefused, active_decision, decide, load_change_set,
-                                             oidc_verifier, refusal_observation, signing_key)
+                                             oidc_verifier, refusal_observation)
 from dw_dagster.core.records import parse_change_set
+from dw_dagster.approval.sessions import LOGIN_SECONDS, SESSION_SECONDS, ReviewSessions, Session
 
 log = logging.getLogger("dw_dagster.approvals")
 
-SESSION_COOKIE = "dw_approvals"
-SESSION_SECONDS = 15 * 60
-LOGIN_SECONDS = 10 * 60  # a login started must come back within this
 _MAX_FORM = 16 * 1024
 _CREDENTIAL_MAX = 128  # the ledger's credential_id column
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; "
         "frame-ancestors 'none'")
 _HEADERS = {"Content-Security-Policy": _CSP, "Cache-Control": "no-store", "X-Frame-Options": "DENY",
             "Referrer-Policy": "same-origin", "X-Content-Type-Options": "nosniff"}
-
-
-def derived_session_secret(key: bytes | None = None) -> str:
-    """The session cookie key: HMAC-SHA256(signing key, purpose label), hex (the key is never reused raw)."""
-    return hmac.new(key if key is not None else signing_key(), b"dw-dagster approvals session cookie v1",
-                    hashlib.sha256).hexdigest()
 
 
 def decision_credential(credential: str, change_set_id: str, version: str, decision: str) -> str:
@@ -216,7 +205,7 @@ class _Service:
         inst = self.instance()
         led = ledger_for(inst)
         out = []
-        for row in led.change_set_rows(states=[PROPOSED, HALTED]):
+        for row in led.change_set_rows(states=[PROPOSED, HALTED, FAILED]):  # a failed repair may be finished
             if row.expires_at <= time.time():
                 continue
             try:
@@ -231,7 +220,7 @@ class _Service:
             if not domain.may_decide(email, cs.created_at, dt.datetime.now(dt.timezone.utc)):
                 continue  # a listed approver, or an escalation approver once escalate_after has passed
             note = ""
-            decided = active_decision(led, cs)
+            decided = active_decision(led, cs) if row.state != FAILED else None
             if decided is not None:
                 note = f"already {PAST[decided.decision]} by {decided.approver}"
             elif email == cs.proposer.strip().lower():
@@ -260,10 +249,10 @@ button.approve{background:#1f883d;color:#fff;border-color:#1a7f37}button.reject{
 .result{font-size:17px;padding:12px 16px;border-radius:8px}.ok{background:#dafbe1}.refused{background:#ffebe9}"""
 
 
-def _page(title: str, body: str, who: dict[str, Any] | None = None, status: int = 200) -> HTMLResponse:
+def _page(title: str, body: str, who: Session | None = None, status: int = 200) -> HTMLResponse:
     bar = "<strong>dw-dagster approvals</strong>"
     if who:
-        until = dt.datetime.fromtimestamp(who["at"] + SESSION_SECONDS, dt.timezone.utc).strftime("%H:%M UTC")
+        until = dt.datetime.fromtimestamp(who["until"], dt.timezone.utc).strftime("%H:%M UTC")
         bar += (f"<span>Signed in as <b id=who>{esc(who['email'])}</b> (verified by OIDC issuer "
                 f"{esc(who['iss'])}), until {until}</span>"
                 f"<form method=post action=/logout><input type=hidden name=csrf value=\"{esc(who['csrf'])}\">"
@@ -273,7 +262,7 @@ def _page(title: str, body: str, who: dict[str, Any] | None = None, status: int 
     return HTMLResponse(doc, status_code=status, headers=_HEADERS)
 
 
-def _message(title: str, text: str, status: int, who: dict[str, Any] | None = None, ok: bool = False) -> HTMLResponse:
+def _message(title: str, text: str, status: int, who: Session | None = None, ok: bool = False) -> HTMLResponse:
     return _page(title, f"<h1>{esc(title)}</h1><p class=\"result {'ok' if ok else 'refused'}\" id=result>{esc(text)}</p>"
                         "<p><a href=\"/\">Back to the change sets waiting for you</a></p>", who, status)
 
@@ -371,23 +360,12 @@ def _change_set_html(cs: ChangeSet, diag: Diagnosis | None, note: str, csrf: str
 
 # -- the app -----------------------------------------------------------------------------------
 
-def _who(request: Request) -> dict[str, Any] | None:
-    who = request.session.get("who")
-    if not isinstance(who, dict) or not all(isinstance(who.get(k), str) for k in ("email", "sub", "iss", "cred", "csrf")):
-        return None
-    if not isinstance(who.get("at"), (int, float)) or not 0 <= time.time() - who["at"] < SESSION_SECONDS:
-        request.session.pop("who", None)
-        return None
-    return who
-
-
 def _redirect(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303, headers=_HEADERS)
 
 
 def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], domains: DomainsSource, *,
-              base_url: str, session_secret: str | None = None, dagster_url: str = "http://localhost:3000",
-              extra_routes: "list | tuple" = ()) -> Starlette:
+              base_url: str, dagster_url: str = "http://localhost:3000", extra_routes: "list | tuple" = ()) -> Starlette:
     """The approvals app (see the module docstring).
 
     Args:
@@ -395,19 +373,22 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         domains: where the domains come from (a path, read at every request so the approvers
             listed *now* count; or a :class:`~dw_dagster.core.domains.Domains`).
         base_url: the public URL of this server (``/callback`` under it is the OIDC redirect URI,
-            ``/slack/interactions`` Slack's Request URL); https makes the cookie ``Secure``.
-        session_secret: the session cookie key (default: derived from the deployment's signing key).
+            ``/slack/interactions`` Slack's Request URL); its origin binds the sessions this server
+            makes; https makes the cookie ``Secure`` and ``__Host-`` prefixed.
         dagster_url: the Dagster UI, for run and asset links on the read-only pages
             (:mod:`dw_dagster.approval.board`: incidents and change sets, for anyone signed in).
         extra_routes: more Starlette routes served beside these (the access request slash command,
             :func:`dw_dagster.access.slack.access_routes`).
 
-    Raises:
-        ApprovalRefused: no ``session_secret`` and no signing key is configured.
+    ``app.state.sessions`` is the :class:`~dw_dagster.approval.sessions.ReviewSessions` of the app,
+    for pages added to it.
     """
     svc = _Service(instance, domains, base_url)
-    secret = session_secret or derived_session_secret()
-    origin = "{0.scheme}://{0.netloc}".format(urlsplit(svc.base_url))
+    sessions = ReviewSessions(lambda: ledger_for(svc.instance()), svc.base_url)
+    origin = sessions.origin
+
+    def _who(request: Request) -> Session | None:
+        return sessions.current(request)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -419,7 +400,7 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         return JSONResponse(answer, status_code=status, background=task)
 
     async def review(request: Request) -> Response:
-        who = _who(request)
+        who = await run_in_threadpool(_who, request)
         if who is None:
             hint = request.query_params.get("login_hint")
             return _redirect("/login" + (f"?login_hint={quote(hint, safe='@')}" if hint else ""))
@@ -453,8 +434,6 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         code_verifier, challenge = pkce_pair()
         pending = {"state": secrets.token_urlsafe(32), "nonce": secrets.token_urlsafe(32), "verifier": code_verifier,
                    "at": time.time()}
-        request.session.clear()
-        request.session["login"] = pending
         hint = (request.query_params.get("login_hint") or "").strip()
         try:
             hint = canonical_email(hint) if hint and len(hint) <= 320 else ""
@@ -462,10 +441,12 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             hint = ""
         url = authorization_url(verifier.settings, discovery, redirect_uri=svc.redirect_uri, state=pending["state"],
                                 nonce=pending["nonce"], code_challenge=challenge, login_hint=hint or None)
-        return _redirect(url)
+        response = _redirect(url)
+        await run_in_threadpool(sessions.begin_login, response, pending)
+        return response
 
     async def callback(request: Request) -> Response:
-        pending = request.session.pop("login", None)
+        pending = await run_in_threadpool(sessions.take_login, request)
         q = request.query_params
         if not isinstance(pending, dict) or not 0 <= time.time() - pending.get("at", 0) < LOGIN_SECONDS:
             return _message("Log in again", "This login was not started here, or took longer than "
@@ -498,10 +479,10 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             identity = await run_in_threadpool(finish)
         except IdentityError as err:
             return _message("Login refused", f"the ID token was refused: {err}", 403)
-        request.session["who"] = {"email": identity.email, "sub": identity.subject or "", "iss": identity.issuer or "",
-                                  "cred": identity.credential_id or "", "at": time.time(),
-                                  "csrf": secrets.token_urlsafe(32)}
-        return _redirect("/")
+        response = _redirect("/")
+        await run_in_threadpool(lambda: sessions.start(response, email=identity.email, iss=identity.issuer or "",
+                                                       sub=identity.subject or "", cred=identity.credential_id or ""))
+        return response
 
     async def form_of(request: Request) -> dict[str, str] | None:
         body = await request.body()
@@ -514,12 +495,11 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         return sent is None or sent == origin
 
     async def decide_route(request: Request) -> Response:
-        who = _who(request)
+        who = await run_in_threadpool(_who, request)
         if who is None:
-            return _redirect("/login")  # no decision without a verified session; an expired one logs in again
+            return _redirect("/login")  # no decision without a live session; an expired or ended one logs in again
         form = await form_of(request)
-        if form is None or not same_origin(request) or not hmac.compare_digest(
-                form.get("csrf", "").encode(), who["csrf"].encode()):
+        if form is None or not same_origin(request) or not sessions.csrf_ok(who, form.get("csrf")):
             return _message("Refused", "this form does not come from your review page (its CSRF token or origin "
                             "does not match your session): nothing was decided", 403, who)
         cs_id, version, decision = form.get("cs", ""), form.get("v", ""), form.get("decision", "")
@@ -541,12 +521,14 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         return _message(f"Change set {cs_id} {PAST[decision]}", f"Recorded: {what}.", 200, who, ok=True)
 
     async def logout(request: Request) -> Response:
-        who = _who(request)
+        who = await run_in_threadpool(_who, request)
         form = await form_of(request) or {}
-        if who is not None and not hmac.compare_digest(form.get("csrf", "").encode(), who["csrf"].encode()):
+        if who is not None and not sessions.csrf_ok(who, form.get("csrf")):
             return _message("Refused", "this form does not come from your review page", 403, who)
-        request.session.clear()
-        return _page("Logged out", "<h1>Logged out</h1><p><a href=\"/login\">Log in again</a></p>")
+        response = _page("Logged out", "<h1>Logged out</h1><p>Your session has ended on the server: a copy of its "
+                         "cookie decides nothing. <a href=\"/login\">Log in again</a></p>")
+        await run_in_threadpool(sessions.end, request, response)
+        return response
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -560,12 +542,15 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
     ]
     from dw_dagster.approval.board import board_routes
 
-    routes += board_routes(svc, _who, dagster_url=dagster_url)  # read-only, for anyone signed in
-    middleware = [Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
-                             max_age=SESSION_SECONDS, same_site="lax", https_only=svc.base_url.startswith("https://"))]
-    app = Starlette(routes=routes, middleware=middleware)
+    def _reader(request: Request) -> dict[str, Any] | None:  # the board reads the signed-in person as a mapping
+        who = _who(request)
+        return None if who is None else {"email": who.email, "iss": who.iss, "sub": who.sub}
+
+    routes += board_routes(svc, _reader, dagster_url=dagster_url)  # read-only, for anyone signed in
+    app = Starlette(routes=routes)
     app.state.service = svc
+    app.state.sessions = sessions
     return app
 
 
-__all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "build_app", "decision_credential", "derived_session_secret"]
+__all__ = ["SESSION_SECONDS", "build_app", "decision_credential"]

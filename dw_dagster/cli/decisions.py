@@ -110,16 +110,18 @@ def _check_signing_key(instance) -> None:
                                "signed with it would be ignored")
 
 
-def _decidable_or_exit(instance, cs) -> None:
-    """Exit 3 when the change set can take no decision now (decided, expired, done), naming why."""
-    from dw_dagster.core.ledger import HALTED, PROPOSED, ledger_for
+def _decidable_or_exit(instance, cs, decision: str = "approve") -> None:
+    """Exit 3 when the change set can take no decision now (decided, expired, done), naming why. A repair
+    that failed takes an approval that finishes it (the stages that succeeded stay done)."""
+    from dw_dagster.core.ledger import FAILED, HALTED, PROPOSED, ledger_for
     from dw_dagster.core.models import utcnow
 
     row = ledger_for(instance).change_set_row(cs.id, cs.version)
+    finishing = row is not None and row.state == FAILED and row.latest and decision == "approve"
     why = None
-    if row is not None and row.state not in (PROPOSED, HALTED):
+    if row is not None and row.state not in (PROPOSED, HALTED) and not finishing:
         why = f"change set {cs.id} is {row.state}; it takes no decision now"
-    elif ledger_for(instance).active_decision(cs.id, cs.version) is not None:
+    elif not finishing and ledger_for(instance).active_decision(cs.id, cs.version) is not None:
         why = f"change set {cs.id} was already decided; a decision is single-use"
     elif utcnow() >= cs.expires_at:
         why = f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal"
@@ -160,7 +162,7 @@ def register(main: click.Group) -> None:
                 raise click.BadParameter(f"no change set {change_set_id.strip()[:80]!r} in this Dagster instance "
                                          "(dw-dagster change-sets lists them)", param_hint="CHANGE_SET_ID")
             _check_signing_key(instance)
-            _decidable_or_exit(instance, cs)  # before anyone logs in for nothing
+            _decidable_or_exit(instance, cs, decision)  # before anyone logs in for nothing
             token = _token(domains, decision_nonce(cs.id, cs.version, decision), id_token, id_token_file, login, login_hint)
             if not token and not (approver or "").strip():
                 raise click.UsageError("prove who you are: --login, --id-token or --id-token-file "
@@ -215,7 +217,7 @@ def register(main: click.Group) -> None:
                                None, True, login_hint)
                 click.echo(token)
                 return
-            _decidable_or_exit(instance, cs)
+            _decidable_or_exit(instance, cs, "reject" if reject else "approve")
         decision = "reject" if reject else "approve"
         token = _token(domains, decision_nonce(cs.id, cs.version, decision), None, None, True, login_hint)
         click.echo(f"ops:\n  dw_record_decision:\n    config:\n      change_set_id: {cs.id}\n      decision: {decision}\n"

@@ -49,8 +49,10 @@ from dw_dagster.core.ledger_incidents import (  # noqa: F401 - the incident stat
     IncidentsMixin,
 )
 from dw_dagster.core.ledger_access import AccessMixin
+from dw_dagster.core.ledger_finish import FinishMixin
 from dw_dagster.core.ledger_ladder import LadderMixin
-from dw_dagster.core.ledger_tables import AccessRow, _sqlite_engine, ledger_url  # noqa: F401 - AccessRow is part of the API
+from dw_dagster.core.ledger_outage import OUTAGE_SECONDS, transient_storage_error, wrap_public_methods  # noqa: F401
+from dw_dagster.core.ledger_tables import AccessRow, _sqlite_engine, add_missing_columns, ledger_url  # noqa: F401 - AccessRow is part of the API
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
     ChangeSetRow,
@@ -73,17 +75,10 @@ from dw_dagster.core.ledger_tables import (
 )
 from dw_dagster.errors import DwDagsterError
 
-#: change set states (latest version's lifecycle)
-PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
-RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
-#: states the remediation sensor looks at
-ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
-#: states whose window is held (an approved repair not yet ended), whichever version is latest
-HELD_STATES = (APPROVED, RUNNING, HALTED)
-#: states that end a version without a repair that proved itself: its incident may be diagnosed again
-ENDED_STATES = (REJECTED, EXPIRED, FAILED)
-#: stage states
-ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
+from dw_dagster.core.ledger_tables import (  # noqa: F401 - the states are part of this module's API
+    ABANDONED, ACTIVE_STATES, APPLIED, APPROVED, ENDED_STATES, EXPIRED, FAILED, HALTED, HELD_STATES, ISSUED, PROPOSED,
+    REJECTED, RUNNING, STAGE_FAILED, STARTED, SUCCEEDED, SUPERSEDED,
+)
 
 
 class LedgerError(DwDagsterError, RuntimeError):
@@ -96,7 +91,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
-class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
+class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
     def __init__(self, engine: Engine, *, url: str) -> None:
@@ -110,6 +105,7 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
         for attempt in range(5):
             try:
                 _meta.create_all(self.engine, checkfirst=True)
+                add_missing_columns(self.engine)
                 with self.engine.begin() as conn:
                     row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
                     if row is None:
@@ -350,10 +346,12 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
     # -- stages ----------------------------------------------------------------------------------
 
     def issue_ticket(self, change_set_id: str, version: str, stage: str, approval_id: str, job_name: str,
-                     expect: dict | None = None) -> str | None:
+                     expect: dict | None = None, dispatch: dict | None = None) -> str | None:
         """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
-        (its partition tags, asset selection and run config, see
+        (its code location and repository, partition tags, asset selection and run config, see
         :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice).
+        ``dispatch`` names the sensor evaluation that issued it (``{"location", "repository", "ticks"}``:
+        only a run the daemon reserved in one of those ticks takes it; None for a ticket issued in process).
 
         The version must be approved, running or halted (checked and moved to running first, in the
         same transaction: a version superseded meanwhile gets no ticket).
@@ -373,10 +371,26 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
                 conn.execute(stages_t.insert().values(
                     change_set_id=change_set_id, version=version, stage=stage, approval_id=approval_id, ticket=ticket,
                     state=ISSUED, run_id=None, job_name=job_name, expect=json.dumps(expect, sort_keys=True) if expect else None,
+                    dispatch=json.dumps(dispatch, sort_keys=True) if dispatch is not None else None,
                     issued_at=time.time(), started_at=None, finished_at=None, result=None))
         except sa.exc.IntegrityError:
             return None
         return ticket
+
+    def note_dispatch(self, ticket: str, tick_id: str, keep: int = 10) -> bool:
+        """Add a daemon tick that dispatched an issued ticket again (its run request repeated by a later
+        tick) to the ticks whose reserved runs may take it (the newest ``keep``); False when a run took
+        it meanwhile or it was issued in process."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(stages_t.c.dispatch).where(
+                stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED)).first()
+            if r is None or not r[0]:
+                return False
+            d = json.loads(r[0])
+            ticks = [t for t in d.get("ticks") or [] if t != tick_id] + [tick_id]
+            d["ticks"] = ticks[-keep:]
+            return conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None)).values(
+                dispatch=json.dumps(d, sort_keys=True))).rowcount == 1
 
     def stage_by_ticket(self, ticket: str) -> StageRow | None:
         with self.engine.connect() as conn:
@@ -439,20 +453,31 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
         """Record the end of a stage by the run bound to it; True when it moved (only once)."""
         final = state or (SUCCEEDED if success else STAGE_FAILED)
         with self._tx() as conn:
+            before = conn.execute(sa.select(stages_t.c.result).where(stages_t.c.ticket == ticket)).scalar()
+            attempts = _attempts(before)
+            body = {**(result or {}), **({"attempts": attempts} if attempts > 1 else {})}
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
-                state=final, finished_at=time.time(), result=json.dumps(result or {}, default=str)))
+                state=final, finished_at=time.time(), result=json.dumps(body, default=str)))
             return res.rowcount == 1
 
-    def reissue_ticket(self, ticket: str, run_id: str) -> str | None:
-        """Give a stage a fresh ticket when the run bound to it never started (cancelled while queued,
-        e.g. by an org-wide stop): nothing ran, so running it later replays nothing. Returns the new
-        ticket, or None when the stage is not bound to ``run_id`` any more."""
+    def reissue_ticket(self, ticket: str, run_id: str, *, count: bool = False, why: str = "") -> str | None:
+        """Give a stage a fresh ticket when the run bound to it never executed a step (cancelled while
+        queued by an org-wide stop; its worker or the daemon killed before the first step; its start
+        timed out): nothing ran, so running it again replays nothing. Returns the new ticket, or None
+        when the stage is not bound to ``run_id`` any more. With ``count``, the attempt is counted in the
+        stage's result (``attempts``, ``earlier``: why each earlier run ended)."""
         new = secrets.token_hex(16)
         with self._tx() as conn:
+            before = conn.execute(sa.select(stages_t.c.result).where(stages_t.c.ticket == ticket)).scalar()
+            values: dict[str, Any] = dict(ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time(),
+                                          dispatch=_no_ticks(conn, ticket))
+            if count:
+                earlier = json.loads(before).get("earlier", []) if before else []
+                values["result"] = json.dumps({"attempts": _attempts(before) + 1,
+                                               "earlier": [*earlier, {"run_id": run_id, "why": why}][-10:]})
             res = conn.execute(stages_t.update().where(
-                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(
-                ticket=new, run_id=None, state=ISSUED, started_at=None, issued_at=time.time()))
+                stages_t.c.ticket == ticket, stages_t.c.run_id == run_id, stages_t.c.state == STARTED).values(**values))
             return new if res.rowcount == 1 else None
 
     def rotate_ticket(self, ticket: str) -> str | None:
@@ -463,7 +488,7 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
         with self._tx() as conn:
             res = conn.execute(stages_t.update().where(
                 stages_t.c.ticket == ticket, stages_t.c.run_id.is_(None), stages_t.c.state == ISSUED).values(
-                ticket=new, issued_at=time.time()))
+                ticket=new, issued_at=time.time(), dispatch=_no_ticks(conn, ticket)))
             return new if res.rowcount == 1 else None
 
     def revoke_ticket(self, ticket: str) -> bool:
@@ -494,7 +519,7 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
                 return None
             res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket, stages_t.c.state == r.state).values(
                 ticket=new, run_id=None, state=ISSUED, started_at=None, finished_at=None, issued_at=time.time(),
-                result=json.dumps({"attempts": attempts + 1, "earlier": earlier})))
+                result=json.dumps({"attempts": attempts + 1, "earlier": earlier}), dispatch=_no_ticks(conn, ticket)))
             return new if res.rowcount == 1 else None
 
     def abandon_stage(self, ticket: str, reason: str) -> bool:
@@ -624,6 +649,29 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin):
 
 class _Lost(Exception):
     pass
+
+
+def _attempts(result_text: str | None) -> int:
+    """How many runs a stage has had, from its result (``attempts``; 1 when not counted)."""
+    try:
+        n = json.loads(result_text).get("attempts", 1) if result_text else 1
+        return int(n) if isinstance(n, (int, float, str)) and str(n).isdigit() else 1
+    except (ValueError, AttributeError):
+        return 1
+
+
+def _no_ticks(conn, ticket: str) -> str | None:
+    """The ``dispatch`` of ``ticket``'s stage with no tick yet: a new ticket is taken only by a run
+    reserved in a tick that dispatches *it* (its location and repository stay)."""
+    r = conn.execute(sa.select(stages_t.c.dispatch).where(stages_t.c.ticket == ticket)).first()
+    if r is None or not r[0]:
+        return None
+    d = json.loads(r[0])
+    d["ticks"] = []
+    return json.dumps(d, sort_keys=True)
+
+
+wrap_public_methods(Ledger)  # every call rides out a short storage outage (ledger_outage)
 
 
 # -- opening the ledger of an instance ---------------------------------------------------------------

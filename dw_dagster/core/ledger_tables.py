@@ -19,6 +19,18 @@ from sqlalchemy.engine import Engine
 SCHEMA_VERSION = 1
 _meta = sa.MetaData()
 
+#: change set states (latest version's lifecycle)
+PROPOSED, APPROVED, REJECTED, EXPIRED, SUPERSEDED = "proposed", "approved", "rejected", "expired", "superseded"
+RUNNING, HALTED, APPLIED, FAILED = "running", "halted", "applied", "failed"
+#: states the remediation sensor looks at
+ACTIVE_STATES = (PROPOSED, APPROVED, RUNNING, HALTED)
+#: states whose window is held (an approved repair not yet ended), whichever version is latest
+HELD_STATES = (APPROVED, RUNNING, HALTED)
+#: states that end a version without a repair that proved itself: its incident may be diagnosed again
+ENDED_STATES = (REJECTED, EXPIRED, FAILED)
+#: stage states
+ISSUED, STARTED, SUCCEEDED, STAGE_FAILED, ABANDONED = "issued", "started", "succeeded", "failed", "abandoned"
+
 change_sets_t = sa.Table(
     "dw_ledger_change_sets", _meta,
     sa.Column("change_set_id", sa.String(255), primary_key=True),
@@ -75,6 +87,9 @@ stages_t = sa.Table(
     sa.Column("run_id", sa.String(64), nullable=True),
     sa.Column("job_name", sa.String(255), nullable=True),
     sa.Column("expect", sa.Text, nullable=True),
+    # who dispatched the ticket (JSON): the sensor's code location and repository and the daemon ticks
+    # whose reserved run ids may take it (see dw_dagster.repair.guard); NULL for a ticket issued in process
+    sa.Column("dispatch", sa.Text, nullable=True),
     sa.Column("issued_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=True),
@@ -187,6 +202,20 @@ ladder_t = sa.Table(
     sa.Index("dw_ledger_ladder_shown", "shown"),
 )
 
+sessions_t = sa.Table(  # the review page's server-side sessions (dw_dagster.approval.sessions)
+    "dw_ledger_sessions", _meta,
+    sa.Column("id_hash", sa.String(64), primary_key=True),  # SHA-256 of the cookie's id: the table never holds the id
+    sa.Column("origin", sa.String(512), nullable=False),  # the server (scheme://host:port) the session was made for
+    sa.Column("kind", sa.String(16), nullable=False),  # login (in progress) or session
+    sa.Column("email", sa.String(320), nullable=True),
+    sa.Column("csrf", sa.String(128), nullable=True),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("dw_ledger_sessions_expiry", "expires_at"),
+    sa.Index("dw_ledger_sessions_email", "email"),
+)
+
 meta_t = sa.Table(
     "dw_ledger_meta", _meta,
     sa.Column("key", sa.String(64), primary_key=True),
@@ -218,6 +247,9 @@ class StageRow:
     started_at: float | None
     finished_at: float | None
     result: dict | None
+    #: ``{"location", "repository", "ticks": [tick ids]}`` of the sensor evaluation that issued the ticket
+    #: (None: issued in process, e.g. by the LocalSensorDaemon; then only runs without a code location take it)
+    dispatch: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -311,12 +343,31 @@ def _row(cls, r) -> Any:
     d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
     if cls is StageRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else None
+        d["dispatch"] = json.loads(d["dispatch"]) if d.get("dispatch") else None
     if cls is AccessRow:
         d["result"] = json.loads(d["result"]) if d.get("result") else {}
     if cls is LadderRow:
         d["body"] = json.loads(d["body"]) if d.get("body") else {}
         d["shown"] = bool(d["shown"])
     return cls(**d)
+
+
+#: columns added after a table was first created: (table, column), added by :func:`add_missing_columns`
+ADDED_COLUMNS = ((stages_t, "dispatch"),)
+
+
+def add_missing_columns(engine: Engine) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for each of :data:`ADDED_COLUMNS` a ledger made by an earlier
+    dw_dagster lacks (all nullable: rows written before read back as before)."""
+    inspector = sa.inspect(engine)
+    for table, name in ADDED_COLUMNS:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        if name in have:
+            continue
+        col = table.c[name]
+        ddl = f'ALTER TABLE {table.name} ADD COLUMN {name} {col.type.compile(dialect=engine.dialect)}'
+        with engine.begin() as conn:
+            conn.exec_driver_sql(ddl)
 
 
 # -- where an instance's ledger lives -------------------------------------------------------------

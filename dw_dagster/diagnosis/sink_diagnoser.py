@@ -59,7 +59,9 @@ def _naive(t: dt.datetime) -> dt.datetime:
 def volume_window(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> tuple[dt.datetime, dt.datetime] | None:
     """The days the latest evaluation of a volume check scored low (or with no rows), as a half-open
     naive-UTC window ``[first day, last day + 1)``; None when it found none."""
-    rec = instance.get_latest_asset_check_evaluation_record(check_key)
+    from dw_dagster.core.check_results import latest_run_evaluation
+
+    rec = latest_run_evaluation(instance, check_key).latest  # a run's evaluation: one reported without a run is a claim
     if rec is None or rec.event is None:
         return None
     md = rec.event.dagster_event.event_specific_data.metadata or {}

@@ -23,6 +23,7 @@ from dw_dagster.core.ledger import APPLIED, APPROVED, CLOSED, DIAGNOSING, HALTED
 from dw_dagster.core.models import ChangeSet, Incident
 from dw_dagster.mcp.models import ChangeSetBrief, change_set_brief
 from dw_dagster.mcp.state import DwState, asset_of, fail, parse_asset_key
+from dw_dagster.mcp.untrusted import UPSTREAM, Untrusted, untrusted
 from dw_dagster.repair.migrations import (
     DIALECTS,
     AddColumn,
@@ -179,12 +180,14 @@ class StepView(BaseModel):
 
 
 class ManualStepView(BaseModel):
+    """What the engineer does outside dw_dagster; its names and link come from that system (marked)."""
+
     kind: str = Field(description="e.g. mage_rerun")
-    target: str = Field(description="what the engineer acts on (a Mage pipeline)")
+    target: Untrusted = Field(description="what the engineer acts on (a Mage pipeline, named by Mage)")
     after: list[str] = Field(description="the stages it follows")
-    summary: str
-    command: str = Field(description="how to do it (the mage-agent run_pipeline call)")
-    url: str | None = Field(description="where to do it in the system's UI")
+    summary: Untrusted
+    command: Untrusted = Field(description="how to do it (the mage-agent run_pipeline call)")
+    url: Untrusted | None = Field(description="where to do it in the system's UI")
 
 
 class RemediationProposal(BaseModel):
@@ -218,24 +221,28 @@ class RemediationProposal(BaseModel):
 
 def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: bool, run_id: str | None) -> RemediationProposal:
     brief = change_set_brief(state.ledger(), cs)
+    # ``Definitions.sensors`` (the sensors as defined) is public on every Dagster the package allows;
+    # there is no ``resolve_all_sensor_defs`` in Dagster 1.13
     slack = [loc.name for loc in (state.workspace().locations_of(dg.AssetKey(cs.target_asset)) if state.workspace_path else [])
-             if "slack" in (loc.defs.resources or {}) and any(s.name == "dw_notification_sensor"
-                                                              for s in loc.defs.resolve_all_sensor_defs())]
+             if "slack" in (loc.defs.resources or {}) and any(getattr(s, "name", None) == "dw_notification_sensor"
+                                                              for s in (loc.defs.sensors or ()))]
     if brief.state == PROPOSED:
         approval = (f"waiting for a listed approver of domain {cs.domain} ({', '.join(cs.approvers)}) to approve it "
                     f"through the approval job: `dw-dagster approve {cs.id} --login`, the review page of "
                     "`dw-dagster approvals serve`, or the Slack buttons. Nothing runs before that; this server cannot "
                     "approve")
     else:
-        approval = f"change set {cs.id} is {brief.state}" + (f" ({brief.note})" if brief.note else "")
+        approval = f"change set {cs.id} is {brief.state}" + (" (change_set.note says why)" if brief.note else "")
     return RemediationProposal(
         incident_id=incident_id, proposed_now=proposed_now, change_set=brief, diff=cs.diff, files=[f.path for f in cs.files],
         window=cs.window, deferred_partitions=cs.deferred_partitions, not_run=[n.words() for n in cs.not_run()],
         rebuild_order=cs.rebuild_assets, new_tests=cs.new_tests,
         verify_checks=cs.verify_checks, steps=[StepView(kind=s.kind, summary=s.summary, sql=s.sql, rollback_sql=s.rollback_sql,
                                                         expected_rows=s.expected_rows) for s in cs.steps],
-        manual_steps=[ManualStepView(kind=m.kind, target=m.target, after=m.after, summary=m.summary, command=m.command,
-                                     url=m.url) for m in cs.manual_steps],
+        manual_steps=[ManualStepView(kind=m.kind, target=Untrusted(untrusted_data=m.target, origin=UPSTREAM), after=m.after,
+                                     summary=Untrusted(untrusted_data=m.summary, origin=UPSTREAM),
+                                     command=Untrusted(untrusted_data=m.command, origin=UPSTREAM),
+                                     url=untrusted(m.url, UPSTREAM)) for m in cs.manual_steps],
         expected_recovered_rows=cs.expected_recovered_rows, undo=cs.undo, expires_at=cs.expires_at,
         diagnosis_run_id=run_id, approval=approval,
         approval_request=(f"the notification sensor (dw_notification_sensor, location {', '.join(slack)}) posts the "
@@ -255,14 +262,6 @@ def _diagnosis_job(state: DwState, key: dg.AssetKey) -> tuple[Any, dg.JobDefinit
                "with the -w file of the location that runs dw_dagster's loop")
 
 
-def _run_messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    out = []
-    for entry in instance.all_logs(run_id):
-        if entry.dagster_event is None and entry.user_message and entry.level >= 20:
-            out.append(entry.user_message.strip().splitlines()[0])
-    return out
-
-
 def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
     from dw_dagster.core.asset_graph import CURRENT_DEFINITIONS
@@ -275,7 +274,7 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     if live:
         return _proposal(state, row.incident_id, records.parse_change_set(live[0].body), False, None)
     if row.state == CLOSED:
-        raise fail(f"incident {row.incident_id} is closed ({row.note or 'no note'}); a person re-opens it with "
+        raise fail(f"incident {row.incident_id} is closed (get_incident shows its note); a person re-opens it with "
                    f"`dw-dagster incidents reopen {row.incident_id} --by EMAIL --reason WHY` before anything is proposed")
     if row.state == DIAGNOSING:
         raise fail(f"incident {row.incident_id} is being diagnosed now; call remediate again when it is diagnosed")
@@ -283,7 +282,7 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
     try:
         inc = Incident.model_validate_json(row.body)
     except ValueError as e:
-        raise fail(f"incident {row.incident_id}'s record does not parse ({e}); it is quarantined") from e
+        raise fail(f"incident {row.incident_id}'s record does not parse; it is quarantined") from e
     loc, job = _diagnosis_job(state, key)
     before = {(r.change_set_id, r.version) for r in led.change_set_rows(incident_id=row.incident_id, latest_only=False)}
     rr = diagnosis_request(inc, f"{inc.id}:mcp-remediate", job.name)
@@ -295,21 +294,19 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
             tags={**rr.tags, "dw/launched_by": "dw-dagster mcp remediate"})
     finally:
         CURRENT_DEFINITIONS.reset(token)
-    messages = _run_messages(state.instance(), result.run_id)
+    # a run's messages and errors quote the warehouse and whatever failed: the answer names the run, never quotes it
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         err = getattr(getattr(failure, "event_specific_data", None), "error", None)
         raise fail(f"the diagnosis run {result.run_id} of {job.name} failed"
-                   + (f": {err.message.strip().splitlines()[0]}" if err and err.message else "")
-                   + "; see the run in the Dagster UI, fix its cause and call remediate again")
+                   + (f" ({err.cls_name} in step {failure.step_key})" if err is not None and failure is not None else "")
+                   + "; its error is in the run's events in the Dagster UI; fix its cause and call remediate again")
     new = [r for r in led.change_set_rows(incident_id=row.incident_id, latest_only=False)
            if (r.change_set_id, r.version) not in before]
     if not new:
-        said = [m for m in messages if "change" in m.lower() or "cause" in m.lower() or "autonomy" in m.lower()]
-        raise fail(f"the diagnosis run {result.run_id} proposed no new change set"
-                   + (f": {'; '.join(said[:3])}" if said else "")
-                   + f". diagnose_incident {row.incident_id} shows what it found; a change set with the same content as "
-                     "an earlier one keeps that one's record and expiry")
+        raise fail(f"the diagnosis run {result.run_id} proposed no new change set (its log in the Dagster UI says why). "
+                   f"diagnose_incident {row.incident_id} shows what it found; a change set with the same content as "
+                   "an earlier one keeps that one's record and expiry")
     return _proposal(state, row.incident_id, records.parse_change_set(new[0].body), True, result.run_id)
 
 

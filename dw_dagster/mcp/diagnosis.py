@@ -21,6 +21,7 @@ from dw_dagster.core.models import BlastRadius, CauseFinding, Diagnosis, Inciden
 from dw_dagster.diagnosis.job import diagnosis_markdown
 from dw_dagster.mcp.incidents import detected_by
 from dw_dagster.mcp.state import DwState, asset_of, fail
+from dw_dagster.mcp.untrusted import LEDGER_NOTE, RECORD, UPSTREAM, Untrusted, untrusted
 
 #: lists longer than this (late keys, per-store groups, evidence rows) are cut in answers
 LIST_CUT = 20
@@ -37,12 +38,13 @@ def _cut(value: Any, path: str, cuts: dict[str, int]) -> Any:
 
 
 class EvidenceView(BaseModel):
-    """One query a person can re-run, and what dw_dagster saw when it ran it."""
+    """One query a person can re-run, and what dw_dagster saw when it ran it (the query names and the rows come
+    from the warehouse: marked)."""
 
-    description: str
+    description: Untrusted
     database: str = Field(description="where it ran: duckdb:<file>, a SQLAlchemy URL's database, dagster:event_log")
-    sql: str = Field(description="the statement(s), as run")
-    values: Any = Field(description=f"the result (lists cut to their first {LIST_CUT} items; see `cut`)")
+    sql: Untrusted = Field(description="the statement(s), as run")
+    values: Untrusted = Field(description=f"the result (lists cut to their first {LIST_CUT} items; see `cut`)")
     cut: dict[str, int] = Field(default_factory=dict, description="path of each cut list → its full length")
 
 
@@ -50,12 +52,12 @@ class CauseView(BaseModel):
     """A cause the diagnosis tested, with its evidence."""
 
     kind: str = Field(description="e.g. late_rows_behind_watermark, required_null_dead_letter, duplicate_load, upstream")
-    summary: str
+    summary: Untrusted = Field(description="the finding in its diagnoser's words, quoting warehouse values")
     confidence: float = Field(description="explained / gap, 0.0–1.0")
     explained_rows: int
     unexplained_rows: int
     window: list[str] = Field(description="partition keys holding the explained rows")
-    details: dict[str, Any] = Field(description=f"the finding's numbers (lists cut to {LIST_CUT} items; see `cut`)")
+    details: Untrusted = Field(description=f"the finding's numbers and keys (lists cut to {LIST_CUT} items; see `cut`)")
     cut: dict[str, int] = Field(default_factory=dict, description="path of each cut list → its full length")
     evidence: list[EvidenceView]
 
@@ -69,11 +71,16 @@ def cause_view(f: CauseFinding) -> CauseView:
     details = mask_evidence_values(details, next((e.key_columns for e in f.evidence if e.key_columns), []), rules)
     for e in f.evidence:
         ecuts: dict[str, int] = {}
-        evidence.append(EvidenceView(description=e.description, database=e.database, sql=e.sql,
-                                     values=_cut(mask_evidence_values(e.values, e.key_columns, rules), "values", ecuts),
-                                     cut=ecuts))
-    return CauseView(kind=f.kind, summary=f.summary, confidence=f.confidence, explained_rows=f.explained_rows,
-                     unexplained_rows=f.unexplained_rows, window=f.window, details=details, cut=cuts, evidence=evidence)
+        evidence.append(EvidenceView(description=_data(e.description), database=e.database, sql=_data(e.sql),
+                                     values=_data(_cut(mask_evidence_values(e.values, e.key_columns, rules), "values",
+                                                       ecuts)), cut=ecuts))
+    return CauseView(kind=f.kind, summary=_data(f.summary), confidence=f.confidence, explained_rows=f.explained_rows,
+                     unexplained_rows=f.unexplained_rows, window=f.window, details=_data(details), cut=cuts,
+                     evidence=evidence)
+
+
+def _data(value: Any) -> Untrusted:
+    return Untrusted(untrusted_data=value, origin=RECORD)
 
 
 class DiagnosisAnswer(BaseModel):
@@ -90,7 +97,9 @@ class DiagnosisAnswer(BaseModel):
     primary: CauseView | None = Field(default=None, description="the cause explaining the most rows")
     other_causes: list[CauseView] = Field(default_factory=list, description="the other causes tested")
     blast_radius: BlastRadius | None = None
-    markdown: str | None = Field(default=None, description="the diagnosis as the asset's page shows it (dw/diagnosis_md)")
+    markdown: Untrusted | None = Field(default=None, description="the diagnosis as the asset's page shows it "
+                                      "(dw/diagnosis_md)")
+    incident_note: Untrusted | None = Field(default=None, description="the ledger's note on the incident, if any")
     next_step: str | None = Field(default=None, description="what to do when there is no diagnosis")
 
 
@@ -126,8 +135,9 @@ def diagnose_incident(state: DwState, incident_id: str | None, asset: str | None
     if not diags:
         return DiagnosisAnswer(
             incident_id=row.incident_id, asset_key=list(key.path), diagnosed=False, incident_state=row.state,
+            incident_note=untrusted(row.note, LEDGER_NOTE),
             next_step=(f"incident {row.incident_id} is {row.state} with no recorded diagnosis"
-                       + (f" ({row.note})" if row.note else "") + ". To start one: `dw-dagster incidents rediagnose "
+                       + (" (its note: incident_note)" if row.note else "") + ". To start one: `dw-dagster incidents rediagnose "
                        f"{row.incident_id} --by YOU --reason WHY` (the incident sensor launches dw_diagnose_incident on its "
                        "next tick), or launch dw_diagnose_incident from the Launchpad with the incident's record as "
                        "incident_json; remediate also runs it. The diagnosis queries the warehouse in a Dagster run, not "
@@ -139,15 +149,17 @@ def diagnose_incident(state: DwState, incident_id: str | None, asset: str | None
         created_at=d.created_at, gap_rows=d.gap_rows, unexplained_rows=d.unexplained_rows,
         primary=cause_view(primary) if primary else None,
         other_causes=[cause_view(f) for f in d.causes if f is not primary], blast_radius=d.blast_radius,
-        markdown=diagnosis_markdown(d))
+        markdown=_data(diagnosis_markdown(d)))
 
 
 class ChainLink(BaseModel):
     """One step from the alert back to the rows: which system, what it showed."""
 
     system: str = Field(description="lightup, dagster check, dagster run, source database, warehouse, dagster event log, ...")
-    what: str = Field(description="one sentence")
-    refs: dict[str, Any] = Field(default_factory=dict, description="ids, links, times, the SQL that shows it")
+    what: str = Field(description="one sentence, in dw_dagster's words")
+    refs: dict[str, Any] = Field(default_factory=dict, description="ids, times and numbers dw_dagster keeps")
+    data: dict[str, Untrusted] = Field(default_factory=dict, description="what the step showed that came from outside "
+                                       "dw_dagster (the alert's text and link, the evidence's query and rows), marked")
 
 
 class RootCause(BaseModel):
@@ -199,13 +211,16 @@ def get_root_cause(state: DwState, incident_id: str) -> RootCause:
     row = state.incident_row(incident_id)
     inst, key = state.view(), asset_of(row.asset_key)
     inc = Incident.model_validate_json(row.body)
+    origin = UPSTREAM if inc.source == "lightup" else RECORD
     chain = [ChainLink(system="lightup" if inc.source == "lightup" else "dagster check" if inc.source == "dw_check"
-                       else inc.source, what=f"{detected_by(inc)}: {inc.summary}",
-                       refs={k: v for k, v in {"external_id": inc.external_id, "url": inc.external_url,
-                                               "check": inc.check_name, "evaluation_id": inc.evaluation_id,
-                                               "detected_at": inc.detected_at.isoformat(),
-                                               "slices": [s.model_dump(mode="json") for s in inc.slices if not s.passed]}.items()
-                             if v})]
+                       else inc.source, what=detected_by(inc),
+                       refs={k: v for k, v in {"check": inc.check_name, "evaluation_id": inc.evaluation_id,
+                                               "detected_at": inc.detected_at.isoformat()}.items() if v},
+                       data={k: u for k, u in {
+                           "summary": untrusted(inc.summary, origin), "external_id": untrusted(inc.external_id, UPSTREAM),
+                           "url": untrusted(inc.external_url, UPSTREAM),
+                           "slices": untrusted([s.model_dump(mode="json") for s in inc.slices if not s.passed] or None,
+                                               origin)}.items() if u is not None})]
     diags = [d for d in records.diagnoses(inst, [key]) if d.incident_id == row.incident_id]
     if not diags:
         raise fail(f"incident {row.incident_id} has no recorded diagnosis, so no cause chain yet; diagnose_incident "
@@ -218,19 +233,22 @@ def get_root_cause(state: DwState, incident_id: str) -> RootCause:
             loads = _loads_before(inst, key, list(p.window), inc.detected_at)
             chain.append(ChainLink(
                 system="dagster run",
-                what=(f"the runs that loaded {key.to_user_string()} for {', '.join(p.window)} (below) read rows with "
-                      f"{det['watermark_column']} above the high-watermark with a strict '>'; the latest load's high-watermark "
-                      f"was {det.get('high_watermark')}, so rows that reached the source later ({det.get('arrival_column')}) "
-                      "at or below it were never read"),
-                refs={"loads": loads, "watermark_column": det.get("watermark_column"),
-                      "high_watermark": det.get("high_watermark"), "arrival_column": det.get("arrival_column")}))
-        for e in p.evidence:
+                what=(f"the runs that loaded {key.to_user_string()} for {', '.join(p.window)} (data.loads) read rows with "
+                      "the watermark column (data.watermark_column) above the high-watermark with a strict '>'; rows that "
+                      "reached the source later (data.arrival_column) at or below the latest load's high-watermark "
+                      "(data.high_watermark) were never read"),
+                data={"loads": _data(loads), "watermark_column": _data(det.get("watermark_column")),
+                      "high_watermark": _data(det.get("high_watermark")), "arrival_column": _data(det.get("arrival_column"))}))
+        for i, e in enumerate(p.evidence, 1):
             cuts: dict[str, int] = {}
-            chain.append(ChainLink(system=_system(e.database), what=e.description,
-                                   refs={"sql": e.sql, "values": _cut(e.values, "values", cuts), "cut": cuts}))
-        chain.append(ChainLink(system="dw_dagster diagnosis", what=p.summary,
+            chain.append(ChainLink(system=_system(e.database), what=f"evidence query {i} of the diagnosis (data.description "
+                                   "says what it shows)", refs={"cut": cuts},
+                                   data={"description": _data(e.description), "sql": _data(e.sql),
+                                         "values": _data(_cut(e.values, "values", cuts))}))
+        chain.append(ChainLink(system="dw_dagster diagnosis", what=f"the diagnosis concluded {p.kind} (data.summary)",
                                refs={"diagnosis_id": d.id, "explained_rows": p.explained_rows,
-                                     "unexplained_rows": d.unexplained_rows, "confidence": p.confidence}))
+                                     "unexplained_rows": d.unexplained_rows, "confidence": p.confidence},
+                               data={"summary": _data(p.summary)}))
     else:
         chain.append(ChainLink(system="dw_dagster diagnosis", what=f"no cause explains the gap of {d.gap_rows} rows; "
                                f"{len(d.causes)} cause(s) tested", refs={"diagnosis_id": d.id}))

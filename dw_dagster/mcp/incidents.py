@@ -17,7 +17,7 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dw_dagster.core import records
-from dw_dagster.core.models import Incident
+from dw_dagster.core.models import Incident, PartitionNote
 from dw_dagster.diagnosis.history import IncidentHistoryEntry, incident_history, repeats
 from dw_dagster.mcp.models import (
     ChangeSetBrief,
@@ -29,6 +29,7 @@ from dw_dagster.mcp.models import (
     receipt_verdicts,
 )
 from dw_dagster.mcp.state import DwState, asset_of, fail, shown
+from dw_dagster.mcp.untrusted import LEDGER_NOTE, RECORD, UPSTREAM, Untrusted, untrusted
 
 #: ``status`` values of :class:`IncidentHistoryEntry` and ledger states, both accepted by ``list_incidents``
 STATUSES = ("open", "diagnosed", "proposed", "approved", "rejected", "fixed", "fixed (verified)", "fixed (not verified)",
@@ -57,10 +58,54 @@ def parse_since(text: str) -> dt.datetime:
     return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
 
 
-class IncidentList(BaseModel):
-    """Incidents newest first, each as ``dw-dagster incidents --json`` prints it."""
+class IncidentEntry(BaseModel):
+    """An incident and what became of it: the fields of ``dw-dagster incidents --json``, with the text that came
+    from outside dw_dagster (summaries built from warehouse or alert data, the approver's name) marked."""
 
-    incidents: list[IncidentHistoryEntry]
+    incident_id: str
+    asset_key: list[str]
+    detected_at: dt.datetime
+    source: str
+    summary: Untrusted = Field(description="the incident's summary as its detector recorded it")
+    gap_rows: int
+    gap_pct: float
+    diagnosis_id: str | None = None
+    cause_kind: str | None = None
+    cause_summary: Untrusted | None = None
+    confidence: float | None = None
+    explained_rows: int | None = None
+    unexplained_rows: int | None = None
+    change_set_id: str | None = None
+    change_set_version: str | None = None
+    change_set_summary: Untrusted | None = None
+    window: list[str] = Field(default_factory=list)
+    not_run: list[PartitionNote] = Field(default_factory=list, description="partitions the cause reached that the change "
+                                         "set did not run: outside the asset's partitions or deferred, with their rows")
+    decision: str | None = Field(default=None, description="approved, rejected, or None while pending")
+    approver: Untrusted | None = Field(default=None, description="who decided, as the decision records it (an email the "
+                                       "identity provider vouched for, or one typed in an `identity: unverified` domain)")
+    receipt_id: str | None = None
+    verified: bool | None = None
+    fixed_at: dt.datetime | None = None
+    status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified)")
+    state: str | None = Field(default=None, description="the incident's state in the ledger")
+    linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
+
+
+def entry_view(e: IncidentHistoryEntry) -> IncidentEntry:
+    """:class:`IncidentHistoryEntry` (shared with the CLI) with its outside text marked."""
+    d = e.model_dump()
+    origin = UPSTREAM if e.source == "lightup" else RECORD
+    d.update(summary=Untrusted(untrusted_data=e.summary, origin=origin), cause_summary=untrusted(e.cause_summary, RECORD),
+             change_set_summary=untrusted(e.change_set_summary, RECORD),
+             approver=untrusted(e.approver, "the decision's record"))
+    return IncidentEntry(**d)
+
+
+class IncidentList(BaseModel):
+    """Incidents newest first, each as ``dw-dagster incidents --json`` prints it (outside text marked)."""
+
+    incidents: list[IncidentEntry]
     total: int = Field(description="incidents matching the filters before `limit`")
     asset: str | None = None
     status: str | None = None
@@ -80,18 +125,49 @@ def list_incidents(state: DwState, asset: str | None, status: str | None, since:
                    or (status == "fixed" and e.status.startswith("fixed"))]
     if after is not None:
         entries = [e for e in entries if e.detected_at >= after]
-    return IncidentList(incidents=entries[:limit], total=len(entries), asset=key.to_user_string() if key else None,
+    return IncidentList(incidents=[entry_view(e) for e in entries[:limit]], total=len(entries),
+                        asset=key.to_user_string() if key else None,
                         status=status, since=after)
+
+
+class IncidentView(BaseModel):
+    """The incident's record as detected, with what its detector took from outside (the alert's text and link,
+    the slices' values) marked."""
+
+    id: str
+    asset_key: list[str]
+    source: str
+    check_name: str | None = None
+    detected_at: dt.datetime
+    summary: Untrusted
+    slices: Untrusted | None = Field(default=None, description="the gap per slice (slice values come from the data)")
+    gap_rows: int = 0
+    gap_pct: float = 0.0
+    evaluation_id: int | None = Field(default=None, description="storage id of the failing check evaluation")
+    external_id: Untrusted | None = Field(default=None, description="the alerting tool's incident id")
+    external_url: Untrusted | None = Field(default=None, description="link to the incident in the alerting tool")
+    window_start: dt.datetime | None = None
+    window_end: dt.datetime | None = None
+
+
+def incident_view(inc: Incident) -> IncidentView:
+    origin = UPSTREAM if inc.source == "lightup" else RECORD
+    return IncidentView(id=inc.id, asset_key=inc.asset_key, source=inc.source, check_name=inc.check_name,
+                        detected_at=inc.detected_at, summary=Untrusted(untrusted_data=inc.summary, origin=origin),
+                        slices=untrusted([x.model_dump(mode="json") for x in inc.slices] or None, origin),
+                        gap_rows=inc.gap_rows, gap_pct=inc.gap_pct, evaluation_id=inc.evaluation_id,
+                        external_id=untrusted(inc.external_id, UPSTREAM), external_url=untrusted(inc.external_url, UPSTREAM),
+                        window_start=inc.window_start, window_end=inc.window_end)
 
 
 class IncidentDetail(BaseModel):
     """One incident: what was detected, by which source, its cause, change set, decision and receipts."""
 
-    incident: Incident = Field(description="the record as detected: source, gap per slice, window, external id and link")
+    incident: IncidentView = Field(description="the record as detected: source, gap per slice, window, external id and link")
     detected_by: str = Field(description="the source in words: Lightup compare incident, failed check, volume sensor")
     ledger_state: str = Field(description="open, diagnosing, diagnosed, diagnosis_failed, rediagnose, closed, quarantined")
-    ledger_note: str = ""
-    outcome: IncidentHistoryEntry = Field(description="cause, change set, decision and receipt, as `dw-dagster incidents`")
+    ledger_note: Untrusted | None = None
+    outcome: IncidentEntry = Field(description="cause, change set, decision and receipt, as `dw-dagster incidents`")
     change_sets: list[ChangeSetBrief] = Field(description="change sets proposed for it, newest first")
     decisions: list[DecisionBrief] = Field(description="decisions on those change sets, newest first")
     refused_approvals: int = Field(description="approval attempts refused on those change sets (get_audit_trail lists them)")
@@ -101,9 +177,8 @@ class IncidentDetail(BaseModel):
 
 def detected_by(inc: Incident) -> str:
     """The incident's source in words."""
-    if inc.source == "lightup":
-        return (f"Lightup incident {inc.external_id}" + (f" ({inc.external_url})" if inc.external_url else "")
-                + f", reported as the failed check {inc.check_name or 'lightup_compare'}")
+    if inc.source == "lightup":  # its id and link are Lightup's text: in the record's external_id / external_url
+        return f"a Lightup incident, reported as the failed check {inc.check_name or 'lightup_compare'}"
     if inc.source == "dw_check":
         return f"the failed asset check {inc.check_name} (evaluation {inc.evaluation_id})"
     if inc.source == "volume_sensor":
@@ -118,7 +193,7 @@ def get_incident(state: DwState, incident_id: str) -> IncidentDetail:
     try:
         inc = Incident.model_validate_json(row.body)
     except ValueError as e:
-        raise fail(f"incident {row.incident_id}'s record does not parse ({e}); it is quarantined: "
+        raise fail(f"incident {row.incident_id}'s record does not parse; it is quarantined: "
                    "`dw-dagster change-sets` lists it") from e
     key = asset_of(row.asset_key)
     entry = next(e for e in incident_history(inst, key) if e.incident_id == row.incident_id)
@@ -130,8 +205,8 @@ def get_incident(state: DwState, incident_id: str) -> IncidentDetail:
     mine = [r for a in touched for r in records.receipts(inst, dg.AssetKey(list(a))) if r.incident_id == row.incident_id]
     checked, problems, text = (receipt_check(state, [dg.AssetKey(list(a)) for a in touched]) if mine
                                else (False, {}, "no receipts to check"))
-    return IncidentDetail(incident=inc, detected_by=detected_by(inc), ledger_state=row.state, ledger_note=row.note,
-                          outcome=entry, change_sets=[change_set_brief(led, cs) for cs in sets], decisions=decisions,
+    return IncidentDetail(incident=incident_view(inc), detected_by=detected_by(inc), ledger_state=row.state,
+                          ledger_note=untrusted(row.note, LEDGER_NOTE), outcome=entry_view(entry), change_sets=[change_set_brief(led, cs) for cs in sets], decisions=decisions,
                           refused_approvals=refused, receipts=receipt_verdicts(mine, checked, problems), receipts_check=text)
 
 
@@ -141,7 +216,7 @@ class CauseCount(BaseModel):
     repeat: bool = Field(description="True when the cause happened more than once on this asset")
 
 
-class HistoryEntry(IncidentHistoryEntry):
+class HistoryEntry(IncidentEntry):
     """An incident with how long it took from detection to its receipt."""
 
     hours_to_receipt: float | None = Field(description="detected_at → the receipt's created_at, hours (4 decimals: 0.36 s); None without a receipt")
@@ -180,7 +255,7 @@ def get_incident_history(state: DwState, asset: str, similar_to: str | None) -> 
             raise fail(f"incident {s} has no diagnosed cause yet, so nothing is similar to it; diagnose_incident says "
                        "how to start its diagnosis")
         entries = repeats(entries, kind, exclude_incident_id=ref.incident_id if ref else None)
-    out = [HistoryEntry(**e.model_dump(), hours_to_receipt=round((e.fixed_at - e.detected_at).total_seconds() / 3600, 4)
+    out = [HistoryEntry(**entry_view(e).model_dump(), hours_to_receipt=round((e.fixed_at - e.detected_at).total_seconds() / 3600, 4)
                         if e.fixed_at else None) for e in entries]
     counts = Counter(e.cause_kind or "(not diagnosed)" for e in out)
     times = [e.hours_to_receipt for e in out if e.hours_to_receipt is not None]
@@ -192,5 +267,5 @@ def get_incident_history(state: DwState, asset: str, similar_to: str | None) -> 
         open=sum(not e.status.startswith("fixed") and e.state != "closed" for e in out))
 
 
-__all__ = ["AssetArg", "IncidentDetail", "IncidentHistory", "IncidentIdArg", "IncidentList", "STATUSES", "get_incident",
+__all__ = ["AssetArg", "IncidentDetail", "IncidentEntry", "IncidentHistory", "IncidentIdArg", "IncidentList", "STATUSES", "get_incident",
            "get_incident_history", "list_incidents", "parse_since"]

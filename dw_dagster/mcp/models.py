@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core.ledger import Ledger
 from dw_dagster.core.models import Approval, ChangeSet, Receipt
 from dw_dagster.mcp.state import DwState
+from dw_dagster.mcp.untrusted import LEDGER_NOTE, RECORD, TYPED, Untrusted, untrusted
 
 
 class ChangeSetBrief(BaseModel):
@@ -22,7 +23,7 @@ class ChangeSetBrief(BaseModel):
     id: str
     version: str = Field(description="SHA-256 (32 hex) of the content an approval signs")
     state: str = Field(description="proposed, approved, rejected, expired, superseded, running, halted, applied, failed")
-    summary: str
+    summary: Untrusted = Field(description="the change set's summary as its diagnosis wrote it (from warehouse data)")
     target_asset: list[str]
     cause_kind: str
     window: list[str] = Field(description="partition keys the repair reruns, sorted")
@@ -31,7 +32,8 @@ class ChangeSetBrief(BaseModel):
     proposer: str
     created_at: dt.datetime
     expires_at: dt.datetime
-    note: str = Field(default="", description="the ledger's note on its state, if any")
+    note: Untrusted | None = Field(default=None, description="the ledger's note on its state, if any (it may quote a "
+                                  "person's reason or a run's error)")
 
 
 class DecisionBrief(BaseModel):
@@ -41,11 +43,14 @@ class DecisionBrief(BaseModel):
     change_set_id: str
     change_set_version: str
     decision: str = Field(description="approve or reject")
-    approver: str = Field(description="the canonical email of the person (or dw-dagster/autonomy)")
+    approver: str = Field(description="the canonical email the identity provider or Slack vouched for (or "
+                          "dw-dagster/autonomy); 'not verified' when it was only typed (approver_typed has it)")
+    approver_typed: Untrusted | None = Field(default=None, description="the email typed for an `identity: unverified` "
+                                             "domain's decision")
     method: str = Field(description="how the approver was established: oidc, slack, unverified or autonomy")
     verified_by: str = Field(description="the identity in words, e.g. 'dana@x (verified by OIDC issuer https://…)'")
     decided_at: dt.datetime
-    comment: str = ""
+    comment: Untrusted | None = None
     run_id: str | None = None
     active: bool = Field(description="False when withdrawn (approver removed, autonomy lowered)")
     withdrawn_reason: str | None = None
@@ -59,7 +64,9 @@ class ReceiptVerdict(BaseModel):
     asset_key: list[str]
     change_set_id: str
     incident_id: str
-    outcome: str = Field(description="applied, or what happened instead")
+    applied: bool = Field(description="True when the repair was applied as approved")
+    outcome: Untrusted = Field(description="applied, or what happened instead, as the receipt says (it may quote a "
+                               "run's error)")
     verified_when_written: bool = Field(description="the receipt's own `verified`: window and every named check proven")
     created_at: dt.datetime
     verifies_now: bool | None = Field(description="chain intact, hash signed, recorded in the ledger "
@@ -70,10 +77,11 @@ class ReceiptVerdict(BaseModel):
 def change_set_brief(led: Ledger, cs: ChangeSet) -> ChangeSetBrief:
     """The brief of ``cs`` with its ledger state."""
     row = led.change_set_row(cs.id, cs.version)
-    return ChangeSetBrief(id=cs.id, version=cs.version, state=row.state if row else "?", summary=cs.summary,
+    return ChangeSetBrief(id=cs.id, version=cs.version, state=row.state if row else "?",
+                          summary=Untrusted(untrusted_data=cs.summary, origin=RECORD),
                           target_asset=cs.target_asset, cause_kind=cs.cause_kind, window=cs.window, domain=cs.domain,
                           approvers=cs.approvers, proposer=cs.proposer, created_at=cs.created_at,
-                          expires_at=cs.expires_at, note=row.note if row else "")
+                          expires_at=cs.expires_at, note=untrusted(row.note if row else None, LEDGER_NOTE))
 
 
 def decision_briefs(state: DwState, change_set_id: str) -> list[DecisionBrief]:
@@ -87,10 +95,14 @@ def decision_briefs(state: DwState, change_set_id: str) -> list[DecisionBrief]:
             a = Approval.model_validate_json(d["body"])
         except ValueError:
             continue  # quarantined by records.approvals; listed by `dw-dagster change-sets`
+        verified = a.method in ("oidc", "slack", "autonomy")
         out.append(DecisionBrief(
             approval_id=a.id, change_set_id=a.change_set_id, change_set_version=a.change_set_version, decision=a.decision,
-            approver=a.approver, method=a.method, verified_by=a.identity.describe() if a.identity else a.approver,
-            decided_at=a.decided_at, comment=a.comment, run_id=a.run_id, active=bool(d["active"]),
+            approver=a.approver if verified else "not verified", approver_typed=None if verified else untrusted(a.approver, TYPED),
+            method=a.method, verified_by=(a.identity.describe() if a.identity else a.approver) if verified else
+            "not verified (an `identity: unverified` domain: the email was typed)",
+            decided_at=a.decided_at, comment=untrusted(a.comment, TYPED if not verified else "written by the approver"),
+            run_id=a.run_id, active=bool(d["active"]),
             withdrawn_reason=d.get("withdrawn_reason"), signature_valid=signature_valid(a) if key else None))
     return out
 
@@ -123,7 +135,8 @@ def receipt_check(state: DwState, asset_keys: list | None = None) -> tuple[bool,
 def receipt_verdicts(receipts: list[Receipt], checked: bool, problems: dict[str, list[str]]) -> list[ReceiptVerdict]:
     """``receipts`` with the verdict of :func:`receipt_check`."""
     return [ReceiptVerdict(receipt_id=r.id, asset_key=r.asset_key, change_set_id=r.change_set_id, incident_id=r.incident_id,
-                           outcome=r.outcome, verified_when_written=r.verified, created_at=r.created_at,
+                           applied=r.outcome == "applied", outcome=Untrusted(untrusted_data=r.outcome, origin=LEDGER_NOTE),
+                           verified_when_written=r.verified, created_at=r.created_at,
                            verifies_now=(r.id not in problems) if checked else None, problems=problems.get(r.id, []))
             for r in receipts]
 

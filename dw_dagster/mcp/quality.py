@@ -17,28 +17,42 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dw_dagster.core import records
+from dw_dagster.core.check_results import latest_run_evaluation
 from dw_dagster.core.ledger import OPEN_INCIDENT_STATES, asset_str
 from dw_dagster.mcp.models import ReceiptVerdict, receipt_check, receipt_verdicts
 from dw_dagster.mcp.cost import AssetCost, asset_cost
 from dw_dagster.mcp.state import DwState, fail, shown
+from dw_dagster.mcp.untrusted import CHECK, REPORTED, Untrusted, untrusted
 
 #: the weight of a check's latest result in the score, by severity
 WEIGHTS = {"ERROR": 2, "WARN": 1}
 #: points taken off the score per open incident on the asset
 INCIDENT_PENALTY = 25
 FORMULA = ("score = max(0, 100 × Σ weight(passing checks) / Σ weight(evaluated checks) − 25 × open incidents), "
-           "over each asset check's latest evaluation, weight 2 for severity ERROR and 1 for WARN; an open incident is "
+           "over each asset check's latest evaluation written by a run (one reported through the API without a run "
+           "is not a result), weight 2 for severity ERROR and 1 for WARN; an open incident is "
            "one in the ledger that is not closed (open, diagnosing, diagnosed, diagnosis_failed, rediagnose) and not "
            "linked to another; None when no check of the asset was ever evaluated")
 
 
 def _numbers(metadata: dict) -> dict[str, Any]:
-    """The plain numbers and short texts of an evaluation's metadata (tables and JSON left to the UI)."""
+    """The plain numbers of an evaluation's metadata (text, tables and JSON are not numbers)."""
     out = {}
     for k, v in (metadata or {}).items():
         val = getattr(v, "value", v)
-        if isinstance(val, bool) or isinstance(val, (int, float)) or (isinstance(val, str) and len(val) <= 200):
+        if isinstance(val, bool) or isinstance(val, (int, float)):
             out[k] = val
+    return out
+
+
+def _texts(metadata: dict, origin: str) -> dict[str, Untrusted]:
+    """The short texts of an evaluation's metadata, each marked as untrusted data (whoever wrote the
+    evaluation chose them: the check's code, or anyone reporting one through the API)."""
+    out = {}
+    for k, v in (metadata or {}).items():
+        val = getattr(v, "value", v)
+        if isinstance(val, str) and len(val) <= 200 and not isinstance(val, bool):
+            out[k] = Untrusted(untrusted_data=val, origin=origin)
     return out
 
 
@@ -48,10 +62,15 @@ class CheckResult(BaseModel):
     check: str
     asset_key: list[str]
     passed: bool | None = Field(description="None when it never ran (or its run has not finished)")
+    from_run: bool = Field(default=True, description="True: written by a run of the check (a result). False: reported "
+                           "through the API without a run (GraphQL reportAssetCheckEvaluations): a claim by whoever "
+                           "sent it, never a result; it counts for nothing here")
     severity: str | None = Field(default=None, description="ERROR or WARN")
-    description: str | None = None
-    numbers: dict[str, Any] = Field(default_factory=dict, description="the evaluation's numeric and short text "
-                                    "metadata (rows, gaps, percentages, the query)")
+    description: Untrusted | None = Field(default=None, description="the evaluation's description, as written")
+    numbers: dict[str, Any] = Field(default_factory=dict, description="the evaluation's numeric metadata (rows, gaps, "
+                                    "percentages)")
+    texts: dict[str, Untrusted] = Field(default_factory=dict, description="the evaluation's short text metadata (the "
+                                        "query, statuses), as written")
     run_id: str | None = None
     evaluated_at: dt.datetime | None = None
 
@@ -66,24 +85,28 @@ def _checks_of(state: DwState, key: dg.AssetKey) -> tuple[Any, list[dg.AssetChec
     return loc, sorted((k for k in loc.asset_graph.asset_check_keys if k.asset_key == key), key=lambda k: k.name)
 
 
-def latest_result(instance: dg.DagsterInstance, ck: dg.AssetCheckKey) -> CheckResult:
-    """The newest evaluation of one check (``passed`` None when it never ran).
+def _from_record(ck: dg.AssetCheckKey, rec) -> CheckResult:
+    ev = rec.event.dagster_event.event_specific_data
+    origin = CHECK if rec.run_id else REPORTED
+    return CheckResult(check=ck.name, asset_key=list(ck.asset_key.path), passed=ev.passed, from_run=bool(rec.run_id),
+                       severity=ev.severity.value, description=untrusted(ev.description, origin),
+                       numbers=_numbers(ev.metadata), texts=_texts(ev.metadata, origin), run_id=rec.run_id or None,
+                       evaluated_at=dt.datetime.fromtimestamp(rec.event.timestamp, dt.timezone.utc))
 
-    Reads the newest execution record; only when that one was planned and not evaluated (its run
-    still going, or failed before the check) are older records read.
-    """
-    history = instance.event_log_storage.get_asset_check_execution_history(ck, limit=1)
-    if history and not hasattr(getattr(getattr(history[0].event, "dagster_event", None), "event_specific_data", None),
-                               "passed"):
-        history = instance.event_log_storage.get_asset_check_execution_history(ck, limit=20)
-    for rec in history:
-        ev = rec.event.dagster_event.event_specific_data if rec.event and rec.event.dagster_event else None
-        if ev is None or not hasattr(ev, "passed"):
-            continue  # planned, never evaluated (a run that is still going or that failed before the check)
-        return CheckResult(check=ck.name, asset_key=list(ck.asset_key.path), passed=ev.passed, severity=ev.severity.value,
-                           description=ev.description, numbers=_numbers(ev.metadata), run_id=rec.run_id,
-                           evaluated_at=dt.datetime.fromtimestamp(rec.event.timestamp, dt.timezone.utc))
-    return CheckResult(check=ck.name, asset_key=list(ck.asset_key.path), passed=None)
+
+def check_history(instance: dg.DagsterInstance, ck: dg.AssetCheckKey) -> tuple[CheckResult, list[CheckResult]]:
+    """The newest evaluation of one check that a run wrote (``passed`` None when no run evaluated it),
+    and the evaluations reported without a run since (listed, never taken as the result:
+    :mod:`dw_dagster.core.check_results`)."""
+    hist = latest_run_evaluation(instance, ck)
+    latest = (_from_record(ck, hist.latest) if hist.latest is not None
+              else CheckResult(check=ck.name, asset_key=list(ck.asset_key.path), passed=None))
+    return latest, [_from_record(ck, r) for r in hist.reported[:5]]
+
+
+def latest_result(instance: dg.DagsterInstance, ck: dg.AssetCheckKey) -> CheckResult:
+    """The newest evaluation of one check that a run wrote (``passed`` None when none did)."""
+    return check_history(instance, ck)[0]
 
 
 class QualityCheckRun(BaseModel):
@@ -96,7 +119,8 @@ class QualityCheckRun(BaseModel):
                         "ended first (the run goes on; get_quality_score reads its results later)")
     seconds: float
     checks: list[CheckResult] = Field(description="each check's result from this run")
-    error: str | None = None
+    error: str | None = Field(default=None, description="what failed, in dw_dagster's words (the run's own error "
+                              "text is in the Dagster UI, not here)")
 
 
 def run_quality_check(state: DwState, asset: str, checks: list[str] | None, timeout_seconds: float) -> QualityCheckRun:
@@ -148,14 +172,15 @@ def run_quality_check(state: DwState, asset: str, checks: list[str] | None, time
     if res is not None and not res.success:
         failure = next((e for e in res.all_events if e.is_step_failure or e.event_type_value == "PIPELINE_FAILURE"), None)
         err = getattr(getattr(failure, "event_specific_data", None), "error", None) if failure else None
-        error = (err.message.strip().splitlines()[0] if err and err.message else "the run failed; see it in the Dagster UI")
+        error = (f"the run failed ({err.cls_name or 'an error'} in a step); its error is in the Dagster UI"
+                 if err else "the run failed; see it in the Dagster UI")
     found = {}
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
         ev = entry.dagster_event.event_specific_data
         found[ev.check_name] = CheckResult(
             check=ev.check_name, asset_key=list(ev.asset_key.path), passed=ev.passed, severity=ev.severity.value,
-            description=ev.description, numbers=_numbers(ev.metadata), run_id=run_id,
-            evaluated_at=dt.datetime.fromtimestamp(entry.timestamp, dt.timezone.utc))
+            description=untrusted(ev.description, CHECK), numbers=_numbers(ev.metadata), texts=_texts(ev.metadata, CHECK),
+            run_id=run_id, evaluated_at=dt.datetime.fromtimestamp(entry.timestamp, dt.timezone.utc))
     results = [found.get(k.name) or CheckResult(check=k.name, asset_key=list(key.path), passed=None, run_id=run_id)
                for k in keys]
     return QualityCheckRun(asset_key=list(key.path), location=loc.name, run_id=run_id,
@@ -171,7 +196,11 @@ class QualityScore(BaseModel):
     formula: str = Field(default=FORMULA)
     checks_score: float | None = Field(description="100 × Σ weight(passing) / Σ weight(evaluated), before the penalty")
     incident_penalty: float = Field(description="25 × open incidents")
-    checks: list[CheckResult] = Field(description="each check's latest evaluation (passed None: never evaluated)")
+    checks: list[CheckResult] = Field(description="each check's latest evaluation written by a run (passed None: no run "
+                                      "evaluated it)")
+    reported_without_run: list[CheckResult] = Field(
+        default_factory=list, description="evaluations reported through the API without a run after each check's "
+        "latest run (at most 5 per check, newest first): claims by whoever sent them; not results, not in the score")
     open_incidents: list[str] = Field(description="ids of the open incidents counted")
 
 
@@ -179,7 +208,8 @@ def quality_score(state: DwState, key: dg.AssetKey) -> QualityScore:
     """The score of ``key`` (see :data:`FORMULA`)."""
     _, keys = _checks_of(state, key)
     instance = state.view()
-    results = [latest_result(instance, ck) for ck in keys]
+    histories = [check_history(instance, ck) for ck in keys]
+    results = [h[0] for h in histories]
     evaluated = [r for r in results if r.passed is not None]
     total = sum(WEIGHTS.get(r.severity or "ERROR", 2) for r in evaluated)
     good = sum(WEIGHTS.get(r.severity or "ERROR", 2) for r in evaluated if r.passed)
@@ -188,6 +218,7 @@ def quality_score(state: DwState, key: dg.AssetKey) -> QualityScore:
     checks_score = round(100.0 * good / total, 1) if total else None
     return QualityScore(asset_key=list(key.path), score=max(0.0, round(checks_score - penalty, 1)) if checks_score is not None
                         else None, checks_score=checks_score, incident_penalty=penalty, checks=results,
+                        reported_without_run=[r for h in histories for r in h[1]],
                         open_incidents=[r.incident_id for r in rows])
 
 
@@ -239,7 +270,7 @@ class TableExplanation(BaseModel):
     columns: list[ColumnView]
     columns_from: str = Field(description="where the columns were read: dagster/column_schema, a dw/schema snapshot, "
                               "the dbt manifest, or 'not recorded'")
-    checks: list[CheckResult] = Field(description="each check's latest evaluation")
+    checks: list[CheckResult] = Field(description="each check's latest evaluation written by a run (quality.reported_without_run lists the ones reported without a run)")
     quality: QualityScore
     upstream: list[list[str]] = Field(description="parent asset keys")
     downstream: list[list[str]] = Field(description="child asset keys")

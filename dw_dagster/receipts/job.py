@@ -106,7 +106,9 @@ class ReceiptConfig(dg.Config):
     change_set_id: str = Field(description="the change set whose repair ended")
 
 
-def _outcome(stage: str, stages: dict, halted_reason: str) -> str:
+def _outcome(stage: str, stages: dict, halted_reason: str, cs: ChangeSet | None = None) -> str:
+    from dw_dagster.repair.liveness import finish_or_undo, stale_assets
+
     ended = {n: s.state for n, s in stages.items() if not n.startswith("receipt")}
     bad = [n for n, s in ended.items() if s not in (SUCCEEDED,)]
     done = [n for n, s in ended.items() if s == SUCCEEDED]
@@ -116,7 +118,10 @@ def _outcome(stage: str, stages: dict, halted_reason: str) -> str:
     if bad:
         st = stages[bad[0]]
         why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or ""
-        return f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
+        said = f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
+        if cs is None:
+            return said
+        return f"{said}; {finish_or_undo(cs.id, stale_assets(cs.target_asset, cs.rebuild_assets, stages), bad[0])}"
     return "applied"
 
 
@@ -139,7 +144,7 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
             outcomes += check_outcomes(instance, st.run_id)
     verify_run = run_ids.get("verify") if stages.get("verify") and stages["verify"].state == SUCCEEDED else None
     verify = [o for o in outcomes if o.run_id == verify_run]
-    outcome = _outcome(stage, stages, halted_reason)
+    outcome = _outcome(stage, stages, halted_reason, cs)
     # what the window runs really materialized (from their events, not from the change set), and
     # whether every check the change set names ran in the verify run
     windows = [st.run_id for n, st in sorted(stages.items()) if n.startswith("window-") and st.run_id]

@@ -82,6 +82,8 @@ class RunFacts:
     job_tags: Mapping[str, str] | None = None
     skipped_steps: tuple[str, ...] | None = ()
     plan_snapshot_id: str | None = None
+    location: str | None = None
+    repository: str | None = None
 
     @classmethod
     def of_run(cls, run: dg.DagsterRun, asset_keys: Iterable[str] | None = None,
@@ -93,10 +95,22 @@ class RunFacts:
         checks = (tuple(sorted(k.to_user_string() for k in run.asset_check_selection))
                   if run.asset_check_selection is not None else None)
         ops = tuple(sorted(run.op_selection)) if run.op_selection else None
+        location, repository = run_origin(run)
         return cls(run_id=run.run_id, job_name=run.job_name, tags=dict(run.tags), asset_keys=keys,
                    asset_selection=selection, run_config=dict(run.run_config or {}), check_selection=checks,
                    op_selection=ops, job_tags=dict(job_tags) if job_tags is not None else None,
-                   skipped_steps=skipped_steps(run, plan), plan_snapshot_id=run.execution_plan_snapshot_id)
+                   skipped_steps=skipped_steps(run, plan), plan_snapshot_id=run.execution_plan_snapshot_id,
+                   location=location, repository=repository)
+
+
+def run_origin(run: dg.DagsterRun) -> tuple[str | None, str | None]:
+    """``(code location, repository)`` a run was created from, or ``(None, None)`` for a run made in
+    process (``execute_in_process``, ``dagster job execute``), which has no code location."""
+    origin = getattr(run, "remote_job_origin", None) or getattr(run, "external_job_origin", None)
+    if origin is None:
+        return None, None
+    repo = origin.repository_origin
+    return repo.code_location_origin.location_name, repo.repository_name
 
 
 def skipped_steps(run: dg.DagsterRun, plan=None) -> tuple[str, ...] | None:
@@ -172,8 +186,11 @@ def repair_kind(facts: RunFacts) -> str | None:
 
 
 def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | None, *,
-              check_selection=None, op_selection=None, skipped_steps=()) -> dict:
-    """What a run will do, as a ticket binds it: the job, every partition tag (:func:`partition_tags`),
+              check_selection=None, op_selection=None, skipped_steps=(), location: str | None = None,
+              repository: str | None = None) -> dict:
+    """What a run will do, as a ticket binds it: the code location and repository it runs in (every
+    location built with ``build_dw_definitions`` has jobs of the same names, each on its own
+    warehouse), the job, every partition tag (:func:`partition_tags`),
     its asset selection and asset-check selection (sorted key strings, or None for the whole job),
     its op selection, the steps of its execution plan it would skip (``stepKeys`` of a GraphQL
     launch: the sensor's runs skip none, so a run that would skip the stage's own ops is another
@@ -187,6 +204,8 @@ def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | Non
         check_selection: ``AssetCheckKey`` s or their strings, or None.
         op_selection: op names, or None.
         skipped_steps: the plan's step keys the run would not execute; None when unknown.
+        location: the code location's name (None for a run made in process).
+        repository: the repository's name within it.
     """
     import hashlib
     import json
@@ -196,7 +215,8 @@ def run_shape(job_name: str, tags: dict, asset_selection, run_config: dict | Non
     checks = None if check_selection is None else sorted(
         k if isinstance(k, str) else k.to_user_string() for k in check_selection)
     config = {k: v for k, v in (run_config or {}).items() if k != "loggers"}
-    return {"job": job_name, "partitions": partition_tags(tags), "assets": selection, "checks": checks,
+    return {"location": location, "repository": repository,
+            "job": job_name, "partitions": partition_tags(tags), "assets": selection, "checks": checks,
             "ops": sorted(op_selection) if op_selection else None,
             "skipped_steps": sorted(skipped_steps) if skipped_steps is not None else None,
             "config": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()}
@@ -287,11 +307,14 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
         if stop is not None and (known is None or known.run_id != facts.run_id):
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: an org-wide stop "
                              f"by {stop.by} is in force; no repair stage starts until a verified operator resumes")
+        if known is not None and known.run_id != facts.run_id:
+            _dispatched_run_or_refuse(instance, known, facts)
         try:
             led.bind_ticket(ticket, facts.run_id, facts.job_name,
                             run_shape(facts.job_name, facts.tags, facts.asset_selection, facts.run_config,
                                       check_selection=facts.check_selection, op_selection=facts.op_selection,
-                                      skipped_steps=facts.skipped_steps))
+                                      skipped_steps=facts.skipped_steps, location=facts.location,
+                                      repository=facts.repository))
         except LedgerError as e:
             raise RunRefused(description=f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: {e}") from e
         return
@@ -307,6 +330,37 @@ def admit_run(instance: dg.DagsterInstance, facts: RunFacts) -> None:
             f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: partitions {', '.join(parts)} of {asset} are "
             f"held by change set {cs_id}, whose approved repair is in progress; wait for its receipt, or a verified "
             f"approver can lift the hold (`dw-dagster holds lift {cs_id} --asset {asset}`)"))
+
+
+def _dispatched_run_or_refuse(instance: dg.DagsterInstance, row, facts: RunFacts) -> None:
+    """Refuse a run presenting a ticket it was not dispatched with: a run of another code location or
+    repository than the sensor that issued the ticket, or (for a ticket the daemon dispatched) a run
+    whose id the daemon did not reserve in one of the ticks that dispatched it. A ticket read from a
+    run's tags, a tick's requests or anywhere else then launches nothing, from any location."""
+    if row.dispatch is None:  # issued in process: its shape (location None) admits only runs made in process
+        return
+    where = row.dispatch
+    if (facts.location, facts.repository) != (where.get("location"), where.get("repository")):
+        got = f"code location {facts.location}, repository {facts.repository}" if facts.location else "no code location (made in process)"
+        raise RunRefused(description=(
+            f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: the ticket of stage {row.stage} of "
+            f"{row.change_set_id} is for a run of code location {where.get('location')}, repository "
+            f"{where.get('repository')} (where the remediation sensor that issued it runs), and this run has {got}: "
+            "a job of the same name in another location is another run"))
+    if row.run_id is not None:  # taken already: the ledger refuses it, naming the run that holds the stage
+        return
+    ticks = [t for t in where.get("ticks") or [] if str(t).isdigit()]
+    for t in ticks:
+        try:
+            tick = instance.schedule_storage.get_tick(int(t))
+        except Exception:  # noqa: BLE001 - a tick gone (purged) admits nothing
+            continue
+        if facts.run_id in set(tick.tick_data.reserved_run_ids or ()) | set(tick.run_ids or ()):
+            return
+    raise RunRefused(description=(
+        f"dw_dagster refused run {facts.run_id[:8]} of {facts.job_name}: the ticket of stage {row.stage} of "
+        f"{row.change_set_id} binds only the run the daemon created for it in the remediation sensor's tick "
+        f"{', '.join(ticks) or '(none yet)'}; this run was launched otherwise (a copied ticket is another run)"))
 
 
 @dataclass(frozen=True)
@@ -521,4 +575,4 @@ def utc(ts: float | None) -> dt.datetime | None:
 
 __all__ = ["GuardedRunCoordinator", "REPAIR_KINDS", "RunFacts", "RunRefused", "TICKET_TAG", "admit_run",
            "finish_run_stage", "guarded_executor", "held_partitions", "job_tags_of", "lift_hold", "repair_kind",
-           "run_job_tags"]
+           "run_job_tags", "run_origin"]

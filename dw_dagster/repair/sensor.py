@@ -64,6 +64,16 @@ from dw_dagster.core.ledger import (
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
 from dw_dagster.repair.control import active_stop, record_autonomous_approval
 from dw_dagster.repair.guard import TICKET_TAG, run_shape, run_started, stage_run_ended
+from dw_dagster.repair.liveness import (
+    MAX_ATTEMPTS,
+    NO_STEP_ATTEMPTS,
+    backoff_seconds,
+    executed_a_step,
+    finish_or_undo,
+    infrastructure_failure,
+    may_retry,
+    stale_assets,
+)
 from dw_dagster.repair.steps import step_op_name, step_stages
 from dw_dagster.core.windows import window_run_request
 
@@ -116,6 +126,43 @@ def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str], undo: bool = False) -
 #: stages that change data: each waits for the owner's merge of the change set's files
 def _changes_data(stage: str, steps: Mapping[str, int]) -> bool:
     return stage.startswith("window-") or stage in ("snapshot", "restore") or stage in steps
+
+
+IN_PROCESS, DAEMON, DRY_RUN = "in_process", "daemon", "dry_run"
+
+
+def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | None, str | None, str | None]:
+    """How this evaluation of the sensor runs: ``(mode, code location, repository, daemon tick id)``.
+
+    - ``daemon``: a tick of the sensor daemon. The daemon creates the tick (status started) before it
+      asks the code server to evaluate, and passes its id in the log key; the tick is read back from
+      the instance and must be this sensor's. Tickets issued now bind only runs the daemon reserves
+      in this tick (:func:`dw_dagster.repair.guard.admit_run`).
+    - ``dry_run``: evaluated in a code server outside a daemon tick: the UI's "Test sensor" (GraphQL
+      ``sensorDryRun``), which anyone who can open the UI may press. Nothing is issued: the dry run
+      shows what would be dispatched without a ticket.
+    - ``in_process``: evaluated without a code location (``build_sensor_context``, the
+      :class:`~dw_dagster.testing.local_daemon.LocalSensorDaemon`): tickets bind runs made in process.
+    """
+    origin = getattr(context, "code_location_origin", None)
+    if origin is None:
+        return IN_PROCESS, None, None, None
+    location, repository = origin.location_name, context.repository_name
+    log_key = list(context.log_key or [])
+    tick_id = str(log_key[-1]) if log_key else ""
+    if tick_id.isdigit() and context.instance_ref is not None:
+        from dagster._core.definitions.selector import InstigatorSelector
+        from dagster._core.scheduler.instigation import TickStatus
+
+        try:
+            tick = context.instance.schedule_storage.get_tick(int(tick_id))
+        except Exception:  # noqa: BLE001 - no such tick: not the daemon
+            tick = None
+        selector = InstigatorSelector(location_name=location, repository_name=repository, name=context.sensor_name)
+        if (tick is not None and tick.status == TickStatus.STARTED and tick.instigator_name == context.sensor_name
+                and tick.selector_id in (None, selector.get_id())):
+            return DAEMON, location, repository, tick_id
+    return DRY_RUN, location, repository, None
 
 
 def build_remediation_sensor(
@@ -201,7 +248,7 @@ def build_remediation_sensor(
         decisions = led.active_decisions(keys)
         all_stages = led.stages_of_many(keys)
         now = utcnow()
-        plan = _Tick(instance, led, doms, ordered, context)
+        plan = _Tick(instance, led, doms, ordered, context, sensor_evaluation(context))
         plan.earlier = {r.change_set_id: r.version for r in rows if not r.latest and all_stages.get((r.change_set_id, r.version))
                         and r.state != HALTED}
         for row in rows:
@@ -237,31 +284,48 @@ def build_remediation_sensor(
         return dg.SensorResult(run_requests=plan.requests, asset_events=plan.events)
 
     class _Tick:
-        def __init__(self, instance, led: Ledger, doms, ordered, context) -> None:
+        def __init__(self, instance, led: Ledger, doms, ordered, context, evaluation) -> None:
             self.instance, self.led, self.doms, self.ordered, self.context = instance, led, doms, ordered, context
+            self.mode, self.location, self.repository, self.tick_id = evaluation
+            self.dry_run = self.mode == DRY_RUN
             self.requests: list[dg.RunRequest] = []
             self.events: list[dg.AssetObservation] = []
             self.waiting: list[str] = []
             self.earlier: dict[str, str] = {}  # change set id -> an earlier version whose repair is under way
 
         def _reconcile(self, stages: dict) -> dict:
-            """Stages whose bound run ended without its code completing them: complete (or abandon) from the run."""
+            """Stages whose bound run ended without its code completing them: complete (or abandon) from the
+            run; a run that never executed a step gives its stage a fresh ticket (:mod:`.liveness`)."""
             for name, st in list(stages.items()):
                 ended = stage_run_ended(self.led, self.instance, st)
                 if ended is None:
                     continue
                 ok, how = ended
                 run = self.instance.get_run_by_id(st.run_id) if st.run_id else None
-                if run is not None and run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id):
-                    if self.led.reissue_ticket(st.ticket, st.run_id):  # cancelled while queued: nothing ran
-                        self.waiting.append(f"{st.change_set_id}: stage {name} was cancelled before it started; issued again")
+                if run is not None and not ok and not executed_a_step(self.instance, run.run_id):
+                    self._again_no_step(name, st, run, how)
                 elif ok:
                     self.led.complete_stage(st.ticket, st.run_id, success=True, result={"reconciled": how})
                 elif run is None:
                     self.led.abandon_stage(st.ticket, how)
                 else:
-                    self.led.complete_stage(st.ticket, st.run_id, success=False, result={"reconciled": how})
+                    infra = infrastructure_failure(self.instance, run.run_id) if run.status == dg.DagsterRunStatus.FAILURE else None
+                    self.led.complete_stage(st.ticket, st.run_id, success=False,
+                                            result={"reconciled": how, **({"infrastructure": infra} if infra else {})})
             return stages
+
+        def _again_no_step(self, name: str, st, run, how: str) -> None:
+            """The stage's run ended before any step (cancelled while queued, its worker or the daemon killed,
+            its start timed out): nothing ran, so a fresh ticket, under the same approval, a few times."""
+            quiet = run.status == dg.DagsterRunStatus.CANCELED and not run_started(self.instance, run.run_id)
+            attempts = int((st.result or {}).get("attempts", 1))
+            if not quiet and attempts >= NO_STEP_ATTEMPTS:
+                self.led.complete_stage(st.ticket, st.run_id, success=False, result={
+                    "reconciled": how, "reason": f"{attempts} runs ended before executing a step (last: {how})"})
+                return
+            if self.led.reissue_ticket(st.ticket, st.run_id, count=not quiet, why=how):
+                self.waiting.append(f"{st.change_set_id}: stage {name}'s run {run.run_id[:8]} ended before its first "
+                                    f"step ({how}); issued again under the same approval")
 
         def walk(self, cs: ChangeSet, state: str, decision_body: str | None, stages: dict, now: dt.datetime, *,
                  plan: list[str], latest: bool = True) -> None:
@@ -352,6 +416,8 @@ def build_remediation_sensor(
                 if st is not None and st.state in (STAGE_FAILED, ABANDONED):
                     if stage == "receipt" and self._retry_receipt(cs, st):
                         return
+                    if self._retry_infrastructure(cs, stage, st, steps, ranges):
+                        return
                     self._failed(cs, approval, stages, stage, st)
                     return
                 if st is not None and st.state == STARTED:
@@ -383,6 +449,11 @@ def build_remediation_sensor(
             """A receipt stage whose run ended before its op recorded the end (terminated, crashed,
             deleted, or its op failed) is dispatched again: a receipt changes no data, and each attempt
             appends its own receipts to the chain. Up to three attempts, then the change set fails."""
+            if self.dry_run:  # shown, not retried: a dry run changes no stage
+                if st.state not in (STAGE_FAILED, ABANDONED):
+                    return False
+                self._dispatch(cs, st.approval_id, st.stage, receipt_job, run_config=_receipt_config(cs), ticket=st.ticket)
+                return True
             ticket = self.led.retry_stage(st.ticket)
             if ticket is None:
                 return False
@@ -390,11 +461,41 @@ def build_remediation_sensor(
             self.waiting.append(f"{cs.id}: the {st.stage} run ended before it wrote the receipts; dispatched again")
             return True
 
+        def _retry_infrastructure(self, cs: ChangeSet, stage: str, st, steps, ranges) -> bool:
+            """A stage whose run failed on the infrastructure (storage unreachable, a dead worker) and that
+            may run again safely is dispatched again after a backoff, a few times (:mod:`.liveness`)."""
+            if st.state != STAGE_FAILED or not st.run_id or stage == "receipt":
+                return False
+            result = st.result or {}
+            infra = result.get("infrastructure")
+            if infra is None and "reason" not in result and "reconciled" not in result:  # completed by the executor
+                run = self.instance.get_run_by_id(st.run_id)
+                if run is not None and run.status == dg.DagsterRunStatus.FAILURE:  # a terminated run is no crash
+                    infra = infrastructure_failure(self.instance, st.run_id)
+            attempts = int(result.get("attempts", 1))
+            if not infra or not may_retry(stage, attempts):
+                return False
+            wait = (st.finished_at or 0) + backoff_seconds(attempts) - time.time()
+            if wait > 0:
+                self.waiting.append(f"{cs.id}: stage {stage} failed on the infrastructure ({infra}); run "
+                                    f"{attempts + 1} of {MAX_ATTEMPTS} in {wait:.0f} s")
+                return True
+            job, run_config, extra = self._job_for(cs, stage, steps, ranges)
+            if job is None:
+                return False
+            ticket = st.ticket if self.dry_run else self.led.retry_stage(st.ticket, MAX_ATTEMPTS)
+            if ticket is None:
+                return False
+            self._dispatch(cs, st.approval_id, stage, job, run_config=run_config, extra=extra, ticket=ticket)
+            self.waiting.append(f"{cs.id}: stage {stage} failed on the infrastructure ({infra}); dispatched again "
+                                f"(run {attempts + 1} of {MAX_ATTEMPTS})")
+            return True
+
         def _fresh(self, cs: ChangeSet, stage: str, st):
             """An issued ticket no run took for a while, and that no live run carries (a dry run of
             this sensor showed it, or another run took its run key): rotate it, so the old one is
             dead and the new request has a new run key."""
-            if time.time() - st.issued_at < reissue_after_s:
+            if self.dry_run or time.time() - st.issued_at < reissue_after_s:
                 return st
             live = [r for r in self.instance.get_runs(filters=dg.RunsFilter(tags={TICKET_TAG: st.ticket}))
                     if not r.is_finished]
@@ -411,9 +512,12 @@ def build_remediation_sensor(
             why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or st.state
             receipt = stages.get("receipt")
             if stage == "receipt" or (receipt is not None and receipt.state in (SUCCEEDED, STAGE_FAILED, ABANDONED)):
+                failed = next((n for n, s in stages.items() if s.state in (STAGE_FAILED, ABANDONED)
+                               and not n.startswith("receipt")), stage)
+                advice = finish_or_undo(cs.id, stale_assets(cs.target_asset, cs.rebuild_assets, stages), failed)
                 self.led.set_change_set_state(cs.id, cs.version, FAILED, from_states=[RUNNING, APPROVED],
-                                              note=f"stage {stage} {st.state}: {why}")
-                self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); needs a new change set or an undo")
+                                              note=f"stage {stage} {st.state}: {why}; {advice}"[:4000])
+                self.waiting.append(f"{cs.id}: stage {stage} {st.state} ({why}); {advice}")
                 return
             if receipt is not None and receipt.state == STARTED:
                 self.waiting.append(f"{cs.id}: writing the receipt of the failed repair")
@@ -457,10 +561,19 @@ def build_remediation_sensor(
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))
-            # the ticket binds this run's shape: its partitions, asset selection and run config
-            shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config)
+            if self.dry_run:  # "Test sensor": what would be dispatched, with no ticket (nothing issued, none shown)
+                self.requests.append(request.with_replaced_attrs(run_key=f"{run_key}:dry-run"))
+                self.waiting.append(f"{cs.id}: stage {stage} would be dispatched (a dry run issues no ticket)")
+                return
+            # the ticket binds this run's shape: its code location, partitions, asset selection and run config
+            shape = run_shape(job.name, request.tags, request.asset_selection, request.run_config,
+                              location=self.location, repository=self.repository)
+            dispatch = ({"location": self.location, "repository": self.repository, "ticks": [self.tick_id]}
+                        if self.mode == DAEMON else None)
             try:
-                ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape)
+                if ticket is not None and self.mode == DAEMON:
+                    self.led.note_dispatch(ticket, self.tick_id)
+                ticket = ticket or self.led.issue_ticket(cs.id, cs.version, stage, approval_id, job.name, shape, dispatch)
             except LedgerError as e:  # superseded (or ended) meanwhile: nothing of it runs
                 self.waiting.append(f"{cs.id}: {e}")
                 return

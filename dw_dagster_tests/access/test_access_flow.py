@@ -282,7 +282,7 @@ def test_review_page_shows_what_the_owner_approves_and_the_grants_in_force(w):
     req, _ = w.request(w.spec(role=w.pg.role("analyst"), duration_s=600))
     crm = next(x for x in req.change_sets if x.endswith("crm"))
     secret = "access-review-page-secret-0123456789abcdef"
-    with serve(lambda url: build_app(w.instance, str(w.domains_file), base_url=url, session_secret=secret)) as base:
+    with serve(lambda url: build_app(w.instance, str(w.domains_file), base_url=url)) as base:
         _, dana_page = login(base, DANA)
         assert "it is for you, so you cannot approve it" in dana_page.text
         client, page = login(base, BO)
@@ -343,7 +343,7 @@ def test_slack_slash_command_files_a_request_as_the_verified_slack_user(w, monke
     command = (f'--database warehouse --who {DANA} --tables {w.pg.schema}.ledger --for 2h '
                '--why “month end: reconcile”')  # Slack turns typed quotes into curly ones
     form = {"team_id": "T0ACCESS01", "user_id": "U0SAMLEE01", "command": "/dw-access", "text": command}
-    app = lambda url: build_app(w.instance, str(w.domains_file), base_url=url, session_secret="s" * 40,  # noqa: E731
+    app = lambda url: build_app(w.instance, str(w.domains_file), base_url=url,  # noqa: E731
                                 extra_routes=access_routes(w.instance, str(w.domains_file),
                                                            {"warehouse": DatabaseResource(url=POSTGRES_URL)}))
     with serve(app) as base:

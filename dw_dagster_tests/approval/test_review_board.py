@@ -57,7 +57,7 @@ def world(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, dg.instance_for_test() as instance:
         mp.setenv(c.SIGNING_KEY_ENV, "review-board-test-signing-key-0123456789")
         story = _story(instance, domains)
-        with serve(lambda url: build_app(instance, str(domains), base_url=url, session_secret=SECRET,
+        with serve(lambda url: build_app(instance, str(domains), base_url=url,
                                          dagster_url="https://dagster.grocer.example")) as base:
             yield base, instance, story
     idp.stop()

@@ -7,6 +7,12 @@ logs in the ``login_hint`` user): authorization code with PKCE (RFC 7636), the I
 with the session's nonce. Decisions land in a real Dagster instance's ledger. Forged posts are
 tried with httpx: no session, a wrong CSRF token, a foreign Origin, an expired or re-signed cookie.
 Screenshots are saved under each test's ``tmp_path``.
+
+Sessions are server-side (:mod:`dw_dagster.approval.sessions`); found in review (issue 23, item 2):
+a session was a signed cookie with the CSRF token inside, so a cookie saved before ``POST /logout``
+still decided as the owner, and a server on another port of the host (browsers send it the same
+cookies) read the cookie and decided alone. Both are kept as tests below, with expiry, a restart
+of the server, and the ``__Host-`` / ``Secure`` cookie of an HTTPS deployment.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import pytest
 from dw_dagster_tests.harness.asgi_server import serve
 
 from dw_dagster.core import keys as c
-from dw_dagster.approval.server import SESSION_COOKIE, build_app
+from dw_dagster.approval.server import build_app
+from dw_dagster.approval.sessions import COOKIE, SECURE_COOKIE
 from dw_dagster.testing.fakes.oidc_server import start_oidc_server
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import (BlastRadius, ChangeSet, ChangeStep, Diagnosis, ExposureRef, FileChange, ImpactedNode,
@@ -39,7 +46,6 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 OWNER = "dana.ortiz@grocer.example"
 OUTSIDER = "sam.lee@grocer.example"  # can log in, is listed nowhere
 CLIENT = "dw-dagster-review"
-SECRET = "review-page-test-session-secret-0123456789"
 DIFF = """diff --git a/pipelines/store_sales_line.yaml b/pipelines/store_sales_line.yaml
 --- a/pipelines/store_sales_line.yaml
 +++ b/pipelines/store_sales_line.yaml
@@ -95,7 +101,7 @@ def instance():
 
 @pytest.fixture(scope="module")
 def base(instance, domains):
-    with serve(lambda url: build_app(instance, str(domains), base_url=url, session_secret=SECRET)) as url:
+    with serve(lambda url: build_app(instance, str(domains), base_url=url)) as url:
         yield url
 
 
@@ -241,21 +247,10 @@ def login(base: str, who: str) -> tuple[httpx.Client, str]:
     client = httpx.Client(follow_redirects=True, timeout=30)
     page = client.get(f"{base}/login", params={"login_hint": who})
     assert page.status_code == 200 and str(page.url) == f"{base}/"
-    cookie_header = next(r.headers["set-cookie"] for r in page.history if "set-cookie" in r.headers
-                         and "who" in _session(r.headers["set-cookie"]))
-    assert re.search(r"; Max-Age=900; httponly; samesite=lax$", cookie_header), cookie_header
+    cookie_header = page.history[-1].headers["set-cookie"]  # the callback's: a new session id
+    assert re.fullmatch(rf"{COOKIE}=[A-Za-z0-9_-]{{43}}; HttpOnly; Max-Age=900; Path=/; SameSite=lax", cookie_header), \
+        cookie_header
     return client, re.search(r'name=csrf value="([^"]+)"', page.text).group(1)
-
-
-def _session(set_cookie: str) -> dict:
-    value = set_cookie.split(";")[0].split("=", 1)[1]
-    return json.loads(base64.b64decode(value.split(".")[0]))
-
-
-def _cookie(payload: dict, secret: str = SECRET) -> str:
-    import itsdangerous
-
-    return itsdangerous.TimestampSigner(secret).sign(base64.b64encode(json.dumps(payload).encode())).decode()
 
 
 def test_forged_decisions_are_refused(base, instance, pending):
@@ -282,7 +277,7 @@ def test_forged_decisions_are_refused(base, instance, pending):
         assert client.post(f"{base}/logout", data={"csrf": "guessed"}).status_code == 403
         out = client.post(f"{base}/logout", data={"csrf": csrf})
         assert out.status_code == 200 and "Logged out" in out.text
-        assert f"{SESSION_COOKIE}=null;" in out.headers["set-cookie"]
+        assert out.headers["set-cookie"].startswith(f'{COOKIE}=""; expires=') and "Max-Age=0" in out.headers["set-cookie"]
         r = client.get(f"{base}/", follow_redirects=False)
         assert (r.status_code, r.headers["location"]) == (303, "/login")
     finally:
@@ -301,16 +296,83 @@ def test_forged_decisions_are_refused(base, instance, pending):
     assert [(r["approver"], r["reason"].split(" (")[0]) for r in records.refusals(instance, cs.id)] == [
         (OUTSIDER, f"{OUTSIDER} is not an approver of domain 'store_sales'"),
         (OWNER, f"change set {cs.id} changed since you read it")]
-
-    # an expired session (logged in 16 minutes ago), and a cookie signed with another key: back to the login
-    who = {"email": OWNER, "sub": "00u-dana-ortiz", "iss": "x", "cred": "jti-1", "csrf": "c" * 20,
-           "at": time.time() - 16 * 60}
-    for cookie in (_cookie({"who": who}), _cookie({"who": {**who, "at": time.time()}}, secret="another-key" * 3)):
-        r = httpx.post(f"{base}/decide", data={**form, "csrf": "c" * 20}, cookies={SESSION_COOKIE: cookie})
-        assert (r.status_code, r.headers["location"]) == (303, "/login")
-        r = httpx.get(f"{base}/", cookies={SESSION_COOKIE: cookie})
+    # a made-up session id: back to the login
+    for cookie in ("x" * 43, base64.urlsafe_b64encode(json.dumps({"who": {"email": OWNER}}).encode()).decode()):
+        r = httpx.post(f"{base}/decide", data={**form, "csrf": "c" * 20}, cookies={COOKIE: cookie})
         assert (r.status_code, r.headers["location"]) == (303, "/login")
     assert led.decisions(cs.id) == [] and led.change_set_row(cs.id).state == "proposed"
+
+
+def _saved(client: httpx.Client) -> str:
+    return client.cookies[COOKIE]
+
+
+def test_a_session_saved_before_logout_decides_nothing(base, instance, pending):
+    """Issue 23, item 2: the cookie and the page's CSRF token kept from before ``POST /logout``, replayed."""
+    cs = pending["forged"]
+    client, csrf = login(base, OWNER)
+    cookie = _saved(client)
+    try:
+        assert client.post(f"{base}/logout", data={"csrf": csrf}).status_code == 200
+    finally:
+        client.close()
+    form = {"cs": cs.id, "v": cs.version, "decision": "approve", "csrf": csrf}
+    r = httpx.post(f"{base}/decide", data=form, cookies={COOKIE: cookie})
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    r = httpx.get(f"{base}/", cookies={COOKIE: cookie})
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert ledger_for(instance).decisions(cs.id) == []
+
+
+def test_a_cookie_read_by_a_server_on_another_port_decides_nothing(base, instance, domains, pending):
+    """Issue 23, item 2: browsers send a host's cookies to every port; a server on another port (here an
+    approvals server of the same deployment, same instance and signing key) receives the owner's cookie."""
+    cs = pending["forged"]
+    client, csrf = login(base, OWNER)
+    cookie = _saved(client)
+    assert csrf not in cookie and len(cookie) == 43  # an opaque id: the CSRF token is not in it
+    form = {"cs": cs.id, "v": cs.version, "decision": "approve"}
+    with serve(lambda url: build_app(instance, str(domains), base_url=url)) as other:
+        assert other != base
+        for sent in (form, {**form, "csrf": csrf}):  # the cookie alone, and with the page's token too
+            r = httpx.post(f"{other}/decide", data=sent, cookies={COOKIE: cookie})
+            assert (r.status_code, r.headers["location"]) == (303, "/login")
+        r = httpx.post(f"{base}/decide", data=form, cookies={COOKIE: cookie})  # the cookie alone at the real server
+        assert r.status_code == 403 and "CSRF token or origin does not match" in r.text
+        assert client.get(f"{base}/").status_code == 200  # the owner's session is still theirs
+    client.close()
+    assert ledger_for(instance).decisions(cs.id) == []
+
+
+def test_sessions_live_on_the_server_restart_and_expire(base, instance, domains, pending):
+    from starlette.testclient import TestClient
+
+    client, csrf = login(base, OWNER)
+    cookie = _saved(client)
+    client.close()
+    restarted = build_app(instance, str(domains), base_url=base)  # a new server process on the same URL
+    with TestClient(restarted, base_url=base, follow_redirects=False) as tc:
+        tc.cookies.set(COOKIE, cookie)
+        page = tc.get("/")
+        assert page.status_code == 200 and f'name=csrf value="{csrf}"' in page.text
+        from dw_dagster.core.ledger_tables import sessions_t
+
+        with ledger_for(instance).engine.begin() as conn:  # 16 minutes later
+            conn.execute(sessions_t.update().values(expires_at=time.time() - 60))
+        assert (tc.get("/").status_code, tc.get("/").headers["location"]) == (303, "/login")
+
+
+def test_an_https_deployment_gets_a_host_prefixed_secure_cookie(instance, domains, idp):
+    from starlette.testclient import TestClient
+
+    app = build_app(instance, str(domains), base_url="https://approvals.grocer.example")
+    with TestClient(app, base_url="https://approvals.grocer.example", follow_redirects=False) as tc:
+        r = tc.get("/login", params={"login_hint": OWNER})
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"]
+    assert re.fullmatch(rf"{re.escape(SECURE_COOKIE)}=[A-Za-z0-9_-]{{43}}; HttpOnly; Max-Age=600; Path=/; SameSite=lax; "
+                        r"Secure", cookie), cookie
+    assert "domain=" not in cookie.lower()
 
 
 def test_login_callbacks_not_started_here_are_refused(base):

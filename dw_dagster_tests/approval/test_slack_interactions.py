@@ -96,7 +96,7 @@ def instance(env):
 
 @pytest.fixture(scope="module")
 def server(instance, domains, fake):
-    with serve(lambda base: build_app(instance, str(domains), base_url=base, session_secret="s" * 32)) as base:
+    with serve(lambda base: build_app(instance, str(domains), base_url=base)) as base:
         r = httpx.post(f"{fake.base_url}/_fake/slack/app", json={"request_url": f"{base}/slack/interactions"})
         assert r.json()["request_url"] == f"{base}/slack/interactions" and "signing_secret" not in r.json()
         yield base

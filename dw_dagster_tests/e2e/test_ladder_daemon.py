@@ -108,7 +108,7 @@ def ladder(tmp_path_factory):
             mp.setenv(k, env[k])
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance, \
                 dagster_dev(dagster_home, env, root, workspace=workspace, locations=("ladder",)) as dev, \
-                serve(lambda base: build_app(instance, str(domains), base_url=base, session_secret="s" * 32)) as app:
+                serve(lambda base: build_app(instance, str(domains), base_url=base)) as app:
             httpx.post(f"{url}/_fake/slack/app", json={"request_url": f"{app}/slack/interactions"}).raise_for_status()
             yield dev, instance, paging, mails, clock, created
     smtp.stop()

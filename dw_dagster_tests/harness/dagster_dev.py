@@ -140,7 +140,8 @@ class DagsterDev:
     def graphql(self, query: str, variables: Mapping[str, Any] | None = None, timeout: float = 120) -> dict:
         """POST one GraphQL document; returns ``data``; raises on transport or GraphQL errors."""
         r = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": dict(variables or {})}, timeout=timeout)
-        r.raise_for_status()
+        if r.status_code >= 400:
+            raise DagsterDevError(f"GraphQL HTTP {r.status_code}: {r.text[:3000]}\n{self.log_tail(40)}")
         body = r.json()
         if body.get("errors"):
             raise DagsterDevError(f"GraphQL errors: {body['errors']}")
@@ -161,23 +162,23 @@ class DagsterDev:
         return {d["daemonType"]: bool(d["healthy"]) for d in data["instance"]["daemonHealth"]["allDaemonStatuses"]
                 if d["required"]}
 
-    def start_sensor(self, name: str) -> str:
+    def start_sensor(self, name: str, location: str = LOCATION) -> str:
         """Set a sensor RUNNING through the ``startSensor`` mutation (what the UI's toggle does)."""
         data = self.graphql("""mutation Start($sel: SensorSelector!) { startSensor(sensorSelector: $sel) {
             __typename ... on Sensor { name sensorState { status } }
             ... on PythonError { message } ... on UnauthorizedError { message } ... on SensorNotFoundError { message } } }""",
-                            {"sel": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": name}})
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name}})
         res = data["startSensor"]
         if res["__typename"] != "Sensor":
             raise DagsterDevError(f"startSensor {name}: {res}")
         return res["sensorState"]["status"]
 
-    def sensor_ticks(self, name: str, limit: int = 5) -> list[dict]:
+    def sensor_ticks(self, name: str, limit: int = 5, location: str = LOCATION) -> list[dict]:
         """The newest ticks of a sensor (status, skip reason, error, run ids)."""
         data = self.graphql("""query Ticks($sel: SensorSelector!, $limit: Int) { sensorOrError(sensorSelector: $sel) {
             __typename ... on Sensor { sensorState { status ticks(limit: $limit) {
               status timestamp skipReason runIds error { message } } } } } }""",
-                            {"sel": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": name},
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name},
                              "limit": limit})
         res = data["sensorOrError"]
         return res["sensorState"]["ticks"] if res["__typename"] == "Sensor" else [res]
@@ -189,6 +190,40 @@ class DagsterDev:
         return self.client.submit_job_execution(job_name, repository_location_name=location, repository_name=REPOSITORY,
                                                 run_config=dict(run_config or {}), tags=dict(tags or {}),
                                                 op_selection=op_selection)
+
+    def sensor_dry_run(self, name: str, location: str = LOCATION, cursor: str | None = None) -> dict:
+        """GraphQL ``sensorDryRun`` (the UI's "Test sensor"): ``{"runRequests": [...], "skipReason", "error"}``."""
+        data = self.graphql("""mutation Dry($sel: SensorSelector!, $cursor: String) {
+            sensorDryRun(selectorData: $sel, cursor: $cursor) { __typename
+              ... on DryRunInstigationTick { evaluationResult { skipReason error { message }
+                runRequests { runKey jobName runConfigYaml tags { key value } assetSelection { path } } } }
+              ... on PythonError { message } ... on SensorNotFoundError { message } } }""",
+                            {"sel": {"repositoryLocationName": location, "repositoryName": REPOSITORY, "sensorName": name},
+                             "cursor": cursor})
+        res = data["sensorDryRun"]
+        if res["__typename"] != "DryRunInstigationTick":
+            raise DagsterDevError(f"sensorDryRun {name}: {res}")
+        return res["evaluationResult"]
+
+    def launch_run(self, job_name: str, *, location: str = LOCATION, tags: Mapping[str, str] | None = None,
+                   run_config: Mapping[str, Any] | None = None, asset_selection: list[list[str]] | None = None,
+                   check_selection: list[tuple[list[str], str]] | None = None) -> str:
+        """GraphQL ``launchRun`` with any tags, config and asset / asset-check selection (what a Dagster user
+        can send); returns the run id (the run may be refused later by the coordinator)."""
+        selector: dict[str, Any] = {"repositoryLocationName": location, "repositoryName": REPOSITORY, "jobName": job_name}
+        if asset_selection is not None:
+            selector["assetSelection"] = [{"path": list(p)} for p in asset_selection]
+        if check_selection is not None:
+            selector["assetCheckSelection"] = [{"assetKey": {"path": list(p)}, "name": n} for p, n in check_selection]
+        data = self.graphql("""mutation Launch($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+            ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError { message }
+            ... on RunConfigValidationInvalid { errors { message } } ... on UnauthorizedError { message } } }""",
+                            {"p": {"selector": selector, "runConfigData": dict(run_config or {}),
+                                   "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}}})
+        res = data["launchRun"]
+        if res["__typename"] != "LaunchRunSuccess":
+            raise DagsterDevError(f"launchRun {job_name} in {location}: {res}")
+        return res["run"]["runId"]
 
     def reload_location(self) -> None:
         """Reload the code location (``reloadRepositoryLocation``), as after a merge; raises on failure."""

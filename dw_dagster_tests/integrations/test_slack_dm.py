@@ -73,7 +73,7 @@ def world(tmp_path_factory):
                                                                  review_url="https://review.grocer.example")])
         daemon = LocalSensorDaemon(defs, instance, log_level="CRITICAL")
         daemon.tick("dw_notification_sensor")
-        with serve(lambda base: build_app(instance, str(domains), base_url=base, session_secret="s" * 32)) as app:
+        with serve(lambda base: build_app(instance, str(domains), base_url=base)) as app:
             httpx.post(f"{url}/_fake/slack/app", json={"request_url": f"{app}/slack/interactions"}).raise_for_status()
             yield SimpleNamespace(fake=fake, url=url, instance=instance, daemon=daemon, domains=domains, slack=slack)
     fake.stop()

@@ -31,6 +31,17 @@ def cli(args, demo):
     return res.output
 
 
+def unwrap(value):
+    """An answer with every untrusted value replaced by the value it carries (to compare with the CLI's)."""
+    if isinstance(value, dict):
+        if set(value) == {"untrusted_data", "origin"}:
+            return value["untrusted_data"]
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
 async def incident_id(server) -> str:
     out, err = await call(server, "list_incidents")
     assert err is None, err
@@ -57,10 +68,11 @@ async def test_the_tool_list_is_exactly_these_and_none_decides_or_repairs(server
 async def test_list_incidents_equals_the_cli(server, demo_env):
     out, err = await call(server, "list_incidents")
     assert err is None, err
-    assert out["incidents"] == json.loads(cli(["incidents", "--json"], demo_env))
+    assert unwrap(out["incidents"]) == json.loads(cli(["incidents", "--json"], demo_env))
     (inc,) = out["incidents"]
     assert inc["cause_kind"] == "late_rows_behind_watermark" and inc["source"] == "lightup"
-    assert inc["status"] == "fixed (verified)" and inc["decision"] == "approved" and inc["approver"] == OWNER
+    assert inc["summary"]["origin"].startswith("an upstream system")  # Lightup's words, marked
+    assert inc["status"] == "fixed (verified)" and inc["decision"] == "approved" and inc["approver"]["untrusted_data"] == OWNER
     assert inc["window"] == ["2026-11-26", "2026-11-27"] and inc["gap_rows"] > 0
     filtered, _ = await call(server, "list_incidents", {"asset": "store_sales_line", "status": "fixed", "since": "2026-01-01"})
     assert [e["incident_id"] for e in filtered["incidents"]] == [inc["incident_id"]]
@@ -72,7 +84,9 @@ async def test_get_incident_has_source_cause_decision_and_verified_receipts(serv
     iid = await incident_id(server)
     out, err = await call(server, "get_incident", {"incident_id": iid})
     assert err is None, err
-    assert out["incident"]["source"] == "lightup" and out["detected_by"].startswith("Lightup incident ")
+    assert out["incident"]["source"] == "lightup" and out["detected_by"].startswith("a Lightup incident")
+    assert out["incident"]["external_id"]["untrusted_data"] and out["incident"]["external_id"]["untrusted_data"] not in \
+        out["detected_by"]
     assert out["outcome"]["cause_kind"] == "late_rows_behind_watermark"
     (cs,) = out["change_sets"]
     assert cs["state"] == "applied" and cs["approvers"] == [OWNER]
@@ -93,13 +107,15 @@ async def test_diagnose_incident_returns_the_recorded_cause_with_its_evidence(se
     p = out["primary"]
     assert out["diagnosed"] and p["kind"] == "late_rows_behind_watermark" and p["confidence"] == 1.0
     assert p["explained_rows"] == out["gap_rows"] > 0 and out["unexplained_rows"] == 0
-    assert p["window"] == ["2026-11-26", "2026-11-27"] and p["details"]["watermark_column"] == "sale_ts"
-    assert all(e["sql"].strip() and e["database"] for e in p["evidence"])
-    assert any(e["sql"].lstrip().upper().startswith("SELECT") and "pos.sales_line" in e["sql"] for e in p["evidence"])
+    assert p["window"] == ["2026-11-26", "2026-11-27"] and p["details"]["untrusted_data"]["watermark_column"] == "sale_ts"
+    sqls = [e["sql"]["untrusted_data"] for e in p["evidence"]]
+    assert all(q.strip() for q in sqls) and all(e["database"] for e in p["evidence"])
+    assert any(q.lstrip().upper().startswith("SELECT") and "pos.sales_line" in q for q in sqls)
     recorded = records.diagnoses(dg.DagsterInstance.from_config(str(demo_env.home)))[0]
     assert out["diagnosis_id"] == recorded.id and len(recorded.primary.details["explained_keys"]) == p["explained_rows"]
-    assert p["cut"]["details.explained_keys"] == p["explained_rows"] and len(p["details"]["explained_keys"]) == 20
-    assert "late_rows_behind_watermark" in out["markdown"] and {m["name"] for m in out["blast_radius"]["models"]} == MODELS
+    assert p["cut"]["details.explained_keys"] == p["explained_rows"]
+    assert len(p["details"]["untrusted_data"]["explained_keys"]) == 20
+    assert "late_rows_behind_watermark" in out["markdown"]["untrusted_data"] and {m["name"] for m in out["blast_radius"]["models"]} == MODELS
     by_check, _ = await call(server, "diagnose_incident", {"asset": "store_sales_line", "check": "lightup_compare"})
     assert by_check["diagnosis_id"] == out["diagnosis_id"]
     none, err = await call(server, "diagnose_incident", {"asset": "store_sales_line", "check": "region_compare"})
@@ -113,14 +129,15 @@ async def test_get_root_cause_walks_from_lightup_to_the_runs_and_the_rows(server
     chain = out["chain"]
     assert out["cause_kind"] == "late_rows_behind_watermark" and chain[0]["system"] == "lightup"
     run_link = next(link for link in chain if link["system"] == "dagster run")
-    loads = run_link["refs"]["loads"]
+    loads = run_link["data"]["loads"]["untrusted_data"]
     assert [x["partition"] for x in loads] == ["2026-11-26", "2026-11-27"]
     instance = dg.DagsterInstance.from_config(str(demo_env.home))
     for x in loads:  # the runs that loaded the partitions before the incident, as recorded
         run = instance.get_run_by_id(x["run_id"])
         assert run is not None and x["watermark_column"] == "sale_ts"
         assert "dw/stage" not in run.tags  # the nightly loads, not the repair
-    assert any(link["system"].startswith("database duckdb:pos_source") and "posted_ts" in link["refs"]["sql"] for link in chain)
+    assert any(link["system"].startswith("database duckdb:pos_source") and "posted_ts" in link["data"]["sql"]["untrusted_data"]
+               for link in chain)
     assert chain[-1]["system"] == "dw_dagster diagnosis" and "applied" in out["fix"] and "verified" in out["fix"]
 
 
@@ -221,7 +238,7 @@ async def test_explain_table(server):
     assert any("Store P&L" in e and EXPOSURE_OWNER in e for e in out["downstream_exposures"])
     assert {c["check"] for c in out["checks"]} == {"region_compare", "daily_volume", "null_rate"}
     (r,) = out["receipts"]
-    assert r["verifies_now"] is True and r["outcome"] == "applied"
+    assert r["verifies_now"] is True and r["applied"] is True and r["outcome"]["untrusted_data"] == "applied"
     model, _ = await call(server, "explain_table", {"asset": "fct_store_sales_daily"})
     assert {c["name"] for c in model["columns"]} >= {"store_id", "line_count"}
     assert model["columns_from"] == "dagster/column_schema"  # dagster-dbt puts the documented columns there
@@ -251,9 +268,11 @@ async def test_audit_trail_has_the_refusals_the_approval_and_four_verified_recei
     assert err is None, err
     ev = out["events"]
     refused = [e for e in ev if e["kind"] == "approval_refused"]
-    assert {e["actor"] for e in refused} == {"dw-dagster", OWNER, "sam.lee@grocer.example"}
-    people = [e for e in refused if e["actor"] != "dw-dagster"]  # the two people refused: typed email, not listed
-    assert len(people) == 2 and any("verified identity" in e["summary"] for e in people)
+    assert {e["actor"] for e in refused} == {"a Dagster user (not verified)"}  # a refused name was typed by someone
+    typed = {e["untrusted"]["actor"]["untrusted_data"] for e in refused}
+    assert typed == {"dw-dagster", OWNER, "sam.lee@grocer.example"}
+    people = [e for e in refused if e["untrusted"]["actor"]["untrusted_data"] != "dw-dagster"]  # typed email, not listed
+    assert len(people) == 2 and any("verified identity" in e["untrusted"]["reason"]["untrusted_data"] for e in people)
     (ok,) = [e for e in ev if e["kind"] == "approved"]
     assert ok["actor"] == OWNER and ok["verified"] is True
     receipts = [e for e in ev if e["kind"] == "receipt"]
@@ -262,7 +281,7 @@ async def test_audit_trail_has_the_refusals_the_approval_and_four_verified_recei
     assert kinds.index("proposed") < kinds.index("approval_refused") < kinds.index("approved") < kinds.index("stage_started")
     assert kinds.index("stage_started") < kinds.index("receipt")
     assert [e["at"] for e in ev] == sorted(e["at"] for e in ev)
-    assert any(e["kind"] == "notified" and "approval_request" in e["summary"] for e in ev)
+    assert any(e["kind"] == "notified" and "approval_request" in e["untrusted"]["action"]["untrusted_data"] for e in ev)
     by_asset, _ = await call(server, "get_audit_trail", {"asset": "store_sales_line"})
     assert by_asset["change_set_ids"] == [cs_id] and by_asset["counts"] == out["counts"]
 

@@ -53,6 +53,9 @@ def test_a_stage_run_terminated_after_it_started_ends_the_repair_with_a_receipt(
     run = _the_daemons_run(defs, instance)
     instance.report_dagster_event(dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_START.value,
                                                   job_name=run.job_name), run_id=run.run_id)
+    # its first step started (a run terminated before any step is given a fresh ticket: test_liveness.py)
+    instance.report_dagster_event(dg.DagsterEvent(event_type_value=dg.DagsterEventType.STEP_START.value,
+                                                  job_name=run.job_name, step_key="orders"), run_id=run.run_id)
     instance.report_run_canceled(run, message="Terminate pressed on the running window run")
     for _ in range(4):
         daemon.tick("dw_remediation_sensor")
