@@ -7,7 +7,8 @@ and dw_dagster's ``GuardedRunCoordinator`` (Dagster's ``QueuedRunCoordinator``).
 deployment scales out (:mod:`dw_dagster_tests.harness.celery_cluster`): a code server serving
 :mod:`.celery_location` (the same location, its loop's jobs on ``celery_executor``),
 ``dagster-daemon`` dequeuing runs, and two celery workers on the RabbitMQ broker at
-127.0.0.1:5672. The remediation sensor is ticked here; each stage it requests is submitted to the
+127.0.0.1:5672. The remediation sensor is started in ``dagster-daemon`` (its ticks run in the code
+server, so each ticket binds that location and tick); each stage it requests is submitted to the
 queue, dequeued by the daemon, launched in a run worker, and each of its steps runs as a celery
 task in one of the two workers. The stages, the ledger, the receipts and the gaps afterwards are
 the ones the single-process test asserts.
@@ -34,11 +35,11 @@ from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG  # noqa: E402
 from dw_dagster.examples.store_sales import home as h  # noqa: E402
 from dw_dagster.examples.store_sales.definitions import build_definitions  # noqa: E402
 from dw_dagster.examples.store_sales.demo import OWNER, prepare_incident_data  # noqa: E402
-from dw_dagster.testing.demo import Timeline, demo_approvals, owner_merges, run_job, run_repair_stages  # noqa: E402
+from dw_dagster.testing.demo import Timeline, demo_approvals, owner_merges, run_job  # noqa: E402
 from dw_dagster.testing.local_daemon import LocalSensorDaemon  # noqa: E402
 from dw_dagster_tests.e2e.celery_location import CELERY, LOCATION  # noqa: E402
 from dw_dagster_tests.harness.celery_cluster import (  # noqa: E402
-    QueuedSensorDaemon, celery_workers, code_server, dagster_daemon)
+    celery_workers, code_server, dagster_daemon, run_stages_in_daemon)
 from dw_dagster_tests.harness.dagster_dev import REPO, postgres_database, write_instance_yaml  # noqa: E402
 
 SCALE = 0.002
@@ -146,7 +147,7 @@ def loop(tmp_path_factory) -> CeleryLoop:
         owner_merges(cs, h.repo_dir(home), OWNER)
         (h.dbt_dir(home) / "target" / "manifest.json").unlink(missing_ok=True)
         # parsed once here, before any other process reads the merged project
-        celery_defs = build_definitions(home, executor=CELERY)
+        build_definitions(home, executor=CELERY)
         mark("merge", f"{OWNER} merged; the celery location's definitions built")
 
         # scale out: one code server, dagster-daemon, two celery workers
@@ -158,15 +159,15 @@ def loop(tmp_path_factory) -> CeleryLoop:
         dmn = stack.enter_context(dagster_daemon(server.workspace, env, root))
         mark("scale out", f"code server :{server.port}, dagster-daemon pid {dmn.proc.pid}, celery workers {res.worker_names}")
         workspace = stack.enter_context(WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(server.workspace)])))
-        queued = QueuedSensorDaemon(celery_defs, instance, workspace, LOCATION, run_timeout=240)
-        queued.cursors = dict(daemon.cursors)
         try:
-            run_repair_stages(queued, instance, res.run_ids, log, ticks=8, describe=lambda stage, run: (
-                f"; steps on {sorted(set(_run_facts(instance, run.run_id)['celery'].values()))}"))
+            res.run_ids.update(run_stages_in_daemon(instance, workspace, LOCATION, change_set_id=cs.id,
+                                                    stage_tag=c.STAGE_TAG))
         except Exception as e:
             tails = "\n".join(p.log_tail(30) for p in (*workers, dmn, server.proc))
-            raise AssertionError(f"{e}\nlaunched: {[(r, instance.get_run_by_id(r).status.value) for r in queued.launched]}"
-                                 f"\nrefusals: {queued.refusals}\n{tails}") from e
+            raise AssertionError(f"{e}\n{tails}") from e
+        for stage, rid in res.run_ids.items():
+            log("receipt" if stage == "receipt" else "repair", f"{stage} run {rid[:8]} succeeded; steps on "
+                f"{sorted(set(_run_facts(instance, rid)['celery'].values()))}")
         mark("repaired", f"stages {list(res.run_ids)}")
         res.runs = {stage: _run_facts(instance, rid) for stage, rid in res.run_ids.items()}
         res.stage_states = {s: st.state for s, st in ledger_for(instance).stages(cs.id, cs.version).items()}

@@ -9,10 +9,9 @@ What production runs on several machines, started here as child processes on one
   starts each in a run worker process of the code server;
 - :func:`celery_workers` — ``celery -A dagster_celery.app worker`` processes on the RabbitMQ
   broker: the celery executor of a run worker sends each step there;
-- :class:`QueuedSensorDaemon` — the in-process sensor ticking of
-  :class:`~dw_dagster.testing.local_daemon.LocalSensorDaemon`, but each run request becomes a run
-  created from the code server's job snapshot and *submitted* to the instance's run coordinator
-  (as Dagster's sensor daemon submits it), instead of being executed in this process.
+- :func:`run_stages_in_daemon` — the remediation sensor started in that ``dagster-daemon``: its
+  ticks run in the code server, so each ticket binds the location and the tick that dispatched it
+  and every stage is submitted to the instance's run coordinator as in production.
 
 Every process is started in its own process group with its log in a file; on exit it is stopped
 the way an operator stops it (SIGTERM: celery's warm shutdown; SIGINT for the daemon and the code
@@ -35,7 +34,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from dw_dagster.testing.local_daemon import RUN_KEY_TAG, SENSOR_NAME_TAG, LocalSensorDaemon
+from dw_dagster.testing.local_daemon import SENSOR_NAME_TAG
 from dw_dagster_tests.harness.dagster_dev import BIN, free_port
 
 #: the RabbitMQ broker every machine here runs (guest/guest on loopback)
@@ -185,64 +184,48 @@ def celery_workers(n: int, env: Mapping[str, str], root: Path, timeout: float = 
         yield procs
 
 
-class QueuedSensorDaemon(LocalSensorDaemon):
-    """:class:`LocalSensorDaemon` whose run requests go through the instance's run coordinator.
+def run_stages_in_daemon(instance: dg.DagsterInstance, workspace_context, location: str, *, change_set_id: str,
+                         stage_tag: str, last_stage: str = "receipt", sensor_name: str = "dw_remediation_sensor",
+                         timeout: float = 420.0) -> dict[str, str]:
+    """Start ``sensor_name`` of code location ``location`` in the running ``dagster-daemon`` and wait
+    until the stage ``last_stage`` of change set ``change_set_id`` succeeded.
 
-    Each request becomes a run made from the code server's job (its snapshot, execution plan and
-    origin, as Dagster's sensor daemon makes it) and is submitted with ``instance.submit_run``:
-    the coordinator configured in ``dagster.yaml`` (dw_dagster's ``GuardedRunCoordinator``, a
-    ``QueuedRunCoordinator``) admits or refuses it, ``dagster-daemon`` dequeues it and the run
-    launcher starts it in a run worker, whose executor runs its steps. A tick waits for each run
-    to end, as the in-process daemon does.
+    The daemon's sensor evaluation runs in the code server and records a tick; the remediation
+    sensor issues each ticket for that location and tick, so every stage is a run the daemon
+    reserved, submitted to the instance's run coordinator, dequeued and launched in a run worker.
+    Stops the sensor before returning.
+
+    Returns:
+        stage name → run id, in the order the stages were launched.
+
+    Raises:
+        ClusterError: a stage run failed or was canceled, or ``last_stage`` did not succeed in time.
     """
+    from dw_dagster.core.keys import CHANGE_SET_TAG
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, workspace_context, location: str,
-                 run_timeout: float = 300.0) -> None:
-        super().__init__(defs, instance)
-        self.workspace_context, self.location, self.run_timeout = workspace_context, location, run_timeout
-        self.launched: list[str] = []  # run ids submitted, in order
-
-    def _execute(self, sensor_name: str, rr: dg.RunRequest) -> tuple[str, bool]:
-        from dagster._core.definitions.selector import JobSubsetSelector
-        from dagster._core.storage.tags import PARTITION_NAME_TAG
-        from dagster._core.utils import make_new_run_id
-
-        request = self.workspace_context.create_request_context()
-        loc = request.get_code_location(self.location)
-        (repo,) = loc.get_repositories().values()
-        job_name = rr.job_name or self.defs.resolve_sensor_def(sensor_name).job_name
-        remote_job = loc.get_job(JobSubsetSelector(location_name=loc.name, repository_name=repo.name, job_name=job_name,
-                                                   op_selection=None, asset_selection=rr.asset_selection,
-                                                   asset_check_selection=rr.asset_check_keys))
-        run_config = dict(rr.run_config or {})
-        plan = loc.get_execution_plan(remote_job, run_config, step_keys_to_execute=None, known_state=None,
-                                      instance=self.instance)
-        tags = {**(remote_job.run_tags or {}), **(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
-        if rr.run_key:
-            tags[RUN_KEY_TAG] = rr.run_key
-        if rr.partition_key:
-            tags[PARTITION_NAME_TAG] = rr.partition_key
-        run = self.instance.create_run(
-            job_name=job_name, run_id=make_new_run_id(), run_config=run_config,
-            resolved_op_selection=remote_job.resolved_op_selection, step_keys_to_execute=None,
-            status=dg.DagsterRunStatus.NOT_STARTED, op_selection=None, root_run_id=None, parent_run_id=None, tags=tags,
-            job_snapshot=remote_job.job_snapshot, execution_plan_snapshot=plan.execution_plan_snapshot,
-            parent_job_snapshot=remote_job.parent_job_snapshot, remote_job_origin=remote_job.get_remote_origin(),
-            job_code_origin=remote_job.get_python_origin(),
-            asset_selection=frozenset(rr.asset_selection) if rr.asset_selection is not None else None,
-            asset_check_selection=frozenset(rr.asset_check_keys) if rr.asset_check_keys is not None else None,
-            asset_graph=repo.asset_graph)
-        self.instance.submit_run(run.run_id, request)
-        self.launched.append(run.run_id)
-        deadline = time.monotonic() + self.run_timeout
+    request = workspace_context.create_request_context()
+    (repo,) = request.get_code_location(location).get_repositories().values()
+    sensor = repo.get_sensor(sensor_name)
+    instance.start_sensor(sensor)
+    stages: dict[str, str] = {}
+    try:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ended = self.instance.get_run_by_id(run.run_id)
-            if ended.status in TERMINAL:
-                if ended.status != dg.DagsterRunStatus.SUCCESS and not any(
-                        e.dagster_event and e.dagster_event.is_step_start for e in self.instance.all_logs(run.run_id)):
-                    self.refusals.append(next((e.message for e in self.instance.all_logs(run.run_id)
-                                               if "dw_dagster refused" in (e.message or "")), ended.status.value))
-                return run.run_id, ended.status == dg.DagsterRunStatus.SUCCESS
-            time.sleep(0.5)
-        raise ClusterError(f"run {run.run_id} of {job_name} did not end within {self.run_timeout} s "
-                           f"(status {self.instance.get_run_by_id(run.run_id).status.value})")
+            recs = instance.get_run_records(filters=dg.RunsFilter(tags={CHANGE_SET_TAG: change_set_id,
+                                                                        SENSOR_NAME_TAG: sensor_name}))
+            for run in (r.dagster_run for r in sorted(recs, key=lambda r: r.create_timestamp)):
+                stage = run.tags.get(stage_tag)
+                if run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+                    raise ClusterError(f"stage {stage}: run {run.run_id} {run.status.value}")
+                if stage and run.status == dg.DagsterRunStatus.SUCCESS:
+                    stages.setdefault(stage, run.run_id)
+            if last_stage in stages:
+                return stages
+            time.sleep(1.0)
+        ticks = instance.get_ticks(sensor.get_remote_origin_id(), sensor.selector_id, limit=5)
+        raise ClusterError(f"stage {last_stage} of {change_set_id} did not succeed within {timeout} s; stages "
+                           f"{stages}; last ticks: {[(t.status.value, t.skip_reason, t.error) for t in ticks]}")
+    finally:
+        instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+
+
