@@ -180,3 +180,17 @@ def test_every_dw_key_and_tag_is_a_constant_of_core_keys():
                  if not path.relative_to(PACKAGE).as_posix().startswith(("core/keys.py", "examples/", "testing/"))
                  for hit in _dw_literals(path)]
     assert offenders == []
+
+
+def test_every_public_name_is_marked_public_and_the_library_is_registered():
+    """Each exported class and function carries ``@public`` (Dagster's marker, which its docs tooling
+    and API checks read); ``dw-dagster`` is in Dagster's library registry with its version."""
+    import inspect
+
+    from dagster._annotations import is_public
+    from dagster._core.libraries import DagsterLibraryRegistry
+
+    unmarked = [n for n in PUBLIC if not (inspect.ismodule(o := getattr(dw_dagster, n)) or isinstance(o, str))
+                and not is_public(o)]
+    assert unmarked == []
+    assert DagsterLibraryRegistry.get()["dw-dagster"] == dw_dagster.__version__

@@ -16,6 +16,7 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as _keys
+from dw_dagster.core.dagster_private import public
 
 DEAD_LETTER_KIND = "dead_letter"
 
@@ -44,6 +45,7 @@ def parked_rows(db: Database, table: str, timestamp_column: str, reason_column: 
             for r in db.fetch_all(q)], q
 
 
+@public
 def build_dead_letter_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],

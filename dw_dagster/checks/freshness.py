@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as c
+from dw_dagster.core.dagster_private import public
 
 FRESHNESS_KIND = "freshness"
 UTC = dt.timezone.utc
@@ -136,6 +137,7 @@ def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.ti
                               future_tolerance, max_lag_days), q
 
 
+@public
 def build_freshness_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],

@@ -24,6 +24,7 @@ from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core import keys as _keys
+from dw_dagster.core.dagster_private import public
 
 NULL_RATE_KIND = "null_rate"
 
@@ -127,6 +128,7 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
     return score_null_rates(row, columns, tolerance_pct, relative_tolerance), q
 
 
+@public
 def build_null_rate_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],

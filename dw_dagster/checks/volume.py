@@ -35,6 +35,7 @@ from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as c
+from dw_dagster.core.dagster_private import public
 
 VOLUME_KIND = "volume"
 
@@ -177,6 +178,7 @@ def score_against_baseline(
     return BaselineScore(rows, len(values), round(mean, 3), round(sd, 3), round(lower, 3), round(upper, 3), dev, z, status)
 
 
+@public
 def score_days(
     counts: dict[dt.date, int],
     evaluate: Sequence[dt.date],
@@ -277,6 +279,7 @@ def volume_scores(
     return scores, q
 
 
+@public
 def build_volume_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],

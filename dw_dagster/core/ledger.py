@@ -79,8 +79,10 @@ from dw_dagster.core.ledger_tables import (  # noqa: F401 - the states are part 
     ABANDONED, ACTIVE_STATES, APPLIED, APPROVED, ENDED_STATES, EXPIRED, FAILED, HALTED, HELD_STATES, ISSUED, PROPOSED,
     REJECTED, RUNNING, STAGE_FAILED, STARTED, SUCCEEDED, SUPERSEDED,
 )
+from dw_dagster.core.dagster_private import public
 
 
+@public
 class LedgerError(DwDagsterError, RuntimeError):
     """The ledger refused a transition or cannot be opened; the message says which and why."""
 
@@ -91,6 +93,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
+@public
 class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
@@ -681,6 +684,7 @@ _ephemeral: "weakref.WeakKeyDictionary[Any, Ledger]" = weakref.WeakKeyDictionary
 _lock = threading.Lock()
 
 
+@public
 def ledger_for(instance: Any) -> Ledger:
     """The ledger of a Dagster instance (see the module docstring), opened once per process.
 
@@ -691,7 +695,7 @@ def ledger_for(instance: Any) -> Ledger:
     url = ledger_url(instance)
     with _lock:
         if url is None:
-            from dagster._core.storage.runs.in_memory import InMemoryRunStorage
+            from dw_dagster.core.dagster_private import InMemoryRunStorage
 
             if not isinstance(instance.run_storage, InMemoryRunStorage):
                 raise LedgerError(f"cannot place dw_dagster's ledger next to run storage {type(instance.run_storage).__name__}: "

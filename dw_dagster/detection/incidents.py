@@ -36,6 +36,7 @@ from dw_dagster.core.ledger import (
     ledger_for,
 )
 from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
+from dw_dagster.core.dagster_private import public
 
 DIAGNOSE_OP = "dw_diagnose"
 #: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume
@@ -323,6 +324,7 @@ def _inconclusive(evaluation: dg.AssetCheckEvaluation) -> bool:
     return bool(getattr(flag, "value", flag))
 
 
+@public
 def build_check_incident_sensor(
     *,
     check_keys: Sequence[dg.AssetCheckKey],

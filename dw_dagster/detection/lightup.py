@@ -90,6 +90,7 @@ from dw_dagster.detection.incidents import (
     record_unless_open,
     rediagnosis_requests,
 )
+from dw_dagster.core.dagster_private import public
 
 DEFAULT_CHECK = "lightup_compare"
 LIGHTUP_ID_KEY = c.LIGHTUP_ID_KEY
@@ -356,6 +357,7 @@ def quarantine_lightup_incident(instance: dg.DagsterInstance, raw: Mapping[str, 
                   c.LIGHTUP_UPDATED_TS_KEY: updated_ts, **({c.LIGHTUP_URL_KEY: dg.MetadataValue.url(url)} if url else {})})
 
 
+@public
 def build_lightup_incident_sensor(
     *,
     table_assets: Mapping[str, Any],
@@ -581,6 +583,7 @@ def build_lightup_incident_sensor(
     return _sensor
 
 
+@public
 def build_lightup_compare_check(
     *,
     asset: Any,

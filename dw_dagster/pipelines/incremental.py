@@ -24,6 +24,7 @@ from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.core import keys as c
+from dw_dagster.core.dagster_private import public
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")
@@ -34,6 +35,7 @@ class LoadSpecError(DwDagsterError, ValueError):
     """The pipeline file is missing or invalid; the message names the file and the field."""
 
 
+@public
 class IncrementalLoadSpec(BaseModel):
     """A pipeline file (YAML) describing one incremental merge load."""
 
@@ -82,6 +84,7 @@ class IncrementalLoadSpec(BaseModel):
         return read_yaml_model(path, cls, LoadSpecError, "pipeline file")
 
 
+@public
 class LoadResult(BaseModel):
     """What one partition's load read: the record the late-rows diagnosis works from.
 
@@ -119,6 +122,7 @@ class LoadResult(BaseModel):
         return self
 
 
+@public
 class LoadError(DwDagsterError, RuntimeError):
     """A load cannot run as configured (nothing was written)."""
 
@@ -196,6 +200,7 @@ def load_summary(results: Sequence[LoadResult]) -> str:
     return out
 
 
+@public
 def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None) -> dict[str, Any]:
     """The materialization metadata that records what a load read, for the late-rows diagnosis.
 
@@ -243,6 +248,7 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     return md
 
 
+@public
 def load_partition(
     source: Database,
     warehouse: DuckDBDatabase,
@@ -325,6 +331,7 @@ def load_partition(
     )
 
 
+@public
 class PipelineRepoResource(dg.ConfigurableResource):
     """The pipeline repository (a git working copy) that holds the load's pipeline files.
 

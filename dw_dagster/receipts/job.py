@@ -31,6 +31,7 @@ from dw_dagster.core import records
 from dw_dagster.approval.job import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
 from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
+from dw_dagster.core.dagster_private import public
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -255,6 +256,7 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
 _receipt_jobs: dict[str, dg.JobDefinition] = {}
 
 
+@public
 def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None,
                       cost=None) -> dg.JobDefinition:
     """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).

@@ -32,6 +32,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, iso, naive_utc, q, t, to_dialect, window_predicate
 from dw_dagster.core.models import CauseFinding, Evidence
 from dw_dagster.core import records
+from dw_dagster.core.dagster_private import public
 
 KIND = "duplicate_load"
 
@@ -67,6 +68,7 @@ def partition_load_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
     return {pk: sorted(v, key=lambda m: m["timestamp"]) for pk, v in sorted(out.items())}
 
 
+@public
 def diagnose_duplicates(
     target: Database,
     *,

@@ -34,6 +34,7 @@ from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, lit, to_dialect
 from dw_dagster.core.models import CauseFinding, Evidence, stable_hash, utcnow
 from dw_dagster.core import keys as _keys
+from dw_dagster.core.dagster_private import public
 
 KIND = "schema_change"
 SCHEMA_KEY = _keys.SCHEMA_KEY
@@ -144,6 +145,7 @@ def _catalog_sql(db: Database, table: str) -> str:
         f"numeric_scale FROM information_schema.columns WHERE {cond} ORDER BY ordinal_position", db.dialect)
 
 
+@public
 def schema_snapshot(db: Database, table: str) -> list[ColumnInfo]:
     """The columns of ``table`` in ``db``, in ordinal order.
 
@@ -184,6 +186,7 @@ def _hash(columns: Sequence[ColumnInfo]) -> str:
     return stable_hash([[c.name, c.data_type, c.nullable, c.position] for c in columns], 16)
 
 
+@public
 def take_schema_snapshot(db: Database, table: str, *, now: dt.datetime | None = None) -> SchemaSnapshot:
     """:func:`schema_snapshot` with the time (UTC), the table, the database name and the query.
 
@@ -194,6 +197,7 @@ def take_schema_snapshot(db: Database, table: str, *, now: dt.datetime | None = 
     return SchemaSnapshot(table=table, database=db.name, taken_at=now or utcnow(), columns=cols, sql=q, hash=_hash(cols))
 
 
+@public
 def schema_metadata(snapshot: SchemaSnapshot) -> dict[str, dg.MetadataValue]:
     """The metadata entries that record ``snapshot``: ``dw/schema`` (JSON) and ``dw/schema_hash``.
 
@@ -205,6 +209,7 @@ def schema_metadata(snapshot: SchemaSnapshot) -> dict[str, dg.MetadataValue]:
             SCHEMA_HASH_KEY: dg.MetadataValue.text(snapshot.hash)}
 
 
+@public
 def record_schema_snapshot(context: dg.OpExecutionContext | dg.AssetExecutionContext, asset_key: dg.AssetKey,
                            db: Database, table: str) -> SchemaSnapshot:
     """Take a snapshot of ``table`` and log it as an ``AssetObservation`` on ``asset_key``.
@@ -250,6 +255,7 @@ def _desc(c: ColumnInfo) -> str:
     return f"{c.data_type} {'NULLABLE' if c.nullable else 'REQUIRED' if c.nullable is False else '(nullability unknown)'}"
 
 
+@public
 def diff_schemas(before: Sequence[ColumnInfo], after: Sequence[ColumnInfo]) -> list[SchemaChange]:
     """Classify how ``after`` differs from ``before``.
 
@@ -322,6 +328,7 @@ def latest_change(history: Sequence[SchemaSnapshot]) -> tuple[SchemaSnapshot, Sc
     return None
 
 
+@public
 def build_schema_snapshot_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -376,6 +383,7 @@ def build_schema_snapshot_check(
     return _schema_check
 
 
+@public
 def diagnose_schema_change(
     instance: dg.DagsterInstance,
     asset_keys: Sequence[dg.AssetKey],
