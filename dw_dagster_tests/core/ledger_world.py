@@ -78,5 +78,70 @@ def ledger_of(home: str | Path) -> Ledger:
     return ledger_for(open_instance(home))
 
 
-__all__ = ["ASSET", "DOMAIN", "approve", "change_set", "issued", "ledger_of", "open_instance", "postgres_server",
-           "storage", "write_instance"]
+# -- racing: the same calls from several threads or processes ---------------------------------------
+
+def race_round(led: Ledger, who: str, race: str, key: str) -> str:
+    """One contender's attempt in ``race`` on ``key``; returns ``"won"`` or ``"refused: <why>"``.
+
+    Races: ``bind`` (bind ticket ``key`` to run ``<who>``), ``decide`` (approve change set ``key``),
+    ``credential`` (use credential ``key``), ``decide-credential`` (approve change set ``<key>-<who>``
+    with credential ``key``).
+    """
+    from dw_dagster.core.ledger import LedgerError
+
+    try:
+        if race == "bind":
+            return "won" if led.bind_ticket(key, f"run-{who}", "dw_window").run_id == f"run-{who}" else "refused: ?"
+        if race == "decide":
+            return "won" if approve(led, key, approval=f"ap-{key}-{who}", approver=f"{who}@example.com") \
+                else "refused: a decision exists"
+        if race == "credential":
+            return "won" if led.use_credential(key, f"resume by {who}") else "refused: used"
+        if race == "decide-credential":
+            return "won" if approve(led, f"{key}-{who}", credential_id=key) else "refused: a decision exists"
+    except LedgerError as e:
+        return f"refused: {e}"
+    raise ValueError(race)
+
+
+def append_chain(led: Ledger, who: str, n: int, asset: str = "shop/chain") -> int:
+    """Append ``n`` receipts of ``who`` to ``asset``'s chain as the receipt writer does: build on the head
+    read, and when another writer moved it first (compare-and-set refused), read it again; returns the
+    refusals met."""
+    lost = 0
+    for i in range(n):
+        while True:
+            head = led.receipt_head(asset)
+            ok = led.append_receipt(asset_key=asset, expected_head=head, receipt_id=f"{who}-{i}",
+                                    hash=f"{who}-{i}-on-{head[0] if head else 0}", previous_hash=head[1] if head else None,
+                                    change_set_id=f"cs-{who}", run_id=None)
+            if ok:
+                break
+            lost += 1
+    return lost
+
+
+def process_contender(homes: list[str], who: str, plans: list[list[tuple[str, str]]], chain: int, barrier, out) -> None:
+    """A spawned process's part of the race: for each Dagster home of ``homes`` (with its plan), open its
+    instance, then for each ``(race, key)`` of the plan meet the other process at ``barrier`` and try;
+    last, append ``chain`` receipts. Puts ``(who, [[results] per home], refusals met on the chains)`` on
+    ``out`` (or ``(who, "error", traceback)``)."""
+    try:
+        results, lost = [], 0
+        for home, plan in zip(homes, plans):
+            led = ledger_of(home)
+            results.append([])
+            for race, key in plan:
+                barrier.wait(timeout=60)
+                results[-1].append(race_round(led, who, race, key))
+            barrier.wait(timeout=60)
+            lost += append_chain(led, who, chain)
+        out.put((who, results, lost))
+    except BaseException as e:  # noqa: BLE001 - reported to the test, which fails with it
+        import traceback
+
+        out.put((who, "error", traceback.format_exc() + repr(e)))
+
+
+__all__ = ["ASSET", "DOMAIN", "append_chain", "approve", "change_set", "issued", "ledger_of", "open_instance",
+           "postgres_server", "process_contender", "race_round", "storage", "write_instance"]
