@@ -10,6 +10,8 @@ adding the nullable columns of ``ADDED_COLUMNS`` a ledger made by an earlier dw_
 * a table lacking any other column (altered by hand, made by another program) is refused with its
   name and the columns it lacks, instead of a bare "no such column" on the first call.
 
+Each on SQLite and on PostgreSQL.
+
 Cases from the field: Dagster's storage moved its recorded revision without migrating, leaving the
 schema "in a weird state" (https://github.com/dagster-io/dagster/issues/4275); an out-of-date
 storage surfacing as a raw ``no such table`` from the first query
@@ -24,14 +26,23 @@ import sqlalchemy as sa
 
 from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.core.ledger_tables import SCHEMA_VERSION, _meta, _sqlite_engine, meta_t, stored_schema
-from dw_dagster_tests.core.ledger_world import approve, change_set, issued, write_instance
+from dw_dagster_tests.core.ledger_world import approve, change_set, issued, postgres_server, write_instance
 
 
-@pytest.fixture
-def engine(tmp_path):
-    eng = _sqlite_engine(f"sqlite:///{tmp_path / 'dw_ledger.db'}")
-    yield eng
-    eng.dispose()
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request, tmp_path):
+    """A ledger database as the ledger opens it: SQLite (``_sqlite_engine``) or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        eng = _sqlite_engine(f"sqlite:///{tmp_path / 'dw_ledger.db'}")
+        yield eng
+        eng.dispose()
+        return
+    from dw_dagster_tests.harness.dagster_dev import postgres_database
+
+    with postgres_database(postgres_server()) as url:
+        eng = sa.create_engine("postgresql+psycopg2://" + url.removeprefix("postgresql://"))
+        yield eng
+        eng.dispose()
 
 
 def _tables(engine) -> set[str]:
