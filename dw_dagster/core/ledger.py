@@ -268,9 +268,15 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
         """Record the single active decision of a version, atomically; False when one exists already.
 
         A ``credential_id`` (ID token or Slack request digest) is consumed in the same
-        transaction: a credential used before raises :class:`LedgerError` and nothing is recorded.
+        transaction: a credential used before raises :class:`LedgerError` and nothing is recorded; so
+        does a version that ended meanwhile (superseded, expired, rejected, applied, failed: its row is
+        locked for the transaction, so a version superseded at the same moment is never decided).
         """
         with self._tx() as conn:
+            state = conn.execute(sa.select(change_sets_t.c.state).where(change_sets_t.c.change_set_id == change_set_id,
+                                 change_sets_t.c.version == version).with_for_update()).scalar()
+            if state is not None and state not in ACTIVE_STATES:
+                raise LedgerError(f"change set {change_set_id} version {version[:12]}… is {state}; a new proposal is needed")
             if credential_id is not None:
                 try:
                     with conn.begin_nested():

@@ -9,6 +9,10 @@ this time"). Cases from the field these guard against:
   https://github.com/cherkovskiyandrey/distributed-task-framework/issues/4): here ``abandon_stage``
   wrote its result without the attempts ``retry_stage`` counts, so a receipt stage whose runs kept
   vanishing was issued again without end (fixed; :func:`test_retry_counts_attempts_even_when_runs_vanish`);
+* a decision recorded on a version that ended between the approval job's look and its write (a
+  look-then-write race, as in https://github.com/dagster-io/dagster/issues/9360): the person was told
+  "approved" for a version nothing would run; the ledger now refuses it in the write's transaction
+  (:func:`test_a_version_that_ended_is_not_decided`);
 * a re-executed run taking the slot of the run a sensor dispatched
   (https://github.com/dagster-io/dagster/issues/3594): a stage runs once.
 """
@@ -176,6 +180,17 @@ def test_a_credential_is_accepted_once(led):
     assert led.active_decision("cs-2", "v1") is None and led.change_set_row("cs-2").state == L.PROPOSED
     assert not led.use_credential("tok-1", "resume")
     assert led.use_credential("tok-2", "resume") and not led.use_credential("tok-2", "resume")
+
+
+@pytest.mark.parametrize("ending", [L.SUPERSEDED, L.EXPIRED, L.REJECTED, L.APPLIED, L.FAILED])
+def test_a_version_that_ended_is_not_decided(led, ending):
+    """The approval job looks at the state before it records; a version that ended in between (superseded by a
+    re-diagnosis, expired by the sensor) is refused by the ledger itself, and the credential stays unspent."""
+    change_set(led)
+    led.set_change_set_state("cs-1", "v1", ending)
+    with pytest.raises(LedgerError, match=f"change set cs-1 version v1… is {ending}; a new proposal is needed"):
+        approve(led, credential_id="tok-late")
+    assert led.decisions("cs-1") == [] and led.use_credential("tok-late", "still unspent")
 
 
 def test_a_withdrawn_decision_frees_the_slot_and_unapproves(led):
