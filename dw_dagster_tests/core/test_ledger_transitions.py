@@ -193,6 +193,32 @@ def test_a_version_that_ended_is_not_decided(led, ending):
     assert led.decisions("cs-1") == [] and led.use_credential("tok-late", "still unspent")
 
 
+def test_autonomy_does_not_approve_a_version_superseded_since_the_tick_read_it(led, home):
+    """The remediation sensor read the version as proposed; a re-diagnosis superseded it before autonomy recorded
+    its approval: no approval, and no failed tick (``record_autonomous_approval`` answers None)."""
+    import datetime as dt
+
+    from dw_dagster.core.domains import Domain
+    from dw_dagster.core.models import ChangeSet, utcnow
+    from dw_dagster.repair.control import record_autonomous_approval
+    from dw_dagster_tests.core.ledger_world import open_instance
+
+    now = utcnow()
+    cs = ChangeSet.seal(id="cs-auto", incident_id="inc-1", diagnosis_id="dg-1", domain="orders", proposer="dw-dagster",
+                        created_at=now, expires_at=now + dt.timedelta(hours=1), approvers=["owner@example.com"],
+                        cause_kind="late_rows_behind_watermark", summary="s", target_asset=["shop", "orders"],
+                        window=["2026-11-03"], diff="", files=[], rebuild_assets=[], change_classes=["rerun_window"])
+    domain = Domain(name="orders", assets=[["shop", "orders"]], approvers=["owner@example.com"], autonomy="L3",
+                    allowed_change_classes=["rerun_window"])
+    change_set(led, "cs-auto", cs.version)
+    change_set(led, "cs-auto", "v-newer")
+    assert record_autonomous_approval(open_instance(home), cs, domain) is None and led.decisions("cs-auto") == []
+    fresh = ChangeSet.seal(**{**cs.model_dump(exclude={"version"}), "id": "cs-auto2"})
+    change_set(led, "cs-auto2", fresh.version)
+    made = record_autonomous_approval(open_instance(home), fresh, domain)  # still proposed: approved
+    assert made is not None and led.change_set_row("cs-auto2").state == L.APPROVED
+
+
 def test_a_withdrawn_decision_frees_the_slot_and_unapproves(led):
     change_set(led)
     assert approve(led, approval="ap-auto", approver="dw-dagster")
