@@ -134,6 +134,9 @@ def test_two_processes_race_on_every_transition(homes, ledgers):
     finally:
         for p in procs:
             p.join(timeout=30)
+            if p.is_alive():  # only when the test already failed: leave no contender behind
+                p.kill()
+                p.join(timeout=10)
     assert all(p.exitcode == 0 for p in procs)
     for n, kind in enumerate(kinds):
         led = ledgers[kind]
