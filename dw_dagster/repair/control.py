@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import Domain, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import VerifiedIdentity, decision_nonce
-from dw_dagster.core.ledger import EXPIRED, asset_str, ledger_for
+from dw_dagster.core.ledger import EXPIRED, LedgerError, asset_str, ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, utcnow
 from dw_dagster.approval.job import (
     AUTONOMY_PREFIX,
@@ -216,14 +216,18 @@ def autonomous_approval(cs: ChangeSet, domain: Domain) -> Approval:
 
 
 def record_autonomous_approval(instance: dg.DagsterInstance, cs: ChangeSet, domain: Domain) -> tuple[Approval, dg.AssetObservation] | None:
-    """Record an autonomous approval for a version no one decided yet; None when one exists or existed."""
+    """Record an autonomous approval for a version no one decided yet; None when one exists or existed, or
+    when the version ended since it was read (superseded, expired)."""
     led = ledger_for(instance)
     if any(d["version"] == cs.version for d in led.decisions(cs.id)):
         return None  # decided, or an earlier decision was withdrawn: only a person decides now
     a = autonomous_approval(cs, domain)
-    ok = led.record_decision(approval_id=a.id, change_set_id=cs.id, version=cs.version, decision="approve",
-                             approver=a.approver, method="autonomy", decided_at=a.decided_at.timestamp(),
-                             body=a.model_dump_json())
+    try:
+        ok = led.record_decision(approval_id=a.id, change_set_id=cs.id, version=cs.version, decision="approve",
+                                 approver=a.approver, method="autonomy", decided_at=a.decided_at.timestamp(),
+                                 body=a.model_dump_json())
+    except LedgerError:  # the version ended since the tick read it (superseded, expired): nothing to approve
+        return None
     return (a, approval_observation(cs, a)) if ok else None
 
 
