@@ -72,7 +72,8 @@ def _time_slice(pdef: dg.TimeWindowPartitionsDefinition, key: str) -> PartitionS
         raise PartitionError(f"{key!r} is not a partition key of this {type(pdef).__name__} "
                              f"(format {pdef.fmt!r}, timezone {pdef.timezone}): {e}") from e
     if canonical != key:
-        raise PartitionError(f"{key!r} is not a partition key of this definition (its window is partition {canonical!r})")
+        raise PartitionError(f"{key!r} is not a partition key of this {type(pdef).__name__} (format {pdef.fmt!r}, "
+                             f"timezone {pdef.timezone}; it reads as partition {canonical!r})")
     utc = dt.timezone.utc
     return PartitionSlice(keys=[key], start=tw.start.astimezone(utc).replace(tzinfo=None),
                           end=tw.end.astimezone(utc).replace(tzinfo=None),
@@ -196,8 +197,7 @@ def legacy_daily_filter(column: str, keys: Sequence[str]) -> PartitionFilter:
     """
     days = sorted(keys)
     try:
-        pdef = dg.DailyPartitionsDefinition(start_date=days[0], end_date=(dt.date.fromisoformat(days[-1])
-                                            + dt.timedelta(days=1)).isoformat())
+        pdef = dg.DailyPartitionsDefinition(start_date=days[0])
     except Exception as e:  # noqa: BLE001
         raise PartitionError(f"without the asset's partitions definition only UTC days (YYYY-MM-DD) are read; got "
                              f"{', '.join(days[:3])}: {e}") from e
