@@ -146,3 +146,14 @@ def test_bad_input_gets_a_clear_error(tmp_path):
         where_sql(db, "d", hourly)
     with pytest.raises(PartitionError, match="column nope is not in d"):
         where_sql(db, "d", partition_filter(daily, ["2026-11-02"], "nope"))
+
+
+def test_the_docs_snippet_names_the_rows_of_a_day_x_region_partition():
+    """docs/snippets/checks/partition_shapes.py: the New York fall-back day is 25 UTC hours, AND its region."""
+    import runpy
+    from pathlib import Path
+
+    ns = runpy.run_path(str(Path(__file__).resolve().parents[2] / "docs" / "snippets" / "checks" / "partition_shapes.py"))
+    assert ns["WHERE"] == ("sale_ts >= CAST('2026-11-01 04:00:00' AS TIMESTAMP) AND sale_ts < CAST('2026-11-02 05:00:00' "
+                           "AS TIMESTAMP) AND region = 'US'")
+    assert ns["sales"].partitions_def is ns["PARTITIONS"]
