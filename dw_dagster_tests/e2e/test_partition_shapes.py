@@ -108,7 +108,8 @@ def world(request, tmp_path_factory):
 
     recon = build_reconciliation_checks(asset=EVENTS, source_asset="src_events", source_table="src_events",
                                         target_table="events", slice_by=["region"], measures=["amount"], key_columns=["id"],
-                                        source_resource_key="warehouse", target_resource_key="warehouse", name="compare")
+                                        source_resource_key="warehouse", target_resource_key="warehouse", name="compare",
+                                        partition_column=column, partitions_def=pdef)  # the verify compares the window only
     check_key = dg.AssetCheckKey(EVENTS, "compare")
     verify_job = dg.define_asset_job("verify_events", selection=dg.AssetSelection.checks(check_key))
     window_job = dg.define_asset_job("rerun_events", selection=dg.AssetSelection.assets(EVENTS), partitions_def=pdef)
@@ -167,6 +168,9 @@ def test_incident_to_verified_receipt_to_undo(world, monkeypatch):
     assert stages and stages[0] == "snapshot" and stages[-2:] == ["verify", "receipt"] and any(s.startswith("window-") for s in stages), daemon.last_skip
     receipt = next(r for r in records.receipts(instance, EVENTS) if r.change_set_id == cs.id)
     assert receipt.verified, receipt
+    evals = [e.dagster_event.event_specific_data for e in instance.all_logs(receipt.run_ids["verify"])
+             if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert evals[0].metadata["dw/compared_partitions"].value == ", ".join(sorted(cs.window))  # the window's rows only
     assert sorted(r[0] for r in _table(wh)) == list(range(len(ROWS)))  # every missing row is back, nothing else
 
     undo = propose_undo(instance, cs.id)
