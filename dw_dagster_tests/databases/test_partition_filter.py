@@ -157,3 +157,33 @@ def test_the_docs_snippet_names_the_rows_of_a_day_x_region_partition():
     assert ns["WHERE"] == ("sale_ts >= CAST('2026-11-01 04:00:00' AS TIMESTAMP) AND sale_ts < CAST('2026-11-02 05:00:00' "
                            "AS TIMESTAMP) AND region = 'US'")
     assert ns["sales"].partitions_def is ns["PARTITIONS"]
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
+def test_snapshot_and_restore_put_back_exactly_an_hourly_window(engine, tmp_path, postgres):
+    """The undo's own stages on each engine: keep two New York hours (one of them the repeated
+    fall-back hour), change rows inside and outside them, restore: the window is as kept, the rows
+    outside keep their change."""
+    from dw_dagster.core.models import UndoPlan
+    from dw_dagster.repair.undo import restore_partitions, snapshot_partitions
+
+    schema = f"pf_{uuid.uuid4().hex[:8]}"
+    db, t = (DuckDBDatabase(tmp_path / "u.duckdb"), "u") if engine == "duckdb" else (postgres, f"{schema}.u")
+    if engine == "postgres":
+        db.execute(f"CREATE SCHEMA {schema}")
+    try:
+        _load(db, t)
+        keys = FALL_BACK[1:3]  # 01:00 and 01:00-0500: 05:00Z..07:00Z
+        plan = UndoPlan(resource_key="warehouse", table=t, partition_column="ts", window=keys)
+        filt = partition_filter(HOURLY_NY, keys, "ts")
+        kept = db.fetch_all(f"SELECT id, region FROM {t} ORDER BY id")
+        snap = snapshot_partitions(db, plan, "cs-hourly", "v1", filt)
+        inside = [r[0] for r in ROWS if dt.datetime(2026, 11, 1, 5, tzinfo=UTC) <= r[1] < dt.datetime(2026, 11, 1, 7, tzinfo=UTC)]
+        assert snap["rows"] == len(inside) == 3
+        db.execute(f"UPDATE {t} SET region = 'XX' WHERE id IN ({inside[0]}, 1, 2)")  # a repair touching the window, and more
+        db.execute(f"DELETE FROM {t} WHERE id = {inside[1]}")
+        restore_partitions(db, plan, snap)
+        assert db.fetch_all(f"SELECT id, region FROM {t} ORDER BY id") == [(i, "XX" if i in (1, 2) else r) for i, r in kept]
+    finally:
+        if engine == "postgres":
+            db.execute(f"DROP SCHEMA {schema} CASCADE; DROP TABLE IF EXISTS dw_undo.{schema}__u__cs_hourly_v1")
