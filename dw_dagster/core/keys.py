@@ -28,8 +28,7 @@ LOOKBACK_HOURS_KEY = "dw/lookback_hours"
 ROWS_READ_KEY = "dw/rows_read"
 ROWS_INSERTED_KEY = "dw/rows_inserted"
 
-# Asset definition metadata: {dimension name: column} of a multi-partitioned asset's non-time
-# dimensions (default: the column named as the dimension; dw_dagster.databases.partitions)
+# Asset definition metadata ({dimension: column} of a multi-partitioned asset's other dimensions)
 PARTITION_COLUMNS_KEY = "dw/partition_columns"
 
 # Run tags
