@@ -465,7 +465,7 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
         context.log_event(observation)
         context.log.info(f"Recorded: {observation.description}")
 
-    @dg.job(name=name, tags={"dw/kind": "approval"},
+    @dg.job(name=name, tags={c.KIND_KEY: "approval"},
             description="Approve or reject a dw_dagster change set: a verified, listed approver; never the proposer.")
     def approval_job():
         record_decision_op()

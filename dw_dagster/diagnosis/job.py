@@ -227,7 +227,7 @@ def build_diagnosis_job(
             return
         led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
 
-    @dg.job(name=name, tags={"dw/kind": "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
+    @dg.job(name=name, tags={c.KIND_KEY: "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():
         _diagnose()
 

@@ -43,8 +43,9 @@ from sqlglot import exp
 
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.databases import Database, sql
+from dw_dagster.core import keys as c
 
-INCREMENTAL_RUN_KEY = "dw/incremental_run"
+INCREMENTAL_RUN_KEY = c.INCREMENTAL_RUN_KEY
 WINDOW_START_VAR = "dw_window_start"
 WINDOW_END_VAR = "dw_window_end"
 THIS = "__dw_this__"

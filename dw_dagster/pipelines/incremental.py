@@ -23,6 +23,7 @@ from dw_dagster.databases import sql
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.core import keys as c
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")
@@ -221,7 +222,6 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     Raises:
         ValueError: no results, or results of different watermark columns.
     """
-    from dw_dagster.core import keys as c
 
     results = list(results)
     if not results:
@@ -231,7 +231,7 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     loads = {r.partition_key: r.model_dump(mode="json") for r in results}
     md: dict[str, Any] = {
         c.SUMMARY_KEY: load_summary(results),
-        "dw/loads": dg.MetadataValue.json(loads),
+        c.LOADS_KEY: dg.MetadataValue.json(loads),
         c.WATERMARK_COLUMN_KEY: results[0].watermark_column,
         c.LOOKBACK_HOURS_KEY: results[0].lookback_hours,
         c.ROWS_READ_KEY: sum(r.rows_read for r in results),

@@ -34,7 +34,7 @@ from dw_dagster.core.models import Receipt
 from dw_dagster.core import records
 from dw_dagster.approval.job import ApprovalRefused, signing_key
 
-RECEIPT_SIG_KEY = "dw/receipt_sig"
+RECEIPT_SIG_KEY = c.RECEIPT_SIG_KEY
 
 
 def sign_hash(content_hash: str) -> str:

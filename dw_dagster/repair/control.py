@@ -46,7 +46,7 @@ from dw_dagster.approval.job import (
 )
 
 CONTROL_ASSET = dg.AssetKey(["dw_control"])
-STOP_KEY = "dw/stop"
+STOP_KEY = c.STOP_KEY
 EXPIRED_KEY = c.EXPIRED_KEY
 STOP_CONTROL = "org_wide_stop"
 
@@ -92,7 +92,7 @@ def stop_observation(state: StopState) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=CONTROL_ASSET,
                                description=f"org-wide {verb} by {state.by}{how}: {state.reason}"[:1000],
                                metadata={STOP_KEY: dg.MetadataValue.json(state.model_dump(mode="json")),
-                                         "dw/stopped": state.stopped})
+                                         c.STOPPED_KEY: state.stopped})
 
 
 def set_stop(instance: dg.DagsterInstance, stopped: bool, by: str | VerifiedIdentity, reason: str = "", *,
@@ -178,11 +178,11 @@ def build_control_jobs(domains: DomainsSource = None) -> tuple[dg.JobDefinition,
 
     stop_op = dg.op(name="dw_set_stop", tags={"kind": "dw"})(_stop_fn)
 
-    @dg.job(name="dw_stop", tags={"dw/kind": "control"}, description="Org-wide stop: halt every automatic dw_dagster repair.")
+    @dg.job(name="dw_stop", tags={c.KIND_KEY: "control"}, description="Org-wide stop: halt every automatic dw_dagster repair.")
     def stop_job():
         stop_op()
 
-    @dg.job(name="dw_resume", tags={"dw/kind": "control"}, description="Lift the org-wide stop (a verified operator).")
+    @dg.job(name="dw_resume", tags={c.KIND_KEY: "control"}, description="Lift the org-wide stop (a verified operator).")
     def resume_job():
         _resume_op()
 

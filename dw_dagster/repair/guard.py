@@ -45,9 +45,10 @@ import dagster as dg
 
 from dw_dagster.core.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.core import keys as c
 
-TICKET_TAG = "dw/ticket"
-KIND_TAG = "dw/kind"
+TICKET_TAG = c.TICKET_TAG
+KIND_TAG = c.KIND_KEY
 #: ``dw/kind`` job tags of the jobs that change data or write receipts: they need a ticket (the
 #: checks-only verify job reads and may run any time; only the run the sensor dispatched counts)
 REPAIR_KINDS = frozenset({"window", "step", "undo", "rebuild", "receipt", "access"})

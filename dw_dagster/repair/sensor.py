@@ -79,7 +79,7 @@ from dw_dagster.core.windows import window_run_request
 
 RECEIPT_OP = "dw_write_receipts"
 HALT_RECEIPT = "receipt-halt"
-VERSION_TAG = "dw/change_set_version"
+VERSION_TAG = c.CHANGE_SET_VERSION_KEY
 
 
 def _sha256(path: Path) -> str | None:
@@ -594,7 +594,7 @@ def _receipt_config(cs: ChangeSet) -> dict:
 def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
                                description=describe(f"approval {d.id} of change set {cs.id} withdrawn: {reason}", change_set_id=cs.id),
-                               metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
+                               metadata={c.APPROVAL_WITHDRAWN_KEY: dg.MetadataValue.json(
                                    {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
                                     "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),
                                    c.CHANGE_SET_ID_KEY: cs.id})

@@ -36,7 +36,7 @@ from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
 from dw_dagster.errors import DwDagsterError
 
 STEP_OP_PREFIX = "dw_apply_"
-STEP_RESULT_KEY = "dw/step_result"
+STEP_RESULT_KEY = c.STEP_RESULT_KEY
 STEP_JOB_PREFIX = "dw_step_"
 MIGRATION = "migration"
 
@@ -171,7 +171,7 @@ def run_migration_rollback_step(context: dg.OpExecutionContext, cs: ChangeSet, s
 def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, description: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset), description=description[:1000],
                                metadata={STEP_RESULT_KEY: dg.MetadataValue.json(data), c.CHANGE_SET_ID_KEY: cs.id,
-                                         "dw/step_stage": stage, "dw/step_kind": step.kind})
+                                         c.STEP_STAGE_KEY: stage, c.STEP_KIND_KEY: step.kind})
 
 
 def _step_op_fn(kind: str, runner: StepRunner):
@@ -200,7 +200,7 @@ def _step_op_fn(kind: str, runner: StepRunner):
             held.complete(context.instance, context.run_id, success=False, result=data)
             context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id} REFUSED: {e}"))
             raise dg.Failure(description=f"{stage} of change set {cs.id} refused: {e}",
-                             metadata={"dw/refusal": dg.MetadataValue.json(data)}) from e
+                             metadata={c.REFUSAL_KEY: dg.MetadataValue.json(data)}) from e
         data = {**base, "refused": False, **result, "finished_at": utcnow().isoformat()}
         held.complete(context.instance, context.run_id, success=True, result=data)
         context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id}: {step.summary}"))
@@ -225,7 +225,7 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
 
     from dw_dagster.repair.guard import guarded_executor
 
-    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={"dw/kind": "step", "dw/step_kind": kind},
+    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={c.KIND_KEY: "step", c.STEP_KIND_KEY: kind},
             executor_def=executor or guarded_executor(dg.in_process_executor),
             description=f"Apply an approved {kind} step of a dw_dagster change set (run by the remediation sensor).")
     def _job():

@@ -102,7 +102,7 @@ AUTO_SUMMARY_TABLES = 1000
 SHOWN_GRACE_S = 120.0
 
 #: metadata key: counts recorded since the table's previous observation and not shown one by one
-VOLUME_UNOBSERVED_KEY = "dw/volume_unobserved_counts"
+VOLUME_UNOBSERVED_KEY = c.VOLUME_UNOBSERVED_KEY
 
 
 # -- counting ---------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def partition_load_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
         if pk is None:
             continue
         md = rec.asset_materialization.metadata
-        loads = records.metadata_json(md, "dw/loads") or {}
+        loads = records.metadata_json(md, c.LOADS_KEY) or {}
         ld = loads.get(pk, {}) if isinstance(loads, dict) else {}
         inserted = ld.get("rows_inserted")
         if inserted is None and c.ROWS_INSERTED_KEY in md and len(loads) <= 1:

@@ -33,10 +33,11 @@ from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, lit, to_dialect
 from dw_dagster.core.models import CauseFinding, Evidence, stable_hash, utcnow
+from dw_dagster.core import keys as _keys
 
 KIND = "schema_change"
-SCHEMA_KEY = "dw/schema"
-SCHEMA_HASH_KEY = "dw/schema_hash"
+SCHEMA_KEY = _keys.SCHEMA_KEY
+SCHEMA_HASH_KEY = _keys.SCHEMA_HASH_KEY
 #: changes that can make a sink reject or lose rows
 BREAKING = ("dropped", "renamed", "retyped", "nullability_tightened")
 #: confidence of a finding with at least one breaking change, and with only non-breaking ones
@@ -353,7 +354,7 @@ def build_schema_snapshot_check(
     key = dg.AssetKey.from_coercible(asset) if not isinstance(asset, dg.AssetKey) else asset
 
     @dg.asset_check(asset=key, name=name, blocking=blocking, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": KIND, "dw/table": table},
+                    metadata={_keys.CHECK_KIND_KEY: KIND, _keys.TABLE_KEY: table},
                     description=f"Records the schema of {table} and fails when a column is dropped, renamed, retyped or made REQUIRED.")
     def _schema_check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
@@ -368,8 +369,8 @@ def build_schema_snapshot_check(
             passed=not failing, severity=severity,
             description=(f"{len(changes)} schema change(s) in {table}{since}: " + "; ".join(ch.description for ch in changes))
             if changes else f"schema of {table} unchanged{since}",
-            metadata={"dw/schema_changes": dg.MetadataValue.json([ch.model_dump(mode="json") for ch in changes]),
-                      SCHEMA_HASH_KEY: snap.hash, "dw/query": dg.MetadataValue.md(f"```sql\n{snap.sql}\n```")},
+            metadata={_keys.SCHEMA_CHANGES_KEY: dg.MetadataValue.json([ch.model_dump(mode="json") for ch in changes]),
+                      SCHEMA_HASH_KEY: snap.hash, _keys.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{snap.sql}\n```")},
         )
 
     return _schema_check
