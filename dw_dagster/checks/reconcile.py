@@ -181,32 +181,37 @@ def comparison_scope(
     window: Sequence[str] | None = None,
     closed_only: bool = False,
     now: dt.datetime | None = None,
+    dimension_columns: "dict[str, str] | None" = None,
 ) -> tuple[exp.Expression | None, dict[str, Any]]:
     """Which rows a check compares: those of ``window``'s partitions, and/or of closed partitions only.
 
     Args:
-        partitions_def: the target asset's time-window partitions.
-        partition_column: the column whose naive-UTC values the partitions' windows are ranges of.
+        partitions_def: the target asset's partitions (a window of any shape; ``closed_only`` needs time windows).
+        partition_column: the column whose naive-UTC values the partitions' windows are ranges of
+            (for static or dynamic partitions: the column holding the key).
         window: partition keys (a repair's window): only their rows are compared; None: every partition.
         closed_only: leave out rows at or after the start of the first partition whose time window
             has not ended (still filling), and rows of partitions that do not exist yet.
         now: the current time (aware, or naive UTC; default: the clock).
+        dimension_columns: a multi-partitioned asset's {dimension: column} (default: the dimension's name).
 
     Returns:
         (the condition, or None for every row; the scope in words and values, for the result's
         metadata: ``{"partitions": [...]}`` and/or ``{"compared_up_to": ISO time}``).
 
     Raises:
-        ValueError: ``partitions_def`` is not time-partitioned, or a window key is not its key.
+        ValueError: ``closed_only`` without time windows, or a window key is not a key of ``partitions_def``.
     """
     from dw_dagster.core.windows import partition_window_utc
 
     now = now or dt.datetime.now(dt.timezone.utc)
     now_naive = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
     conds, scope = [], {}
-    if window is not None:
-        ranges = [partition_window_utc(partitions_def, k) for k in sorted(window)]
-        conds.append(ranges_condition(partition_column, ranges))
+    if window is not None:  # any shape: time windows, static/dynamic keys, multi-partitions (databases.partitions)
+        from dw_dagster.databases.partitions import partition_filter, predicate
+
+        conds.append(predicate(partition_filter(partitions_def, sorted(window), partition_column, dimension_columns))
+                     if window else ranges_condition(partition_column, []))
         scope["partitions"] = sorted(window)
     if closed_only:
         if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
@@ -638,10 +643,11 @@ def build_reconciliation_checks(
         tgt = getattr(context.resources, target_resource_key).get_database()
         where, scope = None, {}
         if partitions_def is not None and partition_column is not None:
-            window = _repair_window(context) if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) else None
+            window = _repair_window(context)
             if window is not None or closed_partitions_only:
                 where, scope = comparison_scope(partitions_def, partition_column, window=window,
-                                                closed_only=closed_partitions_only)
+                                                closed_only=closed_partitions_only,
+                                                dimension_columns=_dimension_columns(context, asset))
         result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns, where)
 
         if result.inconclusive:  # a table changed on every read: say so, never as a gap
@@ -675,6 +681,19 @@ def build_reconciliation_checks(
         )
 
     return _reconciliation
+
+
+def _dimension_columns(context: dg.AssetCheckExecutionContext, asset) -> dict[str, str]:
+    """The checked asset's ``dw/partition_columns`` metadata (a multi-partitioned asset's
+    {dimension: column}), or {} when its location's asset graph does not say."""
+    from dw_dagster.core.asset_graph import asset_graph_of
+    from dw_dagster.core.keys import PARTITION_COLUMNS_KEY
+
+    graph, key = asset_graph_of(context), dg.AssetKey.from_coercible(asset)
+    if graph is None or not graph.has(key):
+        return {}
+    cols = (graph.get(key).metadata or {}).get(PARTITION_COLUMNS_KEY) or {}
+    return dict(getattr(cols, "value", getattr(cols, "data", cols)))
 
 
 def _repair_window(context: dg.AssetCheckExecutionContext) -> list[str] | None:

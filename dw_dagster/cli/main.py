@@ -110,10 +110,15 @@ def demo() -> None:
 @click.option("--fail-verify", is_flag=True, help="A straggler store posts more lines while the repair runs: the verify "
               "finds the gap still open; the receipt says NOT verified, the page stays open (re-triggered with the "
               "failing check) and the escalation ladder asks the escalation approver.")
-def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool) -> None:
+@click.option("--partitions", type=click.Choice(["daily", "hourly", "weekly"]), default="daily", show_default=True,
+              help="How the load is partitioned: the same incident found, repaired and verified by the day, the hour "
+              "or the week.")
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, partitions: str) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale,
-              options={"fail_verify": True} if fail_verify else None)
+    options = {"fail_verify": True} if fail_verify else {}
+    if partitions != "daily":
+        options["partitions"] = partitions
+    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale, options=options or None)
 
 
 @demo.command("orders")

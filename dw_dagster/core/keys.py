@@ -28,6 +28,9 @@ LOOKBACK_HOURS_KEY = "dw/lookback_hours"
 ROWS_READ_KEY = "dw/rows_read"
 ROWS_INSERTED_KEY = "dw/rows_inserted"
 
+# Asset definition metadata ({dimension: column} of a multi-partitioned asset's other dimensions)
+PARTITION_COLUMNS_KEY = "dw/partition_columns"
+
 # Run tags
 CHANGE_SET_TAG = "dw/change_set_id"
 APPROVAL_TAG = "dw/approval_id"

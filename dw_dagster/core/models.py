@@ -203,9 +203,11 @@ class FileChange(_Record):
 class UndoPlan(_Record):
     """How to put a change set's window back (:mod:`dw_dagster.repair.undo`).
 
-    ``table`` is in the database of the ``resource_key`` resource; rows belong to a daily partition
-    by ``CAST(partition_column AS DATE)``. ``of_change_set`` is set on an undo change set: the
-    change set it reverses.
+    ``table`` is in the database of the ``resource_key`` resource; a window key's rows are read
+    from the target asset's own ``PartitionsDefinition`` (a half-open time range on
+    ``partition_column``, or ``partition_column = key`` for static and dynamic keys; see
+    :mod:`dw_dagster.databases.partitions`), UTC days when the code location does not define the
+    asset. ``of_change_set`` is set on an undo change set: the change set it reverses.
     """
 
     kind: Literal["restore_partitions"] = "restore_partitions"

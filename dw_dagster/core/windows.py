@@ -28,15 +28,21 @@ def window_run_request(
     partition_keys: Sequence[str],
     tags: Mapping[str, str] | None = None,
     job_name: str | None = None,
+    ordered_keys: Sequence[str] | None = None,
 ) -> dg.RunRequest:
     """One run over the contiguous partition range spanned by ``partition_keys``.
+
+    The range's ends are the first and last key in ``ordered_keys`` (the partitions definition's
+    own order: a static definition's keys are not alphabetical, a multi-partition's are ordered by
+    dimension); without it, in string order (right for time keys in a sortable format only).
 
     Raises:
         ValueError: ``partition_keys`` is empty.
     """
     if not partition_keys:
         raise ValueError("a window needs at least one partition key")
-    keys = sorted(partition_keys)
+    index = {k: i for i, k in enumerate(ordered_keys or [])}
+    keys = sorted(partition_keys, key=lambda k: (index.get(k, len(index)), k))
     return dg.RunRequest(
         run_key=run_key,
         job_name=job_name,

@@ -242,7 +242,7 @@ def build_remediation_sensor(
             graph = asset_graph_of(context)
             key = dg.AssetKey(partitions_of) if not isinstance(partitions_of, dg.AssetKey) else partitions_of
             pdef = graph.get(key).partitions_def if graph is not None and graph.has(key) else None
-        ordered = pdef.get_partition_keys() if pdef is not None else []
+        ordered = pdef.get_partition_keys(dynamic_partitions_store=instance) if pdef is not None else []
         # the latest version of every change set waiting or under way, and any earlier version whose
         # repair is under way (a newer version was recorded mid-repair): it is walked to its end
         rows = led.change_set_rows(states=ACTIVE_STATES, latest_only=False)
@@ -559,7 +559,8 @@ def build_remediation_sensor(
             run_key = f"{cs.id}:{cs.version[:16]}:{stage}"  # + the ticket's first digits, below: unpredictable
             if "window" in extra:
                 request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
-                                             partition_keys=extra["window"], tags=base)
+                                             partition_keys=extra["window"], tags=base,
+                                             ordered_keys=self.ordered)
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))
