@@ -38,7 +38,7 @@ from pydantic import Field, field_validator, model_validator
 from dw_dagster.core.domains import Domains
 from dw_dagster.errors import DwConfigError
 from dw_dagster.migration.config import MigrationConfig
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 class DatabaseConfig(dg.Model, dg.Resolvable):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.databases import DatabaseResource

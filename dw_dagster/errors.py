@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public

@@ -102,7 +102,7 @@ def test_the_demo_harness_names_exist():
 #: loop's stages build on one another: a proposal is made of core records and windows; an approval
 #: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
 #: proposes a repair with its steps; a detection starts a diagnosis and reads the stop switch.
-LAYERS = ["errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
+LAYERS = ["dagster_private", "errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
           "integrations", "repair", "cost", "receipts", "access", "diagnosis", "detection", "migration", "mcp", "config", "wiring", "definitions", "components",
           "testing", "cli"]
 

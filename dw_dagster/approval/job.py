@@ -50,7 +50,7 @@ from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.core.records import load_change_set, parse_change_set
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"
 PAST = {"approve": "approved", "reject": "rejected"}

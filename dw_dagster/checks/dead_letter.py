@@ -16,7 +16,7 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as _keys
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DEAD_LETTER_KIND = "dead_letter"
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 FRESHNESS_KIND = "freshness"
 UTC = dt.timezone.utc

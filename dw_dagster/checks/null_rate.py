@@ -24,7 +24,7 @@ from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core import keys as _keys
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 NULL_RATE_KIND = "null_rate"
 

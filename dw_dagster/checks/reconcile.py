@@ -37,7 +37,7 @@ from dw_dagster.checks.metadata import column_list, source_deps
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 RECONCILIATION_KIND = "reconciliation"
 #: metadata flag of a check result that compared nothing real (a table changed while read):

@@ -35,7 +35,7 @@ from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 VOLUME_KIND = "volume"
 

@@ -101,7 +101,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
 

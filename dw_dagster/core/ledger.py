@@ -80,7 +80,7 @@ from dw_dagster.core.ledger_tables import (  # noqa: F401 - the states are part 
     ABANDONED, ACTIVE_STATES, APPLIED, APPROVED, ENDED_STATES, EXPIRED, FAILED, HALTED, HELD_STATES, ISSUED, PROPOSED,
     REJECTED, RUNNING, STAGE_FAILED, STARTED, SUCCEEDED, SUPERSEDED,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public
@@ -715,7 +715,7 @@ def ledger_for(instance: Any) -> Ledger:
     url = ledger_url(instance)
     with _lock:
         if url is None:
-            from dw_dagster.core.dagster_private import InMemoryRunStorage
+            from dw_dagster.dagster_private import InMemoryRunStorage
 
             if not isinstance(instance.run_storage, InMemoryRunStorage):
                 raise LedgerError(f"cannot place dw_dagster's ledger next to run storage {type(instance.run_storage).__name__}: "

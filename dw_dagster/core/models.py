@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dw_dagster.core.identity import VerifiedIdentity
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 def utcnow() -> dt.datetime:

@@ -22,7 +22,7 @@ period's metered credits.
 
 from __future__ import annotations
 
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any

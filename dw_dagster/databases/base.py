@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public

@@ -20,7 +20,7 @@ from sqlglot.errors import ErrorLevel
 
 from dw_dagster.databases import Database, DatabaseError, sql
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public

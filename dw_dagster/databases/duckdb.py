@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from dw_dagster.databases import sql
 from dw_dagster.databases.base import DatabaseError, _short
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 # SQLAlchemy dialect name -> sqlglot dialect name
 

@@ -8,7 +8,7 @@ from pydantic import Field
 from dw_dagster.databases.base import Database
 from dw_dagster.databases.duckdb import DuckDBDatabase
 from dw_dagster.databases.sqlalchemy import SqlAlchemyDatabase
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public

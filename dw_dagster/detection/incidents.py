@@ -36,7 +36,7 @@ from dw_dagster.core.ledger import (
     ledger_for,
 )
 from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DIAGNOSE_OP = "dw_diagnose"
 #: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume

@@ -90,7 +90,7 @@ from dw_dagster.detection.incidents import (
     record_unless_open,
     rediagnosis_requests,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DEFAULT_CHECK = "lightup_compare"
 LIGHTUP_ID_KEY = c.LIGHTUP_ID_KEY

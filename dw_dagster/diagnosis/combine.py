@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.core.models import CauseFinding
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 UNEXPLAINED_KIND = "unexplained"
 

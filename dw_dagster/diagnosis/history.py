@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from dw_dagster.core.models import CauseFinding, PartitionNote
 from dw_dagster.core import records
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 _PAST = {"approve": "approved", "reject": "rejected"}
 

@@ -62,7 +62,7 @@ from dw_dagster.core.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, 
 from dw_dagster.core import records
 from dw_dagster.proposals.change_sets import change_set_observation, record_proposal
 from dw_dagster.proposals.watermark import DbtCountTest, ProposalError, propose_watermark_fix
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
 

@@ -51,7 +51,7 @@ from dw_dagster.core.http import (
     with_marker,
 )
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 SERVICE = "lightup"
 CREDENTIAL_FILE_ENV = "LIGHTUP_CREDENTIAL_FILE"

@@ -75,7 +75,7 @@ from dw_dagster.integrations.mage_models import (
     summarize_log,
     utc_time,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 SERVICE = "mage"
 URL_ENV, API_KEY_ENV, EMAIL_ENV, PASSWORD_ENV = "MAGE_URL", "MAGE_API_KEY", "MAGE_EMAIL", "MAGE_PASSWORD"

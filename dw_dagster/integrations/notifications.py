@@ -80,7 +80,7 @@ from dw_dagster.integrations.notify_core import (  # noqa: F401 - the names test
     step_ref,
     task_id_for,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 @public

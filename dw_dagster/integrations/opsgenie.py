@@ -25,7 +25,7 @@ from dw_dagster.integrations.paging import (
     clip,
     dedup_key_for,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 #: Opsgenie Alert API limits ("Create Alert": message ≤ 130, alias ≤ 512, description ≤ 15000,
 #: source ≤ 100, user ≤ 100, details ≤ 8000 characters in all; "Add Note": note ≤ 25000).

@@ -27,7 +27,7 @@ from dw_dagster.integrations.paging import (
     clip,
     dedup_key_for,
 )
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 #: PagerDuty Events API v2 limits ("Send an Alert Event": dedup_key ≤ 255, payload.summary ≤ 1024).
 

@@ -46,7 +46,7 @@ from pydantic import Field
 
 from dw_dagster.core.http import HttpApiError, RetryPolicy, json_body, post_once, send
 from dw_dagster.core.models import Diagnosis, ExposureRef, Incident, Receipt
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 Severity = Literal["critical", "error", "warning", "info"]
 SEVERITIES: tuple[str, ...] = ("critical", "error", "warning", "info")

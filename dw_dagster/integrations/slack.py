@@ -55,7 +55,7 @@ from dw_dagster.approval.identity.slack import APPROVE_ACTION, REJECT_ACTION, bu
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import BlastRadius, ChangeSet, Receipt
 from dw_dagster.integrations.paging import _VendorResource, clip, exposure_label
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"  # dw_dagster.approval.job.APPROVAL_JOB_NAME
 APPROVAL_OP_NAME = "dw_record_decision"  # the approval job's one op (its Launchpad config key)

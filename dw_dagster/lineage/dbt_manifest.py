@@ -40,7 +40,7 @@ import networkx as nx
 
 from dw_dagster.core.models import BlastRadius, ExposureRef, ImpactedNode
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 SECTIONS = ("nodes", "sources", "exposures", "metrics", "semantic_models", "saved_queries", "unit_tests", "functions")
 """Manifest sections whose entries are vertices of dbt's graph."""

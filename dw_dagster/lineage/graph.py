@@ -31,7 +31,7 @@ from typing import Any
 import networkx as nx
 
 from dw_dagster.lineage.dbt_manifest import add_manifests, index_graph, load_manifest
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 DBT_UNIQUE_ID_KEY = "dagster_dbt/unique_id"
 DBT_MANIFEST_KEY = "dagster_dbt/manifest"

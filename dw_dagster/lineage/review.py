@@ -49,7 +49,7 @@ from dw_dagster.lineage.review_models import (
 )
 from dw_dagster.lineage.sensitive import match_column, rules_from
 from dw_dagster.lineage.state import base_node, contract_changes, select_state_modified, state_modified
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 COLUMN_TYPES = frozenset({"model", "seed", "snapshot", "source"})
 _RENAME_META_KEYS = ("renamed_from", "previous_name", "former_name")

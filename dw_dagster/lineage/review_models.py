@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dw_dagster.core.models import BlastRadius
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 #: ``--fail-on`` policies: ``breaking`` column or contract changes, ``sensitive``-looking new
 #: columns, ``any`` change the review reports (a node added, modified or removed, or a column change)

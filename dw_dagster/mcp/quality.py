@@ -126,7 +126,7 @@ class QualityCheckRun(BaseModel):
 
 def run_quality_check(state: DwState, asset: str, checks: list[str] | None, timeout_seconds: float) -> QualityCheckRun:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
-    from dw_dagster.core.dagster_private import make_new_run_id
+    from dw_dagster.dagster_private import make_new_run_id
 
     key = state.asset(asset, with_workspace=True)
     loc, keys = _checks_of(state, key)

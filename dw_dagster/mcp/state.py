@@ -127,7 +127,7 @@ class CallSnapshot:
 
     def _fetch(self, kind: str, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
         from dagster import EventRecordsResult
-        from dw_dagster.core.dagster_private import EventLogCursor
+        from dw_dagster.dagster_private import EventLogCursor
 
         fetch = getattr(self._instance, f"fetch_{kind}")
         key = records_filter if isinstance(records_filter, dg.AssetKey) else None

@@ -44,7 +44,7 @@ from sqlglot import exp
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.databases import Database, sql
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 INCREMENTAL_RUN_KEY = c.INCREMENTAL_RUN_KEY
 WINDOW_START_VAR = "dw_window_start"

@@ -24,7 +24,7 @@ from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")

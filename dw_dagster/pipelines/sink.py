@@ -24,7 +24,7 @@ from typing import ClassVar
 from sqlglot import exp
 
 from dw_dagster.databases.sql import check_name, check_table_name
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 #: reason text for a NULL or absent REQUIRED column
 MISSING_REQUIRED = "{column}: missing required field"

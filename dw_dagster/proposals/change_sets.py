@@ -12,7 +12,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import Ledger, asset_str, ledger_for
 from dw_dagster.core.models import ChangeSet
 from dw_dagster.core.records import load_change_set, parse_change_set
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 def record_proposal(instance: dg.DagsterInstance | Ledger, cs: ChangeSet) -> tuple[ChangeSet, bool]:

@@ -33,7 +33,7 @@ from dw_dagster.core.ledger import asset_str, ledger_for
 from dw_dagster.core.models import Receipt
 from dw_dagster.core import records
 from dw_dagster.approval.job import ApprovalRefused, signing_key
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 RECEIPT_SIG_KEY = c.RECEIPT_SIG_KEY
 

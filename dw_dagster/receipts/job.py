@@ -31,7 +31,7 @@ from dw_dagster.core import records
 from dw_dagster.approval.job import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
 from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 RECEIPT_JOB_NAME = "dw_receipts"
 

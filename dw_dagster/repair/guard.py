@@ -46,7 +46,7 @@ import dagster as dg
 from dw_dagster.core.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 TICKET_TAG = c.TICKET_TAG
 KIND_TAG = c.KIND_KEY

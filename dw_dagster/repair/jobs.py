@@ -9,10 +9,10 @@ and the guarded executor, so the refusal happens in the run worker too, whatever
 from collections.abc import Sequence
 
 import dagster as dg
-from dw_dagster.core.dagster_private import UnresolvedAssetJobDefinition
+from dw_dagster.dagster_private import UnresolvedAssetJobDefinition
 
 from dw_dagster.repair.guard import KIND_TAG, guarded_executor
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 def _job(name: str, kind: str, selection, partitions_def=None, description: str | None = None,

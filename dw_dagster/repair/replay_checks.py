@@ -22,7 +22,7 @@ from dw_dagster.repair.replay import REPLAY, ReplaySpec, parked_states, verify_r
 from dw_dagster.repair.steps import STEP_RESULT_KEY, first_step_started, step_results
 from dw_dagster.pipelines.sink import SinkTable
 from dw_dagster.core import keys as c
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 REPLAYED_CHECK = "parked_rows_replayed"
 NO_NEW_DLQ_CHECK = "no_new_dead_letters"

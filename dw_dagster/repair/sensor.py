@@ -76,7 +76,7 @@ from dw_dagster.repair.liveness import (
 )
 from dw_dagster.repair.steps import step_op_name, step_stages
 from dw_dagster.core.windows import window_run_request
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 RECEIPT_OP = "dw_write_receipts"
 HALT_RECEIPT = "receipt-halt"
@@ -152,8 +152,8 @@ def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | N
     log_key = list(context.log_key or [])
     tick_id = str(log_key[-1]) if log_key else ""
     if tick_id.isdigit() and context.instance_ref is not None:
-        from dw_dagster.core.dagster_private import InstigatorSelector
-        from dw_dagster.core.dagster_private import TickStatus
+        from dw_dagster.dagster_private import InstigatorSelector
+        from dw_dagster.dagster_private import TickStatus
 
         try:
             tick = context.instance.schedule_storage.get_tick(int(tick_id))

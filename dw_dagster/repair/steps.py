@@ -34,7 +34,7 @@ from dw_dagster.databases import Database
 from dw_dagster.core.domains import SCHEMA_MIGRATION
 from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 STEP_OP_PREFIX = "dw_apply_"
 STEP_RESULT_KEY = c.STEP_RESULT_KEY

@@ -14,7 +14,7 @@ from dw_dagster.checks.rowdiff.joindiff import row_diff
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _options
 from dw_dagster.databases import sql
 from dw_dagster.core import keys as _keys
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 ROW_DIFF_KIND = "row_diff"
 _READ_ATTEMPTS, _READ_WAIT_S = 3, 2.0

@@ -28,7 +28,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
 )
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 def _row_string(exprs: Sequence[str]) -> str:

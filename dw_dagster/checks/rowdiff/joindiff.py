@@ -24,7 +24,7 @@ from dw_dagster.checks.rowdiff.rules import (
     timestamp_rule,
 )
 from dw_dagster.databases import Database, sql
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 
 def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str],

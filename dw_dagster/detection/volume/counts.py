@@ -59,7 +59,7 @@ from sqlglot import exp
 
 from dw_dagster.core.models import utcnow
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase, sql
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 ROW_COUNT_KEY = "dagster/row_count"
 

@@ -88,7 +88,7 @@ from dw_dagster.detection.volume.history import (
 )
 from dw_dagster.detection.volume import store as history_store
 from dw_dagster.detection.volume.store import MAX_SENSOR_CHARS, VolumeHistoryStore, assets_with_records, store_for
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 #: statuses that open an incident
 ANOMALY_STATUSES = frozenset({"low", "high", "no_rows", "grew"})

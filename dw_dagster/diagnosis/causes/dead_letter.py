@@ -54,7 +54,7 @@ from dw_dagster.databases.snippets import (
 from dw_dagster.diagnosis.causes.schema_change import required_columns as catalog_required_columns
 from dw_dagster.diagnosis.causes.schema_change import schema_snapshot
 from dw_dagster.core.models import CauseFinding, Evidence
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 KIND = "required_null_dead_letter"
 #: certainty when no missing NULL key has a dead-letter record

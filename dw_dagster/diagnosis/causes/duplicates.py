@@ -32,7 +32,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, iso, naive_utc, q, t, to_dialect, window_predicate
 from dw_dagster.core.models import CauseFinding, Evidence
 from dw_dagster.core import records
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 KIND = "duplicate_load"
 

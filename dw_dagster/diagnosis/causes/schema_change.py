@@ -34,7 +34,7 @@ from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, lit, to_dialect
 from dw_dagster.core.models import CauseFinding, Evidence, stable_hash, utcnow
 from dw_dagster.core import keys as _keys
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 KIND = "schema_change"
 SCHEMA_KEY = _keys.SCHEMA_KEY

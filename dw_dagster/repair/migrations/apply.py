@@ -9,7 +9,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
 from dw_dagster.repair.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
 from dw_dagster.repair.migrations.types import same_type
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ from dw_dagster.repair.migrations.statements import (
     _update_set,
 )
 from dw_dagster.repair.migrations.types import TypeInfo, classify_retype, parse_type, same_type, type_info
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dw_dagster.databases import sql
 from dw_dagster.databases.catalog import CatalogError
 from dw_dagster.errors import DwDagsterError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 Dialect = Literal["duckdb", "snowflake", "bigquery"]
 

@@ -10,7 +10,7 @@ import sqlglot
 from sqlglot import exp
 
 from dw_dagster.repair.migrations.models import MigrationError
-from dw_dagster.core.dagster_private import public
+from dw_dagster.dagster_private import public
 
 T = exp.DataType.Type
 
