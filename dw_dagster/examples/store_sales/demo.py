@@ -276,6 +276,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
         raise DemoError("diagnose: no cause found")
     res.cause = cause.kind
     d = cause.details
+    if "per_partition" not in d:
+        raise DemoError(f"diagnose: {cause.kind} explained none of the gap (confidence {cause.confidence:.0%}): "
+                        f"{cause.summary}")
     log("cause", f"{cause.kind} (confidence {cause.confidence:.0%})")
     log.detail(cause.summary)
     for p in d["per_partition"]:
