@@ -33,23 +33,26 @@ KINDS = [
     kind("rd-epoch-vs-timestamp", "time", "an epoch-seconds integer against a timestamp: refused, naming the column",
          "https://github.com/PostHog/posthog/pull/86228", H, "test_epoch_integer_against_timestamp_is_refused", True),
     kind("rd-decimal-scale", "types", "decimals of different scale (NUMERIC(18,4) against NUMERIC(18,2))",
-         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/1391", H,
+         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/pull/1678", H,
          "test_decimals_of_different_scale", False),
     kind("rd-nan-inf-null", "types", "NaN, ±infinity and NULL floats against each other",
-         "https://github.com/datafold/data-diff/issues/463", H, "test_nan_infinity_null", False),
+         "https://github.com/inveniosoftware/dictdiffer/issues/146", H, "test_nan_infinity_null", False),
     kind("rd-long-text", "types", "very long text differing only in its last character",
-         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/905", H,
+         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/990", H,
          "test_very_long_text", False),
     kind("rd-odd-column-names", "types", "column names with a space, a quote and reserved words",
-         "https://github.com/datafold/data-diff/issues/366", H, "test_odd_column_names", False),
-    kind("rd-interval", "types", "intervals: 1 day against 24 hours", "https://github.com/duckdb/duckdb/issues/9454", H,
+         "https://github.com/DataRecce/recce/issues/1311", H, "test_odd_column_names", False),
+    kind("rd-interval", "types", "intervals: 1 day against 24 hours", "https://github.com/MaterializeInc/materialize/issues/14163", H,
          "test_intervals", False),
     kind("rd-arrays-structs", "types", "arrays (order matters), structs and maps",
-         "https://github.com/datafold/data-diff/issues/459", H, "test_arrays_structs_maps", False),
-    kind("rd-null-vs-empty", "types", "NULL against the empty string", "https://github.com/datafold/data-diff/issues/114",
+         "https://github.com/datafold/data-diff/issues/445", H, "test_arrays_structs_maps", False),
+    kind("rd-null-vs-empty", "types", "NULL against the empty string", "https://github.com/Shopify/ghostferry/pull/137",
          H, "test_null_against_empty_string", False),
+    kind("rd-null-vs-empty-nested", "types", "a NULL list or struct against an empty list or an all-NULL struct (DuckDB's hash)",
+         "https://github.com/mabel-dev/opteryx/issues/2714", "dw_dagster/checks/rowdiff/joindiff.py",
+         "test_null_against_empty_nested_values", True),
     kind("rd-date-vs-timestamp-key", "time", "a DATE key against a TIMESTAMP key at midnight",
-         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/930", H,
+         "https://github.com/datafold/data-diff/issues/539", H,
          "test_date_key_against_timestamp_key", False),
     kind("rd-naive-vs-aware-dst", "time", "naive UTC timestamps against TIMESTAMPTZ across a DST fall-back",
          "https://github.com/GoogleCloudPlatform/professional-services-data-validator/pull/930", H,
@@ -182,9 +185,9 @@ DECIMALS = {"duckdb": [("INTEGER", "INTEGER"), ("DECIMAL(18,4)", "DECIMAL(18,2)"
 
 @pytest.mark.parametrize("mode", _modes(DECIMALS))
 def test_decimals_of_different_scale(request, mode):
-    """data-validation-tool #1391 and its neighbours
-    (https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/1391):
-    values printed at different scales (``1.5000`` / ``1.50``) must match, and a difference in
+    """data-validation-tool PR #1678
+    (https://github.com/GoogleCloudPlatform/professional-services-data-validator/pull/1678:
+    decimals hashed with insignificant trailing zeros on one engine only): values printed at different scales (``1.5000`` / ``1.50``) must match, and a difference in
     the last kept digit must not be rounded away. Right answer: decimals compared exactly as
     numbers (``decimal.Decimal``)."""
     D = decimal.Decimal
@@ -200,8 +203,8 @@ FLOATS = {"duckdb": [("INTEGER", "INTEGER"), ("DOUBLE", "DOUBLE")],
 
 @pytest.mark.parametrize("mode", _modes(FLOATS))
 def test_nan_infinity_null(request, mode):
-    """data-diff #463 (https://github.com/datafold/data-diff/issues/463) and the engines' float
-    rules: NaN equals NaN in DuckDB and PostgreSQL (unlike IEEE), an infinity is not within any
+    """dictdiffer #146 (https://github.com/inveniosoftware/dictdiffer/issues/146: a float
+    comparator that missed ``inf``) and the engines' float rules: NaN equals NaN in DuckDB and PostgreSQL (unlike IEEE), an infinity is not within any
     tolerance of a large finite number, and NULL is not NaN. Right answer (Python, NaN = NaN):
     keys 2, 3, 5 and 6 changed."""
     inf, nan = float("inf"), float("nan")
@@ -218,10 +221,10 @@ LONG = {"duckdb": [("INTEGER", "INTEGER"), ("VARCHAR", "VARCHAR")], "postgres": 
 
 @pytest.mark.parametrize("mode", _modes(LONG))
 def test_very_long_text(request, mode):
-    """data-validation-tool #905
-    (https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/905):
-    text columns that a validator truncates or hashes in pieces can hide a difference at the
-    end. Right answer: 200,000-character values differing only in the last character differ."""
+    """data-validation-tool #990
+    (https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/990):
+    long text cropped to 30 characters before hashing on SQL Server, so a difference past the
+    cut was hidden. Right answer: 200,000-character values differing only in the last character differ."""
     body = "ü" * 199_999
     source = [(1, body + "a"), (2, body + "b")]
     target = [(1, body + "a"), (2, body + "c")]
@@ -235,8 +238,8 @@ NAMES = {e: [("INTEGER", "INTEGER"), ("INTEGER", "INTEGER"), (t, t), (t, t)]
 
 @pytest.mark.parametrize("mode", _modes(NAMES))
 def test_odd_column_names(request, mode):
-    """data-diff #366 (https://github.com/datafold/data-diff/issues/366): columns whose names need
-    quoting (a space, a double quote, a reserved word like ``select``/``order``) broke the
+    """recce #1311 (https://github.com/DataRecce/recce/issues/1311): a value diff put column
+    names bare into SQL; names that need quoting (a space, a double quote, a reserved word like ``select``/``order``) broke the
     generated SQL. Right answer: the diff quotes every name, per engine."""
     source = [(1, 10, "a", "x"), (2, 20, "b", "y")]
     target = [(1, 10, "a", "x"), (2, 21, "b", "z")]
@@ -250,8 +253,8 @@ INTERVALS = {"duckdb": [("INTEGER", "INTEGER"), ("INTERVAL", "INTERVAL")],
 
 @pytest.mark.parametrize("mode", _modes(INTERVALS))
 def test_intervals(request, mode):
-    """DuckDB #9454 (https://github.com/duckdb/duckdb/issues/9454) and PostgreSQL's interval
-    comparison: ``INTERVAL '1 day'`` equals ``INTERVAL '24 hours'`` on both engines although they
+    """Materialize #14163 (https://github.com/MaterializeInc/materialize/issues/14163: an engine
+    that compared ``26 hours`` below ``1 day``) and PostgreSQL's interval comparison: ``INTERVAL '1 day'`` equals ``INTERVAL '24 hours'`` on both engines although they
     print differently, so a text-hash mismatch must not become a reported change. Right answer
     (Python ``timedelta``): only key 2 changed."""
     source = [(1, dt.timedelta(days=1)), (2, dt.timedelta(hours=2)), (3, dt.timedelta(0))]
@@ -274,8 +277,8 @@ NESTED = {"duckdb": [("INTEGER", "INTEGER"), ("INTEGER[]", "INTEGER[]")],
 
 @pytest.mark.parametrize("mode", _modes(NESTED))
 def test_arrays_structs_maps(request, mode):
-    """data-diff #459 (https://github.com/datafold/data-diff/issues/459): array and nested columns
-    were refused or compared as unordered text. Right answer: arrays equal element by element in
+    """data-diff #445 (https://github.com/datafold/data-diff/issues/445): array and struct columns
+    broke the generated SQL (BigQuery cannot group by them). Right answer: arrays equal element by element in
     order (``[1, 2]`` ≠ ``[2, 1]``); on DuckDB structs and maps compared field by field too."""
     source = [(1, [1, 2]), (2, [1, 2]), (3, []), (4, None)]
     target = [(1, [1, 2]), (2, [2, 1]), (3, []), (4, [])]
@@ -301,8 +304,9 @@ EMPTY = {"duckdb": [("INTEGER", "INTEGER"), ("VARCHAR", "VARCHAR")], "postgres":
 
 @pytest.mark.parametrize("mode", _modes(EMPTY))
 def test_null_against_empty_string(request, mode):
-    """data-diff #114 (https://github.com/datafold/data-diff/issues/114): a checksum that
-    concatenates values cannot tell ``NULL`` from ``''`` (nor ``'a','bc'`` from ``'ab','c'``).
+    """ghostferry PR #137 (https://github.com/Shopify/ghostferry/pull/137): a row checksum that
+    coalesced NULL to a marker string could not tell ``NULL`` from that string; a concatenation
+    cannot tell ``NULL`` from ``''`` (nor ``'a','bc'`` from ``'ab','c'``).
     Right answer: NULL ≠ '' and the split matters."""
     source = [(1, None, "a"), (2, "", "bc"), (3, "x", None)]
     target = [(1, "", "a"), (2, "", "bc"), (3, "x", "")]
@@ -317,9 +321,8 @@ DATE_TS = {"duckdb": [("DATE", "TIMESTAMP"), ("INTEGER", "INTEGER")], "postgres"
 
 @pytest.mark.parametrize("mode", ["join:duck", "join:pg", "across:pg", "across:maria"])
 def test_date_key_against_timestamp_key(request, mode):
-    """data-validation-tool #930
-    (https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/930) and
-    neighbours: a ``DATE`` key in one system is a ``TIMESTAMP`` (midnight) in the other (Oracle's
+    """data-diff #539 (https://github.com/datafold/data-diff/issues/539: keys of other types than
+    text and integers, timestamps among them, refused): a ``DATE`` key in one system is a ``TIMESTAMP`` (midnight) in the other (Oracle's
     DATE, a loader's cast). Right answer: ``2024-01-01`` pairs with ``2024-01-01 00:00:00``; a
     timestamp off midnight has no partner."""
     source = [(dt.date(2024, 1, 1), 1), (dt.date(2024, 1, 2), 2)]
@@ -355,3 +358,21 @@ def test_naive_utc_against_aware_in_dst_fold(request):
         assert answer(r) == expected(source, target, ["v"]) == (0, 0, 0, {})
     finally:
         ny.dispose()
+
+
+@pytest.mark.parametrize("mode", ["join:duck", "across:duck2"])
+def test_null_against_empty_nested_values(request, mode):
+    """opteryx #2714 (https://github.com/mabel-dev/opteryx/issues/2714: hashing list columns
+    mishandled NULLs). DuckDB's ``hash()`` gives a NULL list and ``[]`` the same value, and a
+    NULL struct and ``{'a': NULL}`` too; the single-pass diff and the native cross-file diff
+    trusted equal hashes, so these changes were silently missed. Right answer: each differs."""
+    from dw_dagster_tests.field_cases.tables import Raw
+
+    duck, other = request.getfixturevalue("duck"), request.getfixturevalue(mode.split(":")[1])
+    cols = [("id", "INTEGER"), ("xs", "INTEGER[]"), ("st", "STRUCT(a INTEGER)")]
+    s = load(duck, "nested_null_s", cols, [(1, None, Raw("NULL")), (2, [], Raw("{'a': NULL}")), (3, [1], Raw("{'a': 1}"))])
+    t = load(other, "nested_null_t", cols, [(1, [], Raw("{'a': NULL}")), (2, None, Raw("NULL")), (3, [1], Raw("{'a': 1}"))])
+    r = row_diff(duck.db, s, t, ["id"]) if other is duck else row_diff_across(duck.db, other.db, s, t, ["id"])
+    source = [(1, None, None), (2, [], {"a": None}), (3, [1], {"a": 1})]
+    target = [(1, [], {"a": None}), (2, None, None), (3, [1], {"a": 1})]
+    assert answer(r) == expected(source, target, ["xs", "st"]) == (0, 0, 2, {"xs": 2, "st": 2})
