@@ -53,7 +53,7 @@ KINDS = [
          "test_null_against_empty_nested_values", True),
     kind("rd-date-vs-timestamp-key", "time", "a DATE key against a TIMESTAMP key at midnight",
          "https://github.com/datafold/data-diff/issues/539", H,
-         "test_date_key_against_timestamp_key", False),
+         "test_date_key_against_timestamp_key", True),
     kind("rd-naive-vs-aware-dst", "time", "naive UTC timestamps against TIMESTAMPTZ across a DST fall-back",
          "https://github.com/GoogleCloudPlatform/professional-services-data-validator/pull/930", H,
          "test_naive_utc_against_aware_in_dst_fold", False),
