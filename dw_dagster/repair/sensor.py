@@ -557,7 +557,8 @@ def build_remediation_sensor(
             run_key = f"{cs.id}:{cs.version[:16]}:{stage}"  # + the ticket's first digits, below: unpredictable
             if "window" in extra:
                 request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
-                                             partition_keys=extra["window"], tags=base)
+                                             partition_keys=extra["window"], tags=base,
+                                             partitions_def=getattr(job, "partitions_def", None))
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))
