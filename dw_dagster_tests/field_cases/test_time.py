@@ -6,6 +6,7 @@ import urllib.parse
 
 import pytest
 
+from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.checks.freshness import freshness
 from dw_dagster.checks.null_rate import null_rates
 from dw_dagster.checks.volume import volume_scores
@@ -27,6 +28,9 @@ KINDS = [
          "test_volume_buckets_by_utc_day_in_any_session_zone", False),
     kind("time-keyword-column-name", "types", "a timestamp column named like a keyword (at) read by freshness on DuckDB",
          "https://github.com/duckdb/dbt-duckdb/issues/95", "dw_dagster/checks/utc.py", "test_freshness_of_iso_text", True),
+    kind("time-dead-letter-aware-session", "time", "rows parked in a TIMESTAMPTZ dead-letter table counted from a "
+         "non-UTC session", "https://github.com/dbt-labs/dbt-snowflake/issues/1256", "dw_dagster/checks/dead_letter.py",
+         "test_dead_letter_window_is_utc_in_any_session_zone", True),
     kind("time-freshness-iso-text", "time", "freshness of ISO-8601 text with a 'Z' or an offset (a string-typed column)",
          "https://github.com/exasol/dbt-exasol/issues/90", "dw_dagster/checks/freshness.py",
          "test_freshness_of_iso_text", False),
@@ -102,3 +106,27 @@ def test_freshness_of_iso_text(engine):
     newest = max(dt.datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values)
     assert r.max_timestamp_utc == newest == dt.datetime(2024, 11, 3, 11, 45, tzinfo=UTC)
     assert r.passed
+
+
+def test_dead_letter_window_is_utc_in_any_session_zone(pg):
+    """dbt-snowflake #1256 (https://github.com/dbt-labs/dbt-snowflake/issues/1256): UTC batch
+    bounds compared with time-zone-aware columns were shifted by the session's offset, so the wrong
+    rows were read. The dead-letter check compared ``parked_at >= since`` (naive UTC) with a
+    TIMESTAMPTZ column, which a New York session read as 10:00 New York: the two rows parked
+    after 10:00 UTC were not counted and the check passed. Right answer (Python): per reason, the
+    rows whose instant is at or after ``since``."""
+    utc = dt.timezone.utc
+    parked = [(dt.datetime(2024, 1, 1, 9, 30, tzinfo=utc), "schema"), (dt.datetime(2024, 1, 1, 10, 30, tzinfo=utc), "schema"),
+              (dt.datetime(2024, 1, 1, 11, 30, tzinfo=utc), "fk")]
+    t = load(pg, "dlq", [("parked_at", "TIMESTAMPTZ"), ("reason", "TEXT")], parked)
+    since = dt.datetime(2024, 1, 1, 10, 0)
+    ny = SqlAlchemyDatabase(f"{POSTGRES_URL}?options={urllib.parse.quote('-c TimeZone=America/New_York')}")
+    try:
+        got, _ = parked_rows(ny, t, "parked_at", "reason", since)
+    finally:
+        ny.dispose()
+    want = {}
+    for at, reason in parked:
+        if at >= since.replace(tzinfo=utc):
+            want[reason] = want.get(reason, 0) + 1
+    assert {p.reason: p.rows for p in got} == want == {"schema": 1, "fk": 1}
