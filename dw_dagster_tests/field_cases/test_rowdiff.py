@@ -6,7 +6,6 @@ MariaDB), and is checked against the answer worked out in Python from the same v
 
 import datetime as dt
 import decimal
-import json
 import math
 import uuid
 
@@ -97,15 +96,23 @@ def test_json_key_order(request, mode):
     """data-diff PR #383 (https://github.com/datafold/data-diff/pull/383): a JSON column whose
     documents are equal as data but serialized differently (object key order, white space: a
     ``json`` column keeps the text, ``jsonb`` does not) was reported changed. Right answer: equal
-    as data (``json.loads``), array order still matters; a warning says how many rows differed in
+    as data (PostgreSQL's ``jsonb`` equality is the oracle: ``1.0`` = ``1``, ``true`` ≠ ``1``), array
+    order still matters; a warning says how many rows differed in
     formatting only. MariaDB keeps ``JSON`` as ``LONGTEXT`` with a ``json_valid`` check; the catalog
     reads that check, so there too the column is compared as JSON."""
-    source = [(1, '{"a": 1, "b": [1, 2]}'), (2, '{"a": 1}'), (3, "[1, 2]"), (4, None)]
-    target = [(1, '{"b":[1,2],"a":1}'), (2, '{"a": 2}'), (3, "[2, 1]"), (4, None)]
+    source = [(1, '{"a": 1, "b": [1, 2]}'), (2, '{"a": 1}'), (3, "[1, 2]"), (4, None), (5, '{"n": 1.0}'), (6, '{"f": true}')]
+    target = [(1, '{"b":[1,2],"a":1}'), (2, '{"a": 2}'), (3, "[2, 1]"), (4, None), (5, '{"n": 1}'), (6, '{"f": 1}')]
     r = _run(request, mode, JSON_TYPES, ["doc"], source, target, key="id")
-    eq = lambda a, b: (a is None and b is None) or (a is not None and b is not None and json.loads(a) == json.loads(b))  # noqa: E731
-    assert answer(r) == expected(source, target, ["doc"], eq) == (0, 0, 2, {"doc": 2})
-    assert sorted(e.key[0] for e in r.sample) == [2, 3]
+    pg = request.getfixturevalue("pg").db  # the oracle: PostgreSQL's own jsonb equality
+
+    def eq(a, b):
+        if a is None or b is None:
+            return a is None and b is None
+        lit = lambda x: "'" + x.replace("'", "''") + "'"  # noqa: E731
+        return pg.fetch_all(f"SELECT CAST({lit(a)} AS JSONB) = CAST({lit(b)} AS JSONB)")[0][0]
+
+    assert answer(r) == expected(source, target, ["doc"], eq) == (0, 0, 3, {"doc": 3})
+    assert sorted(e.key[0] for e in r.sample) == [2, 3, 6]
 
 
 # -- types PostgreSQL cannot MIN() -----------------------------------------------------------------

@@ -110,29 +110,46 @@ _NOT_JSON = object()
 
 
 def _parsed(v):
-    """A JSON value as Python data (text parsed; a driver's dict or list as it is)."""
+    """A JSON value as Python data (text parsed, numbers as ``Decimal``; a driver's dict or list as it is)."""
     if isinstance(v, (bytes, bytearray)):
         v = v.decode()
     if not isinstance(v, str):
         return v
     import json
+    from decimal import Decimal
 
     try:
-        return json.loads(v)
+        return json.loads(v, parse_float=Decimal, parse_int=Decimal)
     except ValueError:
         return _NOT_JSON
 
 
+def _canon(v):
+    """JSON data in a form where equal documents are equal Python values: objects by key (order
+    dropped), numbers by value (``1`` = ``1.0``), booleans never equal to numbers."""
+    from decimal import Decimal
+
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return (type(v).__name__, v)
+    if isinstance(v, (int, float, Decimal)):
+        return ("number", Decimal(repr(v)) if isinstance(v, float) else Decimal(v))
+    if isinstance(v, dict):
+        return ("object", frozenset((k, _canon(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return ("array", tuple(_canon(x) for x in v))
+    return ("other", repr(v))
+
+
 def json_equal(a, b) -> bool:
-    """Whether two JSON documents are equal as data: object key order and white space do not
-    matter, array order does (as PostgreSQL's ``jsonb`` equality). Text that is not JSON is
-    compared as text."""
+    """Whether two JSON documents are equal as data: object key order, white space and the
+    spelling of a number (``1`` / ``1.0``) do not matter, array order and value types do (as
+    PostgreSQL's ``jsonb`` equality). Text that is not JSON is compared as text."""
     if a is None or b is None:
         return a is None and b is None
     pa, pb = _parsed(a), _parsed(b)
     if pa is _NOT_JSON or pb is _NOT_JSON:
         return a == b
-    return pa == pb and type(pa) is type(pb)
+    return _canon(pa) == _canon(pb)
 
 
 def _counts_and_null_keys(db: Database, rel: str, key_columns: Sequence[str], side: str,
