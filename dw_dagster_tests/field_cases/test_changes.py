@@ -13,6 +13,7 @@ from dw_dagster.checks.rowdiff import row_diff_across
 from dw_dagster.databases import DuckDBDatabase, SqlAlchemyDatabase
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, load_partition
 from dw_dagster_tests.conftest import POSTGRES_URL
+from dw_dagster_tests.field_cases.conftest import Engine
 from dw_dagster_tests.field_cases.kinds import kind
 from dw_dagster_tests.field_cases.tables import load
 
@@ -24,6 +25,9 @@ KINDS = [
          "https://github.com/dbt-labs/dbt-adapters/issues/159", L, "test_null_merge_key_is_refused_before_writing", True),
     kind("chg-aware-watermark-session", "time", "a TIMESTAMPTZ partition/watermark column read in a non-UTC session",
          "https://github.com/airbytehq/airbyte/issues/83778", L, "test_aware_source_columns_load_the_utc_window", True),
+    kind("chg-late-rows-aware-session", "time", "the late-row diagnosis over TIMESTAMPTZ source columns read in a "
+         "non-UTC session", "https://github.com/dlt-hub/dlt/issues/2225", "dw_dagster/diagnosis/causes/watermark.py",
+         "test_late_row_diagnosis_reads_aware_columns_as_utc", True),
     kind("chg-key-change-and-delete", "changes", "a key changed and a row hard-deleted at the source after a merge load",
          "https://github.com/estuary/connectors/pull/2185", "dw_dagster/checks/rowdiff/hashdiff.py",
          "test_key_change_and_delete_left_behind_are_found_by_the_row_diff", False),
@@ -120,3 +124,32 @@ def test_key_change_and_delete_left_behind_are_found_by_the_row_diff(duck, pg, w
     target = {k for (k,) in warehouse.fetch_all("SELECT id FROM w_orders")}
     assert sorted(e.key[0] for e in r.sample if e.status == "extra") == sorted(target - source) == [1, 2]
     assert (r.missing, r.changed) == (len(source - target), 0) == (0, 0)
+
+
+def test_late_row_diagnosis_reads_aware_columns_as_utc(pg, warehouse):
+    """dlt #2225 (https://github.com/dlt-hub/dlt/issues/2225): UTC cursor bounds compared with
+    columns of another zone lagged (or read nothing) by the zone's offset. The late-row diagnosis
+    compared its naive UTC windows, snapshot and high-watermark with TIMESTAMPTZ source columns,
+    which a New York session read five hours off: the late row was not found (explained 0 of 1).
+    Right answer (Python over the same instants): the rows at or below the high-watermark that
+    arrived after the partition's load read the source, and are missing from the target."""
+    from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
+
+    utc = dt.timezone.utc
+    T = lambda h, m=0: dt.datetime(2024, 3, 10, h, m, tzinfo=utc)  # noqa: E731
+    rows = [(1, T(1), T(1), T(1)), (2, T(2), T(2), T(5)), (3, T(23, 30), T(23, 30), T(23, 30))]
+    aware = [("id", "INTEGER"), ("day_ts", "TIMESTAMPTZ"), ("updated_at", "TIMESTAMPTZ"), ("ingested_at", "TIMESTAMPTZ")]
+    src = load(pg, "late_src", aware, rows)
+    tgt = load(Engine("duckdb", warehouse, ""), "late_tgt", [("id", "INTEGER"), ("day_ts", "TIMESTAMP")], [(1, T(1).replace(tzinfo=None))])
+    snapshot, hwm = T(4), T(3)
+    ny = SqlAlchemyDatabase(f"{POSTGRES_URL}?options={urllib.parse.quote('-c TimeZone=America/New_York')}")
+    try:
+        f = diagnose_late_rows(ny, warehouse, source_table=src, target_table=tgt, key_column="id", partition_column="day_ts",
+                               watermark_column="updated_at", arrival_column="ingested_at",
+                               loads=[PartitionLoad("2024-03-10", dt.datetime(2024, 3, 10), dt.datetime(2024, 3, 11),
+                                                    source_snapshot_ts=snapshot.replace(tzinfo=None))],
+                               high_watermark=hwm.replace(tzinfo=None), gap_rows=2)
+    finally:
+        ny.dispose()
+    late = [r[0] for r in rows if r[2] <= hwm and r[3] > snapshot and r[0] != 1]
+    assert late == [2] and f.explained_rows == len(late) and f.window == ["2024-03-10"]
