@@ -37,11 +37,13 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import column_list, source_deps
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
+from dw_dagster.core import keys as c
+from dw_dagster.core.dagster_private import public
 
 RECONCILIATION_KIND = "reconciliation"
 #: metadata flag of a check result that compared nothing real (a table changed while read):
 #: the incident sensor opens no incident for it and no baseline takes its numbers
-INCONCLUSIVE_KEY = "dw/inconclusive"
+INCONCLUSIVE_KEY = c.INCONCLUSIVE_KEY
 FLOAT_REL_TOLERANCE = 1e-9
 
 
@@ -523,22 +525,23 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
     """The check result's metadata: the slice table, totals, the worst slice and the SQL run."""
     worst = max(result.slices, key=lambda s: abs(s.gap_pct), default=None)
     return {
-        "dw/slices": slices_table(result.slices, measures),
-        "dw/slices_json": dg.MetadataValue.json([s.model_dump(mode="json") for s in result.slices]),
-        "dw/gap_rows": result.gap_rows,
-        "dw/source_rows": sum(s.source_rows for s in result.slices),
-        "dw/target_rows": sum(s.target_rows for s in result.slices),
-        "dw/worst_slice": json.dumps(worst.slice, default=str) if worst else "{}",
-        "dw/worst_gap_pct": worst.gap_pct if worst else 0.0,
-        "dw/failing_slices": len(result.failing),
-        "dw/read_attempts": result.attempts,
-        "dw/queries": dg.MetadataValue.md(
+        c.SLICES_KEY: slices_table(result.slices, measures),
+        c.SLICES_JSON_KEY: dg.MetadataValue.json([s.model_dump(mode="json") for s in result.slices]),
+        c.GAP_ROWS_KEY: result.gap_rows,
+        c.SOURCE_ROWS_KEY: sum(s.source_rows for s in result.slices),
+        c.TARGET_ROWS_KEY: sum(s.target_rows for s in result.slices),
+        c.WORST_SLICE_KEY: json.dumps(worst.slice, default=str) if worst else "{}",
+        c.WORST_GAP_PCT_KEY: worst.gap_pct if worst else 0.0,
+        c.FAILING_SLICES_KEY: len(result.failing),
+        c.READ_ATTEMPTS_KEY: result.attempts,
+        c.QUERIES_KEY: dg.MetadataValue.md(
             f"source ({result.source_database}):\n```sql\n{result.source_sql}\n```\n"
             f"target ({result.target_database}):\n```sql\n{result.target_sql}\n```"
         ),
     }
 
 
+@public
 def build_reconciliation_checks(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -611,21 +614,21 @@ def build_reconciliation_checks(
     slice_by, measures = column_list("slice_by", slice_by), column_list("measures", measures)
     key_columns = column_list("key_columns", key_columns)
     sql.table(source_table), sql.table(target_table)
-    for c in [*slice_by, *measures, *key_columns, *([partition_column] if partition_column else [])]:
-        sql.identifier(c)
+    for col in [*slice_by, *measures, *key_columns, *([partition_column] if partition_column else [])]:
+        sql.identifier(col)
     if (partition_column is None) != (partitions_def is None):
         raise ValueError("partition_column and partitions_def go together")
     if closed_partitions_only and not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
         raise ValueError("closed_partitions_only needs partition_column and a time-window partitions_def")
     spec_meta = {
-        "dw/check_kind": RECONCILIATION_KIND,
-        "dw/source_table": source_table,
-        "dw/target_table": target_table,
-        "dw/slice_by": ",".join(slice_by),
-        "dw/measures": ",".join(measures),
-        "dw/key_columns": ",".join(key_columns),
-        "dw/source_resource_key": source_resource_key,
-        "dw/target_resource_key": target_resource_key,
+        c.CHECK_KIND_KEY: RECONCILIATION_KIND,
+        c.SOURCE_TABLE_KEY: source_table,
+        c.TARGET_TABLE_KEY: target_table,
+        c.SLICE_BY_KEY: ",".join(slice_by),
+        c.MEASURES_KEY: ",".join(measures),
+        c.KEY_COLUMNS_KEY: ",".join(key_columns),
+        c.SOURCE_RESOURCE_KEY_KEY: source_resource_key,
+        c.TARGET_RESOURCE_KEY_KEY: target_resource_key,
     }
     src_deps = source_deps(asset, source_asset)
 
@@ -657,7 +660,7 @@ def build_reconciliation_checks(
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"inconclusive after {result.attempts} reads: {result.unstable[-1]}",
                 metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True, **(
-                    {"dw/compared_up_to": scope["compared_up_to"]} if "compared_up_to" in scope else {})},
+                    {c.COMPARED_UP_TO_KEY: scope["compared_up_to"]} if "compared_up_to" in scope else {})},
             )
         failing = result.failing
         desc = (
@@ -671,9 +674,9 @@ def build_reconciliation_checks(
             desc += f" (compared rows before {scope['compared_up_to']} UTC: closed partitions only)"
         metadata = reconciliation_metadata(result, measures)
         if "partitions" in scope:
-            metadata["dw/compared_partitions"] = ", ".join(scope["partitions"])
+            metadata[c.COMPARED_PARTITIONS_KEY] = ", ".join(scope["partitions"])
         if "compared_up_to" in scope:
-            metadata["dw/compared_up_to"] = scope["compared_up_to"]
+            metadata[c.COMPARED_UP_TO_KEY] = scope["compared_up_to"]
         return dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,
@@ -693,5 +696,5 @@ def _repair_window(context: dg.AssetCheckExecutionContext) -> list[str] | None:
     cs_id = tags.get(c.CHANGE_SET_TAG)
     if not cs_id or tags.get(c.STAGE_TAG) != "verify":
         return None
-    cs = load_change_set(context.instance, cs_id, tags.get("dw/change_set_version"))
+    cs = load_change_set(context.instance, cs_id, tags.get(c.CHANGE_SET_VERSION_KEY))
     return list(cs.window) if cs is not None and cs.window else None

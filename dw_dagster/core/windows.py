@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
+from dw_dagster.core.dagster_private import public
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -81,6 +82,7 @@ class WindowSplit:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+@public
 def partition_window_utc(partitions_def: dg.PartitionsDefinition, key: str) -> tuple[dt.datetime, dt.datetime]:
     """The time window ``[start, end)`` of ``key`` as naive UTC datetimes.
 

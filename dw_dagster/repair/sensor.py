@@ -76,10 +76,11 @@ from dw_dagster.repair.liveness import (
 )
 from dw_dagster.repair.steps import step_op_name, step_stages
 from dw_dagster.core.windows import window_run_request
+from dw_dagster.core.dagster_private import public
 
 RECEIPT_OP = "dw_write_receipts"
 HALT_RECEIPT = "receipt-halt"
-VERSION_TAG = "dw/change_set_version"
+VERSION_TAG = c.CHANGE_SET_VERSION_KEY
 
 
 def _sha256(path: Path) -> str | None:
@@ -151,8 +152,8 @@ def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | N
     log_key = list(context.log_key or [])
     tick_id = str(log_key[-1]) if log_key else ""
     if tick_id.isdigit() and context.instance_ref is not None:
-        from dagster._core.definitions.selector import InstigatorSelector
-        from dagster._core.scheduler.instigation import TickStatus
+        from dw_dagster.core.dagster_private import InstigatorSelector
+        from dw_dagster.core.dagster_private import TickStatus
 
         try:
             tick = context.instance.schedule_storage.get_tick(int(tick_id))
@@ -165,6 +166,7 @@ def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | N
     return DRY_RUN, location, repository, None
 
 
+@public
 def build_remediation_sensor(
     *,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -594,7 +596,7 @@ def _receipt_config(cs: ChangeSet) -> dict:
 def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
                                description=describe(f"approval {d.id} of change set {cs.id} withdrawn: {reason}", change_set_id=cs.id),
-                               metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
+                               metadata={c.APPROVAL_WITHDRAWN_KEY: dg.MetadataValue.json(
                                    {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
                                     "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),
                                    c.CHANGE_SET_ID_KEY: cs.id})

@@ -28,7 +28,7 @@ from dw_dagster.core import records
 from dw_dagster.errors import DwDagsterError
 
 UNDO_SCHEMA = "dw_undo"
-SNAPSHOT_KEY = "dw/undo_snapshot"
+SNAPSHOT_KEY = c.SNAPSHOT_KEY
 SNAPSHOT_OP = "dw_snapshot_window"
 RESTORE_OP = "dw_restore_window"
 
@@ -268,12 +268,12 @@ def build_undo_jobs(resource_keys: Sequence[str], *, executor: dg.ExecutorDefini
 
     executor = executor or guarded_executor(dg.in_process_executor)
 
-    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, executor_def=executor,
+    @dg.job(name="dw_undo_snapshot", tags={c.KIND_KEY: "undo"}, executor_def=executor,
             description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")
     def snapshot_job():
         snapshot_op()
 
-    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, executor_def=executor,
+    @dg.job(name="dw_undo_restore", tags={c.KIND_KEY: "undo"}, executor_def=executor,
             description="Put a window back as it was before a change (an approved undo, dispatched by the sensor only).")
     def restore_job():
         restore_op()

@@ -9,6 +9,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
 from dw_dagster.repair.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
 from dw_dagster.repair.migrations.types import same_type
+from dw_dagster.core.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ def _touched_column(migration: Migration, direction: str) -> str | None:
     return {"add": ch.column, "rename": getattr(ch, "new_name", None), "retype": ch.column}.get(kind)
 
 
+@public
 def apply_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward",
                     *, allow_breaking_views: bool = False) -> None:
     """Run one direction of ``migration`` on ``db``: its guards, then its statements in order.
@@ -126,6 +128,7 @@ def apply_migration(db: Database, migration: Migration, direction: Literal["forw
         db.execute(s)
 
 
+@public
 def verify_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward",
                      *, read_schema: Callable[[Database, str], TableSchema] = read_table_schema) -> list[str]:
     """Compare the catalog with the checks of one direction.
