@@ -162,9 +162,19 @@ def _domain(domains: Domains | None, cs: ChangeSet) -> Domain:
         raise ApprovalRefused("no domains file is configured: who is listed for the domain now cannot be checked "
                               "(set $DW_DOMAINS_FILE or pass --domains)")
     try:
-        return domains.get(cs.domain)
+        domain = domains.get(cs.domain)
     except KeyError as e:
         raise ApprovalRefused(f"domain {cs.domain!r} of change set {cs.id} is not in the domains file") from e
+    if cs.target_asset:  # ownership moved since the proposal: the new owner never decided
+        try:
+            owner = domains.for_asset(cs.target_asset)
+        except KeyError:
+            owner = None  # owned through a selection only (needs the asset graph) or by no domain: as proposed
+        if owner is not None and owner.name != domain.name:
+            raise ApprovalRefused(f"asset {'/'.join(cs.target_asset)} of change set {cs.id} belongs to domain "
+                                  f"{owner.name!r} now, not {domain.name!r} as when it was proposed: a decision in "
+                                  f"{domain.name!r} does not count for it; propose it again for {owner.name!r}")
+    return domain
 
 
 def person_may_decide(domain: Domain, cs: ChangeSet, identity: VerifiedIdentity,

@@ -33,10 +33,13 @@ def parked_rows(db: Database, table: str, timestamp_column: str, reason_column: 
     """Rows parked at or after ``since`` (naive UTC), per reason, most first; returns (rows, SQL)."""
     # (DuckDB reads ``SELECT :x`` as a prefix alias, so the select list is built from quoted
     # identifiers; only the literal goes through a placeholder.)
-    from dw_dagster.checks.utc import catalog_column
+    from dw_dagster.checks.utc import catalog_column, utc_timestamp
 
-    # names resolved against the catalog and quoted as it spells them (a "Reason" created quoted stays itself)
-    reason, ts = (catalog_column(db, table, c).sql("duckdb") for c in (reason_column, timestamp_column))
+    # names resolved against the catalog and quoted as it spells them (a "Reason" created quoted stays itself);
+    # an aware parking time read as its UTC wall clock, so ``since`` (naive UTC) means the same instant in any
+    # session time zone
+    reason = catalog_column(db, table, reason_column).sql("duckdb")
+    ts = utc_timestamp(db, table, timestamp_column).sql("duckdb")
     q = sql.render(
         f"SELECT {reason} AS reason, COUNT(*) AS n, MIN({ts}) AS first_ts, MAX({ts}) AS last_ts "
         f"FROM {sql.table(table).sql('duckdb')} WHERE {ts} >= :since GROUP BY {reason} ORDER BY n DESC, reason",

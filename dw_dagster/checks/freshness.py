@@ -23,6 +23,7 @@ now) moved back N wall-clock days in ``deadline_timezone`` (06:00 on the day aft
 """
 
 import datetime as dt
+import decimal
 from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
@@ -30,7 +31,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dw_dagster.databases import sql
-from dw_dagster.databases import Database
+from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core import keys as c
 from dw_dagster.dagster_private import public
 
@@ -56,6 +57,10 @@ def to_utc(value, naive_timezone: str = "UTC") -> dt.datetime | None:
     """A database timestamp as an aware UTC datetime (naive values are in ``naive_timezone``)."""
     if value is None:
         return None
+    if isinstance(value, (int, float, decimal.Decimal)):  # bool is an int too: refused the same way
+        raise ValueError(f"the newest value is the number {value!r}, not a timestamp (an epoch in seconds? "
+                         "milliseconds?): freshness reads a timestamp column; convert it in a view, e.g. "
+                         "to_timestamp(n) for epoch seconds")
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
@@ -133,7 +138,11 @@ def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.ti
     q = sql.render("SELECT MAX(:ts), COUNT(*), COUNT(:ts) FROM :t", db.dialect, ts=ts, t=sql.table(table))
     mx, rows, nn = db.fetch_all(q)[0]
     now = (now_utc or dt.datetime.now(UTC)).astimezone(UTC)
-    return evaluate_freshness(to_utc(mx, naive_timezone), int(rows), int(nn), now, max_lag, deadline, deadline_timezone,
+    try:
+        newest = to_utc(mx, naive_timezone)
+    except ValueError as e:
+        raise DatabaseError(f"freshness of {table}.{timestamp_column}: {e}") from e
+    return evaluate_freshness(newest, int(rows), int(nn), now, max_lag, deadline, deadline_timezone,
                               future_tolerance, max_lag_days), q
 
 

@@ -22,6 +22,7 @@ extended by slice (see ``shared/reference/reconciliation_and_anomaly.md`` §2).
 import datetime as dt
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -233,7 +234,8 @@ def comparison_scope(
 def _norm_slice_value(v: Any) -> Any:
     """A slice value both sides spell the same way: aware timestamps in UTC without an offset (the
     naive side is UTC by contract), dates and times as ISO text, decimals by value (``1.50`` and
-    ``1.500`` and the integer ``1.00`` alike), UUIDs and bytes as text."""
+    ``1.500`` and the integer ``1.00`` alike), UUIDs and bytes as text, UUID-shaped text in lower
+    case (a UUID's text is case-insensitive)."""
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
     if hasattr(v, "isoformat"):
@@ -246,7 +248,12 @@ def _norm_slice_value(v: Any) -> Any:
         return bytes(v).hex()
     if isinstance(v, uuid.UUID):
         return str(v)
+    if isinstance(v, str) and _UUID_TEXT.match(v):  # a UUID kept as text (upper case from SQL Server, say)
+        return v.lower()
     return v
+
+
+_UUID_TEXT = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
 
 
 Aggregates = dict[tuple, tuple[int, int | None, int | None, list[Any], list[list[int] | None]]]
@@ -267,6 +274,9 @@ def _fetch(db: Database, sql_text: str, n_slice: int, nonfinite: Sequence[bool] 
             else:
                 counts.append(None)
                 j += 1
+        if key in out:  # two values of one side that normalize alike: never merged or dropped silently
+            raise DatabaseError(f"{db.name}: two slices of one side are the same slice once normalized {key} (UUID "
+                                "text in two letter cases, say): make the slice column consistent on that side")
         out[key] = (int(rows or 0), None if keys is None else int(keys), None if dups is None else int(dups), sums, counts)
     return out
 

@@ -32,9 +32,22 @@ def utc_timestamp(db: Database, table: str, column: str) -> exp.Expression:
         CatalogError: the name matches two columns differing only in case.
     """
     col, ty = resolved_column(db, table, column)
+    if is_number(ty):
+        raise DatabaseError(f"{table}.{column} is {ty}, a number, not a timestamp (epoch seconds? milliseconds?): "
+                            "give a timestamp column, or a view that converts it (e.g. to_timestamp(n) for epoch seconds)")
     if is_aware(ty):
         return exp.cast(exp.AtTimeZone(this=col, zone=exp.Literal.string("UTC")), exp.DataType.build("TIMESTAMP"))
     return col
+
+
+_NUMBERS = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "INT2", "INT4", "INT8", "INT64", "UBIGINT",
+            "UINTEGER", "DECIMAL", "NUMERIC", "NUMBER", "DOUBLE", "FLOAT", "REAL", "FLOAT8", "FLOAT64", "DOUBLE PRECISION")
+
+
+def is_number(data_type: str | None) -> bool:
+    """Whether a column type is a number (an epoch column given where a timestamp is read)."""
+    ty = (data_type or "").upper()
+    return any(ty == t or ty.startswith(t + "(") or ty.startswith(t + " ") for t in _NUMBERS)
 
 
 def resolved_column(db: Database, table: str, column: str) -> tuple[exp.Column, str]:
@@ -68,6 +81,7 @@ def catalog_column(db: Database, table: str, column: str) -> exp.Column:
     from dw_dagster.databases import sql
     from dw_dagster.databases.catalog import CASE_INSENSITIVE_DIALECTS, quoted, resolve_columns
 
-    if db.dialect in CASE_INSENSITIVE_DIALECTS:
-        return sql.column(column)
+    if db.dialect in CASE_INSENSITIVE_DIALECTS:  # quoted: a column named like a keyword (at, order) stays a column;
+        sql.identifier(column)  # checked as any name; these engines match quoted names in any case
+        return exp.Column(this=exp.to_identifier(column, quoted=True))
     return exp.Column(this=quoted(resolve_columns(db, table, [column])[0]))

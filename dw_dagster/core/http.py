@@ -100,10 +100,14 @@ def _retry_after(response: httpx.Response | None) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        try:  # an HTTP-date; anything else (RFC 9110 allows only these two forms) is ignored: back-off as usual
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed and parsed.tzinfo else None
+    return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
 
 
 def send(

@@ -29,6 +29,7 @@ def window_run_request(
     tags: Mapping[str, str] | None = None,
     job_name: str | None = None,
     ordered_keys: Sequence[str] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
 ) -> dg.RunRequest:
     """One run over the contiguous partition range spanned by ``partition_keys``.
 
@@ -36,13 +37,28 @@ def window_run_request(
     own order: a static definition's keys are not alphabetical, a multi-partition's are ordered by
     dimension); without it, in string order (right for time keys in a sortable format only).
 
+    Multi-dimensional keys (``2024-03-09|us``) need ``partitions_def``: Dagster reads a range of
+    them as a rectangle (every date between × every region between), so the run is refused when
+    that rectangle holds a partition the window does not.
+
     Raises:
-        ValueError: ``partition_keys`` is empty.
+        ValueError: ``partition_keys`` is empty, or multi-dimensional without ``partitions_def``
+            or not a full rectangle.
     """
     if not partition_keys:
         raise ValueError("a window needs at least one partition key")
     index = {k: i for i, k in enumerate(ordered_keys or [])}
     keys = sorted(partition_keys, key=lambda k: (index.get(k, len(index)), k))
+    if any("|" in k for k in keys):  # a multi-dimensional key: Dagster reads the range as a rectangle
+        if not isinstance(partitions_def, dg.MultiPartitionsDefinition):
+            raise ValueError(f"partition keys {keys[:3]} are multi-dimensional: pass the asset's partitions_def, so the "
+                             "run's range can be checked to hold exactly these partitions")
+        covered = set(partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(keys[0], keys[-1])))
+        extra = sorted(covered - set(keys))
+        if extra:
+            raise ValueError(f"one run over {keys[0]} .. {keys[-1]} would also run {len(extra)} partition(s) not in the "
+                             f"window ({', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}): a multi-dimensional "
+                             "window runs as one rectangle of partitions; split it into runs per rectangle")
     return dg.RunRequest(
         run_key=run_key,
         job_name=job_name,
@@ -109,8 +125,48 @@ def _exists_at(pdef: dg.TimeWindowPartitionsDefinition, start: dt.datetime, end:
     return t.astimezone(dt.timezone.utc)
 
 
+def _dynamic(pdef: dg.PartitionsDefinition) -> bool:
+    if isinstance(pdef, dg.MultiPartitionsDefinition):
+        return any(isinstance(d.partitions_def, dg.DynamicPartitionsDefinition) for d in pdef.partitions_defs)
+    return isinstance(pdef, dg.DynamicPartitionsDefinition)
+
+
+def _split_multi(pdef: dg.MultiPartitionsDefinition, wanted: Sequence[str], max_partitions: int, now: dt.datetime,
+                 instance) -> WindowSplit:
+    """:func:`split_window` of a multi-dimensional definition with a time dimension: the time part
+    of each key is judged as its own time-window definition would be (still in progress, not yet,
+    never), the other parts by membership."""
+    time_dim = pdef.time_window_dimension
+    inside, outside, deferred, available, reasons = [], [], [], {}, {}
+    parsed = {}
+    for k in sorted(set(wanted)):
+        try:
+            parsed[k] = pdef.get_partition_key_from_str(k).keys_by_dimension
+        except Exception:  # not "a|b" with one part per dimension
+            outside.append(k)
+            reasons[k] = "not a partition key of this definition"
+    times = split_window(time_dim.partitions_def, [v[time_dim.name] for v in parsed.values()], len(parsed) + 1, now=now)
+    for k, parts in parsed.items():
+        bad = [f"{d.name} {parts[d.name]!r}" for d in pdef.partitions_defs if d.name != time_dim.name
+               and parts[d.name] not in d.partitions_def.get_partition_keys(dynamic_partitions_store=instance)]
+        t = parts[time_dim.name]
+        if bad:
+            outside.append(k)
+            reasons[k] = f"{', '.join(bad)} is not one of the dimension's partitions"
+        elif t in times.outside:
+            outside.append(k)
+            reasons[k] = f"{time_dim.name} {t}: {times.reasons[t]}"
+        elif t in times.deferred:
+            deferred.append(k)
+            available[k] = times.available_at[t]
+            reasons[k] = f"{time_dim.name} {t}: {times.reasons[t]}"
+        else:
+            inside.append(k)
+    return WindowSplit(inside[:max_partitions], sorted(outside), inside[max_partitions:], deferred, available, reasons)
+
+
 def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str], max_partitions: int,
-                 *, now: dt.datetime | None = None) -> WindowSplit:
+                 *, now: dt.datetime | None = None, instance=None) -> WindowSplit:
     """Sort ``wanted`` partition keys into window / outside / over the cap / deferred (never dropped, never invented).
 
     Args:
@@ -119,14 +175,21 @@ def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str],
         max_partitions: the domain's window cap.
         now: the current time (aware, or naive UTC; default: the clock), to tell a partition still
             in progress from a closed one and when a missing one will exist.
+        instance: the Dagster instance, for dynamic partitions (refused without it).
 
     Returns:
         A :class:`WindowSplit`; every wanted key is in exactly one of its four lists.
     """
     now = now or dt.datetime.now(dt.timezone.utc)
     now = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+    if _dynamic(partitions_def) and instance is None:
+        raise ValueError(f"{type(partitions_def).__name__} has dynamic partitions: pass the Dagster instance that holds "
+                         "them (split_window(..., instance=...))")
+    if isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension:
+        return _split_multi(partitions_def, wanted, max_partitions, now, instance)
     timed = isinstance(partitions_def, dg.TimeWindowPartitionsDefinition)
-    existing = partitions_def.get_partition_keys(current_time=now) if timed else partitions_def.get_partition_keys()
+    existing = (partitions_def.get_partition_keys(current_time=now) if timed
+                else partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     valid = set(existing)
     inside, outside, deferred = [], [], []
     available: dict[str, dt.datetime] = {}

@@ -311,7 +311,23 @@ def table_columns(db: Database, table: str) -> list[tuple[str, str]]:
     out = [(str(n), str(ty).upper()) for n, ty, *_ in rows]
     if db.dialect == "duckdb":  # DuckDB's information_schema calls its 4-byte REAL "FLOAT"
         out = [(n, "REAL" if ty == "FLOAT" else ty) for n, ty in out]
+    if db.dialect == "mysql":
+        out = _mariadb_json(db, t.name, str(rows[0][2]), out)
     return out
+
+
+def _mariadb_json(db: Database, table: str, schema: str, columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """MariaDB keeps a ``JSON`` column as ``LONGTEXT`` with a ``json_valid(col)`` check: such a
+    column is reported as ``JSON`` (so compares treat it as JSON data). MySQL's real JSON type is
+    reported as it is; an engine without the check table is left as it is."""
+    q = ("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = "
+         f"{sql.literal(schema).sql('mysql')} AND TABLE_NAME = {sql.literal(table).sql('mysql')}")
+    try:
+        clauses = [str(r[0]) for r in db.fetch_all(q)]
+    except Exception:  # MySQL's CHECK_CONSTRAINTS has no TABLE_NAME; no JSON alias to find there
+        return columns
+    found = {m.group(1).lower() for c in clauses for m in [re.match(r"^\s*json_valid\(`([^`]+)`\)\s*$", c, re.I)] if m}
+    return [(n, "JSON" if n.lower() in found and ty in ("LONGTEXT", "TEXT") else ty) for n, ty in columns]
 
 
 # How an engine folds a name written without quotes: PostgreSQL (and Redshift) to lower case,

@@ -57,7 +57,7 @@ class SqlAlchemyDatabase:
                 names = list(result.keys())
                 for part in result.partitions(batch_rows):
                     cols = list(zip(*part)) if part else [[] for _ in names]
-                    yield pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)
+                    yield pa.RecordBatch.from_arrays([_arrow(c) for c in cols], names=names)
         except Exception as e:
             raise DatabaseError(f"{self.name}: query failed: {type(e).__name__}: {str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
 
@@ -85,3 +85,17 @@ class SqlAlchemyDatabase:
 
     def dispose(self) -> None:
         self._engine.dispose()
+
+
+def _arrow(values) -> pa.Array:
+    """One fetched column as Arrow. A driver that parses JSON (psycopg's ``json``/``jsonb``) hands
+    back dicts, lists and scalars mixed in one column, which Arrow cannot type: such a column
+    comes back as its JSON text (``json.dumps``), as the engine would print it."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        if not any(isinstance(v, (dict, list)) for v in values):
+            raise
+        import json
+
+        return pa.array([None if v is None else json.dumps(v) for v in values], type=pa.string())

@@ -138,11 +138,13 @@ class OpsgenieResource(_VendorResource):
 
         Raises:
             HttpApiError: 404 (no such alert), 401/403 (the key lacks read access), 429/5xx
-                after retries, or a body without a ``data`` list.
+                after retries, a body without a ``data`` list, a ``paging.next`` that repeats an
+                offset, or ``max_pages`` pages read with more remaining (never a partial list).
         """
         url = f"{_base(self.base_url)}/v2/alerts/{quote(alias, safe='')}/notes"
         params: dict[str, Any] = {"identifierType": "alias", "order": "desc", "direction": "next", "limit": OG_NOTES_PAGE}
         out: list[dict[str, Any]] = []
+        seen_offsets: set[str] = set()
         with self._client() as client:
             for _ in range(max(1, max_pages)):
                 response = self._send(client, "opsgenie", "GET", url, params=params)
@@ -156,7 +158,15 @@ class OpsgenieResource(_VendorResource):
                 offset = (parse_qs(urlsplit(nxt).query).get("offset") or [None])[0] if isinstance(nxt, str) else None
                 if not data or not offset:
                     break
+                if offset in seen_offsets:  # the server sends the same page again: the listing would never end
+                    raise HttpApiError("opsgenie", "GET", httpx.URL(url).path, response.status_code,
+                                       f"paging.next repeats offset {offset}; the notes cannot be listed completely")
+                seen_offsets.add(offset)
                 params = {**params, "offset": offset}
+            else:  # max_pages read and more remain: a partial list would let add_note post a duplicate
+                raise HttpApiError("opsgenie", "GET", httpx.URL(url).path, None,
+                                   f"read {max_pages} pages of notes and more remain; cannot tell whether a note "
+                                   "exists (raise max_pages)")
         return out
 
     def find_note(self, alias: str, ref: str) -> dict[str, Any] | None:

@@ -286,14 +286,16 @@ def load_partition(
             sql.render("SELECT max(:a) FROM :t", source.dialect, a=sql.column(spec.arrival_column), t=sql.table(spec.source_table))
         )[0][0]
     cols = [sql.column(c) for c in spec.columns]
+    aware = _aware_columns(source, spec)
+    part, wmark = _utc_wall(spec.partition_column, aware), _utc_wall(spec.watermark_column, aware)
     query = (
         exp.select(*cols)
         .from_(sql.table(spec.source_table))
-        .where(sql.column(spec.partition_column) >= sql.literal(start))
-        .where(sql.column(spec.partition_column) < sql.literal(end))
+        .where(part >= sql.literal(_naive_utc(start)))
+        .where(part < sql.literal(_naive_utc(end)))
     )
     if low is not None:
-        query = query.where(sql.column(spec.watermark_column) > sql.literal(low))
+        query = query.where(wmark > sql.literal(_naive_utc(low)))
     key = sql.identifier(spec.merge_key).sql("duckdb")
     tgt = target.sql("duckdb")
     rows_read = inserted = 0
@@ -304,6 +306,7 @@ def load_partition(
             con.execute("INSERT INTO dw_stage BY NAME SELECT * FROM dw_batch")
             con.unregister("dw_batch")
             rows_read += batch.num_rows
+        staged = _dedupe_stage(con, spec, key) if rows_read else 0
         if rows_read:
             inserted = con.execute(
                 f"SELECT count(*) FROM dw_stage s WHERE NOT EXISTS (SELECT 1 FROM {tgt} t WHERE t.{key} = s.{key})"
@@ -327,8 +330,64 @@ def load_partition(
         source_snapshot_ts=snapshot,
         rows_read=rows_read,
         rows_inserted=inserted,
-        rows_updated=rows_read - inserted,
+        rows_updated=staged - inserted,
     )
+
+
+def _naive_utc(t: dt.datetime) -> dt.datetime:
+    return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+def _aware_columns(source: Database, spec: IncrementalLoadSpec) -> set[str]:
+    """The source's time-zone-aware columns among the partition and watermark columns (lower case)."""
+    from dw_dagster.databases.catalog import table_columns
+
+    wanted = {spec.partition_column.lower(), spec.watermark_column.lower()}
+    out = set()
+    for name, ty in table_columns(source, spec.source_table):
+        t = (ty or "").upper()
+        if name.lower() in wanted and ("WITH TIME ZONE" in t or t.split("(")[0] in ("TIMESTAMPTZ", "TIMESTAMP_TZ", "TIMESTAMP_LTZ")):
+            out.add(name.lower())
+    return out
+
+
+def _utc_wall(column: str, aware: set[str]) -> exp.Expression:
+    """A source column as its naive UTC wall clock: an aware one converted (``AT TIME ZONE 'UTC'``),
+    so the partition window and the watermark (naive UTC) mean the same instants in any session
+    time zone; a naive one as it is (UTC by contract)."""
+    col = sql.column(column)
+    if column.lower() in aware:
+        return exp.cast(exp.AtTimeZone(this=col, zone=exp.Literal.string("UTC")), exp.DataType.build("TIMESTAMP"))
+    return col
+
+
+def _dedupe_stage(con, spec: IncrementalLoadSpec, key: str) -> int:
+    """Make the staged rows mergeable, before anything is written: a NULL merge key is refused (a
+    merge never matches it, so every reload would add the row again), and a key read more than
+    once (two versions of a row in one window: an update, a change log) keeps its newest version
+    by the watermark column; exact copies are one row. Two different versions with the same
+    watermark are refused (which one is current is not in the data). Returns the rows left.
+
+    Raises:
+        LoadError: NULL merge keys, or a key with two different versions at one watermark (named).
+    """
+    (nulls,), = con.execute(f"SELECT count(*) FROM dw_stage WHERE {key} IS NULL").fetchall()
+    if nulls:
+        raise LoadError(f"{nulls} source row(s) of {spec.source_table} in this partition have a NULL merge key "
+                        f"{spec.merge_key}: a merge cannot match them (each reload would add them again); nothing "
+                        "was written")
+    wm = sql.identifier(spec.watermark_column).sql("duckdb")
+    con.execute("CREATE OR REPLACE TEMP TABLE dw_stage AS SELECT DISTINCT * FROM dw_stage")
+    tied = con.execute(f"SELECT {key}, {wm} FROM dw_stage GROUP BY {key}, {wm} HAVING count(*) > 1 "
+                       f"AND {wm} = (SELECT max({wm}) FROM dw_stage x WHERE x.{key} = dw_stage.{key}) "
+                       f"ORDER BY 1 LIMIT 3").fetchall()
+    if tied:
+        raise LoadError(f"merge key {spec.merge_key} {tied[0][0]!r} has different rows with the same "
+                        f"{spec.watermark_column} {tied[0][1]} in {spec.source_table}: which one is current cannot be "
+                        "told; nothing was written")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE dw_stage AS SELECT * FROM dw_stage "
+                f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {wm} DESC) = 1")
+    return con.execute("SELECT count(*) FROM dw_stage").fetchall()[0][0]
 
 
 @public

@@ -250,7 +250,7 @@ def build_remediation_sensor(
         decisions = led.active_decisions(keys)
         all_stages = led.stages_of_many(keys)
         now = utcnow()
-        plan = _Tick(instance, led, doms, ordered, context, sensor_evaluation(context))
+        plan = _Tick(instance, led, doms, ordered, context, sensor_evaluation(context), pdef)
         plan.earlier = {r.change_set_id: r.version for r in rows if not r.latest and all_stages.get((r.change_set_id, r.version))
                         and r.state != HALTED}
         for row in rows:
@@ -286,8 +286,9 @@ def build_remediation_sensor(
         return dg.SensorResult(run_requests=plan.requests, asset_events=plan.events)
 
     class _Tick:
-        def __init__(self, instance, led: Ledger, doms, ordered, context, evaluation) -> None:
+        def __init__(self, instance, led: Ledger, doms, ordered, context, evaluation, pdef=None) -> None:
             self.instance, self.led, self.doms, self.ordered, self.context = instance, led, doms, ordered, context
+            self.pdef = pdef  # the repaired asset's partitions definition (a multi-partition window is checked)
             self.mode, self.location, self.repository, self.tick_id = evaluation
             self.dry_run = self.mode == DRY_RUN
             self.requests: list[dg.RunRequest] = []
@@ -560,7 +561,7 @@ def build_remediation_sensor(
             if "window" in extra:
                 request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
                                              partition_keys=extra["window"], tags=base,
-                                             ordered_keys=self.ordered)
+                                             ordered_keys=self.ordered, partitions_def=self.pdef)
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))

@@ -25,6 +25,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
     _collisions,
     _counts_and_null_keys,
     _diff_typed,
+    native_hash_parts,
 )
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
@@ -66,6 +67,8 @@ def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], na
     keys = [_key_expr(q(c), c, own, other, case_insensitive) for c in key_columns]
     row = [*keys, *(_utc(q(c), own.get(c)) for c in columns)]
     if native:
+        cols = [p for c in columns for p in native_hash_parts(_utc(q(c), own.get(c)), own.get(c))]
+        row = [*keys, *cols]
         # the bucket takes bits 20 and up of the key's hash: DuckDB's own hash join on the key (the
         # local diff of a pass) picks its slots from the low bits of the same hash, so bucketing by
         # those bits packed a pass's rows (a narrow range of buckets) into 1 % of the slots: a 100k-row
@@ -147,6 +150,7 @@ def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> Non
     for c, n in part.changed_columns.items():
         result.changed_columns[c] = result.changed_columns.get(c, 0) + n
     result.sample += part.sample
+    result.warnings += [w for w in part.warnings if w not in result.warnings]
     if len(result.sample) > 2 * sample_limit:
         result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
 

@@ -11,11 +11,14 @@ from collections.abc import Sequence
 import sqlglot
 
 from dw_dagster.checks.rowdiff.rules import (
+    JSON_TYPES,
+    UNORDERED_TYPES,
     KeyCollision,
     RowDiffEntry,
     RowDiffResult,
     _differs,
     _folds,
+    _is,
     _key_expr,
     _Options,
     _options,
@@ -62,7 +65,7 @@ def _diff_sql(src: str, tgt: str, key_columns: Sequence[str], compare_columns: S
                        for i, c in enumerate(key_columns))
         raw = _raw_key(key_columns, types, other, ci)
         spellings = f", COUNT(DISTINCT {raw}) AS dw_r" if raw else ", 1 AS dw_r"
-        vals = "".join(f", MIN({q(c)}) AS {q(c)}" for c in compare_columns)
+        vals = "".join(f", MIN({_orderable(q(c), types.get(c.lower()))}) AS {q(c)}" for c in compare_columns)
         groups = ", ".join(key_expr(c) for c in key_columns)
         return f"SELECT {keys}{safe}, COUNT(*) AS dw_n{spellings}{vals} FROM {rel} AS x GROUP BY {groups}"
 
@@ -71,11 +74,83 @@ def _diff_sql(src: str, tgt: str, key_columns: Sequence[str], compare_columns: S
                       opts.timestamp_precision, opts.timestamp_rounding) for c in compare_columns]
     sel_keys = ", ".join(f"COALESCE(s.{q(c)}, t.{q(c)}) AS {q(c)}" for c in key_columns)
     sel_flags = "".join(f", {f} AS dw_d{i}" for i, f in enumerate(flags))
+    sel_flags += "".join(f", s.{q(c)} AS dw_js{i}, t.{q(c)} AS dw_jt{i}" for i, c in enumerate(compare_columns)
+                         if _json(c, source_types, target_types))
     where = " OR ".join(["s.dw_n IS NULL", "t.dw_n IS NULL", "s.dw_n > 1", "t.dw_n > 1", *flags])
     order = ", ".join(f"{i + 1} NULLS FIRST" for i in range(len(key_columns)))
     return (f"WITH s AS ({side(src, source_types, target_types)}), t AS ({side(tgt, target_types, source_types)}) "
             f"SELECT {sel_keys}, s.dw_n AS dw_sn, t.dw_n AS dw_tn, s.dw_r AS dw_sr, t.dw_r AS dw_tr{sel_flags} "
             f"FROM s FULL OUTER JOIN t ON {on} WHERE {where} ORDER BY {order}")
+
+
+def _orderable(ref: str, ty: str | None) -> str:
+    """A column as the grouped diff aggregates it: its text form for a type some engine cannot
+    ``MIN()`` (PostgreSQL's jsonb, uuid, boolean, bytea), else as it is."""
+    if _is(("BOOLEAN", "BOOL"), ty):
+        return f"CAST({ref} AS INTEGER)"
+    return f"CAST({ref} AS VARCHAR)" if _is(UNORDERED_TYPES, ty) else ref
+
+
+def _nested(ty: str | None) -> bool:
+    t = (ty or "").upper()
+    return t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION", "LIST"))
+
+
+def native_hash_parts(ref: str, ty: str | None) -> list[str]:
+    """What DuckDB's ``hash()`` is given for one compared column: the value (a nested one as its
+    JSON text: ``hash`` gives a NULL list and ``[]``, a NULL struct and ``{'a': NULL}`` one
+    value) and an is-NULL flag (``hash`` of a NULL equals that of some empty nested values)."""
+    return [f"to_json({ref})" if _nested(ty) else ref, f"({ref} IS NULL)"]
+
+
+def _json(c: str, st: dict[str, str], tt: dict[str, str]) -> bool:
+    return _is(JSON_TYPES, st.get(c.lower())) or _is(JSON_TYPES, tt.get(c.lower()))
+
+
+_NOT_JSON = object()
+
+
+def _parsed(v):
+    """A JSON value as Python data (text parsed, numbers as ``Decimal``; a driver's dict or list as it is)."""
+    if isinstance(v, (bytes, bytearray)):
+        v = v.decode()
+    if not isinstance(v, str):
+        return v
+    import json
+    from decimal import Decimal
+
+    try:
+        return json.loads(v, parse_float=Decimal, parse_int=Decimal)
+    except ValueError:
+        return _NOT_JSON
+
+
+def _canon(v):
+    """JSON data in a form where equal documents are equal Python values: objects by key (order
+    dropped), numbers by value (``1`` = ``1.0``), booleans never equal to numbers."""
+    from decimal import Decimal
+
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return (type(v).__name__, v)
+    if isinstance(v, (int, float, Decimal)):
+        return ("number", Decimal(repr(v)) if isinstance(v, float) else Decimal(v))
+    if isinstance(v, dict):
+        return ("object", frozenset((k, _canon(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return ("array", tuple(_canon(x) for x in v))
+    return ("other", repr(v))
+
+
+def json_equal(a, b) -> bool:
+    """Whether two JSON documents are equal as data: object key order, white space and the
+    spelling of a number (``1`` / ``1.0``) do not matter, array order and value types do (as
+    PostgreSQL's ``jsonb`` equality). Text that is not JSON is compared as text."""
+    if a is None or b is None:
+        return a is None and b is None
+    pa, pb = _parsed(a), _parsed(b)
+    if pa is _NOT_JSON or pb is _NOT_JSON:
+        return a == b
+    return _canon(pa) == _canon(pb)
 
 
 def _counts_and_null_keys(db: Database, rel: str, key_columns: Sequence[str], side: str,
@@ -157,6 +232,8 @@ def _duckdb_single_pass(db, src, tgt, key_columns, compare_columns, st, tt, opts
     report (a 2^-64 collision aside). Valid only when no key is duplicated; returns None (use
     the grouped query) when the counts or the list show a duplicate."""
     q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    if any(_json(c, st, tt) for c in compare_columns):
+        return None  # JSON columns are compared as data, row by row, by the grouped query's reader
 
     def key_expr(alias: str, c: str, types: dict[str, str]) -> str:
         return _key_expr(f"{alias}.{q(c)}", c, types, tt if types is st else st, opts.case_insensitive_keys)
@@ -169,10 +246,11 @@ def _duckdb_single_pass(db, src, tgt, key_columns, compare_columns, st, tt, opts
     fields += ["'sm': s.dw_m", "'tm': t.dw_m"] + [f"'d{i}': {f}" for i, f in enumerate(flags)]
     cond = " OR ".join(["s.dw_m IS NULL", "t.dw_m IS NULL", *flags])
     order = ", ".join(f"COALESCE({key_expr('s', c, st)}, {key_expr('t', c, tt)}) NULLS FIRST" for c in key_columns)
-    row_hash = f"hash({', '.join('x.' + q(c) for c in compare_columns)})" if compare_columns else "0"
 
     def hashed(table: str, types: dict[str, str]) -> str:
         keys = ", ".join(f"{key_expr('x', c, types)} AS dw_k{i}" for i, c in enumerate(key_columns))
+        parts = [p for c in compare_columns for p in native_hash_parts("x." + q(c), types.get(c.lower()))]
+        row_hash = f"hash({', '.join(parts)})" if parts else "0"
         return f"(SELECT {keys}, {row_hash} AS dw_h FROM {table} AS x)"  # dw_h is never NULL: it marks the side
 
     def candidates_of(table: str, types: dict[str, str]) -> str:
@@ -317,11 +395,22 @@ def _diff_typed(db: Database, src: str, tgt: str, key_columns: Sequence[str],
     q = sqlglot.transpile(_diff_sql(src, tgt, key_columns, compare_columns, st, tt, opts), read="duckdb",
                           write=db.dialect)[0]
     result = RowDiffResult(queries=[q])
-    n = len(key_columns)
+    n, m = len(key_columns), len(compare_columns)
+    jsons = [i for i, c in enumerate(compare_columns) if _json(c, st, tt)]
+    formatting = dict.fromkeys(jsons, 0)
     for batch in db.fetch_batches(q):
         for row in zip(*(c.to_pylist() for c in batch.columns)):
-            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2], row[n + 3], row[n + 4 :], compare_columns,
-                   sample_limit)
+            flags = list(row[n + 4 : n + 4 + m])
+            for j, i in enumerate(jsons):  # text differs: equal as JSON data?
+                a, b = row[n + 4 + m + 2 * j], row[n + 4 + m + 2 * j + 1]
+                if flags[i] and row[n] and row[n + 1] and json_equal(a, b):
+                    flags[i] = False
+                    formatting[i] += 1
+            if row[n] == 1 and row[n + 1] == 1 and not any(flags) and (row[n + 2] or 1) <= 1 and (row[n + 3] or 1) <= 1:
+                continue  # only JSON formatting differed
+            _tally(result, list(row[:n]), row[n], row[n + 1], row[n + 2], row[n + 3], flags, compare_columns, sample_limit)
+    result.warnings += [f"column {compare_columns[i]}: {k} row(s) differ only in JSON formatting (object key order, "
+                        "white space); compared as JSON data, equal" for i, k in formatting.items() if k]
     return result, False
 
 

@@ -52,6 +52,24 @@ NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "
                  "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "DECIMAL", "NUMERIC", "NUMBER", "BIGNUMERIC")
 
 
+JSON_TYPES = ("JSON", "JSONB")
+
+
+UUID_TYPES = ("UUID", "UNIQUEIDENTIFIER")
+
+
+# Types some engines cannot MIN() (PostgreSQL: json, jsonb, uuid before 16, boolean, bytea): the
+# grouped diff takes the smallest text form instead (equal values have equal text on one engine).
+UNORDERED_TYPES = ("JSON", "JSONB", "UUID", "BOOLEAN", "BOOL", "BYTEA", "XML", "POINT", "MONEY")
+
+
+TEMPORAL_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMPTZ", "DATETIME", "TIMESTAMP_NS", "TIMESTAMP_MS", "TIMESTAMP_S",
+                  "TIMESTAMP_LTZ", "TIMESTAMP_NTZ", "TIMESTAMP_TZ", "TIME", "TIMETZ")
+
+
+BINARY_TYPES = ("BLOB", "BYTEA", "BINARY", "VARBINARY", "BYTES", "LONGBLOB", "MEDIUMBLOB", "TINYBLOB")
+
+
 # A float difference this large means an infinity or NaN was involved (|a - b| is never finite there).
 _DOUBLE_MAX = "1.7976931348623157e308"
 
@@ -132,10 +150,18 @@ def _key_expr(ref: str, c: str, own: dict[str, str], other: dict[str, str], case
         ty = "VARCHAR"
     if _is(CHAR_TYPES, ty):
         e = f"RTRIM({e})"
+    if _bool_vs_number(ty, ty_o):  # a boolean key against a number: 1 / 0, both as one DECIMAL
+        return f"CAST(CAST({e} AS INTEGER) AS DECIMAL(38, {_scale(ty_o)}))"
+    if _bool_vs_number(ty_o, ty):
+        return f"CAST({e} AS DECIMAL(38, {_scale(ty)}))"
+    if _is(TEXT_TYPES, ty) and _is(UUID_TYPES, ty_o):  # a UUID's text is case-insensitive (RFC 9562)
+        e = f"LOWER({e})"
     if case_insensitive and (ty is None or _is(TEXT_TYPES, ty)):
         e = f"LOWER({e})"
     if _is(NUMERIC_TYPES, ty) and _is(NUMERIC_TYPES, ty_o) and ty != ty_o:
         e = f"CAST({e} AS DECIMAL(38, {max(_scale(ty), _scale(ty_o))}))"
+    if _is(("DATE",), ty) and _is(("TIMESTAMP", "TIMESTAMPTZ", "DATETIME", "TIMESTAMP_NS", "TIMESTAMP_MS", "TIMESTAMP_S"), ty_o):
+        e = f"CAST({e} AS TIMESTAMP)"  # a DATE key against a TIMESTAMP one: midnight, so both match as timestamps
     return _utc(e, ty)
 
 
@@ -148,6 +174,36 @@ def _folds(c: str, own: dict[str, str], case_insensitive: bool) -> bool:
     """Whether the key column's normalization can make two distinct values equal (trim, case)."""
     ty = own.get(c.lower())
     return _is(CHAR_TYPES, ty) or (case_insensitive and (ty is None or _is(TEXT_TYPES, ty)))
+
+
+BOOL_TYPES = ("BOOLEAN", "BOOL")
+
+
+def _bool_vs_number(ty: str | None, ty_o: str | None) -> bool:
+    """A BOOLEAN against a number (MySQL's ``TINYINT(1)``, Oracle's ``NUMBER(1)``): the boolean is
+    compared as 1 / 0."""
+    return _is(BOOL_TYPES, ty) and _is(NUMERIC_TYPES, ty_o)
+
+
+def _family(ty: str | None) -> str | None:
+    for name, kind in (("text", TEXT_TYPES), ("number", NUMERIC_TYPES + FLOAT_TYPES), ("time", TEMPORAL_TYPES),
+                       ("binary", BINARY_TYPES), ("boolean", BOOL_TYPES), ("uuid", UUID_TYPES), ("json", JSON_TYPES)):
+        if _is(kind, ty):
+            return name
+    return None
+
+
+def incomparable(ty: str | None, ty_o: str | None) -> str | None:
+    """Why a column typed ``ty`` on one side cannot be compared with ``ty_o`` on the other (None
+    when it can): text against anything is compared as text, a boolean against a number as 1 / 0;
+    other different families (a number against a time, binary against a number...) have no
+    meaning the diff could pick for the user, so it refuses rather than guess or crash."""
+    fa, fb = _family(ty), _family(ty_o)
+    if fa is None or fb is None or fa == fb or "text" in (fa, fb) or {fa, fb} == {"boolean", "number"}:
+        return None
+    hint = " (an epoch number against a timestamp: convert it in a view, e.g. to_timestamp(n))" \
+        if {fa, fb} == {"number", "time"} else ""
+    return f"a {fa} ({ty}) against a {fb} ({ty_o}){hint}"
 
 
 def _text_vs_other(ty: str | None, ty_o: str | None) -> bool:
@@ -168,9 +224,13 @@ def _value_expr(alias: str, col: str, ty_self: str | None, ty_other: str | None,
                 rounding: str = "floor") -> str:
     ref = f"{alias}.{sql.identifier(col).sql('duckdb')}"
     if _text_vs_other(ty_self, ty_other):
+        if _is(TEXT_TYPES, ty_self) and _is(UUID_TYPES, ty_other):  # a UUID's text is case-insensitive
+            return f"LOWER({ref})"
         return f"CAST({_utc(ref, ty_self)} AS VARCHAR)"
     if _is(CHAR_TYPES, ty_self) or _is(CHAR_TYPES, ty_other):
         return f"RTRIM({ref})"
+    if _bool_vs_number(ty_self, ty_other):
+        return f"CAST({ref} AS INTEGER)"
     ref = _utc(ref, ty_self)
     if timestamp_precision and ty_self and ty_self.startswith("TIMESTAMP"):
         if ty_self == "TIMESTAMP_NS":  # DuckDB rounds nanoseconds to microseconds on the cast DATE_TRUNC makes: floor first
@@ -350,6 +410,12 @@ def _plan(source: Any, target: Any, source_table: str, target_table: str, key_co
             out.append(aliases[names.index(r)])
         return out
 
+    for a, sn_, tn_ in zip(aliases, s_cols, t_cols):
+        why = incomparable(s_ty[sn_], t_ty[tn_])
+        if why:
+            raise DatabaseError(f"column {labels[a]} cannot be compared: {source_table}.{display_name(sn_, source.dialect)} "
+                                f"against {target_table}.{display_name(tn_, target.dialect)} is {why}; compare "
+                                "a converted column (a view), or leave it out of compare_columns")
     st = _trimmed(ColumnTypes({a: s_ty[n] for a, n in zip(aliases, s_cols)}), trim,
                   declared(s_chars, s_cols, source.dialect, source_table))
     tt = _trimmed(ColumnTypes({a: t_ty[n] for a, n in zip(aliases, t_cols)}), trim,

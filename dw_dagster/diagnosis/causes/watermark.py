@@ -70,6 +70,24 @@ class PartitionLoad:
     run_id: str | None = None
 
 
+def _aware(db: Database, table: str, columns: Sequence[str]) -> set[str]:
+    """Which of ``columns`` (lower case) are time-zone aware in ``table``; none when the catalog
+    cannot say (the columns are then compared as they are, as before)."""
+    from dw_dagster.databases.catalog import table_columns
+
+    try:
+        types = {n.lower(): (ty or "").upper() for n, ty in table_columns(db, table)}
+    except Exception:
+        return set()
+    aware = ("TIMESTAMPTZ", "TIMESTAMP_TZ", "TIMESTAMP_LTZ")
+    return {c.lower() for c in columns if "WITH TIME ZONE" in types.get(c.lower(), "")
+            or types.get(c.lower(), "").split("(")[0] in aware}
+
+
+def _utc(ref: str, name: str, aware: set[str]) -> str:
+    return f"CAST({ref} AT TIME ZONE 'UTC' AS TIMESTAMP)" if name.lower() in aware else ref
+
+
 def partition_spans(loads: Sequence[PartitionLoad]) -> list[tuple[str, dt.datetime, dt.datetime]]:
     """``(partition_key, start, end)`` per stretch of the partition column the loads cover (naive UTC).
 
@@ -143,16 +161,23 @@ def diagnose_late_rows(
         [(ld.partition_key, ld.start, ld.end, ld.source_snapshot_ts) for ld in loads],
     ).sql("duckdb")
     wm, arr, pc = _q(watermark_column), _q(arrival_column), _q(partition_column)
+    # aware columns as their UTC wall clock: the windows, snapshot and HWM are naive UTC, and an
+    # aware column compared with them directly is read in the session's time zone
+    s_aw = _aware(source, source_table, (partition_column, watermark_column, arrival_column))
+    t_aw = _aware(target, target_table, (partition_column,))
+    s_pc, s_wm, s_arr = (_utc(f"s.{c}", n, s_aw) for c, n in ((pc, partition_column), (wm, watermark_column),
+                                                                (arr, arrival_column)))
+    x_pc, t_pc = _utc(f"x.{pc}", partition_column, t_aw), _utc(pc, partition_column, t_aw)
     hwm = _lit(high_watermark)
     # the late rows: at or below the HWM, arrived after the load of their partition read the source
-    late_rows_from = (f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON s.{pc} >= l.partition_start AND s.{pc} < l.partition_end "
-                      f"WHERE s.{wm} <= {hwm} AND s.{arr} > l.snapshot_ts")
+    late_rows_from = (f"FROM {_t(source_table)} AS s JOIN {loads_rel} ON {s_pc} >= l.partition_start AND {s_pc} < l.partition_end "
+                      f"WHERE {s_wm} <= {hwm} AND {s_arr} > l.snapshot_ts")
     late_sql = (
         f"SELECT l.partition_key{g_sel}, COUNT(*) AS late_rows, "
-        f"COUNT(CASE WHEN s.{wm} < {hwm} THEN 1 END) AS below_rows, "
-        f"COUNT(CASE WHEN s.{wm} = {hwm} THEN 1 END) AS tied_rows, "
-        f"MIN(s.{arr}) AS first_arrival, MAX(s.{arr}) AS last_arrival, "
-        f"MAX(DATE_DIFF('microsecond', s.{wm}, s.{arr})) AS max_delay_us "
+        f"COUNT(CASE WHEN {s_wm} < {hwm} THEN 1 END) AS below_rows, "
+        f"COUNT(CASE WHEN {s_wm} = {hwm} THEN 1 END) AS tied_rows, "
+        f"MIN({s_arr}) AS first_arrival, MAX({s_arr}) AS last_arrival, "
+        f"MAX(DATE_DIFF('microsecond', {s_wm}, {s_arr})) AS max_delay_us "
         f"{late_rows_from} GROUP BY l.partition_key{g_sel} ORDER BY l.partition_key{g_sel}"
     )
     late_sql = _to(late_sql, source.dialect)
@@ -189,11 +214,11 @@ def diagnose_late_rows(
     parts_rel = sql.values_table("p", ["partition_key", "partition_start", "partition_end"], spans).sql("duckdb")
     gap_tmpl = (
         f"SELECT p.partition_key{''.join(', x.' + c for c in g_cols)}, COUNT(*) AS n FROM {{t}} AS x "
-        f"JOIN {parts_rel} ON x.{pc} >= p.partition_start AND x.{pc} < p.partition_end "
-        f"WHERE x.{pc} >= {_lit(lo)} AND x.{pc} < {_lit(hi)} GROUP BY p.partition_key{''.join(', x.' + c for c in g_cols)}"
+        f"JOIN {parts_rel} ON {{xpc}} >= p.partition_start AND {{xpc}} < p.partition_end "
+        f"WHERE {{xpc}} >= {_lit(lo)} AND {{xpc}} < {_lit(hi)} GROUP BY p.partition_key{''.join(', x.' + c for c in g_cols)}"
     )
-    src_count_sql = _to(gap_tmpl.format(t=_t(source_table)), source.dialect)
-    tgt_count_sql = _to(gap_tmpl.format(t=_t(target_table)), target.dialect)
+    src_count_sql = _to(gap_tmpl.format(t=_t(source_table), xpc=_utc(f"x.{pc}", partition_column, s_aw)), source.dialect)
+    tgt_count_sql = _to(gap_tmpl.format(t=_t(target_table), xpc=x_pc), target.dialect)
 
     def counts(db: Database, q: str) -> dict[tuple, int]:
         return {(str(r[0]), *r[1 : 1 + n_g]): int(r[1 + n_g]) for r in db.fetch_all(q)}
@@ -204,11 +229,11 @@ def diagnose_late_rows(
     late_rel_sql = (
         f"SELECT l.partition_key AS dw_p{''.join(f', s.{c} AS dw_g{i}' for i, c in enumerate(g_cols))}, "
         f"s.{_q(key_column)} AS dw_k0, {', '.join(key_text([key_column], 's'))}, "
-        f"CAST(s.{wm} AS VARCHAR) AS dw_wm, CAST(s.{arr} AS VARCHAR) AS dw_arr, "
-        f"CASE WHEN s.{wm} = {hwm} THEN 'tied' ELSE 'below' END AS dw_class {late_rows_from}"
+        f"CAST({s_wm} AS VARCHAR) AS dw_wm, CAST({s_arr} AS VARCHAR) AS dw_arr, "
+        f"CASE WHEN {s_wm} = {hwm} THEN 'tied' ELSE 'below' END AS dw_class {late_rows_from}"
     )
     tgt_keys_sql = (f"SELECT {', '.join(key_text([key_column]))} FROM {_t(target_table)} "
-                    f"WHERE {pc} >= {_lit(lo)} AND {pc} < {_lit(hi)}")
+                    f"WHERE {t_pc} >= {_lit(lo)} AND {t_pc} < {_lit(hi)}")
     if same_database(source, target):
         run_db, rel_l, rel_t, local = source, f"({late_rel_sql})", f"({tgt_keys_sql})", None
         match_db = source.name

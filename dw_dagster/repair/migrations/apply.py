@@ -48,16 +48,67 @@ def _direction(m: Migration, direction: str) -> tuple[list[str], list[Guard], li
     raise ValueError(f"direction is 'forward' or 'rollback', got {direction!r}")
 
 
+def dependent_views(db: Database, table: str, column: str) -> list[str]:
+    """Views of ``db`` whose definition reads ``column`` of ``table`` (by name, or through ``*``),
+    from ``information_schema.views`` parsed with sqlglot; [] when the engine lists no views."""
+    import sqlglot
+    from sqlglot import exp
+
+    name = table.split(".")[-1].strip('"`').lower()
+    q = ("SELECT table_schema, table_name, view_definition FROM information_schema.views "
+         "WHERE table_schema NOT IN ('information_schema', 'pg_catalog')")
+    try:
+        rows = db.fetch_all(q)
+    except Exception:  # an engine without the view (the migration then runs as before)
+        return []
+    found = []
+    for schema, view, definition in rows:
+        if not definition or name not in definition.lower():
+            continue
+        try:
+            tree = sqlglot.parse_one(definition, read=db.dialect)
+        except Exception:
+            found.append(f"{schema}.{view}")  # unreadable but it names the table: counted, not guessed away
+            continue
+        if not any(t.name.lower() == name for t in tree.find_all(exp.Table)):
+            continue
+        uses = any(c.name.lower() == column.lower() for c in tree.find_all(exp.Column)) or any(True for _ in tree.find_all(exp.Star))
+        if uses:
+            found.append(f"{schema}.{view}")
+    return found
+
+
+def _touched_column(migration: Migration, direction: str) -> str | None:
+    """The column a direction removes, renames or retypes to another family of types (None when
+    it only adds one, or widens a type within its family)."""
+    ch = migration.change
+    kind = getattr(ch, "kind", None)
+    if kind == "retype":  # within one family (a wider integer, a longer text) views read it as before
+        from dw_dagster.repair.migrations.types import type_info
+
+        if type_info(ch.from_type, migration.dialect).family == type_info(ch.to_type, migration.dialect).family:
+            return None
+    if direction == "forward":
+        return ch.column if kind in ("drop", "rename", "retype") else None
+    return {"add": ch.column, "rename": getattr(ch, "new_name", None), "retype": ch.column}.get(kind)
+
+
 @public
-def apply_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward") -> None:
+def apply_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward",
+                    *, allow_breaking_views: bool = False) -> None:
     """Run one direction of ``migration`` on ``db``: its guards, then its statements in order.
+
+    A direction that drops, renames or retypes a column that a view reads is refused, naming the
+    views (a view on the column would stop working, or change meaning, with nothing reporting
+    it), unless ``allow_breaking_views``.
 
     The statements run one by one (each :meth:`~dw_dagster.databases.Database.execute` is its
     own transaction on these databases), so a failure part-way leaves the earlier ones applied;
     the error names the statement. DDL commits implicitly on Snowflake and BigQuery anyway.
 
     Raises:
-        MigrationRefused: a guard found rows that make this direction unsafe; nothing ran.
+        MigrationRefused: a guard found rows that make this direction unsafe, or views read the
+            column; nothing ran.
         MigrationError: ``db.dialect`` is not the migration's dialect.
         dw_dagster.databases.DatabaseError: a statement failed.
     """
@@ -65,6 +116,14 @@ def apply_migration(db: Database, migration: Migration, direction: Literal["forw
         raise MigrationError(f"the migration is for {migration.dialect}, the database is {db.dialect}")
     statements = _direction(migration, direction)[0]
     check_guards(db, migration, direction)
+    column = _touched_column(migration, direction)
+    views = dependent_views(db, migration.change.table, column) if column and not allow_breaking_views else []
+    if views:
+        guard = Guard(description="views that read the column", sql="information_schema.views",
+                      message=f"{{rows}} view(s) read {migration.change.table}.{column}, which this {direction} "
+                              f"changes: {', '.join(views)}; change them with the migration (or pass "
+                              "allow_breaking_views=True)")
+        raise MigrationRefused(guard, len(views))
     for s in statements:
         db.execute(s)
 
