@@ -189,3 +189,12 @@ COMPARED_UP_TO_KEY = "dw/compared_up_to"
 LIGHTUP_METRIC_KEY = "dw/lightup_metric"
 SOURCE_TABLE_KEY = "dw/source_table"
 TARGET_TABLE_KEY = "dw/target_table"
+#: the check that runs the tests a fix added (issue 31), its metadata (the tests and their results),
+#: the step kind that replaces a duplicated load's partitions, and the receipt's entry naming the tests
+NEW_TESTS_CHECK = "dw_new_tests"
+NEW_TESTS_KEY = "dw/new_tests_json"
+NEW_TESTS_RUN_KEY = "dw/new_tests_run"
+CHANGE_SET_VERSION_TAG = "dw/change_set_version"
+DEDUPE_STEP = "dedupe"
+#: a receipt's ``evidence_summary`` entry: the tests the fix added, with their verify-run results
+RECEIPT_NEW_TESTS = "new_tests"

@@ -75,6 +75,10 @@ def receipt_markdown(r: Receipt) -> str:
     if cost:
         lines.append(cost)
     lines += [saving_line(o) for o in r.checks if c.SAVING_MEASURED_KEY in o.metadata]
+    added = r.evidence_summary.get(c.RECEIPT_NEW_TESTS) or []
+    if added:
+        lines.append("- **New tests** (added by the fix, run in the verify stage): " + ", ".join(
+            f"`{t['test']}` {'passed' if t.get('passed') else 'FAILED' if 'passed' in t else 'did not run'}" for t in added))
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
@@ -193,6 +197,10 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                         "rows_not_run": sum(n.rows for n in not_run_notes),
                         "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
     not_run_summary = {**not_run_summary, **not_run_summary_extra, c.REPAIR_COST_KEY: repair_cost(instance, run_ids, cost)}
+    if cs.new_tests:  # the tests the fix added, as the verify run ran them (named even when they did not run)
+        ran_tests = {t["test"]: t for o in verify if o.check_name == c.NEW_TESTS_CHECK
+                     for t in o.metadata.get(c.NEW_TESTS_KEY) or []}
+        not_run_summary[c.RECEIPT_NEW_TESTS] = [ran_tests.get(t, {"test": t}) for t in cs.new_tests]
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first

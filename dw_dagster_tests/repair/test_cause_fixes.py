@@ -1,0 +1,302 @@
+"""Issue 31: every diagnosed cause gets its change set and the test that would have caught it, end to end.
+
+One small real world per test: a source DuckDB, a warehouse DuckDB with ``app.raw_orders`` (the
+upstream asset ``raw_orders``) and ``app.orders`` (the asset ``orders`` that reads it), daily
+partitions, a git pipeline repository the owner merges into, the reconciliation check that
+detects the incident, the real cause functions, the proposals of :mod:`dw_dagster.diagnosis.fixes`,
+the diagnosis job, the remediation sensor (ticked by the LocalSensorDaemon) and the receipt job on
+a temporary Dagster instance. Each test walks incident → diagnosis → change set with its new test
+→ approval → merge → repair → verify (the new test runs and passes) → receipt naming the test.
+
+Failures from the field, one per kind:
+
+- upstream failed, downstream read an empty partition: https://github.com/dagster-io/dagster/issues/18427
+  (downstream assets materialized although the upstream partition failed);
+- duplicated load: https://github.com/dbt-labs/dbt-core/issues/2642 (incremental ``merge`` leaves
+  duplicate rows when a batch holds the key twice) and https://github.com/airbytehq/airbyte/issues/19815
+  (append sync duplicates rows after a retry);
+- schema change, a column relaxed upstream that the target still requires:
+  https://github.com/dbt-labs/dbt-core/issues/7417 (model contracts and upstream schema changes).
+"""
+
+import datetime as dt
+import subprocess
+import textwrap
+
+import dagster as dg
+import pytest
+
+from dw_dagster.approval.job import approve_in_process
+from dw_dagster.checks import build_reconciliation_checks
+from dw_dagster.core import keys as c
+from dw_dagster.core import records
+from dw_dagster.core.domains import load_domains
+from dw_dagster.core.models import BlastRadius, Diagnosis, utcnow
+from dw_dagster.databases import DatabaseResource, DuckDBDatabase
+from dw_dagster.detection.incidents import build_check_incident_sensor
+from dw_dagster.diagnosis.causes.duplicates import diagnose_duplicates
+from dw_dagster.diagnosis.causes.schema_change import diagnose_schema_change, schema_metadata, take_schema_snapshot
+from dw_dagster.diagnosis.causes.upstream import diagnose_upstream
+from dw_dagster.diagnosis.combine import combine_findings
+from dw_dagster.diagnosis.fixes import FixContext, propose_duplicate_fix, propose_schema_fix, propose_upstream_fix
+from dw_dagster.diagnosis.job import build_diagnosis_job
+from dw_dagster.proposals.watermark import ProposalError, apply_change_set
+from dw_dagster.receipts.job import build_receipt_job, receipt_markdown
+from dw_dagster.repair.dedupe import DEDUPE, run_dedupe_step
+from dw_dagster.repair.new_tests import build_new_tests_check
+from dw_dagster.repair.sensor import build_remediation_sensor
+from dw_dagster.repair.steps import build_step_jobs
+from dw_dagster.repair.undo import build_undo_jobs
+from dw_dagster.testing.local_daemon import LocalSensorDaemon
+
+OWNER = "dana.ortiz@grocer.example"
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-06")
+DAYS = DAILY.get_partition_keys()
+RAW, ORDERS = dg.AssetKey("raw_orders"), dg.AssetKey("orders")
+STATE = {"fail_raw": set(), "append": False}
+
+
+def _cond(pk: str) -> str:
+    a = dt.date.fromisoformat(pk)
+    return f"ts >= TIMESTAMP '{a} 00:00:00' AND ts < TIMESTAMP '{a + dt.timedelta(days=1)} 00:00:00'"
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    STATE.update(fail_raw=set(), append=False)
+    domains = tmp_path / "domains.yaml"
+    domains.write_text(textwrap.dedent(f"""\
+        domains:
+          - name: orders
+            assets: [[orders], [raw_orders]]
+            approvers: [{OWNER}]
+            autonomy: L2
+            identity: unverified
+            max_window_partitions: 5
+        """))
+    monkeypatch.setenv("DW_DOMAINS_FILE", str(domains))
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "README").write_text("singular tests\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "--allow-empty", "-m", "init"],
+                   cwd=repo, check=True)
+    src, wh = DuckDBDatabase(tmp_path / "src.duckdb"), DuckDBDatabase(tmp_path / "wh.duckdb")
+    src.execute("CREATE SCHEMA app; CREATE TABLE app.src_orders (id INT, ts TIMESTAMP, amount DECIMAL(18,2), note VARCHAR)")
+    src.execute("INSERT INTO app.src_orders SELECT i, TIMESTAMP '2024-03-01 06:00:00' + INTERVAL ((i - 1) // 4) DAY "
+                "+ INTERVAL (i % 4) HOUR, 2.50, 'n' || i FROM range(1, 21) t(i)")  # 4 rows a day, 03-01..03-05
+    wh.execute("CREATE SCHEMA app; CREATE TABLE app.raw_orders (id INT, ts TIMESTAMP, amount DECIMAL(18,2), note VARCHAR);"
+               "CREATE TABLE app.orders (id INT NOT NULL, ts TIMESTAMP, amount DECIMAL(18,2), note VARCHAR NOT NULL)")
+
+    @dg.asset(key=RAW, partitions_def=DAILY, backfill_policy=dg.BackfillPolicy.single_run())
+    def raw_orders(context: dg.AssetExecutionContext, warehouse: DatabaseResource) -> None:
+        for pk in context.partition_keys:
+            if pk in STATE["fail_raw"]:
+                raise RuntimeError(f"source unreachable for {pk}")
+            warehouse.get_database().execute(
+                f"DELETE FROM app.raw_orders WHERE {_cond(pk)}; ATTACH '{src.path}' AS s (READ_ONLY); "
+                f"INSERT INTO app.raw_orders SELECT * FROM s.app.src_orders WHERE {_cond(pk)}; DETACH s")
+
+    @dg.asset(key=ORDERS, partitions_def=DAILY, deps=[raw_orders], backfill_policy=dg.BackfillPolicy.single_run())
+    def orders(context: dg.AssetExecutionContext, warehouse: DatabaseResource) -> None:
+        for pk in context.partition_keys:  # append-only when STATE["append"], else replace the partition
+            delete = "" if STATE["append"] else f"DELETE FROM app.orders WHERE {_cond(pk)}; "
+            warehouse.get_database().execute(f"{delete}INSERT INTO app.orders SELECT * FROM app.raw_orders WHERE {_cond(pk)}")
+
+    recon = build_reconciliation_checks(asset=ORDERS, source_asset="src_orders", source_table="app.src_orders",
+                                        target_table="app.orders", key_columns=["id"], slice_by=[], source_resource_key="source",
+                                        target_resource_key="warehouse", name="compare", partition_column="ts",
+                                        partitions_def=DAILY)
+    new_tests = build_new_tests_check(ORDERS, resource_key="warehouse", pipeline_root=repo, tests_dir="tests")
+    compare = dg.AssetCheckKey(ORDERS, "compare")
+    detect_job = dg.define_asset_job("detect_orders", selection=dg.AssetSelection.checks(compare))
+    verify_job = dg.define_asset_job("verify_orders", selection=dg.AssetSelection.checks(
+        compare, dg.AssetCheckKey(ORDERS, c.NEW_TESTS_CHECK)))
+    window_job = dg.define_asset_job("rerun_window", selection=dg.AssetSelection.assets(RAW, ORDERS), partitions_def=DAILY)
+    load_job = dg.define_asset_job("load", selection=dg.AssetSelection.assets(RAW, ORDERS), partitions_def=DAILY)
+    steps = build_step_jobs({DEDUPE: run_dedupe_step}, resource_keys=["warehouse"])
+    undo_jobs = build_undo_jobs(["warehouse"])
+    proposals = {}
+
+    def diagnoser(context, incident):
+        """The real causes, combined; the change set of the one to act on (as IncrementalLoadDiagnoser does)."""
+        graph = proposals["defs"].resolve_asset_graph()
+        gap_days = [pk for pk in DAYS if wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(pk)}")[0][0]
+                    != src.fetch_all(f"SELECT count(*) FROM app.src_orders WHERE {_cond(pk)}")[0][0]]
+        found = [diagnose_duplicates(wh, target_table="app.orders", key_columns=["id"], partition_column="ts",
+                                     gap_rows=incident.gap_rows),
+                 diagnose_upstream(context.instance, graph, ORDERS, gap_rows=incident.gap_rows, partitions=gap_days),
+                 diagnose_schema_change(context.instance, [ORDERS, RAW], gap_rows=incident.gap_rows)]
+        combined = combine_findings(incident.gap_rows, [f for f in found if f.details.get("tested", True)])
+        diag = Diagnosis(id="dg-" + incident.id, incident_id=incident.id, asset_key=incident.asset_key, created_at=utcnow(),
+                         causes=combined.findings, blast_radius=BlastRadius(root="orders"), gap_rows=incident.gap_rows,
+                         unexplained_rows=combined.unexplained_rows)
+        counting = [f for f in combined.findings if f.explained_rows > 0]
+        act = counting[0] if counting else max((f for f in combined.findings if f.kind != "unexplained"),
+                                                key=lambda f: f.confidence)
+        ctx = FixContext(incident=incident, diagnosis=diag, domain=load_domains(domains).get("orders"), pipeline_root=repo,
+                         target_table="app.orders", merge_key=["id"], partition_column="ts", resource_key="warehouse",
+                         database=wh, partitions_def=DAILY, verify_checks=[["orders", "compare"]], tests_dir="tests")
+        if act.kind == "duplicate_load":
+            cs = propose_duplicate_fix(ctx, act)
+        elif act.kind == "schema_change":
+            cs = propose_schema_fix(ctx, act, rerun_window=gap_days)
+        else:
+            cs = propose_upstream_fix(ctx, act, instance=context.instance, graph=graph,
+                                      upstream_tables={"raw_orders": "app.raw_orders"}, stale_window=gap_days)
+        proposals["finding"] = act
+        return diag, cs
+
+    diag = build_diagnosis_job(diagnoser=diagnoser)
+    defs = dg.Definitions(
+        assets=[raw_orders, orders, dg.AssetSpec("src_orders")], asset_checks=[recon, new_tests],
+        jobs=[detect_job, verify_job, window_job, load_job, diag, build_receipt_job(), *steps.values(), *undo_jobs],
+        sensors=[build_check_incident_sensor(check_keys=[compare], diagnosis_job_name=diag.name),
+                 build_remediation_sensor(partitions_def=DAILY, window_job=window_job, verify_job=verify_job,
+                                          receipt_job=build_receipt_job(), step_jobs=steps, undo_jobs=undo_jobs,
+                                          pipeline_root=repo)],
+        resources={"source": DatabaseResource(url=f"duckdb:///{src.path}"),
+                   "warehouse": DatabaseResource(url=f"duckdb:///{wh.path}")},
+        executor=dg.in_process_executor,
+    )
+    proposals["defs"] = defs
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        yield defs, instance, wh, repo, proposals
+
+
+def _load(defs, instance, partitions, assets=(RAW, ORDERS), ok=True):
+    job = defs.resolve_job_def("load")
+    for pk in partitions:
+        res = job.execute_in_process(instance=instance, partition_key=pk, asset_selection=list(assets), raise_on_error=False)
+        assert res.success is ok, pk
+
+
+def _incident_to_receipt(defs, instance, repo):
+    """Detect, diagnose, approve, merge, repair: (the change set, the stages run, the receipt on orders)."""
+    first = defs.resolve_job_def("detect_orders").execute_in_process(instance=instance, raise_on_error=False)
+    (ev,) = first.get_asset_check_evaluations()
+    assert not ev.passed
+    daemon = LocalSensorDaemon(defs, instance, log_level="WARNING")
+    assert len(daemon.tick("dw_check_incident_sensor").run_ids) == 1
+    (cs,) = records.change_sets(instance)
+    assert cs.new_tests and cs.diff.count("new file mode") == len(cs.new_tests)
+    assert [*cs.target_asset, c.NEW_TESTS_CHECK] in cs.verify_checks
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
+    tick = daemon.tick("dw_remediation_sensor")
+    assert not tick.run_ids  # the new test is part of the diff: nothing changes data before the owner merges it
+    apply_change_set(cs, repo, OWNER)
+    stages = []
+    for _ in range(12):
+        tick = daemon.tick("dw_remediation_sensor")
+        assert not tick.failed_run_ids, stages
+        if not tick.run_ids:
+            break
+        stages.append(instance.get_run_by_id(tick.run_ids[0]).tags[c.STAGE_TAG])
+    (r,) = records.receipts(instance, ORDERS)
+    return cs, stages, r
+
+
+def _assert_receipt_names_the_test(cs, r):
+    assert r.verified and r.outcome == "applied", receipt_markdown(r)
+    named = r.evidence_summary[c.RECEIPT_NEW_TESTS]
+    assert [t["test"] for t in named] == cs.new_tests and all(t["passed"] for t in named)
+    md = receipt_markdown(r)
+    assert all(f"`{t}` passed" in md for t in cs.new_tests)
+    (check,) = [o for o in r.checks if o.check_name == c.NEW_TESTS_CHECK]
+    assert check.passed
+
+
+def test_upstream_failed_reruns_the_upstream_then_its_readers(world):
+    defs, instance, wh, repo, proposals = world
+    _load(defs, instance, DAYS[:3])
+    STATE["fail_raw"] = {DAYS[3]}
+    _load(defs, instance, [DAYS[3]], assets=(RAW,), ok=False)  # the upstream failed ...
+    _load(defs, instance, [DAYS[3]], assets=(ORDERS,))  # ... and orders read the empty partition anyway
+    _load(defs, instance, [DAYS[4]])
+    STATE["fail_raw"] = set()
+    cs, stages, r = _incident_to_receipt(defs, instance, repo)
+    assert proposals["finding"].kind == "upstream_not_refreshed_or_failed"
+    assert cs.window == [DAYS[3]] and cs.asset_levels == [[["raw_orders"]], [["orders"]]]
+    assert cs.new_tests == ["tests/dw_upstream_landed__app__orders.sql"]
+    assert stages == ["snapshot", "window-1", "window-1-level2", "verify", "receipt"]
+    runs = {s: instance.get_run_by_id(r.run_ids[s]) for s in ("window-1", "window-1-level2")}
+    assert [sorted(k.to_user_string() for k in run.asset_selection) for run in runs.values()] == [["raw_orders"], ["orders"]]
+    assert wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(DAYS[3])}")[0][0] == 4
+    _assert_receipt_names_the_test(cs, r)
+
+
+def test_duplicated_load_replaces_the_partitions_guarded_by_the_distinct_keys(world):
+    defs, instance, wh, repo, proposals = world
+    _load(defs, instance, DAYS)
+    STATE["append"] = True
+    _load(defs, instance, [DAYS[2]], assets=(ORDERS,))  # an append-only retry: the partition twice
+    STATE["append"] = False
+    assert wh.fetch_all("SELECT count(*) FROM app.orders")[0][0] == 24
+    cs, stages, r = _incident_to_receipt(defs, instance, repo)
+    assert proposals["finding"].kind == "duplicate_load" and cs.hold_only and cs.window == [DAYS[2]]
+    assert cs.new_tests == ["tests/dw_unique_merge_key__app__orders.sql"]
+    assert stages == ["snapshot", "dedupe-1", "verify", "receipt"]  # held and kept, not rerun (it would append again)
+    result = next(s.result for n, s in __import__("dw_dagster.core.ledger", fromlist=["x"]).ledger_for(instance)
+                  .stages(cs.id, cs.version).items() if n == "dedupe-1")
+    assert (result["rows_before"], result["distinct_keys_before"], result["rows_after"]) == (8, 4, 4)
+    assert wh.fetch_all("SELECT count(*), count(DISTINCT id) FROM app.orders")[0] == (20, 20)
+    assert wh.fetch_all("SELECT count(*) FROM dw_undo." + cs.undo_plan.table.replace(".", "__") + "__"
+                        + cs.id.replace("-", "_") + "_" + cs.version[:12])[0][0] == 8  # the undo copy, as before
+    _assert_receipt_names_the_test(cs, r)
+
+
+def test_duplicates_whose_copies_differ_are_refused_with_what_to_do(world):
+    defs, instance, wh, repo, proposals = world
+    from dw_dagster.repair.dedupe import dedupe_step
+    from dw_dagster.repair.steps import StepRefused
+
+    _load(defs, instance, DAYS)
+    wh.execute(f"INSERT INTO app.orders SELECT id, ts, amount + 1, note FROM app.orders WHERE {_cond(DAYS[1])}")
+    step = dedupe_step(table="app.orders", key_columns=["id"], partition_column="ts", window=[DAYS[1]],
+                       resource_key="warehouse", dialect="duckdb")
+    cs = type("CS", (), {"id": "cs-x"})()
+    with pytest.raises(StepRefused, match="4 key.*differ in other columns.*a person must decide"):
+        run_dedupe_step(dg.build_op_context(), cs, step, wh)
+    assert wh.fetch_all("SELECT count(*) FROM app.orders")[0][0] == 24  # nothing changed
+
+
+def test_schema_change_migrates_with_a_rollback_then_reloads(world):
+    defs, instance, wh, repo, proposals = world
+    snap = lambda: instance.report_runless_asset_event(  # noqa: E731
+        dg.AssetObservation(RAW, metadata=schema_metadata(take_schema_snapshot(wh, "app.raw_orders"))))
+    wh.execute("ALTER TABLE app.raw_orders ALTER COLUMN note SET NOT NULL")
+    snap()
+    _load(defs, instance, DAYS[:4])
+    wh.execute("ALTER TABLE app.raw_orders ALTER COLUMN note DROP NOT NULL")  # the source relaxed it ...
+    snap()
+    src = DuckDBDatabase(repo.parent / "src.duckdb")
+    src.execute(f"UPDATE app.src_orders SET note = NULL WHERE {_cond(DAYS[4])}")  # ... and sends NULLs
+    _load(defs, instance, [DAYS[4]], assets=(RAW,))
+    _load(defs, instance, [DAYS[4]], assets=(ORDERS,), ok=False)  # orders still requires note: the load fails
+    cs, stages, r = _incident_to_receipt(defs, instance, repo)
+    assert proposals["finding"].kind == "schema_change"
+    assert cs.steps_first and cs.window == [DAYS[4]] and [s.kind for s in cs.steps] == ["migration"]
+    assert cs.steps[0].rollback_sql and "NOT NULL" in " ".join(cs.steps[0].rollback_sql).upper()
+    assert cs.new_tests == ["tests/dw_schema_contract__app__orders.sql"]
+    assert stages == ["migration-1", "window-1", "verify", "receipt"]
+    assert wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(DAYS[4])}")[0][0] == 4
+    _assert_receipt_names_the_test(cs, r)
+
+
+def test_a_rename_upstream_is_refused_with_what_a_person_must_do(world):
+    defs, instance, wh, repo, proposals = world
+    from dw_dagster.core.models import CauseFinding, Incident
+
+    finding = CauseFinding(kind="schema_change", summary="renamed", confidence=0.5, explained_rows=0, unexplained_rows=4,
+                           details={"changes": [{"table": "app.raw_orders", "changes": [
+                               {"kind": "renamed", "column": "note", "new_column": "remark"}]}]})
+    inc = Incident(id="inc-r", asset_key=["orders"], source="manual", detected_at=utcnow(), summary="x", gap_rows=4)
+    diag = Diagnosis(id="dg-r", incident_id="inc-r", asset_key=["orders"], created_at=utcnow(), causes=[finding],
+                     blast_radius=BlastRadius(root="orders"), gap_rows=4, unexplained_rows=4)
+    ctx = FixContext(incident=inc, diagnosis=diag, domain=load_domains(repo.parent / "domains.yaml").get("orders"),
+                     pipeline_root=repo, target_table="app.orders", merge_key=["id"], partition_column="ts",
+                     resource_key="warehouse", database=wh, partitions_def=DAILY)
+    with pytest.raises(ProposalError, match="note renamed to remark upstream: a person must decide"):
+        propose_schema_fix(ctx, finding)
