@@ -162,7 +162,7 @@ def world(tmp_path, monkeypatch):
     proposals["defs"] = defs
     home = tmp_path / "dagster_home"
     home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         yield defs, instance, wh, repo, proposals
 
 
