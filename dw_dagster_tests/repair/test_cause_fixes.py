@@ -10,18 +10,22 @@ a temporary Dagster instance. Each test walks incident → diagnosis → change 
 
 Failures from the field, one per kind:
 
-- upstream failed, downstream read an empty partition: https://github.com/dagster-io/dagster/issues/18427
-  (downstream assets materialized although the upstream partition failed);
-- duplicated load: https://github.com/dbt-labs/dbt-core/issues/2642 (incremental ``merge`` leaves
-  duplicate rows when a batch holds the key twice) and https://github.com/airbytehq/airbyte/issues/19815
-  (append sync duplicates rows after a retry);
-- schema change, a column relaxed upstream that the target still requires:
-  https://github.com/dbt-labs/dbt-core/issues/7417 (model contracts and upstream schema changes).
+- upstream failed, its reader ran on the missing partition anyway:
+  https://github.com/dagster-io/dagster/issues/18441 (no "upstream materializations are missing"
+  warning when the upstream partition failed);
+- upstream stale, its reader ran on old data: https://github.com/dagster-io/dagster/issues/14385
+  (partitioned assets not marked stale when the upstream has new data);
+- duplicated load: https://github.com/airbytehq/airbyte/issues/12336 (each failed-sync retry
+  appends the records again) and https://github.com/dbt-labs/dbt-core/issues/10432 (duplicate rows
+  on the merge key of an incremental model);
+- schema change the target does not take: https://github.com/dbt-labs/dbt-core/issues/10430 (a
+  contracted incremental model fails on an upstream column's changed type).
 """
 
 import datetime as dt
 import subprocess
 import textwrap
+import time
 
 import dagster as dg
 import pytest
@@ -125,7 +129,8 @@ def world(tmp_path, monkeypatch):
                     != src.fetch_all(f"SELECT count(*) FROM app.src_orders WHERE {_cond(pk)}")[0][0]]
         found = [diagnose_duplicates(wh, target_table="app.orders", key_columns=["id"], partition_column="ts",
                                      gap_rows=incident.gap_rows),
-                 diagnose_upstream(context.instance, graph, ORDERS, gap_rows=incident.gap_rows, partitions=gap_days),
+                 diagnose_upstream(context.instance, graph, ORDERS, gap_rows=incident.gap_rows, partitions=gap_days,
+                                   max_age=proposals.get("max_age")),
                  diagnose_schema_change(context.instance, [ORDERS, RAW], gap_rows=incident.gap_rows)]
         combined = combine_findings(incident.gap_rows, [f for f in found if f.details.get("tested", True)])
         diag = Diagnosis(id="dg-" + incident.id, incident_id=incident.id, asset_key=incident.asset_key, created_at=utcnow(),
@@ -224,6 +229,24 @@ def test_upstream_failed_reruns_the_upstream_then_its_readers(world):
     runs = {s: instance.get_run_by_id(r.run_ids[s]) for s in ("window-1", "window-1-level2")}
     assert [sorted(k.to_user_string() for k in run.asset_selection) for run in runs.values()] == [["raw_orders"], ["orders"]]
     assert wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(DAYS[3])}")[0][0] == 4
+    _assert_receipt_names_the_test(cs, r)
+
+
+def test_upstream_stale_reruns_the_upstream_then_its_readers(world):
+    defs, instance, wh, repo, proposals = world
+    _load(defs, instance, DAYS)
+    DuckDBDatabase(repo.parent / "src.duckdb").execute(  # a row lands at the source; raw_orders is not refreshed
+        "INSERT INTO app.src_orders VALUES (21, TIMESTAMP '2024-03-05 23:00:00', 2.50, 'late')")
+    time.sleep(1.2)
+    _load(defs, instance, [DAYS[4]], assets=(ORDERS,))  # orders reruns on the stale upstream
+    proposals["max_age"] = dt.timedelta(seconds=1)
+    cs, stages, r = _incident_to_receipt(defs, instance, repo)
+    finding = proposals["finding"]
+    assert finding.kind == "upstream_not_refreshed_or_failed"
+    assert finding.details["upstream"][0]["signals"] == ["stale"] and finding.window == []
+    assert cs.window == [DAYS[4]] and "(stale)" in cs.summary  # the incident's window: stale reads no partition
+    assert stages == ["snapshot", "window-1", "window-1-level2", "verify", "receipt"]
+    assert wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(DAYS[4])}")[0][0] == 5
     _assert_receipt_names_the_test(cs, r)
 
 
