@@ -323,3 +323,26 @@ def test_a_rename_upstream_is_refused_with_what_a_person_must_do(world):
                      resource_key="warehouse", database=wh, partitions_def=DAILY)
     with pytest.raises(ProposalError, match="note renamed to remark upstream: a person must decide"):
         propose_schema_fix(ctx, finding)
+
+
+def test_the_causes_guide_snippets_run(tmp_path):
+    """docs/snippets/causes/fixes_definitions.py wires the check and the step jobs into valid
+    Definitions; docs/snippets/causes/dw_unique_merge_key__app__orders.sql is what the fix writes,
+    and it finds the duplicated key in a real table."""
+    from pathlib import Path
+
+    from dw_dagster.proposals.regression_tests import duplicate_keys_test, runnable_sql
+
+    snippets = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "causes"
+    scope: dict = {}
+    exec(compile((snippets / "fixes_definitions.py").read_text(), "causes/fixes_definitions.py", "exec"), scope)  # noqa: S102
+    defs = dg.Definitions(assets=[dg.AssetSpec("orders")], asset_checks=[scope["new_tests"]],
+                          jobs=[scope["verify"], *scope["step_jobs"].values()],
+                          resources={"warehouse": DatabaseResource(url=f"duckdb:///{tmp_path / 'w.duckdb'}")})
+    dg.Definitions.validate_loadable(defs)
+    assert {"migration", "migration_rollback", DEDUPE} <= set(scope["step_jobs"])
+    sql_text = (snippets / "dw_unique_merge_key__app__orders.sql").read_text()
+    assert sql_text == duplicate_keys_test("app.orders", ["id"], "duckdb", tests_dir="dbt_project/tests").file_text("cs-3f9a1c0d2e")
+    db = DuckDBDatabase(tmp_path / "t.duckdb")
+    db.execute("CREATE SCHEMA app; CREATE TABLE app.orders (id INT); INSERT INTO app.orders VALUES (1), (2), (2)")
+    assert db.fetch_all(runnable_sql(sql_text)) == [(2, 2)]
