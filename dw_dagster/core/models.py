@@ -138,6 +138,9 @@ class ExposureRef(_Record):
     owner_name: str | None = None
     owner_email: str | None = None
     depth: int
+    needed_by: str | None = Field(default=None, description="meta.dw.needed_by: when the dashboard is needed "
+                                  "('HH:MM Zone' daily, or a cron with its zone)")
+    bi: dict[str, Any] | None = Field(default=None, description="meta.dw.bi: the BI object (tool, workbook or dashboard)")
 
 
 class ImpactedNode(_Record):

@@ -95,7 +95,9 @@ def diagnosis_markdown(d: Diagnosis) -> str:
     br = d.blast_radius
     lines += ["", "**Blast radius**", f"- models: {', '.join(m.name for m in br.models) or 'none'}",
               f"- tests: {len(br.tests)}",
-              "- exposures: " + (", ".join(f"{e.label or e.name} ({e.type}, owner {e.owner_name} <{e.owner_email}>)" for e in br.exposures) or "none"),
+              "- exposures: " + (", ".join(f"{e.label or e.name} ({e.type}, owner {e.owner_name} <{e.owner_email}>"
+                                           + (f", needed by {e.needed_by}" if e.needed_by else "") + ")"
+                                           for e in br.exposures) or "none"),
               f"- owners: {', '.join(br.owners) or 'none'}"]
     return "\n".join(lines)
 
