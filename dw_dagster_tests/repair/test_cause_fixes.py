@@ -346,3 +346,42 @@ def test_the_causes_guide_snippets_run(tmp_path):
     db = DuckDBDatabase(tmp_path / "t.duckdb")
     db.execute("CREATE SCHEMA app; CREATE TABLE app.orders (id INT); INSERT INTO app.orders VALUES (1), (2), (2)")
     assert db.fetch_all(runnable_sql(sql_text)) == [(2, 2)]
+
+
+def test_the_dedupe_step_and_the_new_tests_on_postgresql(postgres, tmp_path):
+    """The same step, guard and tests on PostgreSQL (another engine, a composite merge key, a
+    timestamptz partition column): duplicates replaced in one transaction, the uniqueness and
+    contract tests fail before and pass after; a NOT NULL drift test catches a NULL."""
+    import uuid
+
+    from dw_dagster.proposals.regression_tests import duplicate_keys_test, not_null_test, schema_contract_test
+    from dw_dagster.repair.dedupe import dedupe_step
+    from dw_dagster.repair.new_tests import run_test_file
+
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    table = f"{schema}.lines"
+    postgres.execute(f"CREATE SCHEMA {schema}")
+    try:
+        postgres.execute(f"CREATE TABLE {table} (store_id INT NOT NULL, line_no INT NOT NULL, sold_at TIMESTAMPTZ, "
+                         "amount NUMERIC(18,2))")
+        postgres.execute(f"INSERT INTO {table} SELECT s, l, TIMESTAMPTZ '2024-03-02 10:00:00+00', 1.25 "
+                         "FROM generate_series(1, 3) s, generate_series(1, 4) l")
+        postgres.execute(f"INSERT INTO {table} SELECT * FROM {table} WHERE store_id = 2")  # the load appended twice
+        repo = tmp_path / "repo"
+        tests = [duplicate_keys_test(table, ["store_id", "line_no"], "postgres", tests_dir="t"),
+                 schema_contract_test(table, [("store_id", False), ("amount", True)], "postgres", tests_dir="t"),
+                 not_null_test(table, ["amount"], "postgres", tests_dir="t")]
+        for t in tests:
+            (repo / t.path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / t.path).write_text(t.file_text("cs-pg"))
+        before = [run_test_file(postgres, repo, t.path) for t in tests]
+        assert [(r["passed"], r.get("failing_rows")) for r in before] == [(False, 4), (True, 0), (True, 0)]
+        step = dedupe_step(table=table, key_columns=["store_id", "line_no"], partition_column="sold_at",
+                           window=["2024-03-02"], resource_key="warehouse", dialect="postgres")
+        result = run_dedupe_step(dg.build_op_context(), type("CS", (), {"id": "cs-pg"})(), step, postgres)
+        assert (result["rows_before"], result["distinct_keys_before"], result["rows_after"]) == (16, 12, 12)
+        assert all(r["passed"] for r in (run_test_file(postgres, repo, t.path) for t in tests))
+        postgres.execute(f"UPDATE {table} SET amount = NULL WHERE store_id = 3 AND line_no = 1")
+        assert run_test_file(postgres, repo, tests[2].path) == {"test": tests[2].path, "passed": False, "failing_rows": 1}
+    finally:
+        postgres.execute(f"DROP SCHEMA {schema} CASCADE")
