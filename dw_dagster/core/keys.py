@@ -198,3 +198,4 @@ CHANGE_SET_VERSION_TAG = "dw/change_set_version"
 DEDUPE_STEP = "dedupe"
 #: a receipt's ``evidence_summary`` entry: the tests the fix added, with their verify-run results
 RECEIPT_NEW_TESTS = "new_tests"
+DBT_BUILD_STEP = "dbt_build"

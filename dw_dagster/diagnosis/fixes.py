@@ -237,33 +237,42 @@ def propose_duplicate_fix(ctx: FixContext, finding: CauseFinding) -> ChangeSet:
 
 def _migration_changes(ctx: FixContext, finding: CauseFinding) -> list:
     """The column changes that let the target take its changed upstream (or undo a tightening of its own)."""
-    from dw_dagster.repair.migrations.models import AddColumn, RetypeColumn, SetNullability
-
-    current = {col.name.lower(): col for col in read_table_schema(ctx.database, ctx.target_table).columns}
     out, refused = [], []
     for entry in finding.details.get("changes", []):
-        own = entry["table"].lower() == ctx.target_table.lower()
-        for ch in entry["changes"]:
-            kind, col = ch["kind"], ch["column"]
-            mine = current.get(col.lower())
-            if own and kind == "nullability_tightened":
-                out.append(SetNullability(table=ctx.target_table, column=col, nullable=True))
-            elif own:
-                refused.append(f"{col} {kind} on {ctx.target_table} itself")
-            elif kind == "added" and mine is None:
-                out.append(AddColumn(table=ctx.target_table, column=col, type=ch["after"]["data_type"]))
-            elif kind in ("nullability_relaxed", "dropped") and mine is not None and mine.nullable is False:
-                out.append(SetNullability(table=ctx.target_table, column=mine.name, nullable=True))
-            elif kind == "retyped" and mine is not None:
-                out.append(RetypeColumn(table=ctx.target_table, column=mine.name, from_type=mine.data_type,
-                                        to_type=ch["after"]["data_type"]))
-            elif kind == "renamed":
-                refused.append(f"{col} renamed to {ch.get('new_column')} upstream")
+        out += _changes_for_target(ctx, entry, refused=refused)
     if refused and not out:
         raise ProposalError("no safe migration for " + "; ".join(refused) + ": a person must decide (map the column in "
                             "the pipeline, or rename/retype the target with a reviewed migration)")
     if not out:
         raise ProposalError("the schema change needs no change of the target (it already takes the new schema)")
+    return out
+
+
+def _changes_for_target(ctx: FixContext, entry: dict, *, refused: list | None = None, reference: FixContext | None = None) -> list:
+    """The column changes of ``reference``'s (default ``ctx``'s) target that one changed table of a finding needs."""
+    from dw_dagster.repair.migrations.models import AddColumn, RetypeColumn, SetNullability
+
+    refused = refused if refused is not None else []
+    ref = reference or ctx
+    current = {col.name.lower(): col for col in read_table_schema(ref.database, ref.target_table).columns}
+    out = []
+    own = entry["table"].lower() == ref.target_table.lower()
+    for ch in entry["changes"]:
+        kind, col = ch["kind"], ch["column"]
+        mine = current.get(col.lower())
+        if own and kind == "nullability_tightened":
+            out.append(SetNullability(table=ref.target_table, column=col, nullable=True))
+        elif own:
+            refused.append(f"{col} {kind} on {ref.target_table} itself")
+        elif kind == "added" and mine is None:
+            out.append(AddColumn(table=ref.target_table, column=col, type=ch["after"]["data_type"]))
+        elif kind in ("nullability_relaxed", "dropped") and mine is not None and mine.nullable is False:
+            out.append(SetNullability(table=ref.target_table, column=mine.name, nullable=True))
+        elif kind == "retyped" and mine is not None:
+            out.append(RetypeColumn(table=ref.target_table, column=mine.name, from_type=mine.data_type,
+                                    to_type=ch["after"]["data_type"]))
+        elif kind == "renamed":
+            refused.append(f"{col} renamed to {ch.get('new_column')} upstream")
     return out
 
 
@@ -303,5 +312,88 @@ def propose_schema_fix(ctx: FixContext, finding: CauseFinding, *, rerun_window: 
                  undo="`dw-dagster change-sets undo` runs each migration's rollback (shown with its step).")
 
 
+
+
+# -- schema change behind a dbt model with a contract -------------------------------------------------
+
+def _contract_edit(doc: dict, model: str, changes: list, path: str) -> list[str]:
+    """Apply the column changes to ``model``'s contract in a loaded schema file; the sentences of what changed."""
+    node = next((m for m in doc.get("models") or [] if m.get("name") == model), None)
+    if node is None:
+        raise ProposalError(f"{path} has no model {model!r}: name the schema file that declares its contract")
+    enforced = ((node.get("config") or {}).get("contract") or {}).get("enforced")
+    if not enforced:
+        raise ProposalError(f"{model} has no enforced contract in {path}: propose a migration instead")
+    columns = node.setdefault("columns", [])
+    by_name = {str(col.get("name", "")).lower(): col for col in columns}
+    said = []
+    for ch in changes:
+        col = by_name.get(ch.column.lower())
+        if ch.kind == "nullability" and ch.nullable and col is not None:
+            kept = [x for x in col.get("constraints") or [] if x.get("type") != "not_null"]
+            if len(kept) != len(col.get("constraints") or []):
+                col["constraints"] = kept
+                if not kept:
+                    del col["constraints"]
+                said.append(f"{col['name']} accepts NULL (not_null constraint removed)")
+        elif ch.kind == "retype" and col is not None:
+            col["data_type"] = ch.to_type.lower()
+            said.append(f"{col['name']} data_type {ch.to_type.lower()}")
+        elif ch.kind == "add" and col is None:
+            columns.append({"name": ch.column, "data_type": ch.type.lower()})
+            said.append(f"{ch.column} added ({ch.type.lower()})")
+    if not said:
+        raise ProposalError(f"the contract of {model} already takes the changed upstream: nothing to change")
+    return said
+
+
+def propose_contract_fix(ctx: FixContext, finding: CauseFinding, *, model: str, schema_file: str, dbt_project: str,
+                         upstream_table: str) -> ChangeSet:
+    """The change set for a ``schema_change`` upstream of a dbt model with an enforced contract: the
+    model's contract diff (its schema file) for the owner to merge, a ``dbt_build`` step that builds
+    the model once merged (the contract is enforced by that build), and the schema contract test.
+
+    Args:
+        model: the dbt model; schema_file: its properties file, relative to the pipeline repository;
+        dbt_project: the dbt project folder, relative to it; upstream_table: the changed table the model reads.
+
+    Raises:
+        ProposalError: the file or model is missing, the model has no enforced contract (then the
+            migration is the fix), or nothing in the contract has to change.
+    """
+    import yaml
+
+    from dw_dagster.core.domains import PIPELINE_CODE
+    from dw_dagster.core.models import ChangeStep
+
+    file = ctx.pipeline_root / schema_file
+    if not file.exists():
+        raise ProposalError(f"schema file not found: {file}")
+    before = file.read_text()
+    doc = yaml.safe_load(before) or {}
+    wanted = []
+    for entry in finding.details.get("changes", []):
+        if entry["table"].lower() == upstream_table.lower():
+            wanted += _changes_for_target(ctx, entry)
+    said = _contract_edit(doc, model, wanted, schema_file)
+    after = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, indent=2)
+    node = next(m for m in doc["models"] if m.get("name") == model)
+    test = schema_contract_test(ctx.target_table, [(str(col["name"]), not any(
+        x.get("type") == "not_null" for x in col.get("constraints") or [])) for col in node["columns"]],
+        ctx.database.dialect, tests_dir=ctx.tests_dir)
+    step = ChangeStep(kind=c.DBT_BUILD_STEP, change_class=REBUILD_MODELS, resource_key=ctx.resource_key,
+                      summary=f"dbt build --select {model} in {dbt_project} (the merged contract is enforced by the build)",
+                      spec={"project_dir": dbt_project, "select": model})
+    cs = _seal(ctx, finding, tests=[test], window=[], classes=[PIPELINE_CODE], steps=[step],
+               summary=f"Change the contract of {model} ({schema_file}): " + "; ".join(said) + f"; then dbt build {model}",
+               undo=f"Revert the contract with `git apply -R -p1` of this diff and dbt build {model} again.")
+    files = [FileChange(path=schema_file, before_sha256=_sha(before), after_sha256=_sha(after)), *cs.files]
+    content = cs.model_dump(exclude={"version"})
+    content.update(diff=unified_diff({schema_file: (before, after)}) + cs.diff, files=sorted(files, key=lambda f: f.path),
+                   change_classes=[PIPELINE_CODE, REBUILD_MODELS, *[k for k in cs.change_classes if k != PIPELINE_CODE]])
+    return ChangeSet.seal(**content)
+
+
 __all__ = ["DUPLICATE_KIND", "FIXED_KINDS", "FixContext", "SCHEMA_KIND", "UPSTREAM_KIND", "dependency_levels",
-           "failed_run_partitions", "propose_duplicate_fix", "propose_schema_fix", "propose_upstream_fix"]
+           "failed_run_partitions", "propose_contract_fix", "propose_duplicate_fix", "propose_schema_fix",
+           "propose_upstream_fix"]
