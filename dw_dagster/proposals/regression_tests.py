@@ -9,7 +9,8 @@ query is rendered in the warehouse's dialect.
 
 - :func:`duplicate_keys_test`: no key of the merge key held by more than one row (a duplicated load);
 - :func:`not_null_test`: no NULL in the REQUIRED columns (NOT NULL drift);
-- :func:`dead_letter_growth_test`: the dead-letter table holds no rows parked after the repair's window;
+- :func:`dead_letter_growth_test`: the dead-letter table holds at most N rows per error;
+  :func:`dead_letter_outstanding_test`: no parked row that is neither in the target nor replayed;
 - :func:`upstream_landed_test`: every partition of the target holds as many rows as its upstream
   table's partition (a stale or failed upstream read too early);
 - :func:`schema_contract_test`: the table's columns, types and nullability are the contract's.
@@ -81,6 +82,24 @@ def dead_letter_growth_test(dead_letter_table: str, error_column: str, dialect: 
                  f"{error_column}", tree, dialect, tests_dir)
 
 
+def dead_letter_outstanding_test(dead_letter_table: str, key: str, target_table: str, error_column: str, dialect: str,
+                                 ledger_table: str | None = None, tests_dir: str = DEFAULT_TESTS_DIR,
+                                 allowed: int = 0) -> RegressionTest:
+    """Parked rows of ``dead_letter_table`` whose key is neither in ``target_table`` nor replayed
+    (``ledger_table``) — the dead letter growing again — more than ``allowed`` per error."""
+    def absent(table: str) -> exp.Expression:
+        return exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1)).from_(sql.table(table).as_("x")).where(
+            exp.EQ(this=exp.column(key, "x"), expression=exp.column(key, "d")))))
+
+    err = exp.column(error_column, "d")
+    cond = exp.and_(absent(target_table), *([absent(ledger_table)] if ledger_table else []))
+    tree = (exp.select(err, exp.alias_(exp.Count(this=exp.Star()), "parked_rows"))
+            .from_(sql.table(dead_letter_table).as_("d")).where(cond).group_by(err.copy())
+            .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(allowed))))
+    return _test("dead_letter_outstanding", dead_letter_table, f"{dead_letter_table} holds at most {allowed} parked "
+                 f"row(s) per {error_column} that are neither in {target_table} nor replayed", tree, dialect, tests_dir)
+
+
 def upstream_landed_test(target_table: str, upstream_table: str, partition_column: str, dialect: str,
                          upstream_partition_column: str | None = None, tests_dir: str = DEFAULT_TESTS_DIR) -> RegressionTest:
     """Each day of ``upstream_table`` has as many rows in ``target_table`` (the target read its upstream
@@ -139,5 +158,5 @@ def runnable_sql(text: str) -> str:
     return body
 
 
-__all__ = ["DEFAULT_TESTS_DIR", "RegressionTest", "dead_letter_growth_test", "duplicate_keys_test", "not_null_test",
+__all__ = ["DEFAULT_TESTS_DIR", "RegressionTest", "dead_letter_growth_test", "dead_letter_outstanding_test", "duplicate_keys_test", "not_null_test",
            "runnable_sql", "schema_contract_test", "upstream_landed_test"]
