@@ -102,10 +102,20 @@ def world(tmp_path, monkeypatch):
                 f"INSERT INTO app.raw_orders SELECT * FROM s.app.src_orders WHERE {_cond(pk)}; DETACH s")
 
     @dg.asset(key=ORDERS, partitions_def=DAILY, deps=[raw_orders], backfill_policy=dg.BackfillPolicy.single_run())
-    def orders(context: dg.AssetExecutionContext, warehouse: DatabaseResource) -> None:
+    def orders(context: dg.AssetExecutionContext, warehouse: DatabaseResource) -> dg.MaterializeResult:
+        from dw_dagster.pipelines.incremental import LoadResult, load_metadata
+
+        loads = []
         for pk in context.partition_keys:  # append-only when STATE["append"], else replace the partition
             delete = "" if STATE["append"] else f"DELETE FROM app.orders WHERE {_cond(pk)}; "
-            warehouse.get_database().execute(f"{delete}INSERT INTO app.orders SELECT * FROM app.raw_orders WHERE {_cond(pk)}")
+            db = warehouse.get_database()
+            n = db.fetch_all(f"SELECT count(*) FROM app.raw_orders WHERE {_cond(pk)}")[0][0]
+            db.execute(f"{delete}INSERT INTO app.orders SELECT * FROM app.raw_orders WHERE {_cond(pk)}")
+            start = dt.datetime.fromisoformat(pk)
+            loads.append(LoadResult(partition_key=pk, partition_start=start, partition_end=start + dt.timedelta(days=1),
+                                    watermark_column="ts", watermark_low=None, source_snapshot_ts=None, rows_read=n,
+                                    rows_inserted=n))
+        return dg.MaterializeResult(metadata=load_metadata(loads))  # what each load did (RecordedLoadDiagnoser reads it)
 
     recon = build_reconciliation_checks(asset=ORDERS, source_asset="src_orders", source_table="app.src_orders",
                                         target_table="app.orders", key_columns=["id"], slice_by=[], source_resource_key="source",
@@ -168,6 +178,7 @@ def world(tmp_path, monkeypatch):
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.DagsterInstance.ephemeral() as instance:
+        proposals["domains"] = domains
         yield defs, instance, wh, repo, proposals
 
 
@@ -385,3 +396,49 @@ def test_the_dedupe_step_and_the_new_tests_on_postgresql(postgres, tmp_path):
         assert run_test_file(postgres, repo, tests[2].path) == {"test": tests[2].path, "passed": False, "failing_rows": 1}
     finally:
         postgres.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _recorded_diagnoser(defs, repo, domains):
+    from dw_dagster.diagnosis.job import RecordedLoadDiagnoser
+
+    return RecordedLoadDiagnoser(
+        target_asset=ORDERS, source_resource_key="source", target_resource_key="warehouse", pipeline_root=lambda: repo,
+        pipeline_file="settings.yaml", manifest_path=None, partitions_def=DAILY, domains_file=domains, dbt_asset_keys={},
+        verify_checks=[["orders", "compare"]], source_table="app.src_orders", target_table="app.orders", key_column="id",
+        partition_column="ts", arrival_column="ts", tests_dir="tests", upstream_tables={"raw_orders": "app.raw_orders"},
+        asset_graph=defs.resolve_asset_graph, history=False)
+
+
+def _incident(gap, window=None):
+    from dw_dagster.core.models import Incident
+
+    start = dt.datetime.fromisoformat(window).replace(tzinfo=dt.timezone.utc) if window else None
+    return Incident(id=f"inc-{gap}", asset_key=["orders"], source="manual", detected_at=utcnow(), summary="x",
+                    gap_rows=gap, window_start=start, window_end=start + dt.timedelta(days=1) if start else None)
+
+
+def test_the_generic_diagnoser_proposes_the_duplicate_and_upstream_fixes(world):
+    """RecordedLoadDiagnoser (what a dataops.yaml location runs) acts on the finding that counts rows,
+    else on the upstream or schema finding with the highest confidence, and proposes its change set."""
+    defs, instance, wh, repo, proposals = world
+    resources = {"source": DatabaseResource(url=f"duckdb:///{repo.parent / 'src.duckdb'}"),
+                 "warehouse": DatabaseResource(url=f"duckdb:///{wh.path}")}
+    d = _recorded_diagnoser(defs, repo, proposals["domains"])
+    _load(defs, instance, DAYS)
+    STATE["append"] = True
+    _load(defs, instance, [DAYS[2]], assets=(ORDERS,))
+    STATE["append"] = False
+    diag, cs = d(dg.build_op_context(instance=instance, resources=resources), _incident(-4))
+    assert diag.primary.kind == "duplicate_load" and cs.cause_kind == "duplicate_load"
+    assert cs.window == [DAYS[2]] and [s.kind for s in cs.steps] == ["dedupe"] and cs.hold_only
+    assert cs.new_tests == ["tests/dw_unique_merge_key__app__orders.sql"]
+    # upstream failed on the next day: no finding counts rows, the upstream one acts
+    wh.execute(f"DELETE FROM app.orders WHERE {_cond(DAYS[2])}; INSERT INTO app.orders SELECT * FROM app.raw_orders "
+               f"WHERE {_cond(DAYS[2])}; DELETE FROM app.raw_orders WHERE {_cond(DAYS[3])}")
+    STATE["fail_raw"] = {DAYS[3]}
+    _load(defs, instance, [DAYS[3]], assets=(RAW,), ok=False)
+    _load(defs, instance, [DAYS[3]], assets=(ORDERS,))
+    diag, cs = d(dg.build_op_context(instance=instance, resources=resources), _incident(4, DAYS[3]))
+    assert cs is not None and cs.cause_kind == "upstream_not_refreshed_or_failed", [c.summary for c in diag.causes]
+    assert cs.window == [DAYS[3]] and cs.asset_levels == [[["raw_orders"]], [["orders"]]]
+    assert cs.new_tests == ["tests/dw_upstream_landed__app__orders.sql"]
