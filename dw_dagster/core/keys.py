@@ -199,3 +199,6 @@ DEDUPE_STEP = "dedupe"
 #: a receipt's ``evidence_summary`` entry: the tests the fix added, with their verify-run results
 RECEIPT_NEW_TESTS = "new_tests"
 DBT_BUILD_STEP = "dbt_build"
+#: after a verified receipt: the BI refreshes of the blast radius (issue 31 item 3) and the receipt they follow
+BI_REFRESHED_KEY = "dw/bi_refreshed"
+RECEIPT_ID_KEY = "dw/receipt_id"

@@ -35,7 +35,7 @@ from dw_dagster.checks import build_reconciliation_checks
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.domains import load_domains
-from dw_dagster.core.models import BlastRadius, Diagnosis, utcnow
+from dw_dagster.core.models import BlastRadius, Diagnosis, ExposureRef, utcnow
 from dw_dagster.databases import DatabaseResource, DuckDBDatabase
 from dw_dagster.detection.incidents import build_check_incident_sensor
 from dw_dagster.diagnosis.causes.duplicates import diagnose_duplicates
@@ -44,6 +44,7 @@ from dw_dagster.diagnosis.causes.upstream import diagnose_upstream
 from dw_dagster.diagnosis.combine import combine_findings
 from dw_dagster.diagnosis.fixes import FixContext, propose_duplicate_fix, propose_schema_fix, propose_upstream_fix
 from dw_dagster.diagnosis.job import build_diagnosis_job
+from dw_dagster.integrations.tableau import TableauClient
 from dw_dagster.proposals.watermark import ProposalError, apply_change_set
 from dw_dagster.receipts.job import build_receipt_job, receipt_markdown
 from dw_dagster.repair.dedupe import DEDUPE, run_dedupe_step
@@ -51,6 +52,7 @@ from dw_dagster.repair.new_tests import build_new_tests_check
 from dw_dagster.repair.sensor import build_remediation_sensor
 from dw_dagster.repair.steps import build_step_jobs
 from dw_dagster.repair.undo import build_undo_jobs
+from dw_dagster.testing.fakes.tableau_server import FakeTableau, FakeTableauServer
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 
 OWNER = "dana.ortiz@grocer.example"
@@ -143,9 +145,11 @@ def world(tmp_path, monkeypatch):
                                    max_age=proposals.get("max_age")),
                  diagnose_schema_change(context.instance, [ORDERS, RAW], gap_rows=incident.gap_rows)]
         combined = combine_findings(incident.gap_rows, [f for f in found if f.details.get("tested", True)])
+        pnl = ExposureRef(unique_id="exposure.shop.store_pnl", name="store_pnl", label="Store P&L", depth=2,
+                          needed_by=proposals.get("needed_by"), bi={"tool": "tableau", "workbook": "Store P&L"})
         diag = Diagnosis(id="dg-" + incident.id, incident_id=incident.id, asset_key=incident.asset_key, created_at=utcnow(),
-                         causes=combined.findings, blast_radius=BlastRadius(root="orders"), gap_rows=incident.gap_rows,
-                         unexplained_rows=combined.unexplained_rows)
+                         causes=combined.findings, blast_radius=BlastRadius(root="orders", exposures=[pnl]),
+                         gap_rows=incident.gap_rows, unexplained_rows=combined.unexplained_rows)
         counting = [f for f in combined.findings if f.explained_rows > 0]
         act = counting[0] if counting else max((f for f in combined.findings if f.kind != "unexplained"),
                                                 key=lambda f: f.confidence)
@@ -163,12 +167,14 @@ def world(tmp_path, monkeypatch):
         return diag, cs
 
     diag = build_diagnosis_job(diagnoser=diagnoser)
+    tableau = FakeTableauServer(FakeTableau(workbooks={"Store P&L": True}))
+    receipts = build_receipt_job(bi_refresh=lambda: TableauClient(tableau.url, "grocer", "dw-dagster", "s3cret"))
     defs = dg.Definitions(
         assets=[raw_orders, orders, dg.AssetSpec("src_orders")], asset_checks=[recon, new_tests],
-        jobs=[detect_job, verify_job, window_job, load_job, diag, build_receipt_job(), *steps.values(), *undo_jobs],
+        jobs=[detect_job, verify_job, window_job, load_job, diag, receipts, *steps.values(), *undo_jobs],
         sensors=[build_check_incident_sensor(check_keys=[compare], diagnosis_job_name=diag.name),
                  build_remediation_sensor(partitions_def=DAILY, window_job=window_job, verify_job=verify_job,
-                                          receipt_job=build_receipt_job(), step_jobs=steps, undo_jobs=undo_jobs,
+                                          receipt_job=receipts, step_jobs=steps, undo_jobs=undo_jobs,
                                           pipeline_root=repo)],
         resources={"source": DatabaseResource(url=f"duckdb:///{src.path}"),
                    "warehouse": DatabaseResource(url=f"duckdb:///{wh.path}")},
@@ -177,7 +183,7 @@ def world(tmp_path, monkeypatch):
     proposals["defs"] = defs
     home = tmp_path / "dagster_home"
     home.mkdir()
-    with dg.DagsterInstance.ephemeral() as instance:
+    with dg.DagsterInstance.ephemeral() as instance, tableau:
         proposals["domains"] = domains
         yield defs, instance, wh, repo, proposals
 
@@ -232,6 +238,7 @@ def test_upstream_failed_reruns_the_upstream_then_its_readers(world):
     _load(defs, instance, [DAYS[3]], assets=(ORDERS,))  # ... and orders read the empty partition anyway
     _load(defs, instance, [DAYS[4]])
     STATE["fail_raw"] = set()
+    proposals["needed_by"] = "23:59 America/Chicago"
     cs, stages, r = _incident_to_receipt(defs, instance, repo)
     assert proposals["finding"].kind == "upstream_not_refreshed_or_failed"
     assert cs.window == [DAYS[3]] and cs.asset_levels == [[["raw_orders"]], [["orders"]]]
@@ -241,6 +248,13 @@ def test_upstream_failed_reruns_the_upstream_then_its_readers(world):
     assert [sorted(k.to_user_string() for k in run.asset_selection) for run in runs.values()] == [["raw_orders"], ["orders"]]
     assert wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {_cond(DAYS[3])}")[0][0] == 4
     _assert_receipt_names_the_test(cs, r)
+    # after the verified receipt: the Store P&L extract is refreshed (Tableau REST, loopback fake) before its deadline
+    (obs,) = [e for e in instance.fetch_observations(ORDERS, limit=50).records
+              if c.BI_REFRESHED_KEY in e.asset_observation.metadata]
+    meta = obs.asset_observation.metadata
+    (row,) = meta[c.BI_REFRESHED_KEY].value
+    assert meta[c.RECEIPT_ID_KEY].value == r.id and row["exposure"] == "store_pnl" and row["tool"] == "tableau"
+    assert row["refreshed_at"] and row["before_deadline"] is True and row["escalate"] is False
 
 
 def test_upstream_stale_reruns_the_upstream_then_its_readers(world):
