@@ -95,3 +95,15 @@ async def test_bad_input_is_a_clear_error(home):
     assert err is None or "Traceback" not in err
     _, err = await call(srv, "monitor_metrics", {"asset": "sales", "check": "not_there"})
     assert_clear_error(err, "no run evaluated the check")
+
+
+async def test_the_tool_is_listed_read_only_with_every_argument_documented(home):
+    from mcp import Client
+
+    from dw_dagster.mcp.server import TOOLS
+
+    async with Client(_server(home)) as cl:
+        (tool,) = [t for t in (await cl.list_tools()).tools if t.name == "monitor_metrics"]
+    assert "monitor_metrics" in TOOLS and tool.annotations.read_only_hint is True
+    assert tool.output_schema and "Returns:" in tool.description and "Raises:" in tool.description
+    assert all(schema.get("description") for schema in tool.input_schema["properties"].values())

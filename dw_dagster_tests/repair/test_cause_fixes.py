@@ -189,10 +189,11 @@ def world(tmp_path, monkeypatch):
 
 
 def _load(defs, instance, partitions, assets=(RAW, ORDERS), ok=True):
+    """One run over the contiguous range of ``partitions`` (the assets load a range in one run)."""
     job = defs.resolve_job_def("load")
-    for pk in partitions:
-        res = job.execute_in_process(instance=instance, partition_key=pk, asset_selection=list(assets), raise_on_error=False)
-        assert res.success is ok, pk
+    tags = {"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[-1]}
+    res = job.execute_in_process(instance=instance, tags=tags, asset_selection=list(assets), raise_on_error=False)
+    assert res.success is ok, partitions
 
 
 def _incident_to_receipt(defs, instance, repo):
@@ -300,7 +301,7 @@ def test_duplicates_whose_copies_differ_are_refused_with_what_to_do(world):
     from dw_dagster.repair.dedupe import dedupe_step
     from dw_dagster.repair.steps import StepRefused
 
-    _load(defs, instance, DAYS)
+    wh.execute(f"ATTACH '{repo.parent / 'src.duckdb'}' AS s (READ_ONLY); INSERT INTO app.orders SELECT * FROM s.app.src_orders")
     wh.execute(f"INSERT INTO app.orders SELECT id, ts, amount + 1, note FROM app.orders WHERE {_cond(DAYS[1])}")
     step = dedupe_step(table="app.orders", key_columns=["id"], partition_column="ts", window=[DAYS[1]],
                        resource_key="warehouse", dialect="duckdb")
