@@ -77,3 +77,28 @@ def test_records_per_class_and_the_domains_diff_they_propose():
     assert "+    autonomy: L3" in added and "+    allowed_change_classes: [rerun_window]" in added
     assert "+    allowed_change_classes: []" in added and "-    allowed_change_classes: [rerun_window]" in diff
     assert propose_autonomy_change(DOMAINS, []) is None
+
+
+def test_the_cli_prints_the_records_and_the_diff(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from dw_dagster.cli.main import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        _end(instance, _cs(1, "orders", ["rerun_window"]), APPLIED, verified=True)
+        _end(instance, _cs(2, "orders", ["rerun_window"]), APPLIED, verified=True)
+    domains = tmp_path / "domains.yaml"
+    domains.write_text(DOMAINS)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    out = CliRunner().invoke(main, ["change-sets", "--dagster-home", str(home), "autonomy", "--domains", str(domains)])
+    assert out.exit_code == 0, out.output
+    assert "orders  rerun_window: 2 applied, 2 verified, 0 undone, 0 failed; 2 clean in a row" in out.output
+    assert "+    allowed_change_classes: [rerun_window]" in out.output
+    js = CliRunner().invoke(main, ["change-sets", "--dagster-home", str(home), "autonomy", "--json"])
+    assert json.loads(js.output)["records"][0]["clean_streak"] == 2 and json.loads(js.output)["domains_diff"] is None
+    assert domains.read_text() == DOMAINS  # never edited
