@@ -200,7 +200,13 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     if cs.new_tests:  # the tests the fix added, as the verify run ran them (named even when they did not run)
         ran_tests = {t["test"]: t for o in verify if o.check_name == c.NEW_TESTS_CHECK
                      for t in o.metadata.get(c.NEW_TESTS_KEY) or []}
-        not_run_summary[c.RECEIPT_NEW_TESTS] = [ran_tests.get(t, {"test": t}) for t in cs.new_tests]
+        # a dbt test the fix added runs as the dbt asset check of its name (in the rebuild or the verify run)
+        by_check = {o.check_name: o for o in outcomes}
+        not_run_summary[c.RECEIPT_NEW_TESTS] = [
+            ran_tests.get(t) or ({"test": t, "passed": by_check[stem].passed,
+                                  "check": f"{'/'.join(by_check[stem].asset_key)}:{stem}"}
+                                 if (stem := t.rsplit("/", 1)[-1].removesuffix(".sql")) in by_check else {"test": t})
+            for t in cs.new_tests]
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
