@@ -71,3 +71,22 @@ def test_needed_by_forms_and_mistakes():
                        ("0 25 * * * UTC", "not a valid cron"), ("24:00 UTC", "neither")]:
         with pytest.raises(NeededByError, match=words):
             parse_needed_by(bad, after=after)
+
+
+def test_the_review_page_shows_each_deadline_of_the_blast_radius():
+    """The approval's review page names the deadline of each exposure the repair reaches."""
+    from dw_dagster.approval.server import _blast_html
+    from dw_dagster.core.models import BlastRadius, Diagnosis, ExposureRef, utcnow
+
+    br = BlastRadius(root="x", exposures=[
+        ExposureRef(unique_id="exposure.shop.store_pnl", name="store_pnl", label="Store P&L", type="dashboard", depth=2,
+                    needed_by="08:00 America/Chicago"),
+        ExposureRef(unique_id="exposure.shop.bad", name="bad", depth=2, needed_by="8am"),
+        ExposureRef(unique_id="exposure.shop.adhoc", name="adhoc", depth=2)])
+    diag = Diagnosis(id="dg", incident_id="i", asset_key=["a"], created_at=utcnow(), causes=[], blast_radius=br,
+                     gap_rows=0, unexplained_rows=0)
+    html = _blast_html(diag, None)
+    assert "Store P&amp;L (dashboard) — <strong>needed by 08:00 America/Chicago</strong> (next: " in html
+    assert ":00 CST)" in html or ":00 CDT)" in html
+    assert "needed by 8am</strong> (needed_by &#x27;8am&#x27; is neither" in html
+    assert "adhoc</li>" in html
