@@ -83,6 +83,13 @@ def run_dedupe_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeS
         StepRefused: copies of a key differ, or the count after is not the distinct-key count before.
     """
     s = step.spec
+    if getattr(cs, "undo_plan", None) is not None:  # the window is kept before it is replaced, as every repair's
+        from dw_dagster.core.ledger import SUCCEEDED, ledger_for
+
+        kept = ledger_for(context.instance).stages(cs.id, cs.version).get("snapshot")
+        if kept is None or kept.state != SUCCEEDED:
+            raise StepRefused(f"no copy of {', '.join(s['window'])} of {s['table']} was kept (the snapshot stage did not "
+                              "run: give the remediation sensor undo_jobs); nothing was changed", {"snapshot": None})
     table, keys, window = s["table"], [sql.column(k) for k in s["key_columns"]], s["window"]
     t = sql.table(table)
     where = _where(s["partition_column"], window)

@@ -309,6 +309,17 @@ def test_duplicates_whose_copies_differ_are_refused_with_what_to_do(world):
     with pytest.raises(StepRefused, match="4 key.*differ in other columns.*a person must decide"):
         run_dedupe_step(dg.build_op_context(), cs, step, wh)
     assert wh.fetch_all("SELECT count(*) FROM app.orders")[0][0] == 24  # nothing changed
+    # a change set whose window was not kept first (no snapshot stage: no undo jobs) replaces nothing
+    from dw_dagster.core.models import ChangeSet, UndoPlan
+
+    now = utcnow()
+    real = ChangeSet.seal(id="cs-nosnap", incident_id="i", diagnosis_id="d", domain="orders", proposer="dw", created_at=now,
+                          expires_at=now, approvers=[OWNER], cause_kind="duplicate_load", summary="s", target_asset=["orders"],
+                          window=[DAYS[1]], diff="", files=[], rebuild_assets=[], steps=[step], hold_only=True,
+                          undo_plan=UndoPlan(resource_key="warehouse", table="app.orders", partition_column="ts",
+                                             window=[DAYS[1]]))
+    with pytest.raises(StepRefused, match="no copy of .* was kept .*undo_jobs"):
+        run_dedupe_step(dg.build_op_context(instance=instance), real, step, wh)
 
 
 def test_schema_change_migrates_with_a_rollback_then_reloads(world):
