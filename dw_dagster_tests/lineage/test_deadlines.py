@@ -90,3 +90,14 @@ def test_the_review_page_shows_each_deadline_of_the_blast_radius():
     assert ":00 CST)" in html or ":00 CDT)" in html
     assert "needed by 8am</strong> (needed_by &#x27;8am&#x27; is neither" in html
     assert "adhoc</li>" in html
+
+
+def test_the_approval_request_and_pages_name_the_deadline():
+    """Slack's approval request and the pages label an exposure with its needed_by."""
+    from dw_dagster.core.models import ExposureRef
+    from dw_dagster.integrations.paging import exposure_label
+
+    x = ExposureRef(unique_id="exposure.shop.store_pnl", name="store_pnl", label="Store P&L", type="dashboard", depth=2,
+                    owner_name="Priya Raman", owner_email="priya@x", needed_by="08:00 America/Chicago")
+    assert exposure_label(x) == "Store P&L (dashboard, owner Priya Raman <priya@x>, needed by 08:00 America/Chicago)"
+    assert exposure_label(x.model_copy(update={"needed_by": None})) == "Store P&L (dashboard, owner Priya Raman <priya@x>)"
