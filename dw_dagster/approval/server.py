@@ -280,6 +280,20 @@ def _list(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else "<p class=muted>none</p>"
 
 
+def _needed_by_html(x: Any) -> str:
+    """`` — needed by 08:00 America/Chicago (next: 2026-12-07 08:00 CST)`` for an exposure with ``meta.dw.needed_by``."""
+    if not getattr(x, "needed_by", None):
+        return ""
+    from dw_dagster.lineage.deadlines import NeededByError, parse_needed_by
+
+    try:
+        nxt = parse_needed_by(x.needed_by, after=dt.datetime.now(dt.timezone.utc))
+        when = f" (next: {nxt:%Y-%m-%d %H:%M %Z})"
+    except NeededByError as e:
+        when = f" ({e})"
+    return f" — <strong>needed by {esc(x.needed_by)}</strong>{esc(when)}"
+
+
 def _blast_html(diag: Diagnosis | None, cs: ChangeSet) -> str:
     if diag is None:
         return f"<p class=note>Diagnosis {esc(cs.diagnosis_id)} is not in the event log: the blast radius is unknown.</p>"
@@ -293,7 +307,7 @@ def _blast_html(diag: Diagnosis | None, cs: ChangeSet) -> str:
         owner = " — owner " + esc(" ".join(p for p in (x.owner_name or "", f"<{x.owner_email}>" if x.owner_email else "")
                                          if p)) if (x.owner_name or x.owner_email) else ""
         kind = f" ({esc(x.type)})" if x.type else ""
-        return f"{esc(x.label or x.name)}{kind}{owner}"
+        return f"{esc(x.label or x.name)}{kind}{owner}{_needed_by_html(x)}"
 
     return (f"<div class=blast><h4>Models ({len(br.models)})</h4>{_list([node(m) for m in br.models])}"
             f"<h4>Tests ({len(br.tests)})</h4>{_list([node(t) for t in br.tests])}"

@@ -319,6 +319,35 @@ def register(main: click.Group) -> None:
         for q in bad:
             click.echo(f"QUARANTINED {q['kind']} {q['ref']} on {q['asset_key']}: {q['reason']}")
 
+    @change_sets_cmd.command("autonomy")
+    @click.option("--domains", "domains_file", type=click.Path(dir_okay=False, exists=True), default=None,
+                  help="the domains file: print the diff that raises or lowers autonomy per the records (earn_after)")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def change_sets_autonomy(ctx: click.Context, domains_file: str | None, as_json: bool) -> None:
+        """Each domain's record per change class: applied, verified, undone, failed, the last failure.
+
+        With ``--domains FILE``, the change to the domains file the records earn (a class verified
+        ``earn_after`` times in a row is allowed; an allowed class that failed or was undone is
+        withdrawn), as a diff an operator reviews and merges; dw_dagster never edits the file.
+        """
+        from dw_dagster.receipts.autonomy import autonomy_records, propose_autonomy_change
+
+        with _instance((ctx.obj or {}).get("dagster_home")) as instance:
+            recs = autonomy_records(instance)
+        diff = propose_autonomy_change(Path(domains_file).read_text(), recs, path=Path(domains_file).name) if domains_file else None
+        if as_json:
+            click.echo(json.dumps({"records": [r.model_dump(mode="json") for r in recs], "domains_diff": diff}, indent=2))
+            return
+        for r in recs:
+            last = f"; last failure {r.last_failure_at:%Y-%m-%d %H:%M} UTC: {r.last_failure}" if r.last_failure_at else ""
+            click.echo(f"{r.domain}  {r.change_class}: {r.applied} applied, {r.verified} verified, {r.undone} undone, "
+                       f"{r.failed} failed; {r.clean_streak} clean in a row{last}")
+        if not recs:
+            click.echo("no repair ended yet")
+        if domains_file:
+            click.echo(diff or "the records earn no change to the domains file")
+
     @change_sets_cmd.command("show")
     @click.argument("change_set_id")
     @click.option("--patch", is_flag=True, help="write only the change set's diff (for `git apply -p1`) to stdout")

@@ -149,6 +149,9 @@ class Domain(BaseModel):
     autonomy: Level = "L2"
     allowed_change_classes: list[str] = Field(default_factory=list, description="classes L3/L4 may run without approval")
     max_window_partitions: int = Field(7, ge=1, le=366)
+    earn_after: int | None = Field(None, ge=1, le=1000, description="earned autonomy: after this many verified repairs "
+                                   "of a change class in a row (none undone or failed), dw_dagster proposes allowing "
+                                   "the class; a failure of an allowed class proposes removing it; None: never")
     approval_expiry_hours: float = Field(24, gt=0, le=24 * 14)
     identity: Literal["verified", "unverified"] = Field(
         "verified", description="verified (OIDC or Slack, the default) or unverified (typed emails; a sandbox only)")

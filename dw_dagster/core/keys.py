@@ -347,3 +347,17 @@ STEP_RESULT_KEY = "dw/step_result"
 
 # -- dw_dagster.repair.undo --------------------------------------------------------------------------
 SNAPSHOT_KEY = "dw/undo_snapshot"
+
+#: the check that runs the tests a fix added (issue 31), its metadata (the tests and their results),
+#: the step kind that replaces a duplicated load's partitions, and the receipt's entry naming the tests
+NEW_TESTS_CHECK = "dw_new_tests"
+NEW_TESTS_KEY = "dw/new_tests_json"
+NEW_TESTS_RUN_KEY = "dw/new_tests_run"
+CHANGE_SET_VERSION_TAG = "dw/change_set_version"
+DEDUPE_STEP = "dedupe"
+#: a receipt's ``evidence_summary`` entry: the tests the fix added, with their verify-run results
+RECEIPT_NEW_TESTS = "new_tests"
+DBT_BUILD_STEP = "dbt_build"
+#: after a verified receipt: the BI refreshes of the blast radius (issue 31 item 3) and the receipt they follow
+BI_REFRESHED_KEY = "dw/bi_refreshed"
+RECEIPT_ID_KEY = "dw/receipt_id"

@@ -141,6 +141,9 @@ class ExposureRef(_Record):
     owner_name: str | None = None
     owner_email: str | None = None
     depth: int
+    needed_by: str | None = Field(default=None, description="meta.dw.needed_by: when the dashboard is needed "
+                                  "('HH:MM Zone' daily, or a cron with its zone)")
+    bi: dict[str, Any] | None = Field(default=None, description="meta.dw.bi: the BI object (tool, workbook or dashboard)")
 
 
 class ImpactedNode(_Record):
@@ -315,7 +318,8 @@ class PartitionNote(_Record):
 
 #: ChangeSet fields added after records were first sealed: left out of the hash while empty, so
 #: the versions of earlier records still verify
-_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers")
+_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers", "asset_levels",
+                 "hold_only", "steps_first")
 
 
 @public
@@ -366,6 +370,13 @@ class ChangeSet(_Record):
                                            "dw_dagster (a Mage rerun), checked by the verify stage; not stages")
     excluded_approvers: list[str] = Field(default_factory=list, description="people who may not decide on it besides "
                                           "the proposer, e.g. the person an access grant is for (canonical emails)")
+    asset_levels: list[list[list[str]]] = Field(default_factory=list, description="the assets each window stage "
+                                                "reruns, one level after the other in dependency order (an upstream's "
+                                                "partitions, then the assets that read them); empty: the target asset")
+    hold_only: bool = Field(default=False, description="the window is held (and kept for undo) but not rerun: "
+                            "the steps change it (a duplicated load's partitions replaced in place)")
+    steps_first: bool = Field(default=False, description="the steps run before the window (a migration the "
+                              "rerun needs), not after it")
 
     @staticmethod
     def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG
 from dw_dagster.diagnosis.combine import combine_findings
+from dw_dagster.diagnosis.fixes import FIXED_KINDS
 from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_required_nulls
 from dw_dagster.diagnosis.causes.duplicates import diagnose_duplicates
 from dw_dagster.diagnosis.history import attach_history
@@ -95,7 +96,9 @@ def diagnosis_markdown(d: Diagnosis) -> str:
     br = d.blast_radius
     lines += ["", "**Blast radius**", f"- models: {', '.join(m.name for m in br.models) or 'none'}",
               f"- tests: {len(br.tests)}",
-              "- exposures: " + (", ".join(f"{e.label or e.name} ({e.type}, owner {e.owner_name} <{e.owner_email}>)" for e in br.exposures) or "none"),
+              "- exposures: " + (", ".join(f"{e.label or e.name} ({e.type}, owner {e.owner_name} <{e.owner_email}>"
+                                           + (f", needed by {e.needed_by}" if e.needed_by else "") + ")"
+                                           for e in br.exposures) or "none"),
               f"- owners: {', '.join(br.owners) or 'none'}"]
     return "\n".join(lines)
 
@@ -310,6 +313,8 @@ class IncrementalLoadDiagnoser:
         history: note when the primary cause happened before on this asset.
         scan_days: without an incident window, the costlier queries (NULLs, duplicates) look at the
             latest ``scan_days`` loaded partitions.
+        tests_dir: where a fix's new test goes in the pipeline repository.
+        upstream_tables: upstream asset key (``a/b``) → its warehouse table, for the test an upstream fix adds.
     """
 
     target_asset: dg.AssetKey
@@ -336,6 +341,8 @@ class IncrementalLoadDiagnoser:
     check_schema: bool = True
     history: bool = True
     scan_days: int = 7
+    tests_dir: str = "dbt_project/tests"
+    upstream_tables: Mapping[str, str] | None = None
 
     def _partitions(self, context) -> dg.PartitionsDefinition:
         if self.partitions_def is not None:
@@ -480,20 +487,59 @@ class IncrementalLoadDiagnoser:
             incident_id=incident.id, asset_key=list(self.target_asset.path), created_at=utcnow(), causes=causes,
             blast_radius=br, gap_rows=incident.gap_rows, unexplained_rows=combined.unexplained_rows,
         )
-        primary = diagnosis.primary
-        if primary is None or primary.explained_rows == 0:
+        primary = acting_finding(diagnosis)
+        if primary is None:
             context.log.warning("No cause explains the gap; reporting it as unexplained, proposing nothing.")
             return diagnosis, None
-        if primary.kind != WATERMARK_KIND:
+        if primary.kind != WATERMARK_KIND and primary.kind not in FIXED_KINDS:
             context.log.warning(f"Primary cause {primary.kind}: no automatic change set for it; "
                                 f"{primary.details.get('remediation') or 'see the diagnosis'}")
             return diagnosis, None
         try:
-            cs = self._propose(context, incident, diagnosis, primary, br, spec)
+            if primary.kind == WATERMARK_KIND:
+                cs = self._propose(context, incident, diagnosis, primary, br, spec)
+            else:
+                cs = self._propose_fix(context, incident, diagnosis, primary, br, spec, target,
+                                       self._scan_window(incident, loads_meta))
         except ProposalError as e:
-            context.log.warning(f"Diagnosed, but no change set could be proposed: {e}")
+            context.log.warning(f"Diagnosed {primary.kind}, but no change set could be proposed: {e}")
             return diagnosis, None
         return diagnosis, cs
+
+    def _propose_fix(self, context, incident: Incident, diagnosis: Diagnosis, finding, br: BlastRadius, shape, target,
+                     window) -> ChangeSet:
+        """The change set of an upstream, duplicate-load or schema-change finding (:mod:`dw_dagster.diagnosis.fixes`)."""
+        from dw_dagster.diagnosis import fixes
+
+        pdef = self._partitions(context) if finding.kind != fixes.SCHEMA_KIND or window else None
+        ctx = fixes.FixContext(
+            incident=incident, diagnosis=diagnosis, domain=resolve_domains(self.domains_file).for_asset(self.target_asset.path),
+            pipeline_root=self.pipeline_root(), target_table=shape.target_table, merge_key=[shape.merge_key],
+            partition_column=shape.partition_column, resource_key=self.target_resource_key, database=target,
+            partitions_def=pdef, rebuild_assets=[m.asset_key for m in br.models if m.asset_key],
+            verify_checks=self.verify_checks, tests_dir=self.tests_dir)
+        gap_partitions = self._partition_keys(context, window) or []
+        if finding.kind == fixes.DUPLICATE_KIND:
+            return fixes.propose_duplicate_fix(ctx, finding)
+        if finding.kind == fixes.SCHEMA_KIND:
+            return fixes.propose_schema_fix(ctx, finding, rerun_window=gap_partitions)
+        graph = asset_graph_of(context, self.asset_graph)
+        if graph is None:
+            raise ProposalError("no asset graph to order the upstream rerun (give asset_graph=defs.resolve_asset_graph)")
+        return fixes.propose_upstream_fix(ctx, finding, instance=context.instance, graph=graph,
+                                          upstream_tables=self.upstream_tables, stale_window=gap_partitions)
+
+
+def acting_finding(diagnosis: Diagnosis):
+    """The finding a change set acts on: the one explaining the most rows; when none counts rows, the
+    upstream or schema change finding with the highest confidence (they count no rows by design)."""
+    from dw_dagster.diagnosis.fixes import SCHEMA_KIND, UPSTREAM_KIND
+
+    primary = diagnosis.primary
+    if primary is not None and primary.explained_rows > 0:
+        return primary
+    priors = [f for f in diagnosis.causes if f.kind in (UPSTREAM_KIND, SCHEMA_KIND) and f.confidence > 0]
+    return max(priors, key=lambda f: f.confidence, default=None)
 
 
 @dataclass(kw_only=True)

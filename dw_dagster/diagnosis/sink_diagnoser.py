@@ -36,14 +36,16 @@ from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_re
 from dw_dagster.diagnosis.history import attach_history
 from dw_dagster.diagnosis.mage_evidence import MageSource, apply_mage_evidence, read_mage_evidence
 from dw_dagster.diagnosis.job import dbt_blast_radius
-from dw_dagster.core.domains import REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, DomainsSource, resolve_domains
+from dw_dagster.core.domains import (ADD_TEST, REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, DomainsSource,
+                                     resolve_domains)
 from dw_dagster.repair.replay import ReplaySpec, classify, replay_step
 from dw_dagster.pipelines.sink import MISSING_REQUIRED, SinkTable
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
 from dw_dagster.repair.migrations import generate_migration
 from dw_dagster.repair.migrations import SetNullability
 from dw_dagster.databases.catalog import read_table_schema
-from dw_dagster.core.models import BlastRadius, CauseFinding, ChangeSet, Diagnosis, Evidence, Incident, stable_hash, utcnow
+from dw_dagster.core.models import (BlastRadius, CauseFinding, ChangeSet, Diagnosis, Evidence, FileChange, Incident, stable_hash,
+                                    utcnow)
 from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step
 from dw_dagster.repair.steps import migration_step, step_stage, steps_markdown
 
@@ -173,6 +175,8 @@ class DeadLetterDiagnoser:
         verify_checks: ``[*asset key, check name]`` of the checks that prove the repair.
         mage: the Mage pipelines that write and read the target (their runs in the window are
             evidence; the readers are reruns the change set names); None without Mage.
+        tests_dir, pipeline_root: where the fix's new test goes (a folder of the pipeline
+            repository); None adds no test (then the change set has no diff).
     """
 
     target_asset: dg.AssetKey
@@ -189,6 +193,8 @@ class DeadLetterDiagnoser:
     verify_checks: Sequence[Sequence[str]]
     history: bool = True
     mage: MageSource | None = None
+    tests_dir: str | None = None
+    pipeline_root: Callable[[], Path] | None = None
 
     def table(self, target: Database) -> SinkTable:
         """The sink's tables and columns (read from ``target`` when given as a callable)."""
@@ -257,7 +263,8 @@ class DeadLetterDiagnoser:
             sink_table=self.table(target), resource_key=self.target_resource_key,
             rebuild_assets=[m.asset_key for m in diagnosis.blast_radius.models if m.asset_key],
             verify_checks=self.verify_checks, mage_reruns=self.mage.reads if mage is not None else (),
-            mage_ui_url=_ui_url(mage))
+            mage_ui_url=_ui_url(mage), tests_dir=self.tests_dir,
+            pipeline_root=self.pipeline_root() if self.pipeline_root is not None else None)
         if domain.proposes:  # the steps' SQL on the asset page, beside the change set (which shows its diff)
             context.log_event(dg.AssetObservation(
                 asset_key=dg.AssetKey(cs.target_asset), description=describe(f"change set {cs.id}: its steps (migration, replay)", change_set_id=cs.id),
@@ -290,6 +297,8 @@ def propose_required_null_fix(
     now: dt.datetime | None = None,
     mage_reruns: Sequence[str] = (),
     mage_ui_url: str | None = None,
+    tests_dir: str | None = None,
+    pipeline_root: Path | None = None,
 ) -> ChangeSet:
     """One change set for a ``required_null_dead_letter`` finding: relax, replay, rebuild.
 
@@ -302,6 +311,11 @@ def propose_required_null_fix(
     Each of ``mage_reruns`` (Mage pipelines that read the target downstream) becomes a manual step
     for the engineer after the data steps (:func:`~dw_dagster.proposals.manual_steps.mage_rerun_step`,
     with the ``mage-agent`` call and the link under ``mage_ui_url``); the verify stage waits for it.
+
+    With ``tests_dir`` (a folder of the pipeline repository ``pipeline_root``), the change set also
+    adds the test that would have caught it: no parked row that is neither in the target nor
+    replayed (:func:`~dw_dagster.proposals.regression_tests.dead_letter_outstanding_test`), a file
+    of its diff, run in the verify stage by the ``dw_new_tests`` check.
 
     Raises:
         ValueError: the finding names no REQUIRED column that received NULLs.
@@ -344,14 +358,28 @@ def propose_required_null_fix(
         *[f"   {s};" for m in migrations for s in m.rollback],
         "3. rebuild " + (", ".join("/".join(k) for k in rebuild_assets) or "nothing") + ".",
     ]
+    diff, files, new_tests, checks = "", [], [], [list(k) for k in verify_checks]
+    if tests_dir is not None:
+        from dw_dagster.proposals.regression_tests import dead_letter_outstanding_test
+        from dw_dagster.proposals.watermark import _sha, unified_diff
+
+        test = dead_letter_outstanding_test(t.dead_letter_table, t.key, t.table, "error_reason", target.dialect,
+                                            ledger_table=spec.ledger_table, tests_dir=tests_dir)
+        if pipeline_root is None or not (Path(pipeline_root) / test.path).exists():
+            text = test.file_text(cs_id)
+            diff, new_tests = unified_diff({test.path: (None, text)}), [test.path]
+            files = [FileChange(path=test.path, before_sha256=None, after_sha256=_sha(text))]
+            checks += [[*incident.asset_key, c.NEW_TESTS_CHECK]]
+            summary += f"; add the test {test.name}"
     content = dict(
         id=cs_id, incident_id=incident.id, diagnosis_id=diagnosis.id, domain=domain.name, proposer=proposer,
         created_at=now, expires_at=now + dt.timedelta(hours=domain.approval_expiry_hours),
         approvers=list(domain.approvers), cause_kind=finding.kind, summary=summary,
-        target_asset=list(incident.asset_key), window=[], diff="", files=[],
-        rebuild_assets=[list(k) for k in rebuild_assets], verify_checks=[list(k) for k in verify_checks],
+        target_asset=list(incident.asset_key), window=[], diff=diff, files=files, new_tests=new_tests,
+        rebuild_assets=[list(k) for k in rebuild_assets], verify_checks=checks,
         expected_recovered_rows=counts.new, undo="\n".join(undo_lines),
-        change_classes=[SCHEMA_MIGRATION, REPLAY_DEAD_LETTER] + ([REBUILD_MODELS] if rebuild_assets else []),
+        change_classes=[SCHEMA_MIGRATION, REPLAY_DEAD_LETTER] + ([REBUILD_MODELS] if rebuild_assets else [])
+        + ([ADD_TEST] if new_tests else []),
         steps=steps,
         manual_steps=[mage_rerun_step(pipeline, [step_stage(i, st) for i, st in enumerate(steps)], ui_url=mage_ui_url,
                                       check=[*incident.asset_key, MAGE_RERUN_CHECK]) for pipeline in mage_reruns],

@@ -207,6 +207,8 @@ def exposure_label(exposure: ExposureRef) -> str:
     owner = " ".join(x for x in (exposure.owner_name, f"<{exposure.owner_email}>" if exposure.owner_email else None) if x)
     if owner:
         parts.append(f"owner {owner}")
+    if exposure.needed_by:  # meta.dw.needed_by: the approver sees the deadline at risk
+        parts.append(f"needed by {exposure.needed_by}")
     return (exposure.label or exposure.name) + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import networkx as nx
 
+from dw_dagster.lineage.deadlines import exposure_dw_meta
 from dw_dagster.core.models import BlastRadius, ExposureRef, ImpactedNode
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.dagster_private import public
@@ -558,9 +559,10 @@ def _report(g: nx.DiGraph, roots: list[str], depth: dict[str, int], asset_keys: 
             name = str(attrs["name"])
             if rt == "exposure":
                 o = node.get("owner") or {}
+                needed_by, bi = exposure_dw_meta(node)
                 exposures.append(ExposureRef(
                     unique_id=uid, name=name, label=node.get("label"), type=node.get("type"), url=node.get("url"),
-                    owner_name=o.get("name"), owner_email=o.get("email"), depth=d))
+                    owner_name=o.get("name"), owner_email=o.get("email"), depth=d, needed_by=needed_by, bi=bi))
                 continue
             key = asset_keys.get(uid)
             if key is None:

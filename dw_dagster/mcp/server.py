@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from dw_dagster.mcp import access, audit, changes, cost, diagnosis, incidents, lineage, quality
+from dw_dagster.mcp import access, audit, changes, cost, diagnosis, incidents, lineage, metrics, quality
 from dw_dagster.mcp.state import DwState, ServerSettings
 from dw_dagster.version import __version__
 
@@ -46,7 +46,7 @@ PROPOSES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempot
 TOOLS = ("list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
          "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
          "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost",
-         "get_migration_status")
+         "get_migration_status", "monitor_metrics")
 
 INSTRUCTIONS = (
     "dw_dagster finds why a table is wrong, proposes one change set, waits for a verified owner's approval inside "
@@ -584,6 +584,50 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         return access.request_access(st, database=database, who=who, grant=grant, tables=list(tables),
                                      columns=list(columns), privilege=privilege, duration=duration, why=why,
                                      end_sessions=end_sessions, dry_run=dry_run)
+
+    @tool(annotations=READ)
+    @guarded
+    def monitor_metrics(
+        series: Annotated[list[dict] | None, Field(description="rows per day: [{\"day\": \"2026-11-30\", \"rows\": 3129}, ...]; "
+                                                   "days missing between the first and last count as 0",
+                                                   max_length=3700)] = None,
+        asset: Annotated[Asset | None, Field(description="instead of a series: the asset whose volume check recorded "
+                                             "its daily counts")] = None,
+        check: Annotated[str, Field(description="the asset's volume check", max_length=200)] = "daily_volume",
+        table: Annotated[str | None, Field(description="with a series: the schema.table it counts (for the SQL)",
+                                           max_length=600)] = None,
+        timestamp_column: Annotated[str | None, Field(description="with a series: the column whose UTC day buckets "
+                                                      "its rows (for the SQL)", max_length=300)] = None,
+        dialect: Annotated[str, Field(description="the SQL's dialect (duckdb, postgres, snowflake, bigquery)",
+                                      max_length=40)] = "duckdb",
+        evaluate_days: Annotated[int, Field(description="how many of the latest days to score", ge=1, le=366)] = 1,
+        training_days: Annotated[int, Field(description="days before each scored day in its baseline", ge=1, le=3660)] = 28,
+        sensitivity: Annotated[float, Field(description="band half-width in standard deviations", gt=0, le=100)] = 3.0,
+        min_band_pct: Annotated[float, Field(description="smallest band half-width, % of the mean", ge=0, le=1000)] = 2.0,
+        min_history: Annotated[int, Field(description="fewest baseline days to score a day", ge=1, le=3660)] = 3,
+        method: Annotated[Literal["zscore", "mad"], Field(description="zscore (mean, sample stddev) or mad "
+                                                          "(median, scaled MAD)")] = "zscore",
+    ) -> metrics.MetricsVerdict:
+        """Score a daily count series against the same baseline the volume check uses: band, verdict and SQL.
+
+        Each of the latest `evaluate_days` days is scored against the same weekday in the
+        `training_days` before it (all prior days when fewer than 3 such), band = max(sensitivity ×
+        spread, min_band_pct % of the centre) — dw_dagster.checks.volume.score_days, what
+        build_volume_check runs. Give a series, or an asset whose volume check recorded its counts.
+
+        Returns:
+            MetricsVerdict: `verdict` (ok, anomalous, insufficient_history), `scored` (day, rows,
+            mean, lower, upper, deviation_pct, z_score, status), `out_of_band`, the parameters,
+            `source`, `sql` (the counting query).
+
+        Raises:
+            ToolError: both or neither of series and asset, a malformed point, a negative count, an
+                asset whose check recorded no daily counts.
+        """
+        return metrics.monitor_metrics(st, series=series, asset=asset, check=check, table=table,
+                                       timestamp_column=timestamp_column, dialect=dialect, evaluate_days=evaluate_days,
+                                       training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct,
+                                       min_history=min_history, method=method)
 
     return server
 

@@ -76,6 +76,10 @@ def receipt_markdown(r: Receipt) -> str:
     if cost:
         lines.append(cost)
     lines += [saving_line(o) for o in r.checks if c.SAVING_MEASURED_KEY in o.metadata]
+    added = r.evidence_summary.get(c.RECEIPT_NEW_TESTS) or []
+    if added:
+        lines.append("- **New tests** (added by the fix, run in the verify stage): " + ", ".join(
+            f"`{t['test']}` {'passed' if t.get('passed') else 'FAILED' if 'passed' in t else 'did not run'}" for t in added))
     parked = r.evidence_summary.get("parked_rows_by_state") or {}
     if parked:
         lines.append("- **Parked rows**: " + ", ".join(f"{n:,} {st}" for st, n in parked.items()))
@@ -194,6 +198,16 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
                         "rows_not_run": sum(n.rows for n in not_run_notes),
                         "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
     not_run_summary = {**not_run_summary, **not_run_summary_extra, c.REPAIR_COST_KEY: repair_cost(instance, run_ids, cost)}
+    if cs.new_tests:  # the tests the fix added, as the verify run ran them (named even when they did not run)
+        ran_tests = {t["test"]: t for o in verify if o.check_name == c.NEW_TESTS_CHECK
+                     for t in o.metadata.get(c.NEW_TESTS_KEY) or []}
+        # a dbt test the fix added runs as the dbt asset check of its name (in the rebuild or the verify run)
+        by_check = {o.check_name: o for o in outcomes}
+        not_run_summary[c.RECEIPT_NEW_TESTS] = [
+            ran_tests.get(t) or ({"test": t, "passed": by_check[stem].passed,
+                                  "check": f"{'/'.join(by_check[stem].asset_key)}:{stem}"}
+                                 if (stem := t.rsplit("/", 1)[-1].removesuffix(".sql")) in by_check else {"test": t})
+            for t in cs.new_tests]
     out_receipts, events = [], []
     for asset in touched:
         for _ in range(20):  # compare-and-set on the asset's chain head; another writer may move it first
@@ -258,22 +272,61 @@ _receipt_jobs: dict[str, dg.JobDefinition] = {}
 
 @public
 def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None,
-                      cost=None) -> dg.JobDefinition:
+                      cost=None, bi_refresh=None) -> dg.JobDefinition:
     """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
 
     Without ``executor`` (the guarded in-process one) and ``cost``, the same object for the same
     name, so it can be passed to the sensor and to ``Definitions``; with one (e.g.
     ``guarded_executor(celery_executor)``) a new job each call. ``cost``: a
     :class:`~dw_dagster.cost.sources.CostResource` whose warehouse the repair's queries ran on (the
-    receipt then counts them by tag; without it, the runs' seconds)."""
-    if executor is not None or cost is not None:
-        return _build_receipt_job(name, executor, cost)
+    receipt then counts them by tag; without it, the runs' seconds). ``bi_refresh``: returns a
+    :class:`~dw_dagster.integrations.tableau.TableauClient` (a context manager); after a verified
+    receipt the BI objects of the diagnosis's blast radius are refreshed and recorded
+    (:func:`record_bi_refresh`)."""
+    if executor is not None or cost is not None or bi_refresh is not None:
+        return _build_receipt_job(name, executor, cost, bi_refresh)
     if name not in _receipt_jobs:
         _receipt_jobs[name] = _build_receipt_job(name)
     return _receipt_jobs[name]
 
 
-def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None, cost=None) -> dg.JobDefinition:
+def record_bi_refresh(context: dg.OpExecutionContext, cs: ChangeSet, receipt: Receipt, approval: Approval,
+                      client_factory) -> list:
+    """Refresh the BI objects of the repair's blast radius after a verified ``receipt`` and record them
+    as ``dw/bi_refreshed`` on the target asset (``[{exposure, tool, refreshed_at, deadline,
+    before_deadline, error}]``); a refresh that failed or landed after its deadline is logged as an
+    error and marked ``escalate``. Returns the results (empty unless verified)."""
+    from dw_dagster.integrations.bi_refresh import refresh_dashboards
+
+    if not receipt.verified:
+        return []
+    diag = next((d for d in records.diagnoses(context.instance, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id), None)
+    exposures = [e for e in (diag.blast_radius.exposures if diag else []) if e.bi]
+    if not exposures:
+        return []
+    try:
+        with client_factory() as client:
+            results = refresh_dashboards(receipt, exposures, tableau=client, repair_started=approval.decided_at)
+    except Exception as e:  # noqa: BLE001 - the BI tool unreachable: every refresh escalates, the receipt stands
+        results = refresh_dashboards(receipt, exposures, tableau=None, repair_started=approval.decided_at)
+        for r in results:
+            r.error = f"{type(e).__name__}: {str(e)[:300]}"
+    rows = [{**r.model_dump(mode="json"), "escalate": r.escalate} for r in results]
+    for r in results:
+        if r.escalate:
+            context.log.error(f"BI refresh of {r.exposure} needs a person: "
+                              + (r.error or f"it landed at {r.refreshed_at} after its deadline {r.deadline}"))
+    context.log_event(dg.AssetObservation(
+        asset_key=dg.AssetKey(cs.target_asset),
+        description=describe(f"BI refresh after receipt {receipt.id}: {sum(1 for r in results if not r.escalate)} of "
+                             f"{len(results)} refreshed before their deadline", change_set_id=cs.id),
+        metadata={c.BI_REFRESHED_KEY: dg.MetadataValue.json(rows), c.CHANGE_SET_ID_KEY: cs.id,
+                  c.RECEIPT_ID_KEY: receipt.id}))
+    return results
+
+
+def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None, cost=None,
+                       bi_refresh=None) -> dg.JobDefinition:
     from dw_dagster.repair.guard import guarded_executor, hold_stage
 
     @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
@@ -295,6 +348,8 @@ def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None,
                               "verified": receipts[0].verified})
         if receipts[0].verified:
             close_incident(context.instance, cs.incident_id, "dw-dagster", f"verified receipt {receipts[0].id}")
+            if bi_refresh is not None:
+                record_bi_refresh(context, cs, receipts[0], held.approval, bi_refresh)
         context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
                          f"verified={receipts[0].verified}")
 

@@ -118,10 +118,27 @@ def stage_plan(cs: ChangeSet, ordered_keys: Sequence[str], undo: bool = False) -
     rebuild = ["rebuild"] if cs.rebuild_assets else []
     if undo and cs.undo_plan is not None and cs.undo_plan.of_change_set:
         return ["restore", *rebuild, "verify", "receipt"]
-    n = len(contiguous_ranges(ordered_keys, cs.window))
+    n = 0 if cs.hold_only else len(contiguous_ranges(ordered_keys, cs.window))
     snapshot = ["snapshot"] if undo and cs.undo_plan is not None else []
     steps = list(step_stages(cs))
-    return snapshot + [f"window-{i + 1}" for i in range(n)] + steps + rebuild + ["verify", "receipt"]
+    levels = max(1, len(cs.asset_levels))
+    windows = [window_stage(i + 1, lvl + 1) for lvl in range(levels) for i in range(n)]
+    data = steps + windows if cs.steps_first else windows + steps
+    return snapshot + data + rebuild + ["verify", "receipt"]
+
+
+def window_stage(n: int, level: int = 1) -> str:
+    """The stage of the ``n``-th contiguous range at asset level ``level`` (1-based): ``window-<n>``
+    for the first level, ``window-<n>-level<level>`` for the levels after it."""
+    return f"window-{n}" if level == 1 else f"window-{n}-level{level}"
+
+
+def window_stage_assets(cs: ChangeSet, stage: str) -> tuple[int, list[dg.AssetKey]]:
+    """(range index, 0-based; the assets it reruns) of a ``window-`` stage of ``cs``."""
+    parts = stage.split("-")
+    level = int(parts[2].removeprefix("level")) if len(parts) > 2 else 1
+    keys = cs.asset_levels[level - 1] if cs.asset_levels else [cs.target_asset]
+    return int(parts[1]) - 1, [dg.AssetKey(k) for k in keys]
 
 
 #: stages that change data: each waits for the owner's merge of the change set's files
@@ -540,7 +557,8 @@ def build_remediation_sensor(
             if stage.startswith("window-"):
                 if window_job is None:
                     return None, f"stage {stage} needs a window job (build_remediation_sensor(window_job=...))", None
-                return window_job, None, {"window": ranges[int(stage.split("-")[1]) - 1]}
+                index, assets = window_stage_assets(cs, stage)
+                return window_job, None, {"window": ranges[index], "assets": assets}
             if stage == "rebuild":
                 if rebuild_job is None:
                     return None, "stage rebuild needs a rebuild job (build_remediation_sensor(rebuild_job=...))", None
@@ -559,7 +577,8 @@ def build_remediation_sensor(
             base = {c.CHANGE_SET_TAG: cs.id, VERSION_TAG: cs.version, c.APPROVAL_TAG: approval_id, c.STAGE_TAG: stage}
             run_key = f"{cs.id}:{cs.version[:16]}:{stage}"  # + the ticket's first digits, below: unpredictable
             if "window" in extra:
-                request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
+                request = window_run_request(run_key=run_key, job_name=job.name,
+                                             assets=extra.get("assets") or [dg.AssetKey(cs.target_asset)],
                                              partition_keys=extra["window"], tags=base,
                                              ordered_keys=self.ordered, partitions_def=self.pdef)
             else:

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"get_migration_status", "list_incidents", "get_incident", "diagnose_incident", "get_root_cause", "blast_radius_analysis",
                   "trace_cross_platform_lineage", "get_incident_history", "run_quality_check", "get_quality_score",
-                  "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost"}
+                  "explain_table", "get_audit_trail", "generate_migration", "remediate", "request_access", "get_cost",
+                  "monitor_metrics"}
 MODELS = {"fct_store_sales_daily", "region_sales_daily", "region_sales_mtd"}
 OWNER, EXPOSURE_OWNER = "dana.ortiz@grocer.example", "priya.raman@grocer.example"
 

@@ -259,3 +259,41 @@ def test_reasons_are_literals_not_sql(db):
     db.execute(RELAX)
     hostile = ReplaySpec.for_sink_table(sk.ORDERS_TABLE, expected_rows=0, reasons=["x' OR 1=1 --"])
     assert classify(db, hostile, "cs-'a").selected == 0
+
+
+def test_the_dead_letter_fix_adds_the_test_that_would_have_caught_it(db, tmp_path):
+    """Issue 31: the dead-letter fix's change set carries a dead-letter test in its diff (named in
+    new_tests and verify_checks); the test fails on the parked rows and passes once they are replayed.
+    The field case: https://github.com/airbytehq/airbyte/issues/12336 (rows accumulate where nobody
+    counts them until a person notices)."""
+    from dw_dagster.core import keys as c
+    from dw_dagster.core.domains import Domain
+    from dw_dagster.core.models import BlastRadius, CauseFinding, Diagnosis, Incident, utcnow
+    from dw_dagster.diagnosis.sink_diagnoser import propose_required_null_fix
+    from dw_dagster.repair.new_tests import run_test_file
+
+    finding = CauseFinding(kind="required_null_dead_letter", summary="parked", confidence=1.0, explained_rows=PARKED,
+                           unexplained_rows=0, details={"nulls_per_column": {"shipping_country": PARKED},
+                                                        "null_rows_dead_lettered": PARKED,
+                                                        "dead_letter": {"errors": [{"error": REASON}]}})
+    inc = Incident(id="inc-dl", asset_key=["orders"], source="manual", detected_at=utcnow(), summary="short", gap_rows=PARKED)
+    diag = Diagnosis(id="dg-dl", incident_id=inc.id, asset_key=["orders"], created_at=utcnow(), causes=[finding],
+                     blast_radius=BlastRadius(root="orders"), gap_rows=PARKED, unexplained_rows=0)
+    domain = Domain(name="orders", assets=[["orders"]], approvers=["o@x"])
+    cs = propose_required_null_fix(incident=inc, diagnosis=diag, finding=finding, domain=domain, target=db,
+                                   sink_table=sk.ORDERS_TABLE, verify_checks=[["orders", "dead_letter"]], tests_dir="tests",
+                                   pipeline_root=tmp_path)
+    without = propose_required_null_fix(incident=inc, diagnosis=diag, finding=finding, domain=domain, target=db,
+                                        sink_table=sk.ORDERS_TABLE)
+    assert without.diff == "" and without.new_tests == []  # no tests_dir: as before
+    (path,) = cs.new_tests
+    assert path == "tests/dw_dead_letter_outstanding__analytics__orders_dlq.sql" and f"b/{path}" in cs.diff
+    assert ["orders", c.NEW_TESTS_CHECK] in cs.verify_checks and "add the test" in cs.summary
+    (tmp_path / "tests").mkdir()
+    (tmp_path / path).write_text("".join(line[1:] for line in cs.diff.splitlines(keepends=True)
+                                         if line.startswith("+") and not line.startswith("+++")))
+    ensure_replay_tables(db, spec())  # the replay ledger the test reads (the replay step creates it too)
+    assert run_test_file(db, tmp_path, path) == {"test": path, "passed": False, "failing_rows": 1}  # one error, parked
+    db.execute(RELAX)
+    replay_dead_letter(db, spec(), cs.id)
+    assert run_test_file(db, tmp_path, path)["passed"]
