@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.checks.volume import DayScore, daily_counts_sql, score_days
 from dw_dagster.core.check_results import latest_run_evaluation
 from dw_dagster.mcp.state import DwState, fail, parse_asset_key, shown
+from dw_dagster.core import keys as c
 
 
 #: the check evaluations read for an asset's recorded counts, newest first
@@ -94,10 +95,10 @@ def _recorded(state: DwState, asset: str | list[str], check: str) -> tuple[dict[
         if ev is None or not rec.run_id or ev.event_type_value != "ASSET_CHECK_EVALUATION":
             continue  # only evaluations a run wrote (an evaluation reported through the API is not a count)
         md = ev.event_specific_data.metadata or {}
-        days = getattr(md.get("dw/days_json"), "value", None)
+        days = getattr(md.get(c.DAYS_JSON_KEY), "value", None)
         if isinstance(days, list):
             counts.update({str(d["day"]): int(d["rows"]) for d in days})
-            query = getattr(md.get("dw/query"), "value", None)
+            query = getattr(md.get(c.QUERY_KEY), "value", None)
             sql = str(query).removeprefix("```sql\n").removesuffix("\n```") if query else sql
     if not counts:
         raise fail(f"the check {shown(check)} of {key.to_user_string()} recorded no daily counts (dw/days_json): it is not "

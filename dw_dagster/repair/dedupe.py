@@ -52,9 +52,6 @@ def dedupe_step(*, table: str, key_columns: Sequence[str], partition_column: str
     """
     t = sql.table(table)
     where = _where(partition_column, window)
-    keys = [sql.column(k) for k in key_columns]
-    distinct_keys = exp.select(exp.Count(this=exp.Star())).from_(
-        exp.select(*keys).distinct().from_(t.copy()).where(where.copy()).subquery("k"))
     return ChangeStep(
         kind=DEDUPE, change_class=RERUN_WINDOW, resource_key=resource_key,
         summary=(f"replace partitions {', '.join(window)} of {table} by one row per {', '.join(key_columns)} "
