@@ -307,7 +307,8 @@ class PartitionNote(_Record):
 
 #: ChangeSet fields added after records were first sealed: left out of the hash while empty, so
 #: the versions of earlier records still verify
-_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers")
+_LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers", "diff_merged_in",
+                 "earlier_versions")
 
 
 class ChangeSet(_Record):
@@ -357,6 +358,10 @@ class ChangeSet(_Record):
                                            "dw_dagster (a Mage rerun), checked by the verify stage; not stages")
     excluded_approvers: list[str] = Field(default_factory=list, description="people who may not decide on it besides "
                                           "the proposer, e.g. the person an access grant is for (canonical emails)")
+    diff_merged_in: str = Field(default="", description="the earlier version whose approval the diff was merged under "
+                                "(a re-proposed version carries the original diff, already merged); empty when not merged yet")
+    earlier_versions: list[dict[str, Any]] = Field(default_factory=list, description="the versions of this change set "
+                                                   "before this one, oldest first: version, state, what happened")
 
     @staticmethod
     def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:
