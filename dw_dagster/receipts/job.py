@@ -143,10 +143,12 @@ def _failure(instance: dg.DagsterInstance, stages: dict) -> dict | None:
         return None
     st = stages[bad[0]]
     found = run_error(instance, st.run_id)
-    if found is None:
+    if found is not None:
+        found["from_run"] = True
+    else:
         why = (st.result or {}).get("reason") or f"the stage ended {st.state}"
         found = {"error_class": "StageFailed" if st.state == "failed" else st.state.capitalize(), "message": str(why)[:500],
-                 "causes": [], "run_id": st.run_id}
+                 "causes": [], "run_id": st.run_id, "from_run": False}
     return {"stage": bad[0], "state": st.state, **found}
 
 
@@ -201,7 +203,7 @@ def _outcome(stage: str, stages: dict, halted_reason: str, cs: ChangeSet | None 
     if bad:
         st = stages[bad[0]]
         why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or ""
-        if failure is not None and failure.get("stage") == bad[0]:
+        if failure is not None and failure.get("stage") == bad[0] and failure.get("from_run"):
             run = f" (run {failure['run_id']})" if failure.get("run_id") else ""
             said = f"failed at {bad[0]}: {error_words(failure)}{run}; ran: {', '.join(done) or 'nothing'}"
         else:
