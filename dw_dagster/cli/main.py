@@ -110,10 +110,12 @@ def demo() -> None:
 @click.option("--fail-verify", is_flag=True, help="A straggler store posts more lines while the repair runs: the verify "
               "finds the gap still open; the receipt says NOT verified, the page stays open (re-triggered with the "
               "failing check) and the escalation ladder asks the escalation approver.")
-def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool) -> None:
+@click.option("--undo", is_flag=True, help="After the verified receipt, undo the repair (approved by the owner): its "
+              "receipt is verified against the snapshot, the incident is open again and the change set is re-proposed.")
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, undo: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale,
-              options={"fail_verify": True} if fail_verify else None)
+    options = {**({"fail_verify": True} if fail_verify else {}), **({"undo": True} if undo else {})}
+    _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale, options=options or None)
 
 
 @demo.command("orders")

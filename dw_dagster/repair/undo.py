@@ -127,7 +127,7 @@ def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict) -> dict:
     after = per_partition(db, plan.table, plan)
     kept = snapshot.get("partitions") or {}
     return {"rows": rows, "checksum": checksum, "partitions": after,
-            "taken_back": {"table": taken, "rows": int(n_taken),
+            "taken_back": {"table": taken, "rows": int(n_taken), "target_table": plan.table, "resource_key": plan.resource_key,
                            "per_partition": {k: before[k]["rows"] - kept[k]["rows"] for k in plan.window
                                              if k in kept and before[k]["rows"] != kept[k]["rows"]}}}
 

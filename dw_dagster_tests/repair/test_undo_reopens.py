@@ -16,7 +16,9 @@ import pytest
 from dw_dagster.approval.job import approve_in_process
 from dw_dagster.core import records
 from dw_dagster.core.ledger import CLOSED, FAILED, OPEN, ledger_for
-from dw_dagster.core.models import FileChange, UndoPlan
+from dw_dagster.core.models import BlastRadius, Diagnosis, FileChange, UndoPlan, utcnow
+from dw_dagster.diagnosis.causes.undone import undo_record, with_undone_rows
+from dw_dagster.diagnosis.combine import unexplained_finding
 from dw_dagster.diagnosis.history import incident_history
 from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.repair.undo import partition_checksum, propose, propose_undo, reverse_diff
@@ -93,6 +95,13 @@ def test_undo_is_verified_against_the_snapshot_and_hands_the_incident_back(world
     assert row.state == OPEN and "undone, open again" in row.note and "20 row(s) taken back" in row.note
     (entry,) = incident_history(instance, ORDERS)
     assert entry.status == "undone, open again"
+    # the diagnosis knows the rows the undo took back: what it could not explain otherwise is theirs
+    gapped = Diagnosis(id="dg-u", incident_id=cs.incident_id, asset_key=["orders"], created_at=utcnow(),
+                       causes=[unexplained_finding(20, 20)], blast_radius=BlastRadius(root="orders"), gap_rows=20,
+                       unexplained_rows=20)
+    known = with_undone_rows(gapped, undo_record(led, cs.incident_id), wh)
+    assert (known.primary.kind, known.primary.explained_rows, known.unexplained_rows) == ("undone_repair", 20, 0)
+    assert known.primary.evidence[0].values == {"missing": 20, "taken_back": 20} and cs.id in known.primary.summary
     # a later failing check attaches to the open incident; rediagnose works on it
     detect(defs, instance).tick("dw_check_incident_sensor")
     assert [i.incident_id for i in led.incidents(asset_key="orders", states=[OPEN]) if i.linked_to is None] == [cs.incident_id]
