@@ -47,12 +47,15 @@ def _check_key(s: str) -> dg.AssetCheckKey:
 
 
 def dbt_executable() -> str:
-    """The ``dbt`` to run: the one next to this Python (a venv's ``bin/``, found even when the venv
+    """The ``dbt`` to run: ``$DW_DBT_EXECUTABLE`` (``dw-dagster mcp --dbt-executable``), else the one next to this Python (a venv's ``bin/``, found even when the venv
     is not activated), else ``dbt`` from ``PATH``.
 
     Returns:
         A path or the bare name ``dbt`` (for ``DbtCliResource(dbt_executable=...)``).
     """
+    chosen = os.environ.get("DW_DBT_EXECUTABLE", "").strip()
+    if chosen:
+        return chosen
     local = Path(sys.executable).parent / "dbt"
     return str(local) if local.exists() else "dbt"
 

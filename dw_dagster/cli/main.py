@@ -34,10 +34,10 @@ def _instance(dagster_home: str | None):
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())  # Dagster wants it absolute
     try:
         return dg.DagsterInstance.get()
-    except Exception as e:  # a broken dagster.yaml or storage: one line, not a traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: "
-                               f"{type(e).__name__}: {first}") from e
+    except Exception as e:  # a broken dagster.yaml or storage: its cause chain, not a traceback
+        from dw_dagster.core.explain import explain
+
+        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: {explain(e)}") from e
 
 
 #: ``dw-dagster demo NAME`` → the example's demo module, loaded by name when the command runs.
