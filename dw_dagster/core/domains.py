@@ -497,6 +497,9 @@ class Domains(BaseModel):
                 other = seen.setdefault(tuple(k), d.name)
                 if other != d.name:
                     raise ValueError(f"asset {'/'.join(k)} is in two domains: {other} and {d.name}")
+        typos = approver_typos(self)
+        if typos:
+            raise ValueError("; ".join(typos))
         owners: dict[str, str] = {}
         for d in self.domains:
             for w in d.warehouses:
@@ -593,6 +596,30 @@ def _canonical_emails(v: list[str]) -> list[str]:
             bad.append(x)
     if bad:
         raise ValueError(f"not email addresses: {bad}")
+    return out
+
+
+def approver_typos(domains: "Domains", cutoff: float = 0.85) -> list[str]:
+    """Addresses whose mail domain no other address in the file uses while a close one is used more
+    (``dana@grocer.exmaple`` beside ``...@grocer.example``): ``domains.<i>.<field>.<j>: ...; did you mean ...?``."""
+    import difflib
+    from collections import Counter
+
+    fields = ("approvers", "escalation", "escalation_approvers")
+    where = [(f"domains.{i}.{f}.{j}", a) for i, d in enumerate(domains.domains) for f in fields
+             for j, a in enumerate(getattr(d, f, []) or [])]
+    where += [(f"operators.{j}", a) for j, a in enumerate(domains.operators)]
+    count = Counter(a.split("@")[1] for _, a in where)
+    out = []
+    for path, addr in where:
+        dom = addr.split("@")[1]
+        if count[dom] != 1:
+            continue
+        close = [c for c in difflib.get_close_matches(dom, [k for k in count if k != dom], n=3, cutoff=cutoff)
+                 if count[c] >= 2]
+        if close:
+            out.append(f"{path}: {addr!r}: no other address here is at {dom!r}; did you mean "
+                       f"{addr.split('@')[0]}@{close[0]}?")
     return out
 
 
