@@ -21,6 +21,7 @@ from dw_dagster.diagnosis.causes.undone import undo_record, with_undone_rows
 from dw_dagster.diagnosis.combine import unexplained_finding
 from dw_dagster.diagnosis.history import incident_history
 from dw_dagster.proposals.change_sets import record_proposal
+from dw_dagster.receipts.job import receipt_markdown
 from dw_dagster.repair.undo import partition_checksum, propose, propose_undo, reverse_diff
 from dw_dagster_tests.repair import test_autonomy_and_stop as tas
 from dw_dagster_tests.repair.test_autonomy_and_stop import OWNER, _domains, detect, gap, repair, world  # noqa: F401
@@ -117,6 +118,13 @@ def test_undo_is_verified_against_the_snapshot_and_hands_the_incident_back(world
     out = subprocess.run([dw, "change-sets", "repropose", cs.id, "--dagster-home", instance.root_directory],
                          capture_output=True, text=True)
     assert out.returncode == 3 and "is proposed; decide on it" in out.stderr, out.stderr
+    # approved and run again: its receipt tells the versions' story, and the new version can be undone anew
+    assert approve_in_process(instance, cs.id, approver=OWNER)[0]
+    assert repair(daemon) == ["snapshot", "window-1", "verify", "receipt"] and gap(wh) == 0
+    r2 = next(r for r in records.receipts(instance, ORDERS) if r.change_set_version == recorded.version)
+    assert r2.verified and [v["version"] for v in r2.evidence_summary["versions"]] == [cs.version, recorded.version]
+    assert "**Versions**" in receipt_markdown(r2) and led.incident(cs.incident_id).state == CLOSED
+    assert propose_undo(instance, cs.id).id == f"{cs.id}-undo-2"
 
 
 def test_retry_after_a_failed_stage_keeps_the_merged_diff(world):
