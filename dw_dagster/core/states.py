@@ -53,8 +53,7 @@ def error_info(error: Any) -> dict[str, Any]:
 
 def run_error(instance: dg.DagsterInstance, run_id: str | None) -> dict[str, Any] | None:
     """The error a failed run ended with (its first ``STEP_FAILURE``, else its ``RUN_FAILURE``):
-    :func:`error_info` plus ``run_id``, ``step`` and ``run_url`` (the run's page in the Dagster UI when
-    ``$DW_DAGSTER_URL`` is set, else ``/runs/<id>``); None when the run recorded no error."""
+    :func:`error_info` plus ``run_id``, ``step`` and ``run_url`` (the run's page in the Dagster UI, :func:`run_url`); None when the run recorded no error."""
     if not run_id:
         return None
     found: dict[str, Any] | None = None
@@ -78,10 +77,10 @@ def run_error(instance: dg.DagsterInstance, run_id: str | None) -> dict[str, Any
 
 
 def run_url(run_id: str) -> str:
-    """The run's page in the Dagster UI: ``$DW_DAGSTER_URL/runs/<id>`` (``/runs/<id>`` without it)."""
+    """The run's page in the Dagster UI: ``$DAGSTER_UI_URL/runs/<id>`` (default ``http://localhost:3000``)."""
     import os
 
-    return f"{os.environ.get('DW_DAGSTER_URL', '').rstrip('/')}/runs/{run_id}"
+    return f"{(os.environ.get('DAGSTER_UI_URL') or 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
 
 
 def error_words(failure: dict[str, Any]) -> str:
