@@ -62,7 +62,9 @@ def demo_spec(name: str):
     try:
         spec = getattr(importlib.import_module(DEMOS[name]), "DEMO", None)
     except ImportError as e:
-        raise click.ClickException(f"the {name} demo cannot be loaded from {DEMOS[name]}: {e}") from e
+        from dw_dagster.core.explain import explain
+
+        raise click.ClickException(f"the {name} demo cannot be loaded from {DEMOS[name]}: {explain(e)}") from e
     if not isinstance(spec, DemoSpec):
         raise click.ClickException(f"{DEMOS[name]} defines no DEMO (a dw_dagster.testing.demo.DemoSpec)")
     return spec
