@@ -321,7 +321,16 @@ def build_dw_definitions(
     try:
         resolve_domains(domains)
     except DomainsFileError as e:
-        raise DwConfigError(f"domains: {e}") from e
+        from dw_dagster.config import did_you_mean
+
+        near = ""
+        if isinstance(domains, Path) and not domains.exists() and domains.parent.is_dir():
+            near = did_you_mean(domains.name, [f.name for f in domains.parent.iterdir() if f.suffix in (".yaml", ".yml")])
+        where = ""
+        if isinstance(config, (str, os.PathLike)):
+            lines = Path(config).read_text().splitlines()
+            where = f"{config}:{next((i + 1 for i, ln in enumerate(lines) if ln.startswith('domains:')), 1)}: "
+        raise DwConfigError(f"{where}domains: {e}{near}") from e
 
     # -- databases
     resources: dict[str, Any] = {name: DatabaseResource(url=d.url) for name, d in cfg.databases.items() if d.url}

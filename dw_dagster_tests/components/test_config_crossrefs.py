@@ -53,3 +53,14 @@ def test_an_approver_at_a_near_miss_of_the_others_domain_is_refused_at_load(fold
     (folder / "domains.yaml").write_text(
         "domains:\n  - name: sales\n    assets: [[sales]]\n    approvers: [ana.silva@shop.example, ops@contractor.example]\n")
     assert [d.name for d in load_domains(folder / "domains.yaml").domains] == ["sales"]
+
+
+def test_a_domains_file_that_is_not_there_names_the_line_and_the_closest_file(folder):
+    """``domains: domain.yaml`` beside ``domains.yaml``: refused at load with the line and the file meant.
+
+    From the field: a project whose definitions failed to load on a path that was almost right
+    (https://github.com/dagster-io/dagster/issues/9583)."""
+    (folder / "dataops.yaml").write_text(CONFIG.replace("domains: domains.yaml", "domains: domain.yaml"))
+    with pytest.raises(DwConfigError) as e:
+        build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})
+    assert str(e.value).startswith(f"{folder / 'dataops.yaml'}:1: domains: ") and "did you mean 'domains.yaml'?" in str(e.value)
