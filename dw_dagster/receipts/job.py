@@ -87,6 +87,9 @@ def receipt_markdown(r: Receipt) -> str:
         failed = [f"{'/'.join(o.asset_key)}:{o.check_name}" for o in r.checks if not o.passed]
         why = (f"check(s) {', '.join(failed)} did not pass in the verify run (every check on a touched asset must)"
                if failed else r.outcome if r.outcome != "applied" else "no check of the change set ran in the verify run")
+        undo = r.evidence_summary.get("undo")
+        if undo is not None:  # an undo is held to what it promised, not to the checks
+            why = r.outcome if r.outcome != "applied" else (undo.get("why") or "the restore does not match the snapshot")
         lines.insert(2, f"- **Not verified because**: {why}")
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
