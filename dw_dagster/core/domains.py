@@ -600,8 +600,8 @@ def _canonical_emails(v: list[str]) -> list[str]:
 
 
 def approver_typos(domains: "Domains", cutoff: float = 0.85) -> list[str]:
-    """Addresses whose mail domain no other address in the file uses while a close one is used more
-    (``dana@grocer.exmaple`` beside ``...@grocer.example``): ``domains.<i>.<field>.<j>: ...; did you mean ...?``."""
+    """Addresses whose mail domain no other address in the file uses while one a single typo away is
+    used by two or more (``dana@grocer.exmaple`` beside ``...@grocer.example``): ``domains.<i>.<field>.<j>: ...; did you mean ...?``."""
     import difflib
     from collections import Counter
 
@@ -616,11 +616,20 @@ def approver_typos(domains: "Domains", cutoff: float = 0.85) -> list[str]:
         if count[dom] != 1:
             continue
         close = [c for c in difflib.get_close_matches(dom, [k for k in count if k != dom], n=3, cutoff=cutoff)
-                 if count[c] >= 2]
+                 if count[c] >= 2 and len(dom) >= 10 and _one_typo(dom, c)]
         if close:
             out.append(f"{path}: {addr!r}: no other address here is at {dom!r}; did you mean "
                        f"{addr.split('@')[0]}@{close[0]}?")
     return out
+
+
+def _one_typo(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one letter added, dropped, changed, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    return (a[i + 1:] == b[i + 1:] or a[i + 1:] == b[i:] or a[i:] == b[i + 1:]
+            or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1]))
 
 
 def load_domains(path: str | Path | None = None) -> Domains:
