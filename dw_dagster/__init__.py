@@ -228,3 +228,8 @@ __all__ = [
     "take_schema_snapshot",
     "verify_migration",
 ]
+
+# Dagster lists the libraries of a deployment (telemetry and `dagster --version`-style reports) from this registry.
+from dagster import DagsterLibraryRegistry  # noqa: E402
+
+DagsterLibraryRegistry.register("dw-dagster", __version__, is_dagster_package=False)

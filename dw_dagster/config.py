@@ -38,6 +38,7 @@ from pydantic import Field, field_validator, model_validator
 from dw_dagster.core.domains import Domains
 from dw_dagster.errors import DwConfigError
 from dw_dagster.migration.config import MigrationConfig
+from dw_dagster.dagster_private import public
 
 
 class DatabaseConfig(dg.Model, dg.Resolvable):
@@ -292,6 +293,7 @@ class MageSourceConfig(dg.Model, dg.Resolvable):
         return self
 
 
+@public
 class WatchedAssetConfig(dg.Model, dg.Resolvable):
     """One asset dw_dagster watches, diagnoses and repairs."""
 
@@ -450,6 +452,7 @@ class IntegrationsConfig(dg.Model, dg.Resolvable):
                                    "links to (default: $DW_REVIEW_URL)")
 
 
+@public
 class DataOpsConfig(dg.Model, dg.Resolvable):
     """The whole loop on one code location (module docstring)."""
 
@@ -568,6 +571,7 @@ def _check_template_names(path: Path, text: str, scope: set[str]) -> None:
         raise DwConfigError(f"{path}: not YAML: {e}") from e
 
 
+@public
 def load_dataops_config(path: str | os.PathLike[str], *, scope: Mapping[str, Any] | None = None) -> DataOpsConfig:
     """Read a :class:`DataOpsConfig` from a YAML file holding the same fields as the Component's ``attributes``.
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.databases import DatabaseResource
@@ -46,6 +46,7 @@ def _check_key(s: str) -> dg.AssetCheckKey:
     return dg.AssetCheckKey(_key(asset), name)
 
 
+@public
 def dbt_executable() -> str:
     """The ``dbt`` to run: ``$DW_DBT_EXECUTABLE`` (``dw-dagster mcp --dbt-executable``), else the one next to this Python (a venv's ``bin/``, found even when the venv
     is not activated), else ``dbt`` from ``PATH``.
@@ -60,6 +61,7 @@ def dbt_executable() -> str:
     return str(local) if local.exists() else "dbt"
 
 
+@public
 def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Path:
     """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing.
 
@@ -227,6 +229,7 @@ def _checks_for(a: WatchedAssetConfig, sink_view: str | None, prepare=None,
     return out
 
 
+@public
 def build_dw_definitions(
     config: DataOpsConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import dagster as dg
 
 from dw_dagster.access.jobs import PAGER_KEY, build_access_jobs

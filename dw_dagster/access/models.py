@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 from dw_dagster.core.identity import VerifiedIdentity
 from dw_dagster.core.models import ExposureRef, ImpactedNode, stable_hash
 from dw_dagster.errors import DwDagsterError

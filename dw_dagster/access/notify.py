@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any, Protocol
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 from dw_dagster.access.models import AccessRequest
 from dw_dagster.core.models import utcnow
 

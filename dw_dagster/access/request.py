@@ -31,7 +31,7 @@ import re
 import uuid
 from typing import Any
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import dagster as dg
 
 from dw_dagster.access import engines

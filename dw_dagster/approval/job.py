@@ -50,6 +50,7 @@ from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.core.records import load_change_set, parse_change_set
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"
 PAST = {"approve": "approved", "reject": "rejected"}
@@ -204,6 +205,7 @@ def content_fits(domain: Domain, cs: ChangeSet) -> str | None:
     return None
 
 
+@public
 def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, identity: VerifiedIdentity, *,
            domains: Domains | None, comment: str = "", run_id: str | None = None, version: str | None = None,
            now: dt.datetime | None = None) -> tuple[Approval, dg.AssetObservation]:
@@ -425,6 +427,7 @@ def _identity_for(domains: Domains | None, config: ApprovalDecision, cs: ChangeS
                           "to this decision")
 
 
+@public
 def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_NAME) -> dg.JobDefinition:
     """The approval job: one op (``dw_record_decision``, config :class:`ApprovalDecision`) that calls :func:`decide`.
 
@@ -465,7 +468,7 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
         context.log_event(observation)
         context.log.info(f"Recorded: {observation.description}")
 
-    @dg.job(name=name, tags={"dw/kind": "approval"},
+    @dg.job(name=name, tags={c.KIND_KEY: "approval"},
             description="Approve or reject a dw_dagster change set: a verified, listed approver; never the proposer.")
     def approval_job():
         record_decision_op()
@@ -473,6 +476,7 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
     return approval_job
 
 
+@public
 def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, *, id_token: str = "", approver: str = "",
                        decision: str = "approve", comment: str = "", domains: DomainsSource = None) -> tuple[bool, str]:
     """Run the approval job in this process against ``instance`` (what ``dw-dagster approve`` does).

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.databases import Database
+from dw_dagster.core import keys as _keys
+from dw_dagster.dagster_private import public
 
 DEAD_LETTER_KIND = "dead_letter"
 
@@ -43,6 +45,7 @@ def parked_rows(db: Database, table: str, timestamp_column: str, reason_column: 
             for r in db.fetch_all(q)], q
 
 
+@public
 def build_dead_letter_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -84,7 +87,7 @@ def build_dead_letter_check(
     at_least("max_rows", max_rows, 0, whole=True)
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": DEAD_LETTER_KIND, "dw/table": table},
+                    metadata={_keys.CHECK_KIND_KEY: DEAD_LETTER_KIND, _keys.TABLE_KEY: table},
                     description=f"At most {max_rows} rows parked in {table} in the last {lookback_hours} h, by {reason_column}.")
     def _dead_letter(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
@@ -99,14 +102,14 @@ def build_dead_letter_check(
             description=f"{total} rows parked since {start.isoformat()} UTC" + (
                 ": " + "; ".join(f"{r.rows} × {r.reason!r}" for r in reasons[:5]) if reasons else ""),
             metadata={
-                "dw/parked_rows": total,
-                "dw/since_utc": start.isoformat(),
-                "dw/reasons": metadata_table(
+                _keys.PARKED_ROWS_KEY: total,
+                _keys.SINCE_UTC_KEY: start.isoformat(),
+                _keys.REASONS_KEY: metadata_table(
                     [{"reason": r.reason or "(null)", "rows": r.rows, "first_parked": str(r.first_parked),
                       "last_parked": str(r.last_parked)} for r in reasons],
                     [("reason", "string"), ("rows", "int"), ("first_parked", "string"), ("last_parked", "string")]),
-                "dw/reasons_json": dg.MetadataValue.json([r.model_dump(mode="json") for r in reasons]),
-                "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
+                _keys.REASONS_JSON_KEY: dg.MetadataValue.json([r.model_dump(mode="json") for r in reasons]),
+                _keys.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{q}\n```"),
             },
         )
 

@@ -31,6 +31,8 @@ from pydantic import BaseModel
 
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
 FRESHNESS_KIND = "freshness"
 UTC = dt.timezone.utc
@@ -135,6 +137,7 @@ def freshness(db: Database, table: str, timestamp_column: str, *, max_lag: dt.ti
                               future_tolerance, max_lag_days), q
 
 
+@public
 def build_freshness_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -206,7 +209,7 @@ def build_freshness_check(
         raise ValueError(f"future_tolerance must not be negative, got {future_tolerance}")
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": FRESHNESS_KIND, "dw/table": table, "dw/timestamp_column": timestamp_column},
+                    metadata={c.CHECK_KIND_KEY: FRESHNESS_KIND, c.TABLE_KEY: table, c.TIMESTAMP_COLUMN_KEY: timestamp_column},
                     description=f"Newest {table}.{timestamp_column} at most {lag_words} old"
                     + (f" at {deadline.isoformat('minutes')} {deadline_timezone}" if deadline else "") + ".")
     def _freshness(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
@@ -215,13 +218,13 @@ def build_freshness_check(
                          naive_timezone=naive_timezone, deadline=deadline, deadline_timezone=deadline_timezone,
                          future_tolerance=future_tolerance, max_lag_days=max_lag_days)
         return dg.AssetCheckResult(passed=r.passed, severity=severity, description=r.reason, metadata={
-            "dw/max_timestamp_utc": dg.MetadataValue.text(r.max_timestamp_utc.isoformat()) if r.max_timestamp_utc else dg.MetadataValue.null(),
-            "dw/lag_seconds": dg.MetadataValue.float(r.lag_seconds) if r.lag_seconds is not None else dg.MetadataValue.null(),
-            "dw/required_after_utc": r.required_after_utc.isoformat(),
-            "dw/rows": r.rows,
-            "dw/reason": r.reason,
-            "dw/max_lag": lag_words,
-            "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
+            c.MAX_TIMESTAMP_UTC_KEY: dg.MetadataValue.text(r.max_timestamp_utc.isoformat()) if r.max_timestamp_utc else dg.MetadataValue.null(),
+            c.LAG_SECONDS_KEY: dg.MetadataValue.float(r.lag_seconds) if r.lag_seconds is not None else dg.MetadataValue.null(),
+            c.REQUIRED_AFTER_UTC_KEY: r.required_after_utc.isoformat(),
+            c.ROWS_KEY: r.rows,
+            c.REASON_KEY: r.reason,
+            c.MAX_LAG_KEY: lag_words,
+            c.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{q}\n```"),
         })
 
     return _freshness

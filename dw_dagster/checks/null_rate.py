@@ -23,6 +23,8 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, column_list, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database, DatabaseError
+from dw_dagster.core import keys as _keys
+from dw_dagster.dagster_private import public
 
 NULL_RATE_KIND = "null_rate"
 
@@ -126,6 +128,7 @@ def null_rates(db: Database, table: str, columns: Sequence[str], *, timestamp_co
     return score_null_rates(row, columns, tolerance_pct, relative_tolerance), q
 
 
+@public
 def build_null_rate_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -173,7 +176,7 @@ def build_null_rate_check(
         sql.identifier(c)
 
     @dg.asset_check(asset=asset, name=name, blocking=blocking, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": NULL_RATE_KIND, "dw/table": table, "dw/columns": ",".join(columns)},
+                    metadata={_keys.CHECK_KIND_KEY: NULL_RATE_KIND, _keys.TABLE_KEY: table, _keys.PARITY_COLUMNS_KEY: ",".join(columns)},
                     description=f"NULL rate of {', '.join(columns)} in {table} within max({tolerance_pct} pp, "
                     f"{relative_tolerance:.0%} of baseline) above its {baseline_days}-day baseline.")
     def _null_rate(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
@@ -188,12 +191,12 @@ def build_null_rate_check(
                 f"{r.column}: {r.status}" + (f" {r.current_pct} % (allowed {r.allowed_pct} %)" if r.current_pct is not None else "")
                 for r in bad),
             metadata={
-                "dw/columns": metadata_table(
+                _keys.PARITY_COLUMNS_KEY: metadata_table(
                     [r.model_dump() for r in results],
                     [("column", "string"), ("current_pct", "float"), ("baseline_pct", "float"), ("allowed_pct", "float"),
                      ("current_nulls", "int"), ("status", "string")]),
-                "dw/columns_json": dg.MetadataValue.json([r.model_dump() for r in results]),
-                "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
+                _keys.COLUMNS_JSON_KEY: dg.MetadataValue.json([r.model_dump() for r in results]),
+                _keys.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{q}\n```"),
             },
         )
 

@@ -36,11 +36,13 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import column_list, source_deps
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.core.models import SliceGap
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
 RECONCILIATION_KIND = "reconciliation"
 #: metadata flag of a check result that compared nothing real (a table changed while read):
 #: the incident sensor opens no incident for it and no baseline takes its numbers
-INCONCLUSIVE_KEY = "dw/inconclusive"
+INCONCLUSIVE_KEY = c.INCONCLUSIVE_KEY
 FLOAT_REL_TOLERANCE = 1e-9
 
 
@@ -179,32 +181,37 @@ def comparison_scope(
     window: Sequence[str] | None = None,
     closed_only: bool = False,
     now: dt.datetime | None = None,
+    dimension_columns: "dict[str, str] | None" = None,
 ) -> tuple[exp.Expression | None, dict[str, Any]]:
     """Which rows a check compares: those of ``window``'s partitions, and/or of closed partitions only.
 
     Args:
-        partitions_def: the target asset's time-window partitions.
-        partition_column: the column whose naive-UTC values the partitions' windows are ranges of.
+        partitions_def: the target asset's partitions (a window of any shape; ``closed_only`` needs time windows).
+        partition_column: the column whose naive-UTC values the partitions' windows are ranges of
+            (for static or dynamic partitions: the column holding the key).
         window: partition keys (a repair's window): only their rows are compared; None: every partition.
         closed_only: leave out rows at or after the start of the first partition whose time window
             has not ended (still filling), and rows of partitions that do not exist yet.
         now: the current time (aware, or naive UTC; default: the clock).
+        dimension_columns: a multi-partitioned asset's {dimension: column} (default: the dimension's name).
 
     Returns:
         (the condition, or None for every row; the scope in words and values, for the result's
         metadata: ``{"partitions": [...]}`` and/or ``{"compared_up_to": ISO time}``).
 
     Raises:
-        ValueError: ``partitions_def`` is not time-partitioned, or a window key is not its key.
+        ValueError: ``closed_only`` without time windows, or a window key is not a key of ``partitions_def``.
     """
     from dw_dagster.core.windows import partition_window_utc
 
     now = now or dt.datetime.now(dt.timezone.utc)
     now_naive = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
     conds, scope = [], {}
-    if window is not None:
-        ranges = [partition_window_utc(partitions_def, k) for k in sorted(window)]
-        conds.append(ranges_condition(partition_column, ranges))
+    if window is not None:  # any shape: time windows, static/dynamic keys, multi-partitions (databases.partitions)
+        from dw_dagster.databases.partitions import partition_filter, predicate
+
+        conds.append(predicate(partition_filter(partitions_def, sorted(window), partition_column, dimension_columns))
+                     if window else ranges_condition(partition_column, []))
         scope["partitions"] = sorted(window)
     if closed_only:
         if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
@@ -513,22 +520,23 @@ def reconciliation_metadata(result: ReconciliationResult, measures: Sequence[str
     """The check result's metadata: the slice table, totals, the worst slice and the SQL run."""
     worst = max(result.slices, key=lambda s: abs(s.gap_pct), default=None)
     return {
-        "dw/slices": slices_table(result.slices, measures),
-        "dw/slices_json": dg.MetadataValue.json([s.model_dump(mode="json") for s in result.slices]),
-        "dw/gap_rows": result.gap_rows,
-        "dw/source_rows": sum(s.source_rows for s in result.slices),
-        "dw/target_rows": sum(s.target_rows for s in result.slices),
-        "dw/worst_slice": json.dumps(worst.slice, default=str) if worst else "{}",
-        "dw/worst_gap_pct": worst.gap_pct if worst else 0.0,
-        "dw/failing_slices": len(result.failing),
-        "dw/read_attempts": result.attempts,
-        "dw/queries": dg.MetadataValue.md(
+        c.SLICES_KEY: slices_table(result.slices, measures),
+        c.SLICES_JSON_KEY: dg.MetadataValue.json([s.model_dump(mode="json") for s in result.slices]),
+        c.GAP_ROWS_KEY: result.gap_rows,
+        c.SOURCE_ROWS_KEY: sum(s.source_rows for s in result.slices),
+        c.TARGET_ROWS_KEY: sum(s.target_rows for s in result.slices),
+        c.WORST_SLICE_KEY: json.dumps(worst.slice, default=str) if worst else "{}",
+        c.WORST_GAP_PCT_KEY: worst.gap_pct if worst else 0.0,
+        c.FAILING_SLICES_KEY: len(result.failing),
+        c.READ_ATTEMPTS_KEY: result.attempts,
+        c.QUERIES_KEY: dg.MetadataValue.md(
             f"source ({result.source_database}):\n```sql\n{result.source_sql}\n```\n"
             f"target ({result.target_database}):\n```sql\n{result.target_sql}\n```"
         ),
     }
 
 
+@public
 def build_reconciliation_checks(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -601,21 +609,21 @@ def build_reconciliation_checks(
     slice_by, measures = column_list("slice_by", slice_by), column_list("measures", measures)
     key_columns = column_list("key_columns", key_columns)
     sql.table(source_table), sql.table(target_table)
-    for c in [*slice_by, *measures, *key_columns, *([partition_column] if partition_column else [])]:
-        sql.identifier(c)
+    for col in [*slice_by, *measures, *key_columns, *([partition_column] if partition_column else [])]:
+        sql.identifier(col)
     if (partition_column is None) != (partitions_def is None):
         raise ValueError("partition_column and partitions_def go together")
     if closed_partitions_only and not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
         raise ValueError("closed_partitions_only needs partition_column and a time-window partitions_def")
     spec_meta = {
-        "dw/check_kind": RECONCILIATION_KIND,
-        "dw/source_table": source_table,
-        "dw/target_table": target_table,
-        "dw/slice_by": ",".join(slice_by),
-        "dw/measures": ",".join(measures),
-        "dw/key_columns": ",".join(key_columns),
-        "dw/source_resource_key": source_resource_key,
-        "dw/target_resource_key": target_resource_key,
+        c.CHECK_KIND_KEY: RECONCILIATION_KIND,
+        c.SOURCE_TABLE_KEY: source_table,
+        c.TARGET_TABLE_KEY: target_table,
+        c.SLICE_BY_KEY: ",".join(slice_by),
+        c.MEASURES_KEY: ",".join(measures),
+        c.KEY_COLUMNS_KEY: ",".join(key_columns),
+        c.SOURCE_RESOURCE_KEY_KEY: source_resource_key,
+        c.TARGET_RESOURCE_KEY_KEY: target_resource_key,
     }
     src_deps = source_deps(asset, source_asset)
 
@@ -635,10 +643,11 @@ def build_reconciliation_checks(
         tgt = getattr(context.resources, target_resource_key).get_database()
         where, scope = None, {}
         if partitions_def is not None and partition_column is not None:
-            window = _repair_window(context) if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) else None
+            window = _repair_window(context)
             if window is not None or closed_partitions_only:
                 where, scope = comparison_scope(partitions_def, partition_column, window=window,
-                                                closed_only=closed_partitions_only)
+                                                closed_only=closed_partitions_only,
+                                                dimension_columns=_dimension_columns(context, asset))
         result = reconcile(src, tgt, source_table, target_table, slice_by, measures, key_columns, where)
 
         if result.inconclusive:  # a table changed on every read: say so, never as a gap
@@ -647,7 +656,7 @@ def build_reconciliation_checks(
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"inconclusive after {result.attempts} reads: {result.unstable[-1]}",
                 metadata={**reconciliation_metadata(result, measures), INCONCLUSIVE_KEY: True, **(
-                    {"dw/compared_up_to": scope["compared_up_to"]} if "compared_up_to" in scope else {})},
+                    {c.COMPARED_UP_TO_KEY: scope["compared_up_to"]} if "compared_up_to" in scope else {})},
             )
         failing = result.failing
         desc = (
@@ -661,9 +670,9 @@ def build_reconciliation_checks(
             desc += f" (compared rows before {scope['compared_up_to']} UTC: closed partitions only)"
         metadata = reconciliation_metadata(result, measures)
         if "partitions" in scope:
-            metadata["dw/compared_partitions"] = ", ".join(scope["partitions"])
+            metadata[c.COMPARED_PARTITIONS_KEY] = ", ".join(scope["partitions"])
         if "compared_up_to" in scope:
-            metadata["dw/compared_up_to"] = scope["compared_up_to"]
+            metadata[c.COMPARED_UP_TO_KEY] = scope["compared_up_to"]
         return dg.AssetCheckResult(
             passed=result.passed,
             severity=severity,
@@ -672,6 +681,19 @@ def build_reconciliation_checks(
         )
 
     return _reconciliation
+
+
+def _dimension_columns(context: dg.AssetCheckExecutionContext, asset) -> dict[str, str]:
+    """The checked asset's ``dw/partition_columns`` metadata (a multi-partitioned asset's
+    {dimension: column}), or {} when its location's asset graph does not say."""
+    from dw_dagster.core.asset_graph import asset_graph_of
+    from dw_dagster.core.keys import PARTITION_COLUMNS_KEY
+
+    graph, key = asset_graph_of(context), dg.AssetKey.from_coercible(asset)
+    if graph is None or not graph.has(key):
+        return {}
+    cols = (graph.get(key).metadata or {}).get(PARTITION_COLUMNS_KEY) or {}
+    return dict(getattr(cols, "value", getattr(cols, "data", cols)))
 
 
 def _repair_window(context: dg.AssetCheckExecutionContext) -> list[str] | None:
@@ -683,5 +705,5 @@ def _repair_window(context: dg.AssetCheckExecutionContext) -> list[str] | None:
     cs_id = tags.get(c.CHANGE_SET_TAG)
     if not cs_id or tags.get(c.STAGE_TAG) != "verify":
         return None
-    cs = load_change_set(context.instance, cs_id, tags.get("dw/change_set_version"))
+    cs = load_change_set(context.instance, cs_id, tags.get(c.CHANGE_SET_VERSION_KEY))
     return list(cs.window) if cs is not None and cs.window else None

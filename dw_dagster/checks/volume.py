@@ -34,6 +34,8 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.metadata import at_least, metadata_table
 from dw_dagster.checks.utc import utc_timestamp
 from dw_dagster.databases import Database
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
 VOLUME_KIND = "volume"
 
@@ -176,6 +178,7 @@ def score_against_baseline(
     return BaselineScore(rows, len(values), round(mean, 3), round(sd, 3), round(lower, 3), round(upper, 3), dev, z, status)
 
 
+@public
 def score_days(
     counts: dict[dt.date, int],
     evaluate: Sequence[dt.date],
@@ -276,6 +279,7 @@ def volume_scores(
     return scores, q
 
 
+@public
 def build_volume_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -345,7 +349,7 @@ def build_volume_check(
         name=name,
         blocking=blocking,
         required_resource_keys={resource_key},
-        metadata={"dw/check_kind": VOLUME_KIND, "dw/table": table, "dw/timestamp_column": timestamp_column},
+        metadata={c.CHECK_KIND_KEY: VOLUME_KIND, c.TABLE_KEY: table, c.TIMESTAMP_COLUMN_KEY: timestamp_column},
         description=f"Rows per day of {table}.{timestamp_column} within {sensitivity} σ of the same "
         f"weekday's baseline over {training_days} days (last {evaluate_days} days scored).",
     )
@@ -364,13 +368,13 @@ def build_volume_check(
                          "; ".join(f"{s.day}: {s.rows} rows, {s.status}" + (f" ({s.deviation_pct} %)" if s.deviation_pct is not None else "") for s in bad))
             + "".join(f"; {s.day}: {s.rows} rows so far, still filling (not scored as a drop)" for s in filling),
             metadata={
-                "dw/days": metadata_table(
+                c.DAYS_KEY: metadata_table(
                     [{**d.model_dump(), "day": d.day.isoformat()} for d in scores],
                     [("day", "string"), ("rows", "int"), ("lower", "float"), ("upper", "float"), ("mean", "float"),
                      ("deviation_pct", "float"), ("z_score", "float"), ("status", "string")]),
-                "dw/days_json": dg.MetadataValue.json([s.model_dump(mode="json") for s in scores]),
-                "dw/days_out_of_band": len(bad),
-                "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```"),
+                c.DAYS_JSON_KEY: dg.MetadataValue.json([s.model_dump(mode="json") for s in scores]),
+                c.DAYS_OUT_OF_BAND_KEY: len(bad),
+                c.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{q}\n```"),
             },
         )
 

@@ -112,11 +112,16 @@ def demo() -> None:
 @click.option("--fail-verify", is_flag=True, help="A straggler store posts more lines while the repair runs: the verify "
               "finds the gap still open; the receipt says NOT verified, the page stays open (re-triggered with the "
               "failing check) and the escalation ladder asks the escalation approver.")
+@click.option("--partitions", type=click.Choice(["daily", "hourly", "weekly"]), default="daily", show_default=True,
+              help="How the load is partitioned: the same incident found, repaired and verified by the day, the hour "
+              "or the week.")
 @click.option("--undo", is_flag=True, help="After the verified receipt, undo the repair (approved by the owner): its "
               "receipt is verified against the snapshot, the incident is open again and the change set is re-proposed.")
-def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, undo: bool) -> None:
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, partitions: str, undo: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
     options = {**({"fail_verify": True} if fail_verify else {}), **({"undo": True} if undo else {})}
+    if partitions != "daily":
+        options["partitions"] = partitions
     _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale, options=options or None)
 
 

@@ -101,6 +101,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 DOMAINS_FILE_ENV = "DW_DOMAINS_FILE"
 
@@ -134,6 +135,7 @@ class DomainsFileError(DwDagsterError, ValueError):
     """The domains file is missing or invalid; the message names the file, line and problem."""
 
 
+@public
 class Domain(BaseModel):
     """One domain of ownership (see the module docstring)."""
 
@@ -455,6 +457,7 @@ class AccessSettings(BaseModel):
         return v
 
 
+@public
 class Domains(BaseModel):
     """A domains file: the domains, the identity providers decisions are verified with, the operators."""
 
@@ -632,6 +635,7 @@ def _one_typo(a: str, b: str) -> bool:
             or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1]))
 
 
+@public
 def load_domains(path: str | Path | None = None) -> Domains:
     """Read a domains file (``path``, else ``$DW_DOMAINS_FILE``), resolving ``{env: NAME}`` values.
 

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 Method = Literal["oidc", "slack", "unverified", "autonomy"]
 
@@ -32,10 +33,12 @@ Method = Literal["oidc", "slack", "unverified", "autonomy"]
 NONCE_PREFIX = "dw1."
 
 
+@public
 class IdentityError(DwDagsterError):
     """A credential does not prove who made a decision; the message says why (one line)."""
 
 
+@public
 def canonical_email(value: str) -> str:
     """The one form in which approver emails are compared: trimmed, lower case, ASCII only.
 
@@ -61,6 +64,7 @@ def canonical_email(value: str) -> str:
     return s
 
 
+@public
 def decision_nonce(change_set_id: str, version: str, decision: str) -> str:
     """The OIDC ``nonce`` that binds an ID token to one decision on one change set version.
 
@@ -72,6 +76,7 @@ def decision_nonce(change_set_id: str, version: str, decision: str) -> str:
     return NONCE_PREFIX + digest
 
 
+@public
 class VerifiedIdentity(BaseModel):
     """The person (or dw_dagster itself) behind one decision, and how that was established.
 

@@ -28,6 +28,9 @@ LOOKBACK_HOURS_KEY = "dw/lookback_hours"
 ROWS_READ_KEY = "dw/rows_read"
 ROWS_INSERTED_KEY = "dw/rows_inserted"
 
+# Asset definition metadata ({dimension: column} of a multi-partitioned asset's other dimensions)
+PARTITION_COLUMNS_KEY = "dw/partition_columns"
+
 # Run tags
 CHANGE_SET_TAG = "dw/change_set_id"
 APPROVAL_TAG = "dw/approval_id"
@@ -190,6 +193,160 @@ LIGHTUP_METRIC_KEY = "dw/lightup_metric"
 SOURCE_TABLE_KEY = "dw/source_table"
 TARGET_TABLE_KEY = "dw/target_table"
 #: undo: the rows a restore took back (per partition, with the table keeping them), on the
-#: materialization that records the restored partition; and a partition's recorded loads
+#: materialization that records the restored partition (beside LOADS_KEY, the load the kept rows came from)
 UNDO_TAKEN_KEY = "dw/undo_taken_back"
+
+# -- dw_dagster.approval.job -------------------------------------------------------------------------
+KIND_KEY = "dw/kind"
+
+# -- dw_dagster.checks.dead_letter -------------------------------------------------------------------
+REASONS_JSON_KEY = "dw/reasons_json"
+REASONS_KEY = "dw/reasons"
+SINCE_UTC_KEY = "dw/since_utc"
+PARKED_ROWS_KEY = "dw/parked_rows"
+TABLE_KEY = "dw/table"
+
+# -- dw_dagster.checks.freshness ---------------------------------------------------------------------
+MAX_LAG_KEY = "dw/max_lag"
+REASON_KEY = "dw/reason"
+ROWS_KEY = "dw/rows"
+REQUIRED_AFTER_UTC_KEY = "dw/required_after_utc"
+LAG_SECONDS_KEY = "dw/lag_seconds"
+MAX_TIMESTAMP_UTC_KEY = "dw/max_timestamp_utc"
+TIMESTAMP_COLUMN_KEY = "dw/timestamp_column"
+
+# -- dw_dagster.checks.null_rate ---------------------------------------------------------------------
+COLUMNS_JSON_KEY = "dw/columns_json"
+
+# -- dw_dagster.checks.reconcile ---------------------------------------------------------------------
+CHANGE_SET_VERSION_KEY = "dw/change_set_version"
+COMPARED_PARTITIONS_KEY = "dw/compared_partitions"
+TARGET_RESOURCE_KEY_KEY = "dw/target_resource_key"
+SOURCE_RESOURCE_KEY_KEY = "dw/source_resource_key"
+KEY_COLUMNS_KEY = "dw/key_columns"
+MEASURES_KEY = "dw/measures"
+SLICE_BY_KEY = "dw/slice_by"
+READ_ATTEMPTS_KEY = "dw/read_attempts"
+FAILING_SLICES_KEY = "dw/failing_slices"
+WORST_GAP_PCT_KEY = "dw/worst_gap_pct"
+WORST_SLICE_KEY = "dw/worst_slice"
+TARGET_ROWS_KEY = "dw/target_rows"
+SOURCE_ROWS_KEY = "dw/source_rows"
+GAP_ROWS_KEY = "dw/gap_rows"
+SLICES_KEY = "dw/slices"
+INCONCLUSIVE_KEY = "dw/inconclusive"
+
+# -- dw_dagster.checks.rowdiff.check -----------------------------------------------------------------
+BYTES_SENT_KEY = "dw/bytes_sent"
+BYTES_FETCHED_KEY = "dw/bytes_fetched"
+DOWNLOAD_PASSES_KEY = "dw/download_passes"
+ROWS_DOWNLOADED_KEY = "dw/rows_downloaded"
+BUCKETS_DOWNLOADED_KEY = "dw/buckets_downloaded"
+BUCKETS_COMPARED_KEY = "dw/buckets_compared"
+TIMESTAMP_RULE_KEY = "dw/timestamp_rule"
+WARNINGS_KEY = "dw/warnings"
+KEY_SAMPLE_KEY = "dw/key_sample"
+CHANGED_COLUMNS_KEY = "dw/changed_columns"
+COLLISIONS_KEY = "dw/collisions"
+COLLIDED_TARGET_KEY = "dw/collided_target"
+COLLIDED_SOURCE_KEY = "dw/collided_source"
+DUPLICATED_TARGET_KEY = "dw/duplicated_target"
+DUPLICATED_SOURCE_KEY = "dw/duplicated_source"
+CHANGED_KEY = "dw/changed"
+EXTRA_KEY = "dw/extra"
+MISSING_KEY = "dw/missing"
+
+# -- dw_dagster.checks.volume ------------------------------------------------------------------------
+DAYS_OUT_OF_BAND_KEY = "dw/days_out_of_band"
+DAYS_JSON_KEY = "dw/days_json"
+DAYS_KEY = "dw/days"
+
+# -- dw_dagster.core.records -------------------------------------------------------------------------
 LOADS_KEY = "dw/loads"
+QUARANTINED_KEY = "dw/quarantined"
+
+# -- dw_dagster.detection.lightup --------------------------------------------------------------------
+INCIDENTS_KEY = "dw/incidents"
+ONGOING_INCIDENTS_KEY = "dw/ongoing_incidents"
+LIGHTUP_URL_KEY = "dw/lightup_url"
+LIGHTUP_UPDATED_TS_KEY = "dw/lightup_updated_ts"
+GAPS_KEY = "dw/gaps"
+GAP_PCT_KEY = "dw/gap_pct"
+WINDOW_END_KEY = "dw/window_end"
+WINDOW_START_KEY = "dw/window_start"
+COMPARE_METRIC_KEY = "dw/compare_metric"
+LIGHTUP_STATUS_KEY = "dw/lightup_status"
+LIGHTUP_ONGOING_KEY = "dw/lightup_ongoing"
+LIGHTUP_ID_KEY = "dw/lightup_incident"
+
+# -- dw_dagster.detection.volume.history -------------------------------------------------------------
+VOLUME_TABLE_KEY = "dw/volume_table"
+VOLUME_OPEN_INCIDENT_KEY = "dw/volume_open_incident"
+VOLUME_DEAD_LETTER_KEY = "dw/volume_dead_letter"
+VOLUME_DEVIATION_KEY = "dw/volume_deviation_pct"
+VOLUME_UPPER_KEY = "dw/volume_upper"
+VOLUME_LOWER_KEY = "dw/volume_lower"
+VOLUME_MEAN_KEY = "dw/volume_mean"
+VOLUME_BASELINE_N_KEY = "dw/volume_baseline_n"
+VOLUME_CHANGE_KEY = "dw/volume_change"
+VOLUME_PARTITION_KEY = "dw/volume_partition"
+VOLUME_SOURCE_KEY = "dw/volume_source"
+VOLUME_STATUS_KEY = "dw/volume_status"
+
+# -- dw_dagster.detection.volume.sensor --------------------------------------------------------------
+VOLUME_UNOBSERVED_KEY = "dw/volume_unobserved_counts"
+
+# -- dw_dagster.diagnosis.causes.schema_change -------------------------------------------------------
+SCHEMA_CHANGES_KEY = "dw/schema_changes"
+SCHEMA_HASH_KEY = "dw/schema_hash"
+SCHEMA_KEY = "dw/schema"
+
+# -- dw_dagster.diagnosis.sink_diagnoser -------------------------------------------------------------
+STEPS_MD_KEY = "dw/change_set_steps_md"
+
+# -- dw_dagster.integrations.outcomes ----------------------------------------------------------------
+DW_PREFIX = "dw/"
+
+# -- dw_dagster.mcp.changes --------------------------------------------------------------------------
+LAUNCHED_BY_KEY = "dw/launched_by"
+
+# -- dw_dagster.pipelines.dbt_incremental ------------------------------------------------------------
+INCREMENTAL_RUN_KEY = "dw/incremental_run"
+
+# -- dw_dagster.receipts.chain -----------------------------------------------------------------------
+RECEIPT_SIG_KEY = "dw/receipt_sig"
+
+# -- dw_dagster.repair.control -----------------------------------------------------------------------
+STOPPED_KEY = "dw/stopped"
+STOP_KEY = "dw/stop"
+
+# -- dw_dagster.repair.guard -------------------------------------------------------------------------
+TICKET_TAG = "dw/ticket"
+
+# -- dw_dagster.repair.mage_rerun --------------------------------------------------------------------
+MAGE_RUN_URL_KEY = "dw/mage_run_url"
+MAGE_RUN_ID_KEY = "dw/mage_run_id"
+MAGE_RERUNS_JSON_KEY = "dw/mage_reruns_json"
+MAGE_AFTER_UTC_KEY = "dw/mage_after_utc"
+MAGE_STATUS_KEY = "dw/mage_status"
+MAGE_PIPELINE_KEY = "dw/mage_pipeline"
+
+# -- dw_dagster.repair.replay_checks -----------------------------------------------------------------
+EXPECTED_ROWS_KEY = "dw/expected_rows"
+REPLAYED_ROWS_KEY = "dw/replayed_rows"
+PARKED_STATES_JSON_KEY = "dw/parked_states_json"
+DUPLICATED_KEY = "dw/duplicated"
+PRESENT_ONCE_KEY = "dw/present_once"
+PARKED_KEYS_KEY = "dw/parked_keys"
+
+# -- dw_dagster.repair.sensor ------------------------------------------------------------------------
+APPROVAL_WITHDRAWN_KEY = "dw/approval_withdrawn"
+
+# -- dw_dagster.repair.steps -------------------------------------------------------------------------
+STEP_KIND_KEY = "dw/step_kind"
+REFUSAL_KEY = "dw/refusal"
+STEP_STAGE_KEY = "dw/step_stage"
+STEP_RESULT_KEY = "dw/step_result"
+
+# -- dw_dagster.repair.undo --------------------------------------------------------------------------
+SNAPSHOT_KEY = "dw/undo_snapshot"

@@ -53,6 +53,7 @@ from dw_dagster.core.ledger_finish import FinishMixin
 from dw_dagster.core.ledger_ladder import LadderMixin
 from dw_dagster.core.ledger_outage import OUTAGE_SECONDS, transient_storage_error, wrap_public_methods  # noqa: F401
 from dw_dagster.core.ledger_tables import AccessRow, _sqlite_engine, add_missing_columns, ledger_url  # noqa: F401 - AccessRow is part of the API
+from dw_dagster.core.ledger_tables import missing_columns, stored_schema
 from dw_dagster.core.ledger_tables import (
     SCHEMA_VERSION,
     ChangeSetRow,
@@ -79,8 +80,10 @@ from dw_dagster.core.ledger_tables import (  # noqa: F401 - the states are part 
     ABANDONED, ACTIVE_STATES, APPLIED, APPROVED, ENDED_STATES, EXPIRED, FAILED, HALTED, HELD_STATES, ISSUED, PROPOSED,
     REJECTED, RUNNING, STAGE_FAILED, STARTED, SUCCEEDED, SUPERSEDED,
 )
+from dw_dagster.dagster_private import public
 
 
+@public
 class LedgerError(DwDagsterError, RuntimeError):
     """The ledger refused a transition or cannot be opened; the message says which and why."""
 
@@ -91,6 +94,7 @@ def asset_str(asset_key: Sequence[str] | Any) -> str:
     return "/".join(path)
 
 
+@public
 class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
     """One ledger database (see the module docstring). Get it with :func:`ledger_for`."""
 
@@ -104,20 +108,30 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
     def _create(self) -> None:
         for attempt in range(5):
             try:
+                self._refuse_newer(stored_schema(self.engine))  # before creating anything in a newer ledger
                 _meta.create_all(self.engine, checkfirst=True)
                 add_missing_columns(self.engine)
+                missing = missing_columns(self.engine)
+                if missing:
+                    raise LedgerError(f"the ledger at {self.url} lacks columns this dw_dagster needs ("
+                                      + "; ".join(f"{t}: {', '.join(cols)}" for t, cols in missing.items())
+                                      + "): its tables were altered or made by another program")
                 with self.engine.begin() as conn:
                     row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
                     if row is None:
                         conn.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
-                    elif int(row[0]) > SCHEMA_VERSION:
-                        raise LedgerError(f"the ledger at {self.url} has schema {row[0]}; this dw_dagster knows "
-                                          f"{SCHEMA_VERSION}: upgrade dw_dagster")
+                    else:
+                        self._refuse_newer(int(row[0]))
                 return
             except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
                 if attempt == 4:  # another process creating the same tables at the same moment
                     raise
                 time.sleep(0.2 * (attempt + 1))
+
+    def _refuse_newer(self, schema: int | None) -> None:
+        if schema is not None and schema > SCHEMA_VERSION:
+            raise LedgerError(f"the ledger at {self.url} has schema {schema}; this dw_dagster knows "
+                              f"{SCHEMA_VERSION}: upgrade dw_dagster")
 
     def _tx(self):
         return self.engine.begin()
@@ -257,9 +271,15 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
         """Record the single active decision of a version, atomically; False when one exists already.
 
         A ``credential_id`` (ID token or Slack request digest) is consumed in the same
-        transaction: a credential used before raises :class:`LedgerError` and nothing is recorded.
+        transaction: a credential used before raises :class:`LedgerError` and nothing is recorded; so
+        does a version that ended meanwhile (superseded, expired, rejected, applied, failed: its row is
+        locked for the transaction, so a version superseded at the same moment is never decided).
         """
         with self._tx() as conn:
+            state = conn.execute(sa.select(change_sets_t.c.state).where(change_sets_t.c.change_set_id == change_set_id,
+                                 change_sets_t.c.version == version).with_for_update()).scalar()
+            if state is not None and state not in ACTIVE_STATES:
+                raise LedgerError(f"change set {change_set_id} version {version[:12]}… is {state}; a new proposal is needed")
             if credential_id is not None:
                 try:
                     with conn.begin_nested():
@@ -523,11 +543,14 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
             return new if res.rowcount == 1 else None
 
     def abandon_stage(self, ticket: str, reason: str) -> bool:
-        """Mark an issued or started stage abandoned (its run vanished or ended without completing)."""
+        """Mark an issued or started stage abandoned (its run vanished or ended without completing); the
+        attempts counted in its result stay counted (:meth:`retry_stage`'s limit)."""
         with self._tx() as conn:
+            attempts = _attempts(conn.execute(sa.select(stages_t.c.result).where(stages_t.c.ticket == ticket)).scalar())
             res = conn.execute(stages_t.update().where(stages_t.c.ticket == ticket,
                                                        stages_t.c.state.in_([ISSUED, STARTED])).values(
-                state=ABANDONED, finished_at=time.time(), result=json.dumps({"reason": reason})))
+                state=ABANDONED, finished_at=time.time(),
+                result=json.dumps({"reason": reason, **({"attempts": attempts} if attempts > 1 else {})})))
             return res.rowcount == 1
 
     def stages(self, change_set_id: str, version: str) -> dict[str, StageRow]:
@@ -681,6 +704,7 @@ _ephemeral: "weakref.WeakKeyDictionary[Any, Ledger]" = weakref.WeakKeyDictionary
 _lock = threading.Lock()
 
 
+@public
 def ledger_for(instance: Any) -> Ledger:
     """The ledger of a Dagster instance (see the module docstring), opened once per process.
 
@@ -691,7 +715,7 @@ def ledger_for(instance: Any) -> Ledger:
     url = ledger_url(instance)
     with _lock:
         if url is None:
-            from dagster._core.storage.runs.in_memory import InMemoryRunStorage
+            from dw_dagster.dagster_private import InMemoryRunStorage
 
             if not isinstance(instance.run_storage, InMemoryRunStorage):
                 raise LedgerError(f"cannot place dw_dagster's ledger next to run storage {type(instance.run_storage).__name__}: "

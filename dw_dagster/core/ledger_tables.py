@@ -370,6 +370,27 @@ def add_missing_columns(engine: Engine) -> None:
             conn.exec_driver_sql(ddl)
 
 
+def stored_schema(engine: Engine) -> int | None:
+    """The schema version a ledger database records (``dw_ledger_meta``), or None (a new database)."""
+    if not sa.inspect(engine).has_table(meta_t.name):
+        return None
+    with engine.connect() as conn:
+        value = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).scalar()
+    return int(value) if value is not None else None
+
+
+def missing_columns(engine: Engine) -> dict[str, list[str]]:
+    """``{table: [columns]}`` the ledger's tables lack in ``engine``'s database (empty when none does)."""
+    inspector = sa.inspect(engine)
+    out: dict[str, list[str]] = {}
+    for table in _meta.sorted_tables:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        lacking = [c.name for c in table.columns if c.name not in have]
+        if lacking:
+            out[table.name] = lacking
+    return out
+
+
 # -- where an instance's ledger lives -------------------------------------------------------------
 
 def _sqlite_engine(url: str) -> Engine:

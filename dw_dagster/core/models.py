@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dw_dagster.core.identity import VerifiedIdentity
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 
 def utcnow() -> dt.datetime:
@@ -82,6 +83,7 @@ class SliceGap(_Record):
         return gap_words(self.gap_rows, self.gap_pct)
 
 
+@public
 class Incident(_Record):
     """One problem on one asset, created exactly once per failing evaluation."""
 
@@ -112,6 +114,7 @@ class Evidence(_Record):
                                    "(``[v1, v2]`` under ``key`` or as rows), so a sensitive key column can be masked")
 
 
+@public
 class CauseFinding(_Record):
     """A named cause with its evidence and an honest remainder.
 
@@ -156,6 +159,7 @@ class ImpactedNode(_Record):
     url: str | None = None
 
 
+@public
 class BlastRadius(_Record):
     """Everything downstream of the broken asset: dbt nodes, tests, exposures and their owners."""
 
@@ -170,6 +174,7 @@ class BlastRadius(_Record):
     max_depth: int = 0
 
 
+@public
 class Diagnosis(_Record):
     """The answer to "why": the causes found, the blast radius, and what is left unexplained."""
 
@@ -198,9 +203,11 @@ class FileChange(_Record):
 class UndoPlan(_Record):
     """How to put a change set's window back (:mod:`dw_dagster.repair.undo`).
 
-    ``table`` is in the database of the ``resource_key`` resource; rows belong to a daily partition
-    by ``CAST(partition_column AS DATE)``. ``of_change_set`` is set on an undo change set: the
-    change set it reverses.
+    ``table`` is in the database of the ``resource_key`` resource; a window key's rows are read
+    from the target asset's own ``PartitionsDefinition`` (a half-open time range on
+    ``partition_column``, or ``partition_column = key`` for static and dynamic keys; see
+    :mod:`dw_dagster.databases.partitions`), UTC days when the code location does not define the
+    asset. ``of_change_set`` is set on an undo change set: the change set it reverses.
     """
 
     kind: Literal["restore_partitions"] = "restore_partitions"
@@ -211,6 +218,7 @@ class UndoPlan(_Record):
     of_change_set: str | None = None
 
 
+@public
 class ChangeStep(_Record):
     """One data change a change set applies in the warehouse, as a stage of its own.
 
@@ -311,6 +319,7 @@ _LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excl
                  "earlier_versions")
 
 
+@public
 class ChangeSet(_Record):
     """One proposal: the code diff for the owner, the bounded window to rerun, what to rebuild.
 
@@ -428,6 +437,7 @@ class TamperedRecord(DwDagsterError, ValueError):
     """A stored record's content does not match its hash or signature; the message names it."""
 
 
+@public
 class Approval(_Record):
     """A recorded decision on one change set version, signed with HMAC-SHA256.
 
@@ -466,6 +476,7 @@ class CheckOutcome(_Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+@public
 class Receipt(_Record):
     """What was changed on an asset, by whose approval, and how it was proven. Chained by hash."""
 

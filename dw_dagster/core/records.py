@@ -74,7 +74,7 @@ def quarantine(instance: dg.DagsterInstance, ref: str, kind: str, asset_key: Seq
         if ledger_for(instance).quarantine(ref, kind, asset, reason):  # shown once on the dw_control asset
             instance.report_runless_asset_event(dg.AssetObservation(
                 asset_key=dg.AssetKey(["dw_control"]), description=f"quarantined {kind} record {ref} on {asset}: {reason}"[:1000],
-                metadata={"dw/quarantined": dg.MetadataValue.json({"ref": ref, "kind": kind, "asset": asset, "reason": reason})}))
+                metadata={c.QUARANTINED_KEY: dg.MetadataValue.json({"ref": ref, "kind": kind, "asset": asset, "reason": reason})}))
     except Exception:  # noqa: BLE001 - bookkeeping of a bad record must never fail a reader
         log.exception("dw_dagster: could not record the quarantine")
 
@@ -179,7 +179,7 @@ def latest_loads(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> dict[s
         pk = rec.partition_key
         if pk is None or pk in out:
             continue
-        loads = metadata_json(rec.asset_materialization.metadata, "dw/loads") or {}
+        loads = metadata_json(rec.asset_materialization.metadata, c.LOADS_KEY) or {}
         if isinstance(loads, dict) and isinstance(loads.get(pk), dict):
             out[pk] = {**loads[pk], "run_id": rec.run_id, "timestamp": rec.timestamp}
     return out

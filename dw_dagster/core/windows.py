@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
+from dw_dagster.dagster_private import public
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -27,15 +28,21 @@ def window_run_request(
     partition_keys: Sequence[str],
     tags: Mapping[str, str] | None = None,
     job_name: str | None = None,
+    ordered_keys: Sequence[str] | None = None,
 ) -> dg.RunRequest:
     """One run over the contiguous partition range spanned by ``partition_keys``.
+
+    The range's ends are the first and last key in ``ordered_keys`` (the partitions definition's
+    own order: a static definition's keys are not alphabetical, a multi-partition's are ordered by
+    dimension); without it, in string order (right for time keys in a sortable format only).
 
     Raises:
         ValueError: ``partition_keys`` is empty.
     """
     if not partition_keys:
         raise ValueError("a window needs at least one partition key")
-    keys = sorted(partition_keys)
+    index = {k: i for i, k in enumerate(ordered_keys or [])}
+    keys = sorted(partition_keys, key=lambda k: (index.get(k, len(index)), k))
     return dg.RunRequest(
         run_key=run_key,
         job_name=job_name,
@@ -65,6 +72,7 @@ class WindowSplit:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+@public
 def partition_window_utc(partitions_def: dg.PartitionsDefinition, key: str) -> tuple[dt.datetime, dt.datetime]:
     """The time window ``[start, end)`` of ``key`` as naive UTC datetimes.
 

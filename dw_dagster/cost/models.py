@@ -9,7 +9,7 @@ the numbers (``reconciliation``), within :data:`TOLERANCE`.
 
 from __future__ import annotations
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import datetime as dt
 from typing import Any, Literal
 

@@ -13,7 +13,7 @@ The job ``dw_cost_observations`` is daily-partitioned; each run reports its day 
 Rerunning a day records it again; readers take the latest record of each day.
 """
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any

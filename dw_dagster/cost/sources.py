@@ -8,7 +8,7 @@ DuckDB default: step and dbt node seconds).
 
 from __future__ import annotations
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import json
 import os
 from collections.abc import Sequence

@@ -22,7 +22,7 @@ period's metered credits.
 
 from __future__ import annotations
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any

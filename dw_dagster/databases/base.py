@@ -12,12 +12,15 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 
+@public
 class DatabaseError(DwDagsterError, RuntimeError):
     """A query failed; the message names the database and the statement, never credentials."""
 
 
+@public
 @runtime_checkable
 class Database(Protocol):
     """What dw_dagster needs from a database: its dialect, small results, and streamed batches."""

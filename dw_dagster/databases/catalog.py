@@ -20,8 +20,10 @@ from sqlglot.errors import ErrorLevel
 
 from dw_dagster.databases import Database, DatabaseError, sql
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 
+@public
 class CatalogError(DwDagsterError, ValueError):
     """A table is not in the catalog, or its name cannot be read there (the message names it)."""
 
@@ -36,6 +38,7 @@ class ColumnSpec(BaseModel):
     nullable: bool = True
 
 
+@public
 class TableSchema(BaseModel):
     """A table's columns in order, plus what a BigQuery rebuild must keep.
 
@@ -216,6 +219,7 @@ def _read_bigquery_schema(db: Any, table: str) -> TableSchema:
                        cluster_columns=list(t.clustering_fields or []), rebuild_blockers=blockers)
 
 
+@public
 def read_table_schema(db: Database, table: str) -> TableSchema:
     """Read ``table``'s columns in order, with their types and nullability.
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from dw_dagster.databases import sql
 from dw_dagster.databases.base import DatabaseError, _short
+from dw_dagster.dagster_private import public
 
 # SQLAlchemy dialect name -> sqlglot dialect name
 
@@ -90,6 +91,7 @@ def _q(name: str) -> str:
     return sql.identifier(name).sql("duckdb")
 
 
+@public
 class DuckDBDatabase:
     """A DuckDB file (or ``:memory:``), opened per call so other processes (dbt) can use it between.
 

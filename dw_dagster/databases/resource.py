@@ -8,8 +8,10 @@ from pydantic import Field
 from dw_dagster.databases.base import Database
 from dw_dagster.databases.duckdb import DuckDBDatabase
 from dw_dagster.databases.sqlalchemy import SqlAlchemyDatabase
+from dw_dagster.dagster_private import public
 
 
+@public
 def database_from_url(url: str) -> Database:
     """Open a :class:`Database` from a URL.
 
@@ -50,6 +52,7 @@ def database_from_url(url: str) -> Database:
     return SqlAlchemyDatabase(url)
 
 
+@public
 class DatabaseResource(dg.ConfigurableResource):
     """A Dagster resource that opens a :class:`Database` from a URL.
 

@@ -30,7 +30,7 @@ COMMENT_START = '/* {"' + c.QUERY_TAG_APP_KEY + '": "' + c.QUERY_TAG_APP + '"'
 def current_query_tag() -> dict[str, str] | None:
     """The tag of the Dagster step running in this thread, or None outside one."""
     try:
-        from dagster._core.execution.context.compute import current_execution_context
+        from dw_dagster.dagster_private import current_execution_context
 
         ctx = current_execution_context.get()
     except Exception:  # noqa: BLE001 - another dagster layout: no tag, never a failed query

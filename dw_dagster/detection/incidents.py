@@ -36,6 +36,7 @@ from dw_dagster.core.ledger import (
     ledger_for,
 )
 from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
+from dw_dagster.dagster_private import public
 
 DIAGNOSE_OP = "dw_diagnose"
 #: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume
@@ -271,7 +272,7 @@ def _volume_days(md: dict) -> tuple[int, float, dt.datetime | None, dt.datetime 
     """From a volume check's ``dw/days_json``: rows under (or over) the baseline mean on the days out
     of band (rounded), the worst deviation in %, and the half-open UTC window of those days."""
 
-    days = [d for d in (records.metadata_json(md, "dw/days_json") or [])
+    days = [d for d in (records.metadata_json(md, c.DAYS_JSON_KEY) or [])
             if d.get("status") in ("low", "high", "no_rows") and d.get("mean") is not None]
     if not days:
         return 0, 0.0, None, None
@@ -291,12 +292,12 @@ def incident_from_evaluation(check_key: dg.AssetCheckKey, evaluation: dg.AssetCh
     means as ``gap_rows`` (positive when short) and the worst day's deviation as ``gap_pct``.
     """
     md = evaluation.metadata or {}
-    slices = [SliceGap.model_validate(s) for s in (records.metadata_json(md, "dw/slices_json") or [])]
+    slices = [SliceGap.model_validate(s) for s in (records.metadata_json(md, c.SLICES_JSON_KEY) or [])]
     failing = [s for s in slices if not s.passed]
     gap = sum(s.gap_rows for s in slices)
     worst = max(failing, key=lambda s: abs(s.gap_pct), default=None)
     summary = evaluation.description or f"check {check_key.name} failed"
-    if not slices and "dw/days_json" in md:
+    if not slices and c.DAYS_JSON_KEY in md:
         vgap, vpct, start, end = _volume_days(md)
         return Incident(
             id="inc-" + stable_hash([check_key.to_user_string(), record_id], 12), asset_key=list(check_key.asset_key.path),
@@ -323,6 +324,7 @@ def _inconclusive(evaluation: dg.AssetCheckEvaluation) -> bool:
     return bool(getattr(flag, "value", flag))
 
 
+@public
 def build_check_incident_sensor(
     *,
     check_keys: Sequence[dg.AssetCheckKey],

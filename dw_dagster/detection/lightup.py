@@ -90,11 +90,12 @@ from dw_dagster.detection.incidents import (
     record_unless_open,
     rediagnosis_requests,
 )
+from dw_dagster.dagster_private import public
 
 DEFAULT_CHECK = "lightup_compare"
-LIGHTUP_ID_KEY = "dw/lightup_incident"
-LIGHTUP_TAG = "dw/lightup_incident"
-QUARANTINED_KEY = "dw/quarantined"
+LIGHTUP_ID_KEY = c.LIGHTUP_ID_KEY
+LIGHTUP_TAG = c.LIGHTUP_ID_KEY
+QUARANTINED_KEY = c.QUARANTINED_KEY
 HEALTH_PATH = "/api/v0/healthz/"
 #: the ledger's external id column holds 255 characters; a longer "uuid" is malformed
 MAX_UUID_LENGTH = 255
@@ -201,15 +202,15 @@ def evaluate_incident(
         asset_key=target, check_name=check_name, passed=not ongoing, severity=dg.AssetCheckSeverity.ERROR,
         description=summary[:1000],
         metadata={
-            LIGHTUP_ID_KEY: inc["uuid"], "dw/lightup_url": dg.MetadataValue.url(url),
-            "dw/lightup_updated_ts": float(inc["updated_ts"]), "dw/lightup_ongoing": ongoing,
-            "dw/lightup_status": int(inc.get("status") or 1), "dw/compare_metric": ctx.metric_name,
-            "dw/source_table": f"{ctx.source.source_name or ctx.source.source_uuid}:{ctx.source.name}",
-            "dw/target_table": f"{ctx.target.source_name or ctx.target.source_uuid}:{ctx.target.name}",
-            "dw/window_start": _utc(inc["start_ts"]).isoformat(), "dw/window_end": _utc(inc["end_ts"]).isoformat(),
-            "dw/gap_rows": sg.gap_rows, "dw/gap_pct": sg.gap_pct,
-            "dw/slices_json": dg.MetadataValue.json([sg.model_dump(mode="json")]),
-            "dw/gaps": metadata_table(rows, [("metric", "text"), ("slice", "text"), ("source", "float"), ("target", "float"),
+            LIGHTUP_ID_KEY: inc["uuid"], c.LIGHTUP_URL_KEY: dg.MetadataValue.url(url),
+            c.LIGHTUP_UPDATED_TS_KEY: float(inc["updated_ts"]), c.LIGHTUP_ONGOING_KEY: ongoing,
+            c.LIGHTUP_STATUS_KEY: int(inc.get("status") or 1), c.COMPARE_METRIC_KEY: ctx.metric_name,
+            c.SOURCE_TABLE_KEY: f"{ctx.source.source_name or ctx.source.source_uuid}:{ctx.source.name}",
+            c.TARGET_TABLE_KEY: f"{ctx.target.source_name or ctx.target.source_uuid}:{ctx.target.name}",
+            c.WINDOW_START_KEY: _utc(inc["start_ts"]).isoformat(), c.WINDOW_END_KEY: _utc(inc["end_ts"]).isoformat(),
+            c.GAP_ROWS_KEY: sg.gap_rows, c.GAP_PCT_KEY: sg.gap_pct,
+            c.SLICES_JSON_KEY: dg.MetadataValue.json([sg.model_dump(mode="json")]),
+            c.GAPS_KEY: metadata_table(rows, [("metric", "text"), ("slice", "text"), ("source", "float"), ("target", "float"),
                                              ("gap", "float"), ("gap_pct", "float"), ("datapoints", "int")]),
         },
     )
@@ -353,9 +354,10 @@ def quarantine_lightup_incident(instance: dg.DagsterInstance, raw: Mapping[str, 
         description=(f"Lightup incident {uid} quarantined after {tries} tries (incident {incident_id}"
                      f"{'' if new else ', already recorded'}): {what}")[:1000],
         metadata={QUARANTINED_KEY: dg.MetadataValue.json(detail), c.INCIDENT_ID_KEY: incident_id, LIGHTUP_ID_KEY: uid,
-                  "dw/lightup_updated_ts": updated_ts, **({"dw/lightup_url": dg.MetadataValue.url(url)} if url else {})})
+                  c.LIGHTUP_UPDATED_TS_KEY: updated_ts, **({c.LIGHTUP_URL_KEY: dg.MetadataValue.url(url)} if url else {})})
 
 
+@public
 def build_lightup_incident_sensor(
     *,
     table_assets: Mapping[str, Any],
@@ -581,6 +583,7 @@ def build_lightup_incident_sensor(
     return _sensor
 
 
+@public
 def build_lightup_compare_check(
     *,
     asset: Any,
@@ -622,7 +625,7 @@ def build_lightup_compare_check(
         return dg.AssetCheckResult(
             passed=not incidents, severity=dg.AssetCheckSeverity.ERROR,
             description=f"{len(incidents)} ongoing Lightup incident(s) on {len(metrics)} compare metric(s)",
-            metadata={"dw/ongoing_incidents": len(incidents), "dw/incidents": metadata_table(
+            metadata={c.ONGOING_INCIDENTS_KEY: len(incidents), c.INCIDENTS_KEY: metadata_table(
                 rows, [("incident", "text"), ("slice", "text"), ("start", "text"), ("end", "text"), ("impact", "int")])})
 
     return _check

@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.core.models import CauseFinding
+from dw_dagster.dagster_private import public
 
 UNEXPLAINED_KIND = "unexplained"
 
@@ -57,6 +58,7 @@ def unexplained_finding(rows: int, gap_rows: int, tested: Sequence[str] = ()) ->
     )
 
 
+@public
 def combine_findings(gap_rows: int, findings: Sequence[CauseFinding]) -> CombinedFindings:
     """Total explained rows without double counting, and the unexplained remainder (module docstring).
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core.models import CauseFinding, PartitionNote
 from dw_dagster.core import records
 from dw_dagster.core.states import incident_words
+from dw_dagster.dagster_private import public
 
 _PAST = {"approve": "approved", "reject": "rejected"}
 
@@ -55,6 +56,7 @@ class IncidentHistoryEntry(BaseModel):
     linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
 
 
+@public
 def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None = None) -> list[IncidentHistoryEntry]:
     """Every incident (of one asset, or of every asset) with its outcome, newest first.
 

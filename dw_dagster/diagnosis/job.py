@@ -62,6 +62,7 @@ from dw_dagster.core.models import UndoPlan, BlastRadius, ChangeSet, Diagnosis, 
 from dw_dagster.core import records
 from dw_dagster.proposals.change_sets import change_set_observation, record_proposal
 from dw_dagster.proposals.watermark import DbtCountTest, ProposalError, propose_watermark_fix
+from dw_dagster.dagster_private import public
 
 DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
 
@@ -165,6 +166,7 @@ def _with_undone(context: dg.OpExecutionContext, led, incident: Incident, diagno
         return with_undone_rows(diagnosis, record, None)
 
 
+@public
 def build_diagnosis_job(
     *, diagnoser: Diagnoser, name: str = DIAGNOSIS_JOB_NAME, required_resource_keys: Sequence[str] = (),
     domains: DomainsSource = None,
@@ -246,7 +248,7 @@ def build_diagnosis_job(
             return
         led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
 
-    @dg.job(name=name, tags={"dw/kind": "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
+    @dg.job(name=name, tags={c.KIND_KEY: "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():
         _diagnose()
 
@@ -293,6 +295,7 @@ class LoadShape:
     arrival_column: str | None
 
 
+@public
 @dataclass
 class IncrementalLoadDiagnoser:
     """Diagnoses incidents on an asset loaded by :func:`dw_dagster.pipelines.incremental.load_partition`.

@@ -49,7 +49,7 @@ from dw_dagster.repair.steps import migration_step, step_stage, steps_markdown
 
 LOW_STATUSES = ("low", "no_rows")
 #: metadata key of the change set's steps as markdown (next to dw/change_set_md)
-STEPS_MD_KEY = "dw/change_set_steps_md"
+STEPS_MD_KEY = c.STEPS_MD_KEY
 
 
 def _naive(t: dt.datetime) -> dt.datetime:
@@ -65,7 +65,7 @@ def volume_window(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> 
     if rec is None or rec.event is None:
         return None
     md = rec.event.dagster_event.event_specific_data.metadata or {}
-    days = getattr(md.get("dw/days_json"), "value", None) or []
+    days = getattr(md.get(c.DAYS_JSON_KEY), "value", None) or []
     low = sorted(dt.date.fromisoformat(d["day"]) for d in days if d.get("status") in LOW_STATUSES)
     if not low:
         return None

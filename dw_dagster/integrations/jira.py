@@ -44,7 +44,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 
 from dw_dagster.core.http import HttpApiError, has_marker, with_marker
 from dw_dagster.integrations.paging import _VendorResource, clip

@@ -51,6 +51,7 @@ from dw_dagster.core.http import (
     with_marker,
 )
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 SERVICE = "lightup"
 CREDENTIAL_FILE_ENV = "LIGHTUP_CREDENTIAL_FILE"
@@ -209,6 +210,7 @@ def validate_incident(inc: Any) -> dict[str, Any]:
     return inc
 
 
+@public
 class LightupClient:
     """A Lightup API session for one workspace.
 
@@ -538,6 +540,7 @@ class LightupClient:
         return self.compare_gaps(ctx, slice, start_ts, end_ts)
 
 
+@public
 class LightupResource(dg.ConfigurableResource):
     """Lightup API access for sensors and ops.
 

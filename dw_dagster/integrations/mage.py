@@ -75,6 +75,7 @@ from dw_dagster.integrations.mage_models import (
     summarize_log,
     utc_time,
 )
+from dw_dagster.dagster_private import public
 
 SERVICE = "mage"
 URL_ENV, API_KEY_ENV, EMAIL_ENV, PASSWORD_ENV = "MAGE_URL", "MAGE_API_KEY", "MAGE_EMAIL", "MAGE_PASSWORD"
@@ -116,6 +117,7 @@ def _jwt_claims(token: str) -> dict[str, Any]:
     return claims if isinstance(claims, dict) else {}
 
 
+@public
 class MageClient:
     """A read-only session with one Mage OSS instance.
 
@@ -426,6 +428,7 @@ class MageClient:
         return f"{self.ui_url}/pipelines/{run.pipeline_uuid}/runs/{run.id}"
 
 
+@public
 class MageResource(dg.ConfigurableResource):
     """Read access to a Mage OSS instance for sensors and ops.
 

@@ -31,7 +31,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import ChangeSet

@@ -80,8 +80,10 @@ from dw_dagster.integrations.notify_core import (  # noqa: F401 - the names test
     step_ref,
     task_id_for,
 )
+from dw_dagster.dagster_private import public
 
 
+@public
 def build_notification_sensor(
     *,
     dagster_url: str = "http://localhost:3000",

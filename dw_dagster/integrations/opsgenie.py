@@ -25,6 +25,7 @@ from dw_dagster.integrations.paging import (
     clip,
     dedup_key_for,
 )
+from dw_dagster.dagster_private import public
 
 #: Opsgenie Alert API limits ("Create Alert": message ≤ 130, alias ≤ 512, description ≤ 15000,
 #: source ≤ 100, user ≤ 100, details ≤ 8000 characters in all; "Add Note": note ≤ 25000).
@@ -50,6 +51,7 @@ OG_DETAILS_MAX = 8000
 OG_NOTES_PAGE = 100
 
 
+@public
 class OpsgenieResource(_VendorResource):
     """Opsgenie Alert API v2, alerts addressed by ``alias`` (= :func:`dedup_key_for` the incident).
 

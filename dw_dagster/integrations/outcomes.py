@@ -119,14 +119,14 @@ def failing_check(o: CheckOutcome, mask: Callable[[dict[str, Any]], dict[str, An
     before they leave the warehouse.
     """
     md = dict(o.metadata)
-    values: dict[str, Any] = {k.removeprefix("dw/"): v for k, v in md.items()
+    values: dict[str, Any] = {k.removeprefix(c.DW_PREFIX): v for k, v in md.items()
                               if k not in QUERY_KEYS and not k.endswith("_json") and not isinstance(v, (list, dict))}
     slices = _slices(md)
     if slices:
         values["failing_slices"] = slices
     for k, v in md.items():
         if k.endswith("_json") and k != c.SLICES_JSON_KEY:
-            values[k.removeprefix("dw/").removesuffix("_json")] = v
+            values[k.removeprefix(c.DW_PREFIX).removesuffix("_json")] = v
     if mask is not None:
         values = mask(values)
     return FailingCheck(asset="/".join(o.asset_key), check=o.check_name, sql=_sql(md), values=values)

@@ -27,6 +27,7 @@ from dw_dagster.integrations.paging import (
     clip,
     dedup_key_for,
 )
+from dw_dagster.dagster_private import public
 
 #: PagerDuty Events API v2 limits ("Send an Alert Event": dedup_key ≤ 255, payload.summary ≤ 1024).
 
@@ -37,6 +38,7 @@ PD_SUMMARY_MAX = 1024
 PAGERDUTY_ACCEPT = "application/vnd.pagerduty+json;version=2"
 
 
+@public
 class PagerDutyResource(_VendorResource):
     """PagerDuty: Events API v2 to trigger/acknowledge/resolve, REST API v2 to add notes.
 

@@ -46,6 +46,7 @@ from pydantic import Field
 
 from dw_dagster.core.http import HttpApiError, RetryPolicy, json_body, post_once, send
 from dw_dagster.core.models import Diagnosis, ExposureRef, Incident, Receipt
+from dw_dagster.dagster_private import public
 
 Severity = Literal["critical", "error", "warning", "info"]
 SEVERITIES: tuple[str, ...] = ("critical", "error", "warning", "info")
@@ -65,6 +66,7 @@ PD_DEDUP_KEY_MAX = 255
 _KEY_PREFIX = "dw-dagster:"
 
 
+@public
 def dedup_key_for(incident_id: str) -> str:
     """The PagerDuty ``dedup_key`` (and Opsgenie ``alias``) for a dw_dagster incident.
 
@@ -95,6 +97,7 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
+@public
 @runtime_checkable
 class Pager(Protocol):
     """What dw_dagster needs from a paging service, keyed by the dw_dagster incident id."""
@@ -270,6 +273,7 @@ def resolution_note(receipt_url: str | None, receipts: Sequence[Receipt] = (), *
     return "\n".join(lines)
 
 
+@public
 def page_incident(pager: Pager, incident: Incident, *, severity: Severity = "error",
                   links: Sequence[tuple[str, str]] = ()) -> str:
     """Trigger the page for a dw_dagster :class:`~dw_dagster.core.models.Incident`; return the vendor key.

@@ -55,6 +55,7 @@ from dw_dagster.approval.identity.slack import APPROVE_ACTION, REJECT_ACTION, bu
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import BlastRadius, ChangeSet, Receipt
 from dw_dagster.integrations.paging import _VendorResource, clip, exposure_label
+from dw_dagster.dagster_private import public
 
 APPROVAL_JOB_NAME = "dw_approve_change_set"  # dw_dagster.approval.job.APPROVAL_JOB_NAME
 APPROVAL_OP_NAME = "dw_record_decision"  # the approval job's one op (its Launchpad config key)
@@ -125,6 +126,7 @@ def message_ref(message: Any) -> str | None:
     return ref if isinstance(ref, str) else None
 
 
+@public
 class SlackResource(_VendorResource):
     """Slack Web API with a bot token (``bot_token=dg.EnvVar("SLACK_BOT_TOKEN")``, ``xoxb-...``).
 
@@ -381,6 +383,7 @@ def _access_lines(cs: ChangeSet) -> str | None:
             f"*Opens:* {esc(_list(opens))}\n*Sensitive columns:* {esc(_list(sensitive))}")
 
 
+@public
 def approval_request_message(
     change_set: ChangeSet,
     blast_radius: BlastRadius | None,

@@ -40,6 +40,7 @@ import networkx as nx
 
 from dw_dagster.core.models import BlastRadius, ExposureRef, ImpactedNode
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 SECTIONS = ("nodes", "sources", "exposures", "metrics", "semantic_models", "saved_queries", "unit_tests", "functions")
 """Manifest sections whose entries are vertices of dbt's graph."""
@@ -166,6 +167,7 @@ def _add_edges(g: nx.DiGraph, manifest: Mapping[str, Any]) -> None:
                      for child in children or () if child in nodes and child != parent)
 
 
+@public
 def manifest_graph(manifest: Mapping[str, Any]) -> nx.DiGraph:
     """Directed graph parent → child of one dbt manifest (a parsed ``manifest.json``).
 
@@ -312,6 +314,7 @@ def _asset_key_of(selector: str) -> tuple[str, ...]:
     return tuple(p for p in s.strip("/").split("/") if p)
 
 
+@public
 def select_nodes(g: nx.DiGraph, selector: str) -> list[str]:
     """The vertices a selector names, as dbt would select them (without graph operators).
 
@@ -448,6 +451,7 @@ def downstream(g: nx.DiGraph, roots: Iterable[str]) -> dict[str, int]:
     return depth
 
 
+@public
 def dbt_ls(g: nx.DiGraph, roots: Iterable[str]) -> list[str]:
     """What ``dbt ls --select X+ --output json --output-keys unique_id`` prints, X being ``roots``.
 
@@ -505,6 +509,7 @@ def _url(attrs: Mapping[str, Any]) -> str | None:
     return (meta.get("url") if meta else None) or attrs.get("url")
 
 
+@public
 def blast_radius(g: nx.DiGraph, roots: Iterable[str], asset_keys: Mapping[str, list[str]] | None = None) -> BlastRadius:
     """Everything downstream of ``roots``: dbt models (and seeds/snapshots), Dagster assets, checks, exposures, owners.
 

@@ -31,6 +31,7 @@ from typing import Any
 import networkx as nx
 
 from dw_dagster.lineage.dbt_manifest import add_manifests, index_graph, load_manifest
+from dw_dagster.dagster_private import public
 
 DBT_UNIQUE_ID_KEY = "dagster_dbt/unique_id"
 DBT_MANIFEST_KEY = "dagster_dbt/manifest"
@@ -58,6 +59,7 @@ def _manifest_of(value: Any) -> Mapping[str, Any] | None:
     return m if isinstance(m, Mapping) and "nodes" in m else None
 
 
+@public
 def lineage_graph(defs: Any = None, manifests: Iterable[Mapping[str, Any] | str | Path] = (),
                   translator: Any = None) -> nx.DiGraph:
     """Build the combined Dagster + dbt lineage graph.

@@ -49,6 +49,7 @@ from dw_dagster.lineage.review_models import (
 )
 from dw_dagster.lineage.sensitive import match_column, rules_from
 from dw_dagster.lineage.state import base_node, contract_changes, select_state_modified, state_modified
+from dw_dagster.dagster_private import public
 
 COLUMN_TYPES = frozenset({"model", "seed", "snapshot", "source"})
 _RENAME_META_KEYS = ("renamed_from", "previous_name", "former_name")
@@ -396,6 +397,7 @@ def _resolve_selection(head: Mapping[str, Any], selection: str) -> set[tuple[str
 # -- the review --------------------------------------------------------------------------------
 
 
+@public
 def review_manifests(base: Mapping[str, Any] | str | Path, head: Mapping[str, Any] | str | Path, *,
                      base_catalog: Mapping[str, Any] | str | Path | None = None,
                      head_catalog: Mapping[str, Any] | str | Path | None = None,

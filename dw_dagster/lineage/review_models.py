@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dw_dagster.core.models import BlastRadius
+from dw_dagster.dagster_private import public
 
 #: ``--fail-on`` policies: ``breaking`` column or contract changes, ``sensitive``-looking new
 #: columns, ``any`` change the review reports (a node added, modified or removed, or a column change)
@@ -135,6 +136,7 @@ class DomainNotice(_Rec):
     exposures: list[str] = Field(default_factory=list)
 
 
+@public
 class Review(_Rec):
     """What a pull request changes in a dbt project (:func:`~dw_dagster.lineage.review.review_manifests`).
 

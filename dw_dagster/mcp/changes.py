@@ -35,6 +35,7 @@ from dw_dagster.repair.migrations import (
     RetypeColumn,
     SetNullability,
 )
+from dw_dagster.core import keys as c
 
 _TABLE = Field(default=None, description="leave out: the tool's `table` argument names the table")
 
@@ -255,7 +256,7 @@ def _diagnosis_job(state: DwState, key: dg.AssetKey) -> tuple[Any, dg.JobDefinit
     locs = state.workspace().locations_of(key)
     for loc in locs:
         for job in loc.defs.resolve_all_job_defs():
-            if (job.tags or {}).get("dw/kind") == "diagnosis":
+            if (job.tags or {}).get(c.KIND_KEY) == "diagnosis":
                 return loc, job
     raise fail(f"no code location of the workspace has a diagnosis job for {key.to_user_string()} "
                "(a job tagged dw/kind: diagnosis, as build_diagnosis_job and DataOpsComponent make); restart the server "
@@ -291,7 +292,7 @@ def remediate(state: DwState, incident_id: str) -> RemediationProposal:
         result = job.execute_in_process(
             instance=state.instance(), raise_on_error=False,
             run_config={**rr.run_config, "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-            tags={**rr.tags, "dw/launched_by": "dw-dagster mcp remediate"})
+            tags={**rr.tags, c.LAUNCHED_BY_KEY: "dw-dagster mcp remediate"})
     finally:
         CURRENT_DEFINITIONS.reset(token)
     # a run's messages and errors quote the warehouse and whatever failed: the answer names the run, never quotes it

@@ -22,6 +22,7 @@ from dw_dagster.diagnosis.job import diagnosis_markdown
 from dw_dagster.mcp.incidents import detected_by
 from dw_dagster.mcp.state import DwState, asset_of, fail
 from dw_dagster.mcp.untrusted import LEDGER_NOTE, RECORD, UPSTREAM, Untrusted, untrusted
+from dw_dagster.core import keys as c
 
 #: lists longer than this (late keys, per-store groups, evidence rows) are cut in answers
 LIST_CUT = 20
@@ -185,7 +186,7 @@ def _loads_before(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: li
         pk = rec.partition_key
         if pk not in partitions or pk in found:
             continue
-        loads = records.metadata_json(rec.asset_materialization.metadata, "dw/loads") or {}
+        loads = records.metadata_json(rec.asset_materialization.metadata, c.LOADS_KEY) or {}
         entry = loads.get(pk) if isinstance(loads, dict) else None
         found[pk] = {"partition": pk, "run_id": rec.run_id, "loaded_at": dt.datetime.fromtimestamp(rec.timestamp, dt.timezone.utc).isoformat(),
                      **({k: entry[k] for k in ("watermark_column", "watermark_low", "rows_read", "rows_inserted",

@@ -23,6 +23,7 @@ from dw_dagster.mcp.models import ReceiptVerdict, receipt_check, receipt_verdict
 from dw_dagster.mcp.cost import AssetCost, asset_cost
 from dw_dagster.mcp.state import DwState, fail, shown
 from dw_dagster.mcp.untrusted import CHECK, REPORTED, Untrusted, untrusted
+from dw_dagster.core import keys as _keys
 
 #: the weight of a check's latest result in the score, by severity
 WEIGHTS = {"ERROR": 2, "WARN": 1}
@@ -125,7 +126,7 @@ class QualityCheckRun(BaseModel):
 
 def run_quality_check(state: DwState, asset: str, checks: list[str] | None, timeout_seconds: float) -> QualityCheckRun:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""
-    from dagster._core.utils import make_new_run_id
+    from dw_dagster.dagster_private import make_new_run_id
 
     key = state.asset(asset, with_workspace=True)
     loc, keys = _checks_of(state, key)
@@ -152,7 +153,7 @@ def run_quality_check(state: DwState, asset: str, checks: list[str] | None, time
         try:
             outcome["result"] = job.execute_in_process(
                 instance=instance, run_id=run_id, raise_on_error=False,
-                tags={"dw/launched_by": "dw-dagster mcp run_quality_check", "dw/kind": "check"},
+                tags={_keys.LAUNCHED_BY_KEY: "dw-dagster mcp run_quality_check", _keys.KIND_KEY: "check"},
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
         except Exception as e:  # noqa: BLE001 - reported in the answer
             outcome["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -297,7 +298,7 @@ def _columns(state: DwState, loc: Any, key: dg.AssetKey) -> tuple[list[ColumnVie
     if snaps:
         s = snaps[0]
         return ([ColumnView(name=c.name, type=c.data_type, nullable=c.nullable) for c in s.columns],
-                f"dw/schema snapshot of {s.table} at {s.taken_at.isoformat()}")
+                f"{_keys.SCHEMA_KEY} snapshot of {s.table} at {s.taken_at.isoformat()}")
     g = loc.lineage()
     for v in g.graph.get("asset_index", {}).get(tuple(key.path), ()):
         cols = (g.nodes[v].get("data") or {}).get("columns") or {}

@@ -126,7 +126,8 @@ class CallSnapshot:
         return self._keys
 
     def _fetch(self, kind: str, records_filter: Any, limit: int, cursor: str | None = None, ascending: bool = False):
-        from dagster._core.event_api import EventLogCursor, EventRecordsResult
+        from dagster import EventRecordsResult
+        from dw_dagster.dagster_private import EventLogCursor
 
         fetch = getattr(self._instance, f"fetch_{kind}")
         key = records_filter if isinstance(records_filter, dg.AssetKey) else None

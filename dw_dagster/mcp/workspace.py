@@ -122,7 +122,7 @@ class Workspace:
 
 def _target_of(origin: Any) -> tuple[str, Any]:
     """``(description, loader)`` for a location origin from Dagster's workspace parser."""
-    from dagster._core.code_pointer import CodePointer
+    from dw_dagster.dagster_private import CodePointer
 
     lto = getattr(origin, "loadable_target_origin", None)
     if lto is None:
@@ -143,7 +143,7 @@ def _target_of(origin: Any) -> tuple[str, Any]:
         if lto.attribute:
             pointer = CodePointer.from_python_file(lto.python_file, lto.attribute, wd)
             return f"file {lto.python_file}:{lto.attribute}", pointer.load_target
-        from dagster._core.code_pointer import load_python_file
+        from dw_dagster.dagster_private import load_python_file
 
         return f"file {lto.python_file}", lambda: _single_definitions(load_python_file(lto.python_file, wd), lto.python_file)
     raise WorkspaceError(f"location {origin.location_name}: no module, package or file to load")
@@ -176,7 +176,7 @@ def load_workspace(path: str | Path, only: Iterable[str] | None = None) -> Works
     Raises:
         WorkspaceError: the file is missing or Dagster's parser refuses it.
     """
-    from dagster._core.workspace.load import location_origins_from_yaml_paths
+    from dw_dagster.dagster_private import location_origins_from_yaml_paths
 
     p = Path(path).resolve()
     if not p.is_file():

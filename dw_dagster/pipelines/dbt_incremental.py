@@ -43,8 +43,10 @@ from sqlglot import exp
 
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.databases import Database, sql
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
-INCREMENTAL_RUN_KEY = "dw/incremental_run"
+INCREMENTAL_RUN_KEY = c.INCREMENTAL_RUN_KEY
 WINDOW_START_VAR = "dw_window_start"
 WINDOW_END_VAR = "dw_window_end"
 THIS = "__dw_this__"
@@ -362,6 +364,7 @@ def with_run_record(event: Any, run: DbtIncrementalRun) -> Any:
     return event.with_metadata({**(event.metadata or {}), **extra})
 
 
+@public
 def dbt_incremental_build(
     context: dg.AssetExecutionContext,
     dbt: Any,

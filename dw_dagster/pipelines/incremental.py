@@ -23,6 +23,8 @@ from dw_dagster.databases import sql
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.databases import Database, DuckDBDatabase
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,127}$")
@@ -33,6 +35,7 @@ class LoadSpecError(DwDagsterError, ValueError):
     """The pipeline file is missing or invalid; the message names the file and the field."""
 
 
+@public
 class IncrementalLoadSpec(BaseModel):
     """A pipeline file (YAML) describing one incremental merge load."""
 
@@ -81,6 +84,7 @@ class IncrementalLoadSpec(BaseModel):
         return read_yaml_model(path, cls, LoadSpecError, "pipeline file")
 
 
+@public
 class LoadResult(BaseModel):
     """What one partition's load read: the record the late-rows diagnosis works from.
 
@@ -118,6 +122,7 @@ class LoadResult(BaseModel):
         return self
 
 
+@public
 class LoadError(DwDagsterError, RuntimeError):
     """A load cannot run as configured (nothing was written)."""
 
@@ -195,6 +200,7 @@ def load_summary(results: Sequence[LoadResult]) -> str:
     return out
 
 
+@public
 def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None) -> dict[str, Any]:
     """The materialization metadata that records what a load read, for the late-rows diagnosis.
 
@@ -221,7 +227,6 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     Raises:
         ValueError: no results, or results of different watermark columns.
     """
-    from dw_dagster.core import keys as c
 
     results = list(results)
     if not results:
@@ -231,7 +236,7 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     loads = {r.partition_key: r.model_dump(mode="json") for r in results}
     md: dict[str, Any] = {
         c.SUMMARY_KEY: load_summary(results),
-        "dw/loads": dg.MetadataValue.json(loads),
+        c.LOADS_KEY: dg.MetadataValue.json(loads),
         c.WATERMARK_COLUMN_KEY: results[0].watermark_column,
         c.LOOKBACK_HOURS_KEY: results[0].lookback_hours,
         c.ROWS_READ_KEY: sum(r.rows_read for r in results),
@@ -243,6 +248,7 @@ def load_metadata(results: Iterable[LoadResult], *, row_count: int | None = None
     return md
 
 
+@public
 def load_partition(
     source: Database,
     warehouse: DuckDBDatabase,
@@ -325,6 +331,7 @@ def load_partition(
     )
 
 
+@public
 class PipelineRepoResource(dg.ConfigurableResource):
     """The pipeline repository (a git working copy) that holds the load's pipeline files.
 

@@ -24,6 +24,7 @@ from typing import ClassVar
 from sqlglot import exp
 
 from dw_dagster.databases.sql import check_name, check_table_name
+from dw_dagster.dagster_private import public
 
 #: reason text for a NULL or absent REQUIRED column
 MISSING_REQUIRED = "{column}: missing required field"
@@ -32,6 +33,7 @@ DEAD_LETTER_COLUMNS = ("payload", "error_reason", "failed_at", "source_position"
 _OP = "dw_op"
 
 
+@public
 @dataclass(frozen=True)
 class Column:
     """A target column.
@@ -102,6 +104,7 @@ def _kind(type_text: str) -> tuple[str, int | None, int | None]:
     raise ValueError(f"unsupported column type {type_text!r}")
 
 
+@public
 @dataclass(frozen=True)
 class SinkTable:
     """Where the sink writes, and the target's schema.

@@ -12,6 +12,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import Ledger, asset_str, ledger_for
 from dw_dagster.core.models import ChangeSet
 from dw_dagster.core.records import load_change_set, parse_change_set
+from dw_dagster.dagster_private import public
 
 
 def record_proposal(instance: dg.DagsterInstance | Ledger, cs: ChangeSet) -> tuple[ChangeSet, bool]:
@@ -88,6 +89,7 @@ def change_set_observation(cs: ChangeSet) -> dg.AssetObservation:
                                          c.CHANGE_SET_ID_KEY: cs.id})
 
 
+@public
 def propose(instance: dg.DagsterInstance, cs: ChangeSet) -> tuple[ChangeSet, bool]:
     """Record a change set made outside a run (an undo from the CLI, a test) and show it on its asset.
 

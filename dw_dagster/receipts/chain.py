@@ -33,8 +33,9 @@ from dw_dagster.core.ledger import asset_str, ledger_for
 from dw_dagster.core.models import Receipt
 from dw_dagster.core import records
 from dw_dagster.approval.job import ApprovalRefused, signing_key
+from dw_dagster.dagster_private import public
 
-RECEIPT_SIG_KEY = "dw/receipt_sig"
+RECEIPT_SIG_KEY = c.RECEIPT_SIG_KEY
 
 
 def sign_hash(content_hash: str) -> str:
@@ -90,6 +91,7 @@ def stored_receipts(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> lis
     return out
 
 
+@public
 def verify_receipts(instance: dg.DagsterInstance,
                     asset_keys: Sequence[dg.AssetKey] | None = None) -> tuple[int, list[ReceiptProblem]]:
     """Check every receipt chain of ``instance`` against its ledger; returns (receipts checked, problems).

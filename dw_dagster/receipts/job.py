@@ -31,6 +31,7 @@ from dw_dagster.core import records
 from dw_dagster.approval.job import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
 from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
+from dw_dagster.dagster_private import public
 
 RECEIPT_JOB_NAME = "dw_receipts"
 
@@ -265,8 +266,8 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
     after: dict[str, dict] = {}
     for o in verify:
-        if "dw/slices_json" in o.metadata:
-            after.update(_slice_rows(o.metadata["dw/slices_json"]))
+        if c.SLICES_JSON_KEY in o.metadata:
+            after.update(_slice_rows(o.metadata[c.SLICES_JSON_KEY]))
     diag = next((d for d in records.diagnoses(instance, [dg.AssetKey(cs.target_asset)]) if d.id == cs.diagnosis_id), None)
     primary = diag.primary if diag else None
     touched = [cs.target_asset] + [k for k in cs.rebuild_assets if k != cs.target_asset]
@@ -372,6 +373,7 @@ def reopen_after_undo(instance: dg.DagsterInstance, cs: ChangeSet, receipt: Rece
 _receipt_jobs: dict[str, dg.JobDefinition] = {}
 
 
+@public
 def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinition | None = None,
                       cost=None) -> dg.JobDefinition:
     """The receipt job (one op, config: ``change_set_id``; dispatched by the remediation sensor only).
@@ -415,7 +417,7 @@ def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None,
         context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
                          f"verified={receipts[0].verified}")
 
-    @dg.job(name=name, tags={"dw/kind": "receipt"}, executor_def=executor or guarded_executor(dg.in_process_executor),
+    @dg.job(name=name, tags={c.KIND_KEY: "receipt"}, executor_def=executor or guarded_executor(dg.in_process_executor),
             description="Write dw_dagster receipts on every asset a repair touched.")
     def receipt_job():
         write_receipts_op()

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from dw_dagster.core import keys as c
 from dw_dagster.core.domains import Domain, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import VerifiedIdentity, decision_nonce
-from dw_dagster.core.ledger import EXPIRED, asset_str, ledger_for
+from dw_dagster.core.ledger import EXPIRED, LedgerError, asset_str, ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, utcnow
 from dw_dagster.approval.job import (
     AUTONOMY_PREFIX,
@@ -46,7 +46,7 @@ from dw_dagster.approval.job import (
 )
 
 CONTROL_ASSET = dg.AssetKey(["dw_control"])
-STOP_KEY = "dw/stop"
+STOP_KEY = c.STOP_KEY
 EXPIRED_KEY = c.EXPIRED_KEY
 STOP_CONTROL = "org_wide_stop"
 
@@ -92,7 +92,7 @@ def stop_observation(state: StopState) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=CONTROL_ASSET,
                                description=f"org-wide {verb} by {state.by}{how}: {state.reason}"[:1000],
                                metadata={STOP_KEY: dg.MetadataValue.json(state.model_dump(mode="json")),
-                                         "dw/stopped": state.stopped})
+                                         c.STOPPED_KEY: state.stopped})
 
 
 def set_stop(instance: dg.DagsterInstance, stopped: bool, by: str | VerifiedIdentity, reason: str = "", *,
@@ -178,11 +178,11 @@ def build_control_jobs(domains: DomainsSource = None) -> tuple[dg.JobDefinition,
 
     stop_op = dg.op(name="dw_set_stop", tags={"kind": "dw"})(_stop_fn)
 
-    @dg.job(name="dw_stop", tags={"dw/kind": "control"}, description="Org-wide stop: halt every automatic dw_dagster repair.")
+    @dg.job(name="dw_stop", tags={c.KIND_KEY: "control"}, description="Org-wide stop: halt every automatic dw_dagster repair.")
     def stop_job():
         stop_op()
 
-    @dg.job(name="dw_resume", tags={"dw/kind": "control"}, description="Lift the org-wide stop (a verified operator).")
+    @dg.job(name="dw_resume", tags={c.KIND_KEY: "control"}, description="Lift the org-wide stop (a verified operator).")
     def resume_job():
         _resume_op()
 
@@ -216,14 +216,18 @@ def autonomous_approval(cs: ChangeSet, domain: Domain) -> Approval:
 
 
 def record_autonomous_approval(instance: dg.DagsterInstance, cs: ChangeSet, domain: Domain) -> tuple[Approval, dg.AssetObservation] | None:
-    """Record an autonomous approval for a version no one decided yet; None when one exists or existed."""
+    """Record an autonomous approval for a version no one decided yet; None when one exists or existed, or
+    when the version ended since it was read (superseded, expired)."""
     led = ledger_for(instance)
     if any(d["version"] == cs.version for d in led.decisions(cs.id)):
         return None  # decided, or an earlier decision was withdrawn: only a person decides now
     a = autonomous_approval(cs, domain)
-    ok = led.record_decision(approval_id=a.id, change_set_id=cs.id, version=cs.version, decision="approve",
-                             approver=a.approver, method="autonomy", decided_at=a.decided_at.timestamp(),
-                             body=a.model_dump_json())
+    try:
+        ok = led.record_decision(approval_id=a.id, change_set_id=cs.id, version=cs.version, decision="approve",
+                                 approver=a.approver, method="autonomy", decided_at=a.decided_at.timestamp(),
+                                 body=a.model_dump_json())
+    except LedgerError:  # the version ended since the tick read it (superseded, expired): nothing to approve
+        return None
     return (a, approval_observation(cs, a)) if ok else None
 
 

@@ -45,9 +45,11 @@ import dagster as dg
 
 from dw_dagster.core.ledger import STARTED, Ledger, LedgerError, asset_str, ledger_for
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
-TICKET_TAG = "dw/ticket"
-KIND_TAG = "dw/kind"
+TICKET_TAG = c.TICKET_TAG
+KIND_TAG = c.KIND_KEY
 #: ``dw/kind`` job tags of the jobs that change data or write receipts: they need a ticket (the
 #: checks-only verify job reads and may run any time; only the run the sensor dispatched counts)
 REPAIR_KINDS = frozenset({"window", "step", "undo", "rebuild", "receipt", "access"})
@@ -481,6 +483,7 @@ class _GuardedExecutor(dg.Executor):
         finish_run_stage(instance, run.run_id, run.tags.get(TICKET_TAG), not failed)
 
 
+@public
 def guarded_executor(base: dg.ExecutorDefinition = dg.multi_or_in_process_executor) -> dg.ExecutorDefinition:
     """``base`` (default Dagster's multiprocess-or-in-process executor) behind :func:`admit_run`.
 
@@ -499,12 +502,13 @@ def guarded_executor(base: dg.ExecutorDefinition = dg.multi_or_in_process_execut
 # -- the run coordinator -----------------------------------------------------------------------------
 
 try:  # dagster's queued coordinator, wrapped
-    from dagster._core.run_coordinator import QueuedRunCoordinator as _Queued
-    from dagster._core.run_coordinator.base import SubmitRunContext
+    from dagster import QueuedRunCoordinator as _Queued
+    from dagster import SubmitRunContext
 except ImportError:  # pragma: no cover - dagster moved it
     _Queued, SubmitRunContext = object, object
 
 
+@public
 class GuardedRunCoordinator(_Queued):
     """Dagster's ``QueuedRunCoordinator`` that refuses, at submission, the runs :func:`admit_run` refuses.
 

@@ -9,9 +9,10 @@ and the guarded executor, so the refusal happens in the run worker too, whatever
 from collections.abc import Sequence
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from dw_dagster.dagster_private import UnresolvedAssetJobDefinition
 
 from dw_dagster.repair.guard import KIND_TAG, guarded_executor
+from dw_dagster.dagster_private import public
 
 
 def _job(name: str, kind: str, selection, partitions_def=None, description: str | None = None,
@@ -21,6 +22,7 @@ def _job(name: str, kind: str, selection, partitions_def=None, description: str 
                                description=description)
 
 
+@public
 def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSelection,
                      partitions_def: dg.PartitionsDefinition | None, *, description: str | None = None,
                      executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
@@ -32,6 +34,7 @@ def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSe
                 executor)
 
 
+@public
 def build_rebuild_job(name: str, selection: dg.AssetSelection, *, description: str | None = None,
                       executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The job that rebuilds the models downstream of a repaired asset (stage ``rebuild``)."""
@@ -39,6 +42,7 @@ def build_rebuild_job(name: str, selection: dg.AssetSelection, *, description: s
                 description or "Approved rebuilds of the models downstream of a repaired asset.", executor)
 
 
+@public
 def build_verify_job(name: str, check_keys: Sequence[dg.AssetCheckKey], *, description: str | None = None,
                      executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The checks-only job that proves a repair (stage ``verify``). It reads only, so anyone may run

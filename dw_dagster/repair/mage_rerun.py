@@ -34,6 +34,7 @@ from dw_dagster.integrations.mage_runs import wait_for_run_after
 from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_agent_call, mage_reruns
 from dw_dagster.repair.replay_checks import _latest_step_time, change_set_of_run
 from dw_dagster.repair.steps import step_results
+from dw_dagster.core import keys as c
 
 
 def last_data_step_end(instance: dg.DagsterInstance, cs: ChangeSet) -> dt.datetime:
@@ -125,7 +126,7 @@ def build_mage_rerun_check(*, asset: dg.AssetKey | str, pipelines: Sequence[str]
     configured = list(pipelines)
 
     @dg.asset_check(asset=key, name=name, required_resource_keys={resource_key}, blocking=False,
-                    metadata={"dw/check_kind": "mage_rerun"},
+                    metadata={c.CHECK_KIND_KEY: "mage_rerun"},
                     description=f"The Mage reruns of {', '.join(configured) or 'the change set'} started after the last "
                     f"data step completed (waits at most {timeout_s:g} s).")
     def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
@@ -134,7 +135,7 @@ def build_mage_rerun_check(*, asset: dg.AssetKey | str, pipelines: Sequence[str]
             wanted = [s.target for s in mage_reruns(cs) if not s.check or s.check == [*key.path, name]]
             if not wanted:
                 return dg.AssetCheckResult(passed=True, description=f"change set {cs.id} asks for no Mage rerun",
-                                           metadata={"dw/mage_reruns_json": dg.MetadataValue.json([])})
+                                           metadata={c.MAGE_RERUNS_JSON_KEY: dg.MetadataValue.json([])})
             after, how = last_data_step_end(context.instance, cs), f"the end of change set {cs.id}'s last data step"
         else:
             wanted = configured
@@ -151,13 +152,13 @@ def build_mage_rerun_check(*, asset: dg.AssetKey | str, pipelines: Sequence[str]
                              f"{_fmt(after)} ({how})")
             outcomes = wait_for_reruns(client, wanted, after, timeout_s, poll_s)
         shown = next((o for o in outcomes if not o["passed"]), outcomes[-1])
-        md: dict[str, Any] = {"dw/mage_pipeline": shown["pipeline"], "dw/mage_status": shown["status"] or "no run",
-                              "dw/mage_after_utc": after.isoformat(),
-                              "dw/mage_reruns_json": dg.MetadataValue.json(outcomes)}
+        md: dict[str, Any] = {c.MAGE_PIPELINE_KEY: shown["pipeline"], c.MAGE_STATUS_KEY: shown["status"] or "no run",
+                              c.MAGE_AFTER_UTC_KEY: after.isoformat(),
+                              c.MAGE_RERUNS_JSON_KEY: dg.MetadataValue.json(outcomes)}
         if shown["run_id"] is not None:
-            md["dw/mage_run_id"] = shown["run_id"]
+            md[c.MAGE_RUN_ID_KEY] = shown["run_id"]
         if shown.get("url"):
-            md["dw/mage_run_url"] = dg.MetadataValue.url(shown["url"])
+            md[c.MAGE_RUN_URL_KEY] = dg.MetadataValue.url(shown["url"])
         passed = all(o["passed"] for o in outcomes)
         text = "; ".join(f"Mage {o['pipeline']}: {o['reason']}" for o in outcomes)
         return dg.AssetCheckResult(passed=passed, metadata=md,

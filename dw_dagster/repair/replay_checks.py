@@ -21,6 +21,8 @@ from dw_dagster.repair.guard import TICKET_TAG
 from dw_dagster.repair.replay import REPLAY, ReplaySpec, parked_states, verify_replay
 from dw_dagster.repair.steps import STEP_RESULT_KEY, first_step_started, step_results
 from dw_dagster.pipelines.sink import SinkTable
+from dw_dagster.core import keys as c
+from dw_dagster.dagster_private import public
 
 REPLAYED_CHECK = "parked_rows_replayed"
 NO_NEW_DLQ_CHECK = "no_new_dead_letters"
@@ -54,6 +56,7 @@ def _latest_step_time(instance: dg.DagsterInstance, asset: dg.AssetKey) -> dt.da
     return None
 
 
+@public
 def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Callable[[Database], SinkTable],
                         resource_key: str = "warehouse",
                         replayed_name: str = REPLAYED_CHECK, no_new_name: str = NO_NEW_DLQ_CHECK,
@@ -82,7 +85,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
         return sink_table if isinstance(sink_table, SinkTable) else sink_table(db)
 
     @dg.asset_check(asset=key, name=replayed_name, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": "replay", "dw/table": t.table},
+                    metadata={c.CHECK_KIND_KEY: "replay", c.TABLE_KEY: t.table},
                     description=f"Every parked {t.key} (the change set's replay selection) is in {t.table} exactly once.")
     def _replayed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
@@ -90,13 +93,13 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
         spec = _replay_spec(cs) or ReplaySpec.for_sink_table(table_of(db), expected_rows=0)
         v = verify_replay(db, spec)
         states = parked_states(db, spec)
-        md = {"dw/parked_keys": v.parked_keys, "dw/present_once": v.present_once, "dw/missing": v.missing,
-              "dw/duplicated": v.duplicated, "dw/query": dg.MetadataValue.md(f"```sql\n{v.sql}\n```"),
-              "dw/parked_states_json": dg.MetadataValue.json(states)}
+        md = {c.PARKED_KEYS_KEY: v.parked_keys, c.PRESENT_ONCE_KEY: v.present_once, c.MISSING_KEY: v.missing,
+              c.DUPLICATED_KEY: v.duplicated, c.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{v.sql}\n```"),
+              c.PARKED_STATES_JSON_KEY: dg.MetadataValue.json(states)}
         if cs is not None:
             done = [r for r in step_results(context.instance, cs) if r.get("kind") == REPLAY and not r.get("refused")]
-            md["dw/replayed_rows"] = sum(r.get("inserted_rows", 0) for r in done)
-            md["dw/expected_rows"] = spec.expected_rows
+            md[c.REPLAYED_ROWS_KEY] = sum(r.get("inserted_rows", 0) for r in done)
+            md[c.EXPECTED_ROWS_KEY] = spec.expected_rows
         return dg.AssetCheckResult(
             passed=v.passed, metadata=md,
             description=(f"{v.present_once:,} of {v.parked_keys:,} parked {t.key}(s) present exactly once in {spec.target_table}"
@@ -105,7 +108,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
                          + "; parked rows: " + ", ".join(f"{n:,} {st}" for st, n in states.items() if n)))
 
     @dg.asset_check(asset=key, name=no_new_name, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": "dead_letter", "dw/table": t.dead_letter_table},
+                    metadata={c.CHECK_KIND_KEY: "dead_letter", c.TABLE_KEY: t.dead_letter_table},
                     description=f"No row parked in {t.dead_letter_table} since the change was applied.")
     def _no_new(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
@@ -121,7 +124,7 @@ def build_replay_checks(*, asset: dg.AssetKey | str, sink_table: SinkTable | Cal
             passed=total == 0,
             description=f"{total} row(s) parked since {since.isoformat(sep=' ', timespec='seconds')} UTC ({how})" + (
                 ": " + "; ".join(f"{r.rows} × {r.reason!r}" for r in reasons[:3]) if reasons else ""),
-            metadata={"dw/parked_rows": total, "dw/since_utc": since.isoformat(), "dw/query": dg.MetadataValue.md(f"```sql\n{q}\n```")})
+            metadata={c.PARKED_ROWS_KEY: total, c.SINCE_UTC_KEY: since.isoformat(), c.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{q}\n```")})
 
     return [_replayed, _no_new]
 

@@ -76,10 +76,11 @@ from dw_dagster.repair.liveness import (
 )
 from dw_dagster.repair.steps import step_op_name, step_stages
 from dw_dagster.core.windows import window_run_request
+from dw_dagster.dagster_private import public
 
 RECEIPT_OP = "dw_write_receipts"
 HALT_RECEIPT = "receipt-halt"
-VERSION_TAG = "dw/change_set_version"
+VERSION_TAG = c.CHANGE_SET_VERSION_KEY
 
 
 def _sha256(path: Path) -> str | None:
@@ -151,8 +152,8 @@ def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | N
     log_key = list(context.log_key or [])
     tick_id = str(log_key[-1]) if log_key else ""
     if tick_id.isdigit() and context.instance_ref is not None:
-        from dagster._core.definitions.selector import InstigatorSelector
-        from dagster._core.scheduler.instigation import TickStatus
+        from dw_dagster.dagster_private import InstigatorSelector
+        from dw_dagster.dagster_private import TickStatus
 
         try:
             tick = context.instance.schedule_storage.get_tick(int(tick_id))
@@ -165,6 +166,7 @@ def sensor_evaluation(context: dg.SensorEvaluationContext) -> tuple[str, str | N
     return DRY_RUN, location, repository, None
 
 
+@public
 def build_remediation_sensor(
     *,
     partitions_def: dg.PartitionsDefinition | None = None,
@@ -240,7 +242,7 @@ def build_remediation_sensor(
             graph = asset_graph_of(context)
             key = dg.AssetKey(partitions_of) if not isinstance(partitions_of, dg.AssetKey) else partitions_of
             pdef = graph.get(key).partitions_def if graph is not None and graph.has(key) else None
-        ordered = pdef.get_partition_keys() if pdef is not None else []
+        ordered = pdef.get_partition_keys(dynamic_partitions_store=instance) if pdef is not None else []
         # the latest version of every change set waiting or under way, and any earlier version whose
         # repair is under way (a newer version was recorded mid-repair): it is walked to its end
         rows = led.change_set_rows(states=ACTIVE_STATES, latest_only=False)
@@ -557,7 +559,8 @@ def build_remediation_sensor(
             run_key = f"{cs.id}:{cs.version[:16]}:{stage}"  # + the ticket's first digits, below: unpredictable
             if "window" in extra:
                 request = window_run_request(run_key=run_key, job_name=job.name, assets=[dg.AssetKey(cs.target_asset)],
-                                             partition_keys=extra["window"], tags=base)
+                                             partition_keys=extra["window"], tags=base,
+                                             ordered_keys=self.ordered)
             else:
                 request = dg.RunRequest(run_key=run_key, job_name=job.name, tags=base, run_config=run_config or {},
                                         asset_selection=extra.get("asset_selection"))
@@ -593,7 +596,7 @@ def _receipt_config(cs: ChangeSet) -> dict:
 def _withdrawal_observation(cs: ChangeSet, d: Approval, reason: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset),
                                description=describe(f"approval {d.id} of change set {cs.id} withdrawn: {reason}", change_set_id=cs.id),
-                               metadata={"dw/approval_withdrawn": dg.MetadataValue.json(
+                               metadata={c.APPROVAL_WITHDRAWN_KEY: dg.MetadataValue.json(
                                    {"change_set_id": cs.id, "version": cs.version, "approval_id": d.id,
                                     "approver": d.approver, "reason": reason, "at": utcnow().isoformat()}),
                                    c.CHANGE_SET_ID_KEY: cs.id})

@@ -34,9 +34,10 @@ from dw_dagster.databases import Database
 from dw_dagster.core.domains import SCHEMA_MIGRATION
 from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 STEP_OP_PREFIX = "dw_apply_"
-STEP_RESULT_KEY = "dw/step_result"
+STEP_RESULT_KEY = c.STEP_RESULT_KEY
 STEP_JOB_PREFIX = "dw_step_"
 MIGRATION = "migration"
 
@@ -44,6 +45,7 @@ MIGRATION = "migration"
 StepRunner = Callable[[dg.OpExecutionContext, ChangeSet, ChangeStep, Database], dict]
 
 
+@public
 class StepRefused(DwDagsterError, RuntimeError):
     """A step's guard found the data not as the change set expected; nothing (more) was changed.
 
@@ -61,6 +63,7 @@ def step_op_name(kind: str) -> str:
     return f"{STEP_OP_PREFIX}{kind}_step"
 
 
+@public
 def step_stage(index: int, step: ChangeStep) -> str:
     """The stage name of the ``index``-th step (0-based): ``<kind>-<index + 1>``, e.g. ``migration-1``."""
     return f"{step.kind}-{index + 1}"
@@ -78,6 +81,7 @@ class StepConfig(dg.Config):
     step_index: int = Field(description="which of its steps to apply (0-based)")
 
 
+@public
 def migration_step(migration: Any, *, resource_key: str, summary: str | None = None,
                    change_class: str = SCHEMA_MIGRATION) -> ChangeStep:
     """A ``migration`` step from a :class:`~dw_dagster.repair.migrations.Migration`.
@@ -120,6 +124,7 @@ def _apply_direction(db: Database, m, direction: str) -> bool:
     return False
 
 
+@public
 def run_migration_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
     """Apply a ``migration`` step forward: guards, statements, then the catalog checks.
 
@@ -171,7 +176,7 @@ def run_migration_rollback_step(context: dg.OpExecutionContext, cs: ChangeSet, s
 def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, description: str) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=dg.AssetKey(cs.target_asset), description=description[:1000],
                                metadata={STEP_RESULT_KEY: dg.MetadataValue.json(data), c.CHANGE_SET_ID_KEY: cs.id,
-                                         "dw/step_stage": stage, "dw/step_kind": step.kind})
+                                         c.STEP_STAGE_KEY: stage, c.STEP_KIND_KEY: step.kind})
 
 
 def _step_op_fn(kind: str, runner: StepRunner):
@@ -200,7 +205,7 @@ def _step_op_fn(kind: str, runner: StepRunner):
             held.complete(context.instance, context.run_id, success=False, result=data)
             context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id} REFUSED: {e}"))
             raise dg.Failure(description=f"{stage} of change set {cs.id} refused: {e}",
-                             metadata={"dw/refusal": dg.MetadataValue.json(data)}) from e
+                             metadata={c.REFUSAL_KEY: dg.MetadataValue.json(data)}) from e
         data = {**base, "refused": False, **result, "finished_at": utcnow().isoformat()}
         held.complete(context.instance, context.run_id, success=True, result=data)
         context.log_event(_result_event(cs, stage, step, data, f"{stage} of change set {cs.id}: {step.summary}"))
@@ -225,7 +230,7 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
 
     from dw_dagster.repair.guard import guarded_executor
 
-    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={"dw/kind": "step", "dw/step_kind": kind},
+    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={c.KIND_KEY: "step", c.STEP_KIND_KEY: kind},
             executor_def=executor or guarded_executor(dg.in_process_executor),
             description=f"Apply an approved {kind} step of a dw_dagster change set (run by the remediation sensor).")
     def _job():
@@ -234,6 +239,7 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
     return _job
 
 
+@public
 def build_step_jobs(runners: Mapping[str, StepRunner] | None = None, *, resource_keys: Sequence[str] = ("warehouse",),
                     include_migration: bool = True, executor: dg.ExecutorDefinition | None = None,
                     ) -> dict[str, dg.JobDefinition]:
@@ -281,6 +287,7 @@ def steps_markdown(cs: ChangeSet) -> str:
     return "\n".join(lines)
 
 
+@public
 def step_results(instance: dg.DagsterInstance, change_set: ChangeSet) -> list[dict]:
     """The results of ``change_set``'s steps as their ops recorded them in the ledger, in step order
     (each ``{stage, step_index, refused, started_at, ...}``); steps that did not end are absent."""

@@ -14,7 +14,7 @@ verification checks and the receipt run as for any repair. Tests compare row cou
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field
@@ -23,13 +23,15 @@ from dw_dagster.core.links import describe
 from dw_dagster.core import keys as c
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database
+from dw_dagster.databases.base import DatabaseError
+from dw_dagster.databases.partitions import PartitionError, PartitionFilter, legacy_daily_filter, partition_filter, where_sql
 from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
 from dw_dagster.core import records
 from dw_dagster.errors import DwDagsterError
 
 UNDO_SCHEMA = "dw_undo"
 APPLIED_STATE = "applied"
-SNAPSHOT_KEY = "dw/undo_snapshot"
+SNAPSHOT_KEY = c.SNAPSHOT_KEY
 SNAPSHOT_OP = "dw_snapshot_window"
 RESTORE_OP = "dw_restore_window"
 
@@ -45,57 +47,106 @@ def snapshot_table_name(plan: UndoPlan, change_set_id: str, version: str = "") -
     return f"{UNDO_SCHEMA}.{base[:120]}"
 
 
-def _window_predicate(partition_column: str, window: Sequence[str], dialect: str) -> str:
-    import datetime as dt
+def window_filter(plan: UndoPlan, partitions_def: dg.PartitionsDefinition | None = None,
+                  dimension_columns: Mapping[str, str] | None = None) -> PartitionFilter:
+    """The rows of ``plan``'s window: from the asset's own ``partitions_def`` (its time windows,
+    zone and format; static, dynamic and multi-dimensional keys; see
+    :mod:`dw_dagster.databases.partitions`), or, without one, UTC days.
 
-    from sqlglot import exp
+    Raises:
+        PartitionError: a key is not of the definition (or not a day, without one).
+    """
+    if partitions_def is None:
+        return legacy_daily_filter(plan.partition_column, plan.window)
+    return partition_filter(partitions_def, plan.window, plan.partition_column, dimension_columns)
 
-    days = [sql.literal(dt.date.fromisoformat(k)) for k in window]
-    cast = exp.Cast(this=sql.column(partition_column), to=exp.DataType.build("DATE"))
-    return exp.In(this=cast, expressions=days).sql(dialect=dialect)
+
+def _as_filter(partition_column: str, window: "Sequence[str] | PartitionFilter | Mapping") -> PartitionFilter:
+    if isinstance(window, PartitionFilter):
+        return window
+    if isinstance(window, Mapping):
+        return PartitionFilter.model_validate(window)
+    return legacy_daily_filter(partition_column, list(window))
 
 
-def partition_checksum(db: Database, table: str, partition_column: str, window: Sequence[str]) -> tuple[int, int]:
-    """(rows, checksum) of the window's rows: count and the sum of a hash of each row's text (DuckDB ``hash``).
+#: the checksum is the sum of each row's 48-bit md5 modulo this prime (no overflow on any engine)
+_CHECKSUM_MOD = 1000000007
+
+
+def _row_hash_sql(db: Database, table: str) -> str:
+    """Each row's hash as an integer in ``db``'s dialect: md5 over every column's text (aware
+    timestamps as UTC wall clocks, NULL marked apart from ''), its first 48 bits; the same
+    definition on every engine (:mod:`dw_dagster.checks.rowdiff.hashdiff`)."""
+    from dw_dagster.checks.rowdiff.hashdiff import _md5_hex_sql, _row_string
+    from dw_dagster.checks.rowdiff.joindiff import _HEX48
+    from dw_dagster.checks.rowdiff.rules import _utc
+    from dw_dagster.databases.catalog import quoted, table_columns
+
+    if db.dialect not in _HEX48:
+        raise UndoError(f"no portable row checksum for {db.dialect!r} warehouses yet (supported: {', '.join(sorted(_HEX48))})")
+    cols = table_columns(db, table)
+    row = _row_string([_utc("x." + quoted(n).sql("duckdb"), ty) for n, ty in cols])
+    return _HEX48[db.dialect].format(h=_md5_hex_sql(db.dialect, row))
+
+
+def partition_checksum(db: Database, table: str, partition_column: str,
+                       window: "Sequence[str] | PartitionFilter | Mapping") -> tuple[int, int]:
+    """(rows, checksum) of the window's rows: the count and the sum of each row's hash (md5 of its
+    columns' text, see :func:`_row_hash_sql`) modulo a prime, computed in the warehouse.
+
+    ``window`` is a :class:`PartitionFilter` (from :func:`window_filter`: the asset's own
+    partitions), its JSON form, or ``YYYY-MM-DD`` keys of UTC days.
 
     Raises:
         DatabaseError: the query failed.
+        PartitionError: the window's keys cannot be read.
     """
-    where = _window_predicate(partition_column, window, db.dialect)
+    filt = _as_filter(partition_column, window)
+    where = where_sql(db, table, filt)
     t = sql.table(table).sql(db.dialect)
-    (n, h), = db.fetch_all(f"SELECT count(*), coalesce(sum(hash(CAST(x AS VARCHAR)) % 1000000007), 0) "
+    (n, h), = db.fetch_all(f"SELECT COUNT(*), COALESCE(SUM(MOD({_row_hash_sql(db, table)}, {_CHECKSUM_MOD})), 0) "
                            f"FROM {t} AS x WHERE {where}")
     return int(n), int(h)
 
 
-def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str, version: str = "") -> dict:
-    """Copy the window's current rows aside; returns ``{snapshot_table, rows, checksum}``."""
+def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str, version: str = "",
+                        partitions: PartitionFilter | None = None) -> dict:
+    """Copy the window's current rows aside; returns ``{snapshot_table, rows, checksum, window,
+    table, partitions}`` (``partitions``: the rows' filter as JSON, so the restore and any later
+    comparison read exactly the same rows). ``partitions`` defaults to UTC days."""
+    filt = partitions or window_filter(plan)
     snap = snapshot_table_name(plan, change_set_id, version)
-    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
-    t = sql.table(plan.table).sql(db.dialect)
-    db.execute(f"CREATE SCHEMA IF NOT EXISTS {UNDO_SCHEMA}; "
-               f"CREATE OR REPLACE TABLE {sql.table(snap).sql(db.dialect)} AS SELECT * FROM {t} WHERE {where}")
-    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    where = where_sql(db, plan.table, filt)
+    t, s = sql.table(plan.table).sql(db.dialect), sql.table(snap).sql(db.dialect)
+    schema = sql.identifier(UNDO_SCHEMA).sql(db.dialect)
+    _in_transaction(db, [f"CREATE SCHEMA IF NOT EXISTS {schema}", f"DROP TABLE IF EXISTS {s}",
+                         f"CREATE TABLE {s} AS SELECT * FROM {t} WHERE {where}"])
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, filt)
     return {"snapshot_table": snap, "rows": rows, "checksum": checksum, "window": list(plan.window), "table": plan.table,
-            "partitions": per_partition(db, plan.table, plan)}
+            "partitions": filt.model_dump(mode="json"), "per_partition": per_partition(db, plan.table, plan.partition_column, filt)}
 
 
-def per_partition(db: Database, table: str, plan: UndoPlan) -> dict[str, dict[str, int]]:
-    """``{partition key: {rows, checksum}}`` of ``table``'s rows in each partition of the plan's window."""
+def _label(keys: Sequence[str]) -> str:
+    return keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
+
+
+def per_partition(db: Database, table: str, partition_column: str, filt: PartitionFilter) -> dict[str, dict[str, int]]:
+    """``{partition key (or first..last of neighbouring ones the filter merged): {rows, checksum}}`` of
+    ``table``'s rows in each slice of ``filt``."""
     out = {}
-    for key in plan.window:
-        n, h = partition_checksum(db, table, plan.partition_column, [key])
-        out[key] = {"rows": n, "checksum": h}
+    for sl in filt.slices:
+        n, h = partition_checksum(db, table, partition_column, PartitionFilter(time_column=filt.time_column, slices=[sl]))
+        out[_label(sl.keys)] = {"rows": n, "checksum": h}
     return out
 
 
 def undo_promise(snapshot: dict, restored: dict) -> dict:
-    """What an undo promised against what it did: per partition of the snapshot, the rows and
+    """What an undo promised against what it did: per partition (slice) of the snapshot, the rows and
     checksum kept before the change and those after the restore, and whether they match.
 
     ``{"verified": bool, "partitions": {key: {kept_rows, kept_checksum, rows, checksum, matches}}, "mismatched": [...]}``;
     a snapshot recorded before per-partition counts existed is compared on its totals."""
-    kept, now = snapshot.get("partitions") or {}, restored.get("partitions") or {}
+    kept, now = snapshot.get("per_partition") or {}, restored.get("per_partition") or {}
     parts = {k: {"kept_rows": v["rows"], "kept_checksum": v["checksum"], "rows": now.get(k, {}).get("rows"),
                  "checksum": now.get(k, {}).get("checksum"), "matches": now.get(k) == v} for k, v in sorted(kept.items())}
     totals = (restored.get("rows"), restored.get("checksum")) == (snapshot.get("rows"), snapshot.get("checksum"))
@@ -104,31 +155,44 @@ def undo_promise(snapshot: dict, restored: dict) -> dict:
             "kept_rows": snapshot.get("rows"), "restored_rows": restored.get("rows")}
 
 
-def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict) -> dict:
+def _in_transaction(db: Database, statements: list[str]) -> None:
+    """``statements`` all or none: the engine's own transaction (``execute_many``), else one script."""
+    many = getattr(db, "execute_many", None)
+    if many is not None:
+        many(statements)
+    else:
+        db.execute("BEGIN TRANSACTION; " + "; ".join(statements) + "; COMMIT")
+
+
+def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict, partitions: PartitionFilter | None = None) -> dict:
     """Put the snapshot back: delete the window's rows, insert the kept ones, in one transaction.
+    The rows are those the snapshot read (its recorded ``partitions``), whatever the plan says now;
+    a snapshot recorded without them reads ``partitions`` (default: UTC days).
 
     Raises:
         UndoError: the restored rows do not match the snapshot's count and checksum.
     """
-    where = _window_predicate(plan.partition_column, plan.window, db.dialect)
+    filt = _as_filter(plan.partition_column, snapshot.get("partitions") or partitions or plan.window)
+    where = where_sql(db, plan.table, filt)
     t = sql.table(plan.table).sql(db.dialect)
     snap = sql.table(snapshot["snapshot_table"]).sql(db.dialect)
-    before = per_partition(db, plan.table, plan)
+    before = per_partition(db, plan.table, plan.partition_column, filt)
     # the rows the undo takes back (in the target now, not in the snapshot), kept beside the snapshot
     taken = f"{snapshot['snapshot_table'][:110]}_taken"
-    db.execute(f"CREATE OR REPLACE TABLE {sql.table(taken).sql(db.dialect)} AS "
-               f"SELECT * FROM {t} WHERE {where} EXCEPT SELECT * FROM {snap}")
-    (n_taken,), = db.fetch_all(f"SELECT count(*) FROM {sql.table(taken).sql(db.dialect)}")
-    db.execute(f"BEGIN TRANSACTION; DELETE FROM {t} WHERE {where}; INSERT INTO {t} SELECT * FROM {snap}; COMMIT")
-    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, plan.window)
+    tk = sql.table(taken).sql(db.dialect)
+    _in_transaction(db, [f"DROP TABLE IF EXISTS {tk}",
+                         f"CREATE TABLE {tk} AS SELECT * FROM {t} WHERE {where} EXCEPT SELECT * FROM {snap}"])
+    (n_taken,), = db.fetch_all(f"SELECT COUNT(*) FROM {tk}")
+    _in_transaction(db, [f"DELETE FROM {t} WHERE {where}", f"INSERT INTO {t} SELECT * FROM {snap}"])
+    rows, checksum = partition_checksum(db, plan.table, plan.partition_column, filt)
     if (rows, checksum) != (snapshot["rows"], snapshot["checksum"]):
         raise UndoError(f"restored {rows} rows (checksum {checksum}) but the snapshot held {snapshot['rows']} "
                         f"(checksum {snapshot['checksum']})")
-    after = per_partition(db, plan.table, plan)
-    kept = snapshot.get("partitions") or {}
-    return {"rows": rows, "checksum": checksum, "partitions": after,
+    after = per_partition(db, plan.table, plan.partition_column, filt)
+    kept = snapshot.get("per_partition") or {}
+    return {"rows": rows, "checksum": checksum, "per_partition": after,
             "taken_back": {"table": taken, "rows": int(n_taken), "target_table": plan.table, "resource_key": plan.resource_key,
-                           "per_partition": {k: before[k]["rows"] - kept[k]["rows"] for k in plan.window
+                           "per_partition": {k: before[k]["rows"] - kept[k]["rows"] for k in before
                                              if k in kept and before[k]["rows"] != kept[k]["rows"]}}}
 
 
@@ -308,6 +372,24 @@ def _reruns_after(cs: ChangeSet, steps) -> list:
 from dw_dagster.proposals.change_sets import change_set_observation, propose  # noqa: E402,F401 - re-exported
 
 
+def asset_partitions(context: dg.OpExecutionContext, asset_key: Sequence[str]
+                     ) -> tuple[dg.PartitionsDefinition | None, dict[str, str]]:
+    """The asset's own partitions definition in the code location the op runs in, and its
+    ``dw/partition_columns`` metadata (a multi-partitioned asset's {dimension: column}); (None, {})
+    when the location does not define the asset (a window of UTC days is then assumed)."""
+    from dw_dagster.core.asset_graph import asset_graph_of
+    from dw_dagster.core.keys import PARTITION_COLUMNS_KEY
+
+    graph = asset_graph_of(context)
+    key = dg.AssetKey(list(asset_key))
+    if graph is None or not graph.has(key):
+        return None, {}
+    node = graph.get(key)
+    cols = (node.metadata or {}).get(PARTITION_COLUMNS_KEY) or {}
+    cols = getattr(cols, "value", getattr(cols, "data", cols))  # a MetadataValue or the plain mapping
+    return node.partitions_def, dict(cols)
+
+
 class UndoStageConfig(dg.Config):
     change_set_id: str = Field(description="the change set whose window is snapshotted or restored")
 
@@ -320,9 +402,14 @@ def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
     if cs.undo_plan is None:
         raise dg.Failure(description=f"change set {cs.id} has no undo plan")
     db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
+    try:
+        filt = window_filter(cs.undo_plan, *asset_partitions(context, cs.target_asset))
+        snap = snapshot_partitions(db, cs.undo_plan, cs.id, cs.version, filt)
+    except (PartitionError, DatabaseError) as e:
+        held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
+        raise dg.Failure(description=f"snapshot of {cs.undo_plan.table} failed: {e}") from e
     loads = records.latest_loads(context.instance, dg.AssetKey(cs.target_asset))
-    snap = {**snapshot_partitions(db, cs.undo_plan, cs.id, cs.version), "change_set_id": cs.id, "version": cs.version,
-            "at": utcnow().isoformat(),
+    snap = {**snap, "change_set_id": cs.id, "version": cs.version, "at": utcnow().isoformat(),
             "loads": {k: {n: v for n, v in loads[k].items() if n not in ("run_id", "timestamp")}
                       for k in cs.undo_plan.window if k in loads}}
     held.complete(context.instance, context.run_id, success=True, result=snap)
@@ -343,8 +430,9 @@ def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
         raise dg.Failure(description=f"no snapshot of {cs.undo_plan.of_change_set} to restore")
     db = getattr(context.resources, cs.undo_plan.resource_key).get_database()
     try:
-        out = restore_partitions(db, cs.undo_plan, snap)
-    except UndoError as e:
+        filt = None if snap.get("partitions") else window_filter(cs.undo_plan, *asset_partitions(context, cs.target_asset))
+        out = restore_partitions(db, cs.undo_plan, snap, filt)
+    except (UndoError, PartitionError, DatabaseError) as e:
         held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
         raise dg.Failure(description=str(e)) from e
     out["promise"] = undo_promise(snap, out)
@@ -364,7 +452,7 @@ def _restored_loads(context: dg.OpExecutionContext, cs: ChangeSet, snap: dict, o
             asset_key=dg.AssetKey(cs.target_asset), partition=key,
             description=describe(f"partition {key} restored as kept before {of} (undo {cs.id})", change_set_id=cs.id),
             metadata={c.LOADS_KEY: dg.MetadataValue.json({key: load}), c.CHANGE_SET_ID_KEY: cs.id,
-                      c.UNDO_TAKEN_KEY: dg.MetadataValue.json({"rows": out["taken_back"]["per_partition"].get(key, 0),
+                      c.UNDO_TAKEN_KEY: dg.MetadataValue.json({"partitions": out["taken_back"]["per_partition"],
                                                              "table": out["taken_back"]["table"]})}))
 
 
@@ -383,12 +471,12 @@ def build_undo_jobs(resource_keys: Sequence[str], *, executor: dg.ExecutorDefini
 
     executor = executor or guarded_executor(dg.in_process_executor)
 
-    @dg.job(name="dw_undo_snapshot", tags={"dw/kind": "undo"}, executor_def=executor,
+    @dg.job(name="dw_undo_snapshot", tags={c.KIND_KEY: "undo"}, executor_def=executor,
             description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")
     def snapshot_job():
         snapshot_op()
 
-    @dg.job(name="dw_undo_restore", tags={"dw/kind": "undo"}, executor_def=executor,
+    @dg.job(name="dw_undo_restore", tags={c.KIND_KEY: "undo"}, executor_def=executor,
             description="Put a window back as it was before a change (an approved undo, dispatched by the sensor only).")
     def restore_job():
         restore_op()

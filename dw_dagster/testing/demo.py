@@ -105,12 +105,18 @@ class Timeline:
     """Prints the timeline with elapsed seconds (to stderr when JSON goes to stdout).
 
     Args:
-        stream: where lines go (default stdout).
+        stream: where lines go (default: ``sys.stdout`` as it is when a line is printed, so a
+            timeline made while something else had replaced stdout never writes to a closed file).
     """
 
-    def __init__(self, stream=sys.stdout) -> None:
+    def __init__(self, stream=None) -> None:
         self.t0 = time.monotonic()
-        self.stream = stream
+        self._stream = stream
+
+    @property
+    def stream(self):
+        """Where lines go now."""
+        return self._stream if self._stream is not None else sys.stdout
 
     def __call__(self, stage: str, msg: str = "") -> None:
         """One line: ``[  12.3s] stage      msg``."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 
 
 def not_a_warehouse_change(cs) -> bool:

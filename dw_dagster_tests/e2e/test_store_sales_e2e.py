@@ -176,7 +176,8 @@ def test_window_was_kept_before_the_rerun_for_undo(loop):
     result, instance, home = loop
     snap = recorded_snapshot(instance, result.change_set_id, ["store_sales_line"])
     assert snap["table"] == "pos.sales_line" and snap["window"] == ["2026-11-26", "2026-11-27"]
-    rows_now, _ = partition_checksum(DuckDBDatabase(h.warehouse_path(home)), "pos.sales_line", "sale_ts", snap["window"])
+    assert [s["keys"] for s in snap["partitions"]["slices"]] == [["2026-11-26", "2026-11-27"]]  # one range, from the definition
+    rows_now, _ = partition_checksum(DuckDBDatabase(h.warehouse_path(home)), "pos.sales_line", "sale_ts", snap["partitions"])
     assert snap["rows"] + result.gap_rows_before == rows_now
     undo = propose_undo(instance, result.change_set_id)
     assert undo.change_classes == ["undo"] and undo.approvers == [OWNER]

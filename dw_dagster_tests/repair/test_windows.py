@@ -31,3 +31,18 @@ def test_static_partitions():
     static = dg.StaticPartitionsDefinition(["eu", "us"])
     s = split_window(static, ["us", "apac"], 7)
     assert (s.window, s.outside, s.deferred) == (["us"], ["apac"], [])
+
+
+def test_a_window_run_spans_its_keys_in_the_definitions_order():
+    """Static keys are not alphabetical: ``US, EU, APAC`` run as the range US..EU, never EU..US
+    (an empty or reversed range in Dagster's order); time keys keep their order either way."""
+    from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG, window_run_request
+
+    regions = dg.StaticPartitionsDefinition(["US", "EU", "APAC"])
+    r = window_run_request(run_key="k", assets=[dg.AssetKey("a")], partition_keys=["EU", "US"],
+                           ordered_keys=regions.get_partition_keys())
+    assert (r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) == ("US", "EU")
+    hourly = dg.HourlyPartitionsDefinition(start_date="2026-10-31-00:00", end_date="2026-11-02-00:00", timezone="America/New_York")
+    keys = [k for k in hourly.get_partition_keys() if k.startswith("2026-11-01-01")]  # 01:00 and the repeated 01:00-0500
+    r = window_run_request(run_key="k", assets=[dg.AssetKey("a")], partition_keys=keys[::-1], ordered_keys=hourly.get_partition_keys())
+    assert (r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) == ("2026-11-01-01:00", "2026-11-01-01:00-0500")

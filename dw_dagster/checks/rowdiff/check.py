@@ -13,6 +13,8 @@ from dw_dagster.checks.rowdiff.hashdiff import row_diff_across
 from dw_dagster.checks.rowdiff.joindiff import row_diff
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _options
 from dw_dagster.databases import sql
+from dw_dagster.core import keys as _keys
+from dw_dagster.dagster_private import public
 
 ROW_DIFF_KIND = "row_diff"
 _READ_ATTEMPTS, _READ_WAIT_S = 3, 2.0
@@ -55,33 +57,34 @@ def row_diff_metadata(result: RowDiffResult, key_columns: Sequence[str] = (), ru
                "columns": ", ".join(e.columns), "source_rows": e.source_rows, "target_rows": e.target_rows}
               for k, e in zip(keys, result.sample)]
     meta: dict[str, Any] = {
-        "dw/missing": result.missing,
-        "dw/extra": result.extra,
-        "dw/changed": result.changed,
-        "dw/duplicated_source": result.duplicated_source,
-        "dw/duplicated_target": result.duplicated_target,
-        "dw/collided_source": result.collided_source,
-        "dw/collided_target": result.collided_target,
-        "dw/collisions": dg.MetadataValue.json([c.model_dump(mode="json") for c in result.collisions]),
-        "dw/changed_columns": dg.MetadataValue.json(result.changed_columns),
-        "dw/key_sample": metadata_table(sample, [("key", "string"), ("status", "string"), ("columns", "string"),
+        _keys.MISSING_KEY: result.missing,
+        _keys.EXTRA_KEY: result.extra,
+        _keys.CHANGED_KEY: result.changed,
+        _keys.DUPLICATED_SOURCE_KEY: result.duplicated_source,
+        _keys.DUPLICATED_TARGET_KEY: result.duplicated_target,
+        _keys.COLLIDED_SOURCE_KEY: result.collided_source,
+        _keys.COLLIDED_TARGET_KEY: result.collided_target,
+        _keys.COLLISIONS_KEY: dg.MetadataValue.json([c.model_dump(mode="json") for c in result.collisions]),
+        _keys.CHANGED_COLUMNS_KEY: dg.MetadataValue.json(result.changed_columns),
+        _keys.KEY_SAMPLE_KEY: metadata_table(sample, [("key", "string"), ("status", "string"), ("columns", "string"),
                                                  ("source_rows", "int"), ("target_rows", "int")]),
-        "dw/warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
-        "dw/queries": dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
+        _keys.WARNINGS_KEY: dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings) or "none"),
+        _keys.QUERIES_KEY: dg.MetadataValue.md("\n\n".join(f"```sql\n{q}\n```" for q in result.queries)),
     }
     if masked:
         from dw_dagster.core.keys import MASKED_COLUMNS_KEY
 
         meta[MASKED_COLUMNS_KEY] = ", ".join(masked)
     if result.timestamp_rule:
-        meta["dw/timestamp_rule"] = result.timestamp_rule
+        meta[_keys.TIMESTAMP_RULE_KEY] = result.timestamp_rule
     if result.buckets_compared is not None:
-        meta.update({"dw/buckets_compared": result.buckets_compared, "dw/buckets_downloaded": result.buckets_downloaded,
-                     "dw/rows_downloaded": result.rows_downloaded, "dw/download_passes": result.download_passes,
-                     "dw/bytes_fetched": result.bytes_fetched, "dw/bytes_sent": result.bytes_sent})
+        meta.update({_keys.BUCKETS_COMPARED_KEY: result.buckets_compared, _keys.BUCKETS_DOWNLOADED_KEY: result.buckets_downloaded,
+                     _keys.ROWS_DOWNLOADED_KEY: result.rows_downloaded, _keys.DOWNLOAD_PASSES_KEY: result.download_passes,
+                     _keys.BYTES_FETCHED_KEY: result.bytes_fetched, _keys.BYTES_SENT_KEY: result.bytes_sent})
     return meta
 
 
+@public
 def build_row_diff_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -170,8 +173,8 @@ def build_row_diff_check(
         additional_deps=source_deps(asset, source_asset),
         blocking=blocking,
         required_resource_keys={source_resource_key, target_resource_key},
-        metadata={"dw/check_kind": ROW_DIFF_KIND, "dw/source_table": source_table, "dw/target_table": target_table,
-                  "dw/key_columns": ",".join(key_columns)},
+        metadata={_keys.CHECK_KIND_KEY: ROW_DIFF_KIND, _keys.SOURCE_TABLE_KEY: source_table, _keys.TARGET_TABLE_KEY: target_table,
+                  _keys.KEY_COLUMNS_KEY: ",".join(key_columns)},
         description=description or f"Row-level diff by {', '.join(key_columns)}: {source_table} (source) vs {target_table} (target).",
     )
     def _row_diff(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:

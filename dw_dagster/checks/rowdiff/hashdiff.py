@@ -28,6 +28,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
 )
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
+from dw_dagster.dagster_private import public
 
 
 def _row_string(exprs: Sequence[str]) -> str:
@@ -150,6 +151,7 @@ def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> Non
         result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
 
 
+@public
 def row_diff_across(source: Database, target: Database, source_table: str, target_table: str,
                     key_columns: Sequence[str], compare_columns: Sequence[str] | None = None, *,
                     rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12, timestamp_precision: str | None = None,

@@ -24,6 +24,7 @@ from dw_dagster.checks.rowdiff.rules import (
     timestamp_rule,
 )
 from dw_dagster.databases import Database, sql
+from dw_dagster.dagster_private import public
 
 
 def row_diff_sql(source_table: str, target_table: str, key_columns: Sequence[str], compare_columns: Sequence[str],
@@ -243,6 +244,7 @@ def _duckdb_single_pass(db, src, tgt, key_columns, compare_columns, st, tt, opts
     return result
 
 
+@public
 def row_diff(db: Database, source_table: str, target_table: str, key_columns: Sequence[str],
              compare_columns: Sequence[str] | None = None, *, rel_tolerance: float = 1e-9, abs_tolerance: float = 1e-12,
              timestamp_precision: str | None = None, timestamp_rounding: str = "tolerate",

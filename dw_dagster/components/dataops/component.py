@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
-from dagster._annotations import public
+from dw_dagster.dagster_private import public
 
 from dw_dagster.components.dataops.scaffolder import DataOpsScaffolder
 from dw_dagster.config import DataOpsConfig

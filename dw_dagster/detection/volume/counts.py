@@ -59,6 +59,7 @@ from sqlglot import exp
 
 from dw_dagster.core.models import utcnow
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase, sql
+from dw_dagster.dagster_private import public
 
 ROW_COUNT_KEY = "dagster/row_count"
 
@@ -93,6 +94,7 @@ PartitionValue = dt.date | str | int
 PartitionSpec = PartitionValue | Callable[[dt.datetime], PartitionValue] | None
 
 
+@public
 def days_ago(days: int) -> Callable[[dt.datetime], dt.date]:
     """A partition selector: the UTC date ``days`` days before the tick (0 = today).
 
@@ -129,6 +131,7 @@ def _check_name(what: str, name: str, *, table: bool) -> None:
 MAX_SPEC_ID_CHARS = 1024
 
 
+@public
 @dataclasses.dataclass(frozen=True)
 class VolumeTable:
     """One watched table: where it lives, which asset it belongs to, what to count.

@@ -57,44 +57,45 @@ from collections.abc import Callable, Sequence
 import dagster as dg
 
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, VolumeTable, _first_line
+from dw_dagster.core import keys as c
 
-VOLUME_TABLE_KEY = "dw/volume_table"
-
-
-VOLUME_STATUS_KEY = "dw/volume_status"
+VOLUME_TABLE_KEY = c.VOLUME_TABLE_KEY
 
 
-VOLUME_SOURCE_KEY = "dw/volume_source"
+VOLUME_STATUS_KEY = c.VOLUME_STATUS_KEY
 
 
-VOLUME_PARTITION_KEY = "dw/volume_partition"
+VOLUME_SOURCE_KEY = c.VOLUME_SOURCE_KEY
 
 
-VOLUME_CHANGE_KEY = "dw/volume_change"
+VOLUME_PARTITION_KEY = c.VOLUME_PARTITION_KEY
 
 
-VOLUME_BASELINE_N_KEY = "dw/volume_baseline_n"
+VOLUME_CHANGE_KEY = c.VOLUME_CHANGE_KEY
 
 
-VOLUME_MEAN_KEY = "dw/volume_mean"
+VOLUME_BASELINE_N_KEY = c.VOLUME_BASELINE_N_KEY
 
 
-VOLUME_LOWER_KEY = "dw/volume_lower"
+VOLUME_MEAN_KEY = c.VOLUME_MEAN_KEY
 
 
-VOLUME_UPPER_KEY = "dw/volume_upper"
+VOLUME_LOWER_KEY = c.VOLUME_LOWER_KEY
 
 
-VOLUME_DEVIATION_KEY = "dw/volume_deviation_pct"
+VOLUME_UPPER_KEY = c.VOLUME_UPPER_KEY
 
 
-VOLUME_DEAD_LETTER_KEY = "dw/volume_dead_letter"
+VOLUME_DEVIATION_KEY = c.VOLUME_DEVIATION_KEY
 
 
-VOLUME_OPEN_INCIDENT_KEY = "dw/volume_open_incident"
+VOLUME_DEAD_LETTER_KEY = c.VOLUME_DEAD_LETTER_KEY
 
 
-VOLUME_TABLE_TAG = "dw/volume_table"
+VOLUME_OPEN_INCIDENT_KEY = c.VOLUME_OPEN_INCIDENT_KEY
+
+
+VOLUME_TABLE_TAG = c.VOLUME_TABLE_KEY
 
 _CURSOR_VERSION = 1
 

@@ -88,6 +88,7 @@ from dw_dagster.detection.volume.history import (
 )
 from dw_dagster.detection.volume import store as history_store
 from dw_dagster.detection.volume.store import MAX_SENSOR_CHARS, VolumeHistoryStore, assets_with_records, store_for
+from dw_dagster.dagster_private import public
 
 #: statuses that open an incident
 ANOMALY_STATUSES = frozenset({"low", "high", "no_rows", "grew"})
@@ -102,7 +103,7 @@ AUTO_SUMMARY_TABLES = 1000
 SHOWN_GRACE_S = 120.0
 
 #: metadata key: counts recorded since the table's previous observation and not shown one by one
-VOLUME_UNOBSERVED_KEY = "dw/volume_unobserved_counts"
+VOLUME_UNOBSERVED_KEY = c.VOLUME_UNOBSERVED_KEY
 
 
 # -- counting ---------------------------------------------------------------------------------
@@ -195,6 +196,7 @@ def _iso_day(part: str | None) -> dt.date | None:
         return None
 
 
+@public
 def build_volume_sensor(
     *,
     tables: Sequence[VolumeTable],

@@ -54,12 +54,14 @@ from dw_dagster.databases.snippets import (
 from dw_dagster.diagnosis.causes.schema_change import required_columns as catalog_required_columns
 from dw_dagster.diagnosis.causes.schema_change import schema_snapshot
 from dw_dagster.core.models import CauseFinding, Evidence
+from dw_dagster.dagster_private import public
 
 KIND = "required_null_dead_letter"
 #: certainty when no missing NULL key has a dead-letter record
 NO_RECORD_CERTAINTY = 0.6
 
 
+@public
 @dataclass(frozen=True)
 class DeadLetterTable:
     """Where a sink parks the rows it rejects.
@@ -88,6 +90,7 @@ def _label(columns: Sequence[str]) -> str:
     return f"REQUIRED column{'s' if len(columns) > 1 else ''} {', '.join(columns)}"
 
 
+@public
 def diagnose_required_nulls(
     source: Database,
     target: Database,

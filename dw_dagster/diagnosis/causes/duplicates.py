@@ -32,6 +32,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, iso, naive_utc, q, t, to_dialect, window_predicate
 from dw_dagster.core.models import CauseFinding, Evidence
 from dw_dagster.core import records
+from dw_dagster.dagster_private import public
 
 KIND = "duplicate_load"
 
@@ -54,7 +55,7 @@ def partition_load_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
         if pk is None:
             continue
         md = rec.asset_materialization.metadata
-        loads = records.metadata_json(md, "dw/loads") or {}
+        loads = records.metadata_json(md, c.LOADS_KEY) or {}
         ld = loads.get(pk, {}) if isinstance(loads, dict) else {}
         inserted = ld.get("rows_inserted")
         if inserted is None and c.ROWS_INSERTED_KEY in md and len(loads) <= 1:
@@ -67,6 +68,7 @@ def partition_load_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
     return {pk: sorted(v, key=lambda m: m["timestamp"]) for pk, v in sorted(out.items())}
 
 
+@public
 def diagnose_duplicates(
     target: Database,
     *,

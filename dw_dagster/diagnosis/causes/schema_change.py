@@ -33,10 +33,12 @@ from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, lit, to_dialect
 from dw_dagster.core.models import CauseFinding, Evidence, stable_hash, utcnow
+from dw_dagster.core import keys as _keys
+from dw_dagster.dagster_private import public
 
 KIND = "schema_change"
-SCHEMA_KEY = "dw/schema"
-SCHEMA_HASH_KEY = "dw/schema_hash"
+SCHEMA_KEY = _keys.SCHEMA_KEY
+SCHEMA_HASH_KEY = _keys.SCHEMA_HASH_KEY
 #: changes that can make a sink reject or lose rows
 BREAKING = ("dropped", "renamed", "retyped", "nullability_tightened")
 #: confidence of a finding with at least one breaking change, and with only non-breaking ones
@@ -143,6 +145,7 @@ def _catalog_sql(db: Database, table: str) -> str:
         f"numeric_scale FROM information_schema.columns WHERE {cond} ORDER BY ordinal_position", db.dialect)
 
 
+@public
 def schema_snapshot(db: Database, table: str) -> list[ColumnInfo]:
     """The columns of ``table`` in ``db``, in ordinal order.
 
@@ -183,6 +186,7 @@ def _hash(columns: Sequence[ColumnInfo]) -> str:
     return stable_hash([[c.name, c.data_type, c.nullable, c.position] for c in columns], 16)
 
 
+@public
 def take_schema_snapshot(db: Database, table: str, *, now: dt.datetime | None = None) -> SchemaSnapshot:
     """:func:`schema_snapshot` with the time (UTC), the table, the database name and the query.
 
@@ -193,6 +197,7 @@ def take_schema_snapshot(db: Database, table: str, *, now: dt.datetime | None = 
     return SchemaSnapshot(table=table, database=db.name, taken_at=now or utcnow(), columns=cols, sql=q, hash=_hash(cols))
 
 
+@public
 def schema_metadata(snapshot: SchemaSnapshot) -> dict[str, dg.MetadataValue]:
     """The metadata entries that record ``snapshot``: ``dw/schema`` (JSON) and ``dw/schema_hash``.
 
@@ -204,6 +209,7 @@ def schema_metadata(snapshot: SchemaSnapshot) -> dict[str, dg.MetadataValue]:
             SCHEMA_HASH_KEY: dg.MetadataValue.text(snapshot.hash)}
 
 
+@public
 def record_schema_snapshot(context: dg.OpExecutionContext | dg.AssetExecutionContext, asset_key: dg.AssetKey,
                            db: Database, table: str) -> SchemaSnapshot:
     """Take a snapshot of ``table`` and log it as an ``AssetObservation`` on ``asset_key``.
@@ -249,6 +255,7 @@ def _desc(c: ColumnInfo) -> str:
     return f"{c.data_type} {'NULLABLE' if c.nullable else 'REQUIRED' if c.nullable is False else '(nullability unknown)'}"
 
 
+@public
 def diff_schemas(before: Sequence[ColumnInfo], after: Sequence[ColumnInfo]) -> list[SchemaChange]:
     """Classify how ``after`` differs from ``before``.
 
@@ -321,6 +328,7 @@ def latest_change(history: Sequence[SchemaSnapshot]) -> tuple[SchemaSnapshot, Sc
     return None
 
 
+@public
 def build_schema_snapshot_check(
     *,
     asset: dg.AssetKey | str | Sequence[str],
@@ -353,7 +361,7 @@ def build_schema_snapshot_check(
     key = dg.AssetKey.from_coercible(asset) if not isinstance(asset, dg.AssetKey) else asset
 
     @dg.asset_check(asset=key, name=name, blocking=blocking, required_resource_keys={resource_key},
-                    metadata={"dw/check_kind": KIND, "dw/table": table},
+                    metadata={_keys.CHECK_KIND_KEY: KIND, _keys.TABLE_KEY: table},
                     description=f"Records the schema of {table} and fails when a column is dropped, renamed, retyped or made REQUIRED.")
     def _schema_check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         db = getattr(context.resources, resource_key).get_database()
@@ -368,13 +376,14 @@ def build_schema_snapshot_check(
             passed=not failing, severity=severity,
             description=(f"{len(changes)} schema change(s) in {table}{since}: " + "; ".join(ch.description for ch in changes))
             if changes else f"schema of {table} unchanged{since}",
-            metadata={"dw/schema_changes": dg.MetadataValue.json([ch.model_dump(mode="json") for ch in changes]),
-                      SCHEMA_HASH_KEY: snap.hash, "dw/query": dg.MetadataValue.md(f"```sql\n{snap.sql}\n```")},
+            metadata={_keys.SCHEMA_CHANGES_KEY: dg.MetadataValue.json([ch.model_dump(mode="json") for ch in changes]),
+                      SCHEMA_HASH_KEY: snap.hash, _keys.QUERY_KEY: dg.MetadataValue.md(f"```sql\n{snap.sql}\n```")},
         )
 
     return _schema_check
 
 
+@public
 def diagnose_schema_change(
     instance: dg.DagsterInstance,
     asset_keys: Sequence[dg.AssetKey],

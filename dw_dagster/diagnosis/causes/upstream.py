@@ -33,6 +33,7 @@ import dagster as dg
 
 from dw_dagster.databases.snippets import DAGSTER_EVENT_LOG, aware_utc
 from dw_dagster.core.models import CauseFinding, Evidence, utcnow
+from dw_dagster.dagster_private import public
 
 KIND = "upstream_not_refreshed_or_failed"
 FAILED_CONFIDENCE = 0.8
@@ -71,6 +72,7 @@ def _latest_per_partition(instance: dg.DagsterInstance, key: dg.AssetKey, wanted
     return out
 
 
+@public
 def diagnose_upstream(
     instance: dg.DagsterInstance,
     asset_graph: Any,

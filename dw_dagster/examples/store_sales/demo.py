@@ -23,10 +23,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import DuckDBDatabase, dedup_key_for, records
+from dw_dagster import DuckDBDatabase, dedup_key_for, partition_window_utc, records
 from dw_dagster.examples.store_sales import generator as gen
 from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.definitions import DAILY, build_definitions
+from dw_dagster.examples.store_sales.definitions import build_definitions, partitions_for
 from dw_dagster.testing.demo import (
     REVIEW_URL,
     REVIEW_URL_ENV,
@@ -90,6 +90,7 @@ class DemoResult:
     unreachable: list[str] = field(default_factory=list)
     review_page_url: str = ""
     fail_verify: bool = False
+    partitions: str = "daily"
     slack_messages: int = 0
     repair_cost: dict = field(default_factory=dict)
     undo: dict = field(default_factory=dict)
@@ -141,7 +142,7 @@ def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], 
 
 def run_store_sales_demo(
     *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None,
-    result: DemoResult | None = None, fail_verify: bool = False, undo: bool = False,
+    result: DemoResult | None = None, fail_verify: bool = False, partitions: str = "daily", undo: bool = False,
 ) -> DemoResult:
     """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong.
 
@@ -154,6 +155,11 @@ def run_store_sales_demo(
     resolved), Lightup's incident stays open, and six hours later (on the demo's clock) the
     escalation ladder asks the escalation approver.
 
+    ``partitions`` (``daily``, ``hourly`` or ``weekly``) partitions the load: the same 28 days of
+    sales, loaded, diagnosed, repaired and undone by the hour or the week (an hourly repair's
+    window is the 30 business hours of the two offline days, so the demo's domain allows 48
+    partitions instead of 7).
+
     With ``undo``, the demo continues after the verified receipt: the owner proposes and approves the
     undo, its receipt is verified against the snapshot, the incident is open again and the original
     change set is proposed again (:func:`dw_dagster.testing.demo_undo.undo_and_repropose`).
@@ -163,10 +169,16 @@ def run_store_sales_demo(
     """
     log = log or Timeline()
     res = result if result is not None else DemoResult(scale=scale)
-    res.scale, res.store_sales_home, res.fail_verify = scale, str(home), fail_verify
+    res.scale, res.store_sales_home, res.fail_verify, res.partitions = scale, str(home), fail_verify, partitions
     gen.plan(scale)  # validates the scale before anything on disk changes
+    if partitions not in h.SHAPES:
+        raise DemoError(f"setup: unknown partitions {partitions!r}; use one of {', '.join(h.SHAPES)}")
     claim_demo_dir(home)
+    h.set_partitions_shape(home, partitions)
     h.ensure_home(home)
+    if partitions == "hourly":  # two offline days are 30 hourly partitions: over the daily demo's cap of 7
+        d = h.domains_path(home)
+        d.write_text(d.read_text().replace("max_window_partitions: 7", "max_window_partitions: 48"))
     with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}",
                       oidc_users=[OWNER, NOT_LISTED]) as svc:
         log("setup", f"fake Lightup {svc.lightup_url} (workspace {svc.workspace_uuid[:8]}); "
@@ -223,17 +235,31 @@ def prepare_incident_data(home: Path, instance: dg.DagsterInstance, scale: float
     log.detail(f"posted {n:,} lines rung up 2026-11-01..11-27; 19 Southwest stores offline since 11-26")
     defs = build_definitions(home)
     load_job, models_job = defs.resolve_job_def("store_sales_daily_load"), defs.resolve_job_def("store_sales_models")
-    keys = DAILY.get_partition_keys()
-    log("load", f"nightly loads of {keys[0]}..{keys[-2]} (one run over the range) ...")
-    run_job(load_job, instance, "history load", tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-2]})
+    pdef, night = partitions_for(home), dt.datetime(2026, 11, 28)
+    keys = pdef.get_partition_keys()
+    win = {k: partition_window_utc(pdef, k) for k in keys}
+    before = [k for k in keys if win[k][0] < night]  # loaded before the stores came back (a week in progress too)
+    after = [k for k in keys if win[k][1] > night]  # loaded again, or for the first time, after
+    per_run = 24 if h.partitions_shape(home) == "hourly" else len(keys)  # one run over the range, hourly a day a run
+    _load(load_job, instance, log, before, "history load", per_run)
     log("load", "dbt build of fct_store_sales_daily, region_sales_daily, region_sales_mtd ...")
     run_job(models_job, instance, "dbt build")
     n = gen.post_lines(src, scale, gen.AFTER_RECOVERY)
     log("outage", f"stores back online 2026-11-28 09:00: posted {n:,} lines, back-dated and new")
-    log("load", f"nightly load of {keys[-1]} and dbt build ...")
-    run_job(load_job, instance, "daily load", partition_key=keys[-1])
+    _load(load_job, instance, log, after, "nightly load", per_run)
+    log("load", "dbt build ...")
     run_job(models_job, instance, "dbt build")
     return defs
+
+
+def _load(load_job, instance: dg.DagsterInstance, log: Timeline, keys: list[str], what: str, per_run: int = 24) -> None:
+    """Load ``keys`` (in order) in runs of at most ``per_run`` partitions (a day of hourly ones: each
+    partition's materialization carries every load of its run)."""
+    for i in range(0, len(keys), per_run):
+        part = keys[i:i + per_run]
+        if i == 0:
+            log("load", f"{what} of {keys[0]}..{keys[-1]} ({len(keys)} partitions, {-(-len(keys) // per_run)} run(s)) ...")
+        run_job(load_job, instance, what, tags={RANGE_START_TAG: part[0], RANGE_END_TAG: part[-1]})
 
 
 def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: DemoResult, svc: FakeServices,
@@ -271,6 +297,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
         raise DemoError("diagnose: no cause found")
     res.cause = cause.kind
     d = cause.details
+    if "per_partition" not in d:
+        raise DemoError(f"diagnose: {cause.kind} explained none of the gap (confidence {cause.confidence:.0%}): "
+                        f"{cause.summary}")
     log("cause", f"{cause.kind} (confidence {cause.confidence:.0%})")
     log.detail(cause.summary)
     for p in d["per_partition"]:
@@ -320,7 +349,8 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     # repair, verify, receipt: one stage per tick
     def straggler(stage: str) -> None:
         if fail_verify and stage.startswith("window"):
-            n = gen.post_straggler_day(DuckDBDatabase(h.source_path(home)), dt.date.fromisoformat(cs.window[-1]),
+            last_day = (partition_window_utc(partitions_for(home), cs.window[-1])[1] - dt.timedelta(seconds=1)).date()
+            n = gen.post_straggler_day(DuckDBDatabase(h.source_path(home)), last_day,
                                        max(5, round(2000 * scale)), dt.datetime(2026, 11, 29, 2, 0))
             log("outage", f"--fail-verify: a straggler store posted {n} more lines sold {cs.window[-1]} after the "
                 "window ran: the verify will find the gap open")

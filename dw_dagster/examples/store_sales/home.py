@@ -10,6 +10,7 @@ the working directory)::
     data/pos_source.duckdb    the POS consolidation database stand-in
     data/warehouse.duckdb     the embedded warehouse (raw pos.* tables and dbt analytics.*)
     domains.yaml              owners and approvers
+    partitions                the load's partitions: daily (default), hourly or weekly
 """
 
 from __future__ import annotations
@@ -58,6 +59,27 @@ def warehouse_path(home: Path) -> Path:
 
 def domains_path(home: Path) -> Path:
     return home / "domains.yaml"
+
+
+#: the partitions the example's load may use (``dw-dagster demo store-sales --partitions``)
+SHAPES = ("daily", "hourly", "weekly")
+
+
+def partitions_shape(home: Path) -> str:
+    """The home's partitions (its ``partitions`` file; ``daily`` without one)."""
+    f = home / "partitions"
+    shape = f.read_text().strip() if f.exists() else "daily"
+    if shape not in SHAPES:
+        raise ValueError(f"{f} says {shape!r}; the store-sales load is partitioned {', '.join(SHAPES)}")
+    return shape
+
+
+def set_partitions_shape(home: Path, shape: str) -> None:
+    """Make the home's load ``shape``-partitioned (before anything is loaded)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown partitions {shape!r}; use one of {', '.join(SHAPES)}")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "partitions").write_text(shape + "\n")
 
 
 def _git(root: Path, *args: str) -> None:

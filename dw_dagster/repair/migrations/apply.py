@@ -9,6 +9,7 @@ from dw_dagster.databases import Database
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
 from dw_dagster.repair.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
 from dw_dagster.repair.migrations.types import same_type
+from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -47,6 +48,7 @@ def _direction(m: Migration, direction: str) -> tuple[list[str], list[Guard], li
     raise ValueError(f"direction is 'forward' or 'rollback', got {direction!r}")
 
 
+@public
 def apply_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward") -> None:
     """Run one direction of ``migration`` on ``db``: its guards, then its statements in order.
 
@@ -67,6 +69,7 @@ def apply_migration(db: Database, migration: Migration, direction: Literal["forw
         db.execute(s)
 
 
+@public
 def verify_migration(db: Database, migration: Migration, direction: Literal["forward", "rollback"] = "forward",
                      *, read_schema: Callable[[Database, str], TableSchema] = read_table_schema) -> list[str]:
     """Compare the catalog with the checks of one direction.

@@ -110,6 +110,7 @@ from dw_dagster.repair.migrations.statements import (
     _update_set,
 )
 from dw_dagster.repair.migrations.types import TypeInfo, classify_retype, parse_type, same_type, type_info
+from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -568,6 +569,7 @@ _GENERATORS: dict[type, Callable[..., None]] = {
 }
 
 
+@public
 def generate_migration(change: AddColumn | DropColumn | RenameColumn | RetypeColumn | SetNullability,
                        dialect: str, *, current_schema: TableSchema | None = None) -> Migration:
     """Produce forward and rollback SQL for one column change on one dialect.

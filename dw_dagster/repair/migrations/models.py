@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dw_dagster.databases import sql
 from dw_dagster.databases.catalog import CatalogError
 from dw_dagster.errors import DwDagsterError
+from dw_dagster.dagster_private import public
 
 Dialect = Literal["duckdb", "snowflake", "bigquery"]
 
@@ -33,10 +34,12 @@ SOURCES: dict[str, str] = {
 Literalish = Union[bool, int, Decimal, float, dt.datetime, dt.date, str]
 
 
+@public
 class MigrationError(CatalogError):
     """A change cannot be turned into a migration for this dialect (the message says why and what to pass)."""
 
 
+@public
 class LossyRetypeError(MigrationError):
     """A retype would lose information and ``allow_lossy`` was not set.
 
@@ -49,6 +52,7 @@ class LossyRetypeError(MigrationError):
         self.reasons = list(reasons)
 
 
+@public
 class MigrationRefused(DwDagsterError, RuntimeError):
     """A guard query found rows that make a direction unsafe; nothing was run.
 
@@ -92,6 +96,7 @@ def _check_keys(keys: Sequence[str], column: str) -> list[str]:
     return list(keys)
 
 
+@public
 class AddColumn(_Change):
     """Add ``column`` of ``type``; the rollback drops it.
 
@@ -112,6 +117,7 @@ class AddColumn(_Change):
         return self
 
 
+@public
 class DropColumn(_Change):
     """Drop ``column`` and keep its values in a backup table so that the rollback restores them.
 
@@ -131,6 +137,7 @@ class DropColumn(_Change):
         return _check_keys(v, info.data.get("column", ""))
 
 
+@public
 class RenameColumn(_Change):
     """Rename ``column`` to ``new_name``; the rollback renames it back."""
 
@@ -146,6 +153,7 @@ class RenameColumn(_Change):
         return v
 
 
+@public
 class RetypeColumn(_Change):
     """Change ``column`` from ``from_type`` to ``to_type``; the rollback casts back.
 
@@ -165,6 +173,7 @@ class RetypeColumn(_Change):
         return _check_keys(v, info.data.get("column", ""))
 
 
+@public
 class SetNullability(_Change):
     """Make ``column`` nullable (``nullable=True``, a relax) or NOT NULL (``nullable=False``).
 
@@ -213,6 +222,7 @@ class MigrationCheck(BaseModel):
     nullable: bool | None = None
 
 
+@public
 class Migration(BaseModel):
     """Forward and rollback SQL for one column change on one dialect.
 

@@ -10,6 +10,7 @@ import sqlglot
 from sqlglot import exp
 
 from dw_dagster.repair.migrations.models import MigrationError
+from dw_dagster.dagster_private import public
 
 T = exp.DataType.Type
 
@@ -149,6 +150,7 @@ class RetypeAssessment:
     same: bool = False
 
 
+@public
 def classify_retype(from_type: str, to_type: str, dialect: str) -> RetypeAssessment:
     """Say whether changing a column from ``from_type`` to ``to_type`` can lose information.
 
