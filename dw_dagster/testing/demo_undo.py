@@ -55,7 +55,7 @@ def undo_and_repropose(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, 
     promise = receipt.evidence_summary.get("undo") or {}
     taken = (promise.get("taken_back") or {}).get("rows", 0)
     log("receipt", f"undo receipt {receipt.id}: {'verified' if receipt.verified else 'NOT verified'} against the snapshot "
-        f"({len(promise.get("partitions") or {})} partition range(s), {promise.get('restored_rows')} rows as kept; "
+        f"({len(promise.get('partitions') or {})} partition range(s), {promise.get('restored_rows')} rows as kept; "
         f"{taken} rows taken back)")
     row = ledger_for(instance).incident(cs.incident_id)
     log("undo", f"incident {cs.incident_id}: {row.state if row else 'unknown'} ({row.note if row else ''})")
