@@ -503,7 +503,8 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
                 problems.append(f"assets.{i}.checks.dead_letter.table: needed without a dead_letter_sink pipeline")
             for field, name in refs:
                 if name not in self.databases:
-                    problems.append(f"assets.{i}.{field}: {name!r} is not under databases ({sorted(self.databases)})")
+                    problems.append(f"assets.{i}.{field}: {name!r} is not under databases ({sorted(self.databases)})"
+                                    + did_you_mean(name, self.databases))
             if a.mage is not None and self.integrations.mage is None:
                 problems.append(f"assets.{i}.mage: needs integrations.mage (the Mage server to read)")
             names = [cfg.name for _, cfg in a.checks.configured()]
@@ -518,7 +519,7 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
                     for side, ref in (("source", p.source), ("target", p.target)):
                         if ref.database not in self.databases:
                             problems.append(f"migration.waves.{i}.pairs.{j}.{side}.database: {ref.database!r} is not "
-                                            f"under databases ({sorted(self.databases)})")
+                                            f"under databases ({sorted(self.databases)})" + did_you_mean(ref.database, self.databases))
         keys = [a.key for a in self.assets]
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:
@@ -526,6 +527,14 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def did_you_mean(name: str, known, cutoff: float = 0.6) -> str:
+    """``; did you mean 'x'?`` for the closest of ``known`` (difflib), or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _check_template_names(path: Path, text: str, scope: set[str]) -> None:
@@ -593,9 +602,14 @@ def load_dataops_config(path: str | os.PathLike[str], *, scope: Mapping[str, Any
         raise DwConfigError(f"{p}: cannot read the configuration ({e.strerror or e})") from e
     _check_template_names(p, text, set(scope or {}))
     try:
-        return DataOpsConfig.resolve_from_yaml(text, scope=dict(scope or {}))
-    except (ValidationError, ResolutionException, yaml.YAMLError, ValueError, TypeError) as e:
+        cfg = DataOpsConfig.resolve_from_yaml(text, scope=dict(scope or {}))
+    except ValidationError as e:
+        from dw_dagster.core.config_files import describe_validation_error
+
+        raise DwConfigError(describe_validation_error(e, text, p)) from e
+    except (ResolutionException, yaml.YAMLError, ValueError, TypeError) as e:
         raise DwConfigError(f"{p}: {e}") from e
+    return cfg
 
 
 __all__ = [

@@ -48,12 +48,15 @@ def _check_key(s: str) -> dg.AssetCheckKey:
 
 @public
 def dbt_executable() -> str:
-    """The ``dbt`` to run: the one next to this Python (a venv's ``bin/``, found even when the venv
+    """The ``dbt`` to run: ``$DW_DBT_EXECUTABLE`` (``dw-dagster mcp --dbt-executable``), else the one next to this Python (a venv's ``bin/``, found even when the venv
     is not activated), else ``dbt`` from ``PATH``.
 
     Returns:
         A path or the bare name ``dbt`` (for ``DbtCliResource(dbt_executable=...)``).
     """
+    chosen = os.environ.get("DW_DBT_EXECUTABLE", "").strip()
+    if chosen:
+        return chosen
     local = Path(sys.executable).parent / "dbt"
     return str(local) if local.exists() else "dbt"
 
@@ -321,7 +324,16 @@ def build_dw_definitions(
     try:
         resolve_domains(domains)
     except DomainsFileError as e:
-        raise DwConfigError(f"domains: {e}") from e
+        from dw_dagster.config import did_you_mean
+
+        near = ""
+        if isinstance(domains, Path) and not domains.exists() and domains.parent.is_dir():
+            near = did_you_mean(domains.name, [f.name for f in domains.parent.iterdir() if f.suffix in (".yaml", ".yml")])
+        where = ""
+        if isinstance(config, (str, os.PathLike)):
+            lines = Path(config).read_text().splitlines()
+            where = f"{config}:{next((i + 1 for i, ln in enumerate(lines) if ln.startswith('domains:')), 1)}: "
+        raise DwConfigError(f"{where}domains: {e}{near}") from e
 
     # -- databases
     resources: dict[str, Any] = {name: DatabaseResource(url=d.url) for name, d in cfg.databases.items() if d.url}

@@ -243,12 +243,24 @@ def incident_story(instance: dg.DagsterInstance, incident_id: str, *, dagster_ur
     story.versions = _versions(instance, led.change_set_rows(incident_id=incident_id, latest_only=False))
     cs_ids = {v.change_set.id for v in story.versions}
     story.receipts = _receipts(instance, cs_ids)
+    story.incident_state = _state_words(row, story.receipts)
     for cs_id in sorted(cs_ids):
         story.unreachable += [e["body"] for e in led.audit_entries("approver_unreachable", cs_id)]
     ladder = ladder_history(instance, incident_id=incident_id)
     story.timeline = sorted(_timeline(story, dagster_url, mask, ladder) + _refusal_entries(instance, story.versions)
                             + _told(instance, {tuple(asset.path)}, incident_id, cs_ids), key=lambda e: e.at)
     return story
+
+
+def _state_words(row, receipts: list[Receipt]) -> str:
+    """The incident's state in plain words (:func:`~dw_dagster.core.states.incident_words`) from its newest
+    receipt on its own asset; the ledger's state when it has none."""
+    from dw_dagster.core.states import incident_words
+
+    own = [r for r in receipts if r.incident_id == row.incident_id and "/".join(r.asset_key) == row.asset_key]
+    newest = max(own, key=lambda r: r.created_at, default=None)
+    words = incident_words(row.state, newest, fallback=row.state)
+    return words if newest is None or words.startswith(("undone", "undo")) else f"{words} ({row.state})"
 
 
 def change_set_story(instance: dg.DagsterInstance, change_set_id: str, *, dagster_url: str, mask=None) -> Story | None:
@@ -263,6 +275,7 @@ def change_set_story(instance: dg.DagsterInstance, change_set_id: str, *, dagste
         inc_row = led.incident(story.versions[-1].change_set.incident_id)
         if inc_row is not None:
             story.incident, story.incident_state, story.incident_note = _incident_model(inc_row), inc_row.state, inc_row.note
+            story.incident_state = _state_words(inc_row, _receipts(instance, {change_set_id}))
     story.receipts = _receipts(instance, {change_set_id})
     story.unreachable = [e["body"] for e in led.audit_entries("approver_unreachable", change_set_id)]
     ladder = ladder_history(instance, change_set_id=change_set_id)

@@ -420,6 +420,30 @@ def register(main: click.Group) -> None:
         if steps:
             click.echo("\n" + steps)
 
+    @change_sets_cmd.command("repropose")
+    @click.argument("change_set_id")
+    @click.option("--by", default=None, help="Who proposes it again (email); default dw-dagster.")
+    @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
+    @click.pass_context
+    def change_sets_repropose(ctx: click.Context, change_set_id: str, by: str | None, dagster_home: str | None) -> None:
+        """Propose a change set again as a new version (after its undo, or after it failed, was rejected or
+        expired); an undo's id proposes the change set it undid. The new version carries the earlier
+        versions and, when one ran, its diff marked merged; it waits for a listed approver like any.
+        Exit 3 when refused (the version is still live, or the incident is closed)."""
+        from dw_dagster.core import keys as c
+        from dw_dagster.proposals.change_sets import propose
+        from dw_dagster.repair.repropose import ReproposeError, repropose
+
+        dagster_home = dagster_home or (ctx.obj or {}).get("dagster_home")
+        with _instance(dagster_home) as instance:
+            try:
+                cs, new = propose(instance, repropose(instance, change_set_id.strip(), by or c.PROPOSER))
+            except ReproposeError as e:
+                click.echo(f"refused: {e}", err=True)
+                sys.exit(3)
+        click.echo(f"{'proposed' if new else 'already proposed'} {cs.id} version {cs.version}: {cs.summary}\n"
+                   f"approve it like any change set: dw-dagster approve {cs.id} --login (approvers: {', '.join(cs.approvers)})")
+
     @main.command("stop")
     @click.option("--by", required=True, help="Who stops (email); recorded with the stop. Anyone may stop.")
     @click.option("--reason", default="", help="Why; shown in the UI and in every skipped sensor tick.")

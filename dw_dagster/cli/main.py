@@ -34,10 +34,10 @@ def _instance(dagster_home: str | None):
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())  # Dagster wants it absolute
     try:
         return dg.DagsterInstance.get()
-    except Exception as e:  # a broken dagster.yaml or storage: one line, not a traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: "
-                               f"{type(e).__name__}: {first}") from e
+    except Exception as e:  # a broken dagster.yaml or storage: its cause chain, not a traceback
+        from dw_dagster.core.explain import explain
+
+        raise click.UsageError(f"cannot open the Dagster instance in {os.environ['DAGSTER_HOME']}: {explain(e)}") from e
 
 
 #: ``dw-dagster demo NAME`` → the example's demo module, loaded by name when the command runs.
@@ -62,7 +62,9 @@ def demo_spec(name: str):
     try:
         spec = getattr(importlib.import_module(DEMOS[name]), "DEMO", None)
     except ImportError as e:
-        raise click.ClickException(f"the {name} demo cannot be loaded from {DEMOS[name]}: {e}") from e
+        from dw_dagster.core.explain import explain
+
+        raise click.ClickException(f"the {name} demo cannot be loaded from {DEMOS[name]}: {explain(e)}") from e
     if not isinstance(spec, DemoSpec):
         raise click.ClickException(f"{DEMOS[name]} defines no DEMO (a dw_dagster.testing.demo.DemoSpec)")
     return spec
@@ -113,9 +115,11 @@ def demo() -> None:
 @click.option("--partitions", type=click.Choice(["daily", "hourly", "weekly"]), default="daily", show_default=True,
               help="How the load is partitioned: the same incident found, repaired and verified by the day, the hour "
               "or the week.")
-def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, partitions: str) -> None:
+@click.option("--undo", is_flag=True, help="After the verified receipt, undo the repair (approved by the owner): its "
+              "receipt is verified against the snapshot, the incident is open again and the change set is re-proposed.")
+def demo_store_sales(scale: float, workdir: str, as_json: bool, fail_verify: bool, partitions: str, undo: bool) -> None:
     """The grocery store-sales incident: a high-watermark skipped back-dated lines."""
-    options = {"fail_verify": True} if fail_verify else {}
+    options = {**({"fail_verify": True} if fail_verify else {}), **({"undo": True} if undo else {})}
     if partitions != "daily":
         options["partitions"] = partitions
     _run_demo(demo_spec("store-sales"), workdir=workdir, as_json=as_json, scale=scale, options=options or None)

@@ -24,6 +24,21 @@ def _node_at(node: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
     return node
 
 
+def _dotted_problems(msg: str) -> list[tuple[tuple[Any, ...], str]]:
+    """``[(path parts, problem)]`` of a message made of ``a.0.b: problem`` segments joined by ``; ``
+    (each path with at least one dot); [] when the message is not of that form."""
+    import re
+
+    segments = re.split(r"; (?=[A-Za-z_]\w*(?:\.\w+)+: )", msg)
+    out = []
+    for seg in segments:
+        m = re.match(r"^([A-Za-z_]\w*(?:\.\w+)+): (.*)$", seg, re.S)
+        if m is None:
+            return []
+        out.append((tuple(int(x) if x.isdigit() else x for x in m.group(1).split(".")), m.group(2)))
+    return out
+
+
 def describe_validation_error(e: ValidationError, text: str, path: str | Path) -> str:
     """One line per error: ``file:line: field.path: message`` (line of the offending YAML node, 1-based)."""
     try:
@@ -36,6 +51,13 @@ def describe_validation_error(e: ValidationError, text: str, path: str | Path) -
     for err in e.errors():
         loc = tuple(err.get("loc", ()))
         msg = str(err.get("msg")).removeprefix("Value error, ")
+        dotted = _dotted_problems(msg)
+        if dotted:  # a model-level check naming several fields by path ("assets.0.database: ...; ...")
+            for parts, problem in dotted:
+                node = _node_at(root, (*loc, *parts))
+                lines.append(f"{path}:{node.start_mark.line + 1 if node is not None else 1}: "
+                             f"{'.'.join(str(p) for p in (*loc, *parts))}: {problem}")
+            continue
         # a model-level check that names its field first ("deny_after: ...") points at that field
         named = re.match(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", msg, re.S)
         node = _node_at(root, loc)

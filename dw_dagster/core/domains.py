@@ -503,6 +503,9 @@ class Domains(BaseModel):
                 other = seen.setdefault(tuple(k), d.name)
                 if other != d.name:
                     raise ValueError(f"asset {'/'.join(k)} is in two domains: {other} and {d.name}")
+        typos = approver_typos(self)
+        if typos:
+            raise ValueError("; ".join(typos))
         owners: dict[str, str] = {}
         for d in self.domains:
             for w in d.warehouses:
@@ -600,6 +603,39 @@ def _canonical_emails(v: list[str]) -> list[str]:
     if bad:
         raise ValueError(f"not email addresses: {bad}")
     return out
+
+
+def approver_typos(domains: "Domains", cutoff: float = 0.85) -> list[str]:
+    """Addresses whose mail domain no other address in the file uses while one a single typo away is
+    used by two or more (``dana@grocer.exmaple`` beside ``...@grocer.example``): ``domains.<i>.<field>.<j>: ...; did you mean ...?``."""
+    import difflib
+    from collections import Counter
+
+    fields = ("approvers", "escalation", "escalation_approvers")
+    where = [(f"domains.{i}.{f}.{j}", a) for i, d in enumerate(domains.domains) for f in fields
+             for j, a in enumerate(getattr(d, f, []) or [])]
+    where += [(f"operators.{j}", a) for j, a in enumerate(domains.operators)]
+    count = Counter(a.split("@")[1] for _, a in where)
+    out = []
+    for path, addr in where:
+        dom = addr.split("@")[1]
+        if count[dom] != 1:
+            continue
+        close = [c for c in difflib.get_close_matches(dom, [k for k in count if k != dom], n=3, cutoff=cutoff)
+                 if count[c] >= 2 and len(dom) >= 10 and _one_typo(dom, c)]
+        if close:
+            out.append(f"{path}: {addr!r}: no other address here is at {dom!r}; did you mean "
+                       f"{addr.split('@')[0]}@{close[0]}?")
+    return out
+
+
+def _one_typo(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one letter added, dropped, changed, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    return (a[i + 1:] == b[i + 1:] or a[i + 1:] == b[i:] or a[i:] == b[i + 1:]
+            or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1]))
 
 
 @public

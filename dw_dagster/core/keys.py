@@ -192,6 +192,9 @@ COMPARED_UP_TO_KEY = "dw/compared_up_to"
 LIGHTUP_METRIC_KEY = "dw/lightup_metric"
 SOURCE_TABLE_KEY = "dw/source_table"
 TARGET_TABLE_KEY = "dw/target_table"
+#: undo: the rows a restore took back (per partition, with the table keeping them), on the
+#: materialization that records the restored partition (beside LOADS_KEY, the load the kept rows came from)
+UNDO_TAKEN_KEY = "dw/undo_taken_back"
 
 # -- dw_dagster.approval.job -------------------------------------------------------------------------
 KIND_KEY = "dw/kind"

@@ -319,7 +319,7 @@ class PartitionNote(_Record):
 #: ChangeSet fields added after records were first sealed: left out of the hash while empty, so
 #: the versions of earlier records still verify
 _LATER_FIELDS = ("outside_partitions", "deferred_details", "manual_steps", "excluded_approvers", "asset_levels",
-                 "hold_only", "steps_first")
+                 "hold_only", "steps_first", "diff_merged_in", "earlier_versions")
 
 
 @public
@@ -377,6 +377,10 @@ class ChangeSet(_Record):
                             "the steps change it (a duplicated load's partitions replaced in place)")
     steps_first: bool = Field(default=False, description="the steps run before the window (a migration the "
                               "rerun needs), not after it")
+    diff_merged_in: str = Field(default="", description="the earlier version whose approval the diff was merged under "
+                                "(a re-proposed version carries the original diff, already merged); empty when not merged yet")
+    earlier_versions: list[dict[str, Any]] = Field(default_factory=list, description="the versions of this change set "
+                                                   "before this one, oldest first: version, state, what happened")
 
     @staticmethod
     def _hashed(content: dict[str, Any], drop: set[str]) -> dict[str, Any]:

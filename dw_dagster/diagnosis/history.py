@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from dw_dagster.core.models import CauseFinding, PartitionNote
 from dw_dagster.core import records
+from dw_dagster.core.states import incident_words
 from dw_dagster.dagster_private import public
 
 _PAST = {"approve": "approved", "reject": "rejected"}
@@ -48,7 +49,8 @@ class IncidentHistoryEntry(BaseModel):
     receipt_id: str | None = None
     verified: bool | None = None
     fixed_at: dt.datetime | None = None
-    status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified)")
+    status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified), "
+                        "repair failed at <stage>: <error>, undone, open again")
     state: str | None = Field(default=None, description="the incident's state in the ledger: open, diagnosing, diagnosed, "
                               "diagnosis_failed, rediagnose, unrepaired, closed, quarantined")
     linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
@@ -88,12 +90,15 @@ def incident_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey | None
         row = rows.get(inc.id)
         p = d.primary if d else None
         mine = [r for r in receipts if r.incident_id == inc.id and r.asset_key == inc.asset_key]
-        cands = cs_by_inc.get(inc.id, [])
+        cands = [x for x in cs_by_inc.get(inc.id, []) if x.cause_kind != "undo"]
         cs = next((c for c in cands if any(r.change_set_id == c.id for r in mine)), cands[0] if cands else None)
-        rec = next((r for r in mine if cs is None or r.change_set_id == cs.id), None)
+        rec = next((r for r in mine if r.cause_kind != "undo" and (cs is None or r.change_set_id == cs.id)), None)
         dec = decisions.get(cs.id) if cs else None
-        if rec is not None:
-            status = "fixed (verified)" if rec.verified else "fixed (not verified)"
+        undo = max((r for r in mine if r.cause_kind == "undo"), key=lambda r: r.created_at, default=None)
+        if undo is not None and (rec is None or undo.created_at >= rec.created_at):
+            status = incident_words(row.state if row else None, undo)
+        elif rec is not None:
+            status = incident_words(row.state if row else None, rec)
         elif dec is not None:
             status = _PAST.get(dec.decision, dec.decision)
         elif cs is not None:

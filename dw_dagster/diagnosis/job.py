@@ -151,6 +151,24 @@ def claim_incident(led, incident_json: str) -> Incident:
     return recorded
 
 
+def _with_undone(context: dg.OpExecutionContext, led, incident: Incident, diagnosis: Diagnosis) -> Diagnosis:
+    """The rows an undo of this incident's repair took back, as a cause of what is otherwise unexplained
+    (:mod:`dw_dagster.diagnosis.causes.undone`), counted in the target when the run holds its resource."""
+    from dw_dagster.diagnosis.causes.undone import undo_record, with_undone_rows
+
+    record = undo_record(led, incident.id)
+    if record is None:
+        return diagnosis
+    key = (record.get("taken_back") or {}).get("resource_key")
+    res = getattr(context.resources, key, None) if key else None
+    try:
+        return with_undone_rows(diagnosis, record, res.get_database() if res is not None else None)
+    except Exception as e:  # noqa: BLE001 - the count is evidence, not the diagnosis: fall back to what the undo recorded
+        context.log.warning(f"could not count the rows the undo took back in the target ({type(e).__name__}: {e}); "
+                            "using the undo's own count")
+        return with_undone_rows(diagnosis, record, None)
+
+
 @public
 def build_diagnosis_job(
     *, diagnoser: Diagnoser, name: str = DIAGNOSIS_JOB_NAME, required_resource_keys: Sequence[str] = (),
@@ -190,6 +208,7 @@ def build_diagnosis_job(
 
     def diagnose_claimed(context: dg.OpExecutionContext, led, incident: Incident) -> None:
         diagnosis, cs = diagnoser(context, incident)
+        diagnosis = _with_undone(context, led, incident, diagnosis)
         # sample values leave the warehouse in this record (asset metadata, the MCP server, notifications):
         # masked by the domains file's review.sensitive rules before it is written
         diagnosis = mask_diagnosis(diagnosis, rules_in_force(domains))

@@ -89,8 +89,11 @@ def auth_kwargs(*, host: str, port: int, token: str | None, oauth) -> dict:
 @click.option("--oauth-email-claim", default="email", show_default=True, help="The claim naming the caller.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="WARNING",
               show_default=True, help="The server's log level (stderr).")
+@click.option("--dbt-executable", type=click.Path(dir_okay=False), default=None,
+              help="The dbt the code locations run (sets $DW_DBT_EXECUTABLE and puts its folder first on PATH); "
+                   "for a server started by an MCP client without the project's venv activated.")
 def mcp_command(http, workspace, locations, manifests, domains, dagster_home, oauth_issuer, oauth_audience,
-                oauth_email_claim, log_level) -> None:
+                oauth_email_claim, log_level, dbt_executable) -> None:
     """Serve dw_dagster's records and lineage to a coding assistant (Model Context Protocol).
 
     Tools: list_incidents, get_incident, diagnose_incident, get_root_cause, blast_radius_analysis,
@@ -104,6 +107,14 @@ def mcp_command(http, workspace, locations, manifests, domains, dagster_home, oa
         raise click.UsageError("the MCP server needs the mcp extra: pip install 'dw-dagster[mcp]'") from None
     import logging
 
+    if dbt_executable:
+        from pathlib import Path
+
+        exe = Path(dbt_executable).expanduser().resolve()
+        if not exe.is_file():
+            raise click.BadParameter(f"no dbt at {exe}", param_hint="--dbt-executable")
+        os.environ["DW_DBT_EXECUTABLE"] = str(exe)
+        os.environ["PATH"] = f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     from dw_dagster.mcp.auth import TOKEN_ENV, OAuthConfig
     from dw_dagster.mcp.server import build_server
     from dw_dagster.mcp.state import ServerSettings

@@ -33,6 +33,7 @@ from dw_dagster.mcp.untrusted import LEDGER_NOTE, RECORD, UPSTREAM, Untrusted, u
 
 #: ``status`` values of :class:`IncidentHistoryEntry` and ledger states, both accepted by ``list_incidents``
 STATUSES = ("open", "diagnosed", "proposed", "approved", "rejected", "fixed", "fixed (verified)", "fixed (not verified)",
+            "repair failed", "undone, open again",
             "diagnosing", "diagnosis_failed", "rediagnose", "closed", "quarantined")
 
 AssetArg = Annotated[str, Field(description="Asset key, slash-separated (store_sales_line, pos_source/sales_line) "
@@ -87,7 +88,8 @@ class IncidentEntry(BaseModel):
     receipt_id: str | None = None
     verified: bool | None = None
     fixed_at: dt.datetime | None = None
-    status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified)")
+    status: str = Field(description="open, diagnosed, proposed, approved, rejected, fixed (verified), fixed (not verified), "
+                        "repair failed at <stage>: <error>, undone, open again")
     state: str | None = Field(default=None, description="the incident's state in the ledger")
     linked_to: str | None = Field(default=None, description="the open incident this one is linked to, if any")
 
@@ -122,7 +124,7 @@ def list_incidents(state: DwState, asset: str | None, status: str | None, since:
     entries = incident_history(state.view(), key)
     if status is not None:
         entries = [e for e in entries if e.status == status or e.state == status
-                   or (status == "fixed" and e.status.startswith("fixed"))]
+                   or (status in ("fixed", "repair failed") and e.status.startswith(status))]
     if after is not None:
         entries = [e for e in entries if e.detected_at >= after]
     return IncidentList(incidents=[entry_view(e) for e in entries[:limit]], total=len(entries),

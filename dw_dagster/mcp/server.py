@@ -130,7 +130,8 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         asset: Annotated[KeyText | KeyParts | None, Field(description="Only this asset's incidents (slash-separated key "
                                                           "or the list of its parts); default all")] = None,
         status: Annotated[str | None, Field(description="Only incidents with this outcome (open, diagnosed, proposed, "
-                                            "approved, rejected, fixed, fixed (verified), fixed (not verified)) or "
+                                            "approved, rejected, fixed, fixed (verified), fixed (not verified), repair failed, "
+                                            "undone, open again) or "
                                             "ledger state (diagnosing, diagnosis_failed, rediagnose, closed, quarantined)",
                                             max_length=40)] = None,
         since: Annotated[str | None, Field(description="Only incidents detected at or after this UTC time: 2026-11-26, "

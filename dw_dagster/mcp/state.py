@@ -205,9 +205,10 @@ class DwState:
                            "or DAGSTER_HOME at the instance dw_dagster records in (the demo's is .dw_demo/dagster_home)")
             try:
                 self._instance = dg.DagsterInstance.from_config(str(home))
-            except Exception as e:  # a broken dagster.yaml or storage: one line, not a traceback
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                raise fail(f"cannot open the Dagster instance at {home}: {type(e).__name__}: {first}; fix its "
+            except Exception as e:  # a broken dagster.yaml or storage: its cause chain, not a traceback
+                from dw_dagster.core.explain import explain
+
+                raise fail(f"cannot open the Dagster instance at {home}: {explain(e)}; fix its "
                            "dagster.yaml or point DAGSTER_HOME elsewhere") from e
             return self._instance
 

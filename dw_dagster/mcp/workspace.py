@@ -157,8 +157,10 @@ def _single_definitions(module: Any, name: str) -> dg.Definitions:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+    """The error with its whole cause chain and the fix when known (:func:`dw_dagster.core.explain.explain`)."""
+    from dw_dagster.core.explain import explain
+
+    return explain(e)
 
 
 def load_workspace(path: str | Path, only: Iterable[str] | None = None) -> Workspace:

@@ -26,10 +26,55 @@ def record_proposal(instance: dg.DagsterInstance | Ledger, cs: ChangeSet) -> tup
     """
     cs.verify_version()
     led = instance if isinstance(instance, Ledger) else ledger_for(instance)
+    cs = carry_merged_diff(led, cs)
     row, new = led.record_change_set(
         change_set_id=cs.id, version=cs.version, content_key=cs.content_key(), target_asset=asset_str(cs.target_asset),
         incident_id=cs.incident_id, domain=cs.domain, expires_at=cs.expires_at.timestamp(), body=cs.model_dump_json())
     return (cs if new else parse_change_set(row.body)), new
+
+
+def versions_of(led: Ledger, cs: ChangeSet) -> list[tuple]:
+    """``(row, change set)`` of every recorded version of ``cs.id``, oldest first (tampered ones left out)."""
+    from dw_dagster.core.models import TamperedRecord
+
+    out = []
+    for row in reversed(led.change_set_rows(target_asset=asset_str(cs.target_asset), latest_only=False)):
+        if row.change_set_id == cs.id and row.version != cs.version:
+            try:
+                out.append((row, parse_change_set(row.body)))
+            except TamperedRecord:
+                continue
+    return out
+
+
+def version_notes(led: Ledger, cs: ChangeSet) -> list[dict]:
+    """The earlier versions of ``cs`` as a re-proposal records them: version, state, the ledger's note, the diff."""
+    return [{"version": row.version, "state": row.state, "note": (row.note or "")[:500],
+             "diff": "merged" if e.diff_merged_in else ("none" if not e.diff.strip() else f"{len(e.diff.splitlines())} lines"),
+             "recorded_at": row.recorded_at} for row, e in versions_of(led, cs)]
+
+
+def carry_merged_diff(led: Ledger, cs: ChangeSet) -> ChangeSet:
+    """A version proposed again after its diff was merged (a retry after a failed stage: the proposal
+    reads the merged files, so its own diff is empty) carries the original diff, marked merged with
+    the version that proposed it, its new tests, a summary that says so, and the earlier versions.
+    ``cs`` unchanged when it has a diff of its own or no earlier version had one."""
+    if cs.diff.strip() or cs.diff_merged_in or cs.cause_kind == "undo":
+        return cs
+    earlier = versions_of(led, cs)
+    prev = next((e for _, e in reversed(earlier) if e.diff.strip()), None)
+    if prev is None:
+        return cs
+    mine = {f.path: f.after_sha256 for f in cs.files}
+    if any(mine.get(f.path, f.after_sha256) != f.after_sha256 for f in prev.files):
+        return cs  # the files moved on since: the earlier diff is not what is merged
+    merged_in = prev.diff_merged_in or prev.version
+    tests = "" if cs.new_tests or not prev.new_tests or "dbt test" in cs.summary else f", add {len(prev.new_tests)} dbt test(s)"
+    content = {**cs.model_dump(exclude={"version"}), "diff": prev.diff, "files": list(prev.files),
+               "new_tests": list(cs.new_tests or prev.new_tests), "diff_merged_in": merged_in,
+               "summary": f"{cs.summary}{tests} (its code change was merged with version {merged_in[:12]}…, not again)",
+               "earlier_versions": version_notes(led, cs)}
+    return ChangeSet.seal(**content)
 
 
 def change_set_observation(cs: ChangeSet) -> dg.AssetObservation:
@@ -60,4 +105,4 @@ def propose(instance: dg.DagsterInstance, cs: ChangeSet) -> tuple[ChangeSet, boo
     return recorded, new
 
 
-__all__ = ["change_set_observation", "load_change_set", "parse_change_set", "propose", "record_proposal"]
+__all__ = ["carry_merged_diff", "change_set_observation", "version_notes", "versions_of", "load_change_set", "parse_change_set", "propose", "record_proposal"]

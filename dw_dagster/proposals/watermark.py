@@ -243,6 +243,10 @@ def change_set_markdown(cs: ChangeSet) -> str:
         *(f"- **{line.split(': ', 1)[0].capitalize()}**: {line.split(': ', 1)[1]}" for line in cs.not_run_lines()),
         f"- **Rebuild**: {', '.join('/'.join(k) for k in cs.rebuild_assets)}",
         f"- **New tests**: {', '.join(cs.new_tests) or 'none'}",
+        *([f"- **Diff**: already merged with version {cs.diff_merged_in[:12]}… (shown for the record; nothing to merge again)"]
+          if cs.diff_merged_in else []),
+        *([f"- **Earlier versions**: " + "; ".join(f"{v['version'][:12]}… {v['state']}" + (f" ({v['note'][:120]})" if v.get("note") else "")
+                                                  for v in cs.earlier_versions)] if cs.earlier_versions else []),
         f"- **Approvers** ({cs.domain}): {', '.join(cs.approvers)}; expires {cs.expires_at.isoformat()}",
         f"- **Decide**: `dw-dagster approve {cs.id} --login` (or `--reject`), the review page of "
         f"`dw-dagster approvals serve`, or the Launchpad job `dw_approve_change_set` with the config "

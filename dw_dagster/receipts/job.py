@@ -68,6 +68,11 @@ def receipt_markdown(r: Receipt) -> str:
         f"- **Partitions**: {', '.join(r.partitions) or 'none (rebuilt whole, not partitioned)'}",
         "- **Runs**: " + (", ".join(f"{k} `{v}`" for k, v in r.run_ids.items()) or "none"),
     ]
+    lines += _undo_lines(r)
+    failure = r.evidence_summary.get("failure")
+    if failure and failure.get("run_id"):
+        lines.append(f"- **Failed run**: [{failure['run_id'][:8]}]({failure.get('run_url') or failure['run_id']}) "
+                     f"(stage {failure.get('stage')}, {failure.get('error_class')})")
     not_run = r.partitions_not_run()
     if not_run:
         lines.append(f"- **Not run** ({sum(n.rows for n in not_run)} row(s) of the cause): "
@@ -87,6 +92,9 @@ def receipt_markdown(r: Receipt) -> str:
         failed = [f"{'/'.join(o.asset_key)}:{o.check_name}" for o in r.checks if not o.passed]
         why = (f"check(s) {', '.join(failed)} did not pass in the verify run (every check on a touched asset must)"
                if failed else r.outcome if r.outcome != "applied" else "no check of the change set ran in the verify run")
+        undo = r.evidence_summary.get("undo")
+        if undo is not None:  # an undo is held to what it promised, not to the checks
+            why = r.outcome if r.outcome != "applied" else (undo.get("why") or "the restore does not match the snapshot")
         lines.insert(2, f"- **Not verified because**: {why}")
     if r.change_set_stages:
         lines.append("- **Stages**: " + ", ".join(f"{k} {v}" for k, v in r.change_set_stages.items()))
@@ -102,6 +110,28 @@ def receipt_markdown(r: Receipt) -> str:
     return "\n".join(lines)
 
 
+def _undo_lines(r: Receipt) -> list[str]:
+    """The undo's promise and the versions' story, as receipt markdown lines (none for other receipts)."""
+    out = []
+    undo = r.evidence_summary.get("undo")
+    if undo:
+        parts = undo.get("partitions") or {}
+        same = sum(1 for p in parts.values() if p.get("matches"))
+        out.append(f"- **Undo checked against the snapshot**: {same} of {len(parts)} partition(s) hold the rows and checksum "
+                   f"kept before {undo.get('of_change_set')} ({undo.get('restored_rows')} of {undo.get('kept_rows')} rows)"
+                   + (f"; {undo['why']}" if undo.get("why") else ""))
+        taken = undo.get("taken_back") or {}
+        if taken:
+            out.append(f"- **Rows taken back**: {taken.get('rows', 0)} (kept in `{taken.get('table')}`), per partition: "
+                       + (", ".join(f"{k} {v}" for k, v in (taken.get("per_partition") or {}).items()) or "none"))
+    versions = r.evidence_summary.get("versions")
+    if versions:
+        out.append("- **Versions**: " + "; ".join(
+            f"{v['version'][:12]}… {v.get('state')}" + (f" ({v['note'][:160]})" if v.get("note") else "")
+            + f", diff {v.get('diff')}" for v in versions))
+    return out
+
+
 def receipt_hash(r: Receipt) -> str:
     """The hash stored as ``dw/receipt_hash``: the receipt's JSON and its markdown together."""
     return r.content_hash(receipt_markdown(r))
@@ -111,7 +141,65 @@ class ReceiptConfig(dg.Config):
     change_set_id: str = Field(description="the change set whose repair ended")
 
 
-def _outcome(stage: str, stages: dict, halted_reason: str, cs: ChangeSet | None = None) -> str:
+def _failure(instance: dg.DagsterInstance, stages: dict) -> dict | None:
+    """The first failed stage's error, read from its run's failure events (:func:`dw_dagster.core.states.run_error`),
+    with the stage's name; the ledger's reason when the run recorded none (a refused or vanished run)."""
+    from dw_dagster.core.states import run_error
+
+    bad = [n for n, s in stages.items() if not n.startswith("receipt") and s.state != SUCCEEDED]
+    if not bad:
+        return None
+    st = stages[bad[0]]
+    found = run_error(instance, st.run_id)
+    if found is not None:
+        found["from_run"] = True
+    else:
+        why = (st.result or {}).get("reason") or f"the stage ended {st.state}"
+        found = {"error_class": "StageFailed" if st.state == "failed" else st.state.capitalize(), "message": str(why)[:500],
+                 "causes": [], "run_id": st.run_id, "from_run": False}
+    return {"stage": bad[0], "state": st.state, **found}
+
+
+def _undo_evidence(instance: dg.DagsterInstance, cs: ChangeSet, stages: dict) -> dict | None:
+    """For an undo change set, what it promised against what it did: its restore's rows and checksums per
+    partition against the snapshot the undone change set kept (:func:`dw_dagster.repair.undo.undo_promise`),
+    the rows it took back, and whether its steps (a migration's rollback, a replay's deletion) ran; None
+    for any other change set."""
+    from dw_dagster.repair.undo import recorded_snapshot, undo_promise
+
+    of = cs.undo_plan.of_change_set if cs.undo_plan is not None else None
+    if cs.cause_kind != "undo" and not of:
+        return None
+    out: dict = {"of_change_set": of or cs.id.split("-undo")[0], "verified": True}
+    restore = stages.get("restore")
+    if of:
+        snap = recorded_snapshot(instance, of)
+        res = (restore.result or {}) if restore is not None and restore.state == SUCCEEDED else {}
+        if snap is None or not res:
+            return {**out, "verified": False, "why": "no snapshot to compare with" if snap is None else "the restore did not succeed"}
+        promise = undo_promise(snap, res)
+        out.update(promise, taken_back=res.get("taken_back") or {}, snapshot_table=snap.get("snapshot_table"))
+        if promise["mismatched"]:
+            out["why"] = f"partitions {', '.join(promise['mismatched'])} differ from the snapshot"
+    steps = [n for n in stages if n not in ("restore", "verify", "rebuild") and not n.startswith(("receipt", "window-"))]
+    not_done = [n for n in steps if stages[n].state != SUCCEEDED]
+    if not_done:
+        out.update(verified=False, why=f"step(s) {', '.join(not_done)} did not succeed")
+    return out
+
+
+def _versions(instance: dg.DagsterInstance, cs: ChangeSet) -> list[dict]:
+    """What changed across the versions of ``cs``: each earlier version (its state, what happened, its diff)
+    and this one."""
+    this = {"version": cs.version, "state": "this receipt",
+            "diff": f"merged with version {cs.diff_merged_in[:12]}…" if cs.diff_merged_in else
+            ("none" if not cs.diff.strip() else f"{len(cs.diff.splitlines())} lines")}
+    return [*cs.earlier_versions, this]
+
+
+def _outcome(stage: str, stages: dict, halted_reason: str, cs: ChangeSet | None = None,
+             failure: dict | None = None) -> str:
+    from dw_dagster.core.states import error_words
     from dw_dagster.repair.liveness import finish_or_undo, stale_assets
 
     ended = {n: s.state for n, s in stages.items() if not n.startswith("receipt")}
@@ -123,7 +211,11 @@ def _outcome(stage: str, stages: dict, halted_reason: str, cs: ChangeSet | None 
     if bad:
         st = stages[bad[0]]
         why = (st.result or {}).get("reason") or (st.result or {}).get("reconciled") or ""
-        said = f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
+        if failure is not None and failure.get("stage") == bad[0] and failure.get("from_run"):
+            run = f" (run {failure['run_id']})" if failure.get("run_id") else ""
+            said = f"failed at {bad[0]}: {error_words(failure)}{run}; ran: {', '.join(done) or 'nothing'}"
+        else:
+            said = f"failed at {bad[0]} ({st.state}{': ' + why if why else ''}); ran: {', '.join(done) or 'nothing'}"
         if cs is None:
             return said
         return f"{said}; {finish_or_undo(cs.id, stale_assets(cs.target_asset, cs.rebuild_assets, stages), bad[0])}"
@@ -149,7 +241,8 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
             outcomes += check_outcomes(instance, st.run_id)
     verify_run = run_ids.get("verify") if stages.get("verify") and stages["verify"].state == SUCCEEDED else None
     verify = [o for o in outcomes if o.run_id == verify_run]
-    outcome = _outcome(stage, stages, halted_reason, cs)
+    failure = _failure(instance, stages) if stage != "receipt-halt" else None
+    outcome = _outcome(stage, stages, halted_reason, cs, failure)
     # what the window runs really materialized (from their events, not from the change set), and
     # whether every check the change set names ran in the verify run
     windows = [st.run_id for n, st in sorted(stages.items()) if n.startswith("window-") and st.run_id]
@@ -168,7 +261,11 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
         wanted = {tuple(k) for k in cs.verify_checks}
         outcomes = [o for o in outcomes if (*o.asset_key, o.check_name) in wanted]
         verify = [o for o in verify if (*o.asset_key, o.check_name) in wanted]
-    verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
+    undo = _undo_evidence(instance, cs, stages)
+    if undo is not None:  # an undo is proven by what it promised (the snapshot's rows), not by the checks passing
+        verified = outcome == "applied" and undo["verified"]
+    else:
+        verified = outcome == "applied" and bool(verify) and all(o.passed for o in outcomes)
     incident = next((i for i in records.incidents(instance, [dg.AssetKey(cs.target_asset)]) if i.id == cs.incident_id), None)
     before = _slice_rows(s.model_dump() for s in incident.slices) if incident else {}
     after: dict[str, dict] = {}
@@ -197,7 +294,9 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     not_run_summary = ({"partitions_not_run": [n.model_dump(mode="json") for n in not_run_notes],
                         "rows_not_run": sum(n.rows for n in not_run_notes),
                         "expected_recovered_rows": cs.expected_recovered_rows} if not_run_notes else {})
-    not_run_summary = {**not_run_summary, **not_run_summary_extra, c.REPAIR_COST_KEY: repair_cost(instance, run_ids, cost)}
+    not_run_summary = {**not_run_summary, **not_run_summary_extra, c.REPAIR_COST_KEY: repair_cost(instance, run_ids, cost),
+                       **({"failure": failure} if failure else {}), **({"undo": undo} if undo is not None else {}),
+                       **({"versions": _versions(instance, cs)} if cs.earlier_versions or cs.diff_merged_in else {})}
     if cs.new_tests:  # the tests the fix added, as the verify run ran them (named even when they did not run)
         ran_tests = {t["test"]: t for o in verify if o.check_name == c.NEW_TESTS_CHECK
                      for t in o.metadata.get(c.NEW_TESTS_KEY) or []}
@@ -265,6 +364,24 @@ def close_incident(instance: dg.DagsterInstance, incident_id: str, by: str, reas
             led.set_incident_state(linked.incident_id, REDIAGNOSE, linked_to=None,
                                    note=f"its own incident now: {incident_id} closed")
     return closed
+
+
+def reopen_after_undo(instance: dg.DagsterInstance, cs: ChangeSet, receipt: Receipt) -> bool:
+    """After a verified undo the incident is open again (ledger state ``open``, which later failing checks
+    attach to and ``dw-dagster incidents rediagnose`` diagnoses again), its note naming the undo, its
+    receipt and the rows it took back; an ``incident_reopened`` audit entry by ``dw-dagster``. True when it moved."""
+    from dw_dagster.core.ledger import OPEN
+
+    led = ledger_for(instance)
+    undo = receipt.evidence_summary.get("undo") or {}
+    taken = (undo.get("taken_back") or {}).get("rows", 0)
+    note = (f"undone, open again: {cs.id} put back what {undo.get('of_change_set')} changed (receipt {receipt.id}, "
+            f"verified against the snapshot; {taken} row(s) taken back)")
+    moved = led.set_incident_state(cs.incident_id, OPEN, from_states=(CLOSED, *OPEN_INCIDENT_STATES), note=note)
+    if moved:
+        led.audit("incident_reopened", cs.incident_id, "dw-dagster",
+                  {"reason": note, "undo": cs.id, "receipt": receipt.id, "taken_back": undo.get("taken_back") or {}})
+    return moved
 
 
 _receipt_jobs: dict[str, dg.JobDefinition] = {}
@@ -346,7 +463,9 @@ def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None,
         held.complete(context.instance, context.run_id, success=True,
                       result={"receipts": [r.id for r in receipts], "outcome": receipts[0].outcome,
                               "verified": receipts[0].verified})
-        if receipts[0].verified:
+        if receipts[0].verified and "undo" in receipts[0].evidence_summary:
+            reopen_after_undo(context.instance, cs, receipts[0])
+        elif receipts[0].verified:
             close_incident(context.instance, cs.incident_id, "dw-dagster", f"verified receipt {receipts[0].id}")
             if bi_refresh is not None:
                 record_bi_refresh(context, cs, receipts[0], held.approval, bi_refresh)

@@ -30,6 +30,7 @@ from dw_dagster.core import records
 from dw_dagster.errors import DwDagsterError
 
 UNDO_SCHEMA = "dw_undo"
+APPLIED_STATE = "applied"
 SNAPSHOT_KEY = c.SNAPSHOT_KEY
 SNAPSHOT_OP = "dw_snapshot_window"
 RESTORE_OP = "dw_restore_window"
@@ -122,7 +123,36 @@ def snapshot_partitions(db: Database, plan: UndoPlan, change_set_id: str, versio
                          f"CREATE TABLE {s} AS SELECT * FROM {t} WHERE {where}"])
     rows, checksum = partition_checksum(db, plan.table, plan.partition_column, filt)
     return {"snapshot_table": snap, "rows": rows, "checksum": checksum, "window": list(plan.window), "table": plan.table,
-            "partitions": filt.model_dump(mode="json")}
+            "partitions": filt.model_dump(mode="json"), "per_partition": per_partition(db, plan.table, plan.partition_column, filt)}
+
+
+def _label(keys: Sequence[str]) -> str:
+    return keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
+
+
+def per_partition(db: Database, table: str, partition_column: str, filt: PartitionFilter) -> dict[str, dict[str, int]]:
+    """``{partition key (or first..last of neighbouring ones the filter merged): {rows, checksum}}`` of
+    ``table``'s rows in each slice of ``filt``."""
+    out = {}
+    for sl in filt.slices:
+        n, h = partition_checksum(db, table, partition_column, PartitionFilter(time_column=filt.time_column, slices=[sl]))
+        out[_label(sl.keys)] = {"rows": n, "checksum": h}
+    return out
+
+
+def undo_promise(snapshot: dict, restored: dict) -> dict:
+    """What an undo promised against what it did: per partition (slice) of the snapshot, the rows and
+    checksum kept before the change and those after the restore, and whether they match.
+
+    ``{"verified": bool, "partitions": {key: {kept_rows, kept_checksum, rows, checksum, matches}}, "mismatched": [...]}``;
+    a snapshot recorded before per-partition counts existed is compared on its totals."""
+    kept, now = snapshot.get("per_partition") or {}, restored.get("per_partition") or {}
+    parts = {k: {"kept_rows": v["rows"], "kept_checksum": v["checksum"], "rows": now.get(k, {}).get("rows"),
+                 "checksum": now.get(k, {}).get("checksum"), "matches": now.get(k) == v} for k, v in sorted(kept.items())}
+    totals = (restored.get("rows"), restored.get("checksum")) == (snapshot.get("rows"), snapshot.get("checksum"))
+    bad = [k for k, p in parts.items() if not p["matches"]]
+    return {"verified": totals and not bad, "partitions": parts, "mismatched": bad,
+            "kept_rows": snapshot.get("rows"), "restored_rows": restored.get("rows")}
 
 
 def _in_transaction(db: Database, statements: list[str]) -> None:
@@ -146,12 +176,24 @@ def restore_partitions(db: Database, plan: UndoPlan, snapshot: dict, partitions:
     where = where_sql(db, plan.table, filt)
     t = sql.table(plan.table).sql(db.dialect)
     snap = sql.table(snapshot["snapshot_table"]).sql(db.dialect)
+    before = per_partition(db, plan.table, plan.partition_column, filt)
+    # the rows the undo takes back (in the target now, not in the snapshot), kept beside the snapshot
+    taken = f"{snapshot['snapshot_table'][:110]}_taken"
+    tk = sql.table(taken).sql(db.dialect)
+    _in_transaction(db, [f"DROP TABLE IF EXISTS {tk}",
+                         f"CREATE TABLE {tk} AS SELECT * FROM {t} WHERE {where} EXCEPT SELECT * FROM {snap}"])
+    (n_taken,), = db.fetch_all(f"SELECT COUNT(*) FROM {tk}")
     _in_transaction(db, [f"DELETE FROM {t} WHERE {where}", f"INSERT INTO {t} SELECT * FROM {snap}"])
     rows, checksum = partition_checksum(db, plan.table, plan.partition_column, filt)
     if (rows, checksum) != (snapshot["rows"], snapshot["checksum"]):
         raise UndoError(f"restored {rows} rows (checksum {checksum}) but the snapshot held {snapshot['rows']} "
                         f"(checksum {snapshot['checksum']})")
-    return {"rows": rows, "checksum": checksum}
+    after = per_partition(db, plan.table, plan.partition_column, filt)
+    kept = snapshot.get("per_partition") or {}
+    return {"rows": rows, "checksum": checksum, "per_partition": after,
+            "taken_back": {"table": taken, "rows": int(n_taken), "target_table": plan.table, "resource_key": plan.resource_key,
+                           "per_partition": {k: before[k]["rows"] - kept[k]["rows"] for k in before
+                                             if k in kept and before[k]["rows"] != kept[k]["rows"]}}}
 
 
 def recorded_snapshot(instance: dg.DagsterInstance, change_set_id: str, asset_key: Sequence[str] | None = None) -> dict | None:
@@ -214,7 +256,12 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
     if cs is None:
         raise UndoError(f"no change set {change_set_id!r} in this Dagster instance")
     if cs.cause_kind == "undo" or (cs.undo_plan is not None and cs.undo_plan.of_change_set):
-        raise UndoError(f"{cs.id} is itself an undo; propose the original change again instead")
+        from dw_dagster.repair.repropose import ReproposeError, repropose
+
+        try:  # the undo of an undo: the original change set, proposed again as a new version
+            return repropose(instance, cs.id, proposer)
+        except ReproposeError as e:
+            raise UndoError(f"{cs.id} is itself an undo, and its change set cannot be proposed again: {e}") from e
     if cs.undo_plan is None and not cs.steps:
         raise UndoError(f"change set {cs.id} has no undo plan; its undo is manual: {cs.undo}")
     undo_plan, snap = None, None
@@ -230,12 +277,16 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
 
     led = ledger_for(instance)
     undo_id, attempt = f"{cs.id}-undo", 1
+    row = led.change_set_row(cs.id, cs.version)
     while (earlier := led.change_set_row(undo_id)) is not None:
+        if earlier.state == APPLIED and row is not None and row.recorded_at > earlier.recorded_at:
+            attempt += 1  # an undo of an earlier version; this version (re-proposed since) is undone anew
+            undo_id = f"{cs.id}-undo-{attempt}"
+            continue
         if earlier.state not in (REJECTED, EXPIRED):  # pending, running or done: one undo at a time
             raise UndoError(f"an undo of {cs.id} was already proposed ({undo_id}, {earlier.state})")
         attempt += 1  # a rejected or expired undo ends; a new proposal is a change set of its own
         undo_id = f"{cs.id}-undo-{attempt}"
-    row = led.change_set_row(cs.id, cs.version)
     if row is None or row.state not in (APPLIED, FAILED, HALTED):
         raise UndoError(f"change set {cs.id} is {row.state if row else 'unknown'}; only a repair that ran (applied, "
                         "failed or halted) is undone")
@@ -244,18 +295,67 @@ def propose_undo(instance: dg.DagsterInstance, change_set_id: str, proposer: str
         parts.append(f"restore partitions {', '.join(cs.undo_plan.window)} of {cs.undo_plan.table} to the "
                      f"{snap['rows']} rows kept before it ran")
     parts += [s.summary[0].lower() + s.summary[1:] for s in steps]
+    code = _code_note(cs, row.state)
     now = utcnow()
     content = dict(
         id=undo_id, incident_id=cs.incident_id, diagnosis_id=cs.diagnosis_id, domain=cs.domain, proposer=proposer,
         created_at=now, expires_at=now + (cs.expires_at - cs.created_at if cs.expires_at > cs.created_at else dt.timedelta(hours=24)),
         approvers=list(cs.approvers), cause_kind="undo",
-        summary=f"Undo change set {cs.id}: " + "; then ".join(parts),
-        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window) if snap is not None else [], diff="", files=[],
+        summary=f"Undo change set {cs.id}: " + "; then ".join(parts) + (f". {code}" if code else ""),
+        target_asset=list(cs.target_asset), window=list(cs.undo_plan.window) if snap is not None else [],
+        diff=reverse_diff(cs.diff) if code else "", files=[],
         rebuild_assets=[list(k) for k in cs.rebuild_assets], verify_checks=[list(k) for k in cs.verify_checks],
-        change_classes=[UNDO], undo=f"re-propose change set {cs.id}'s changes", undo_plan=undo_plan, steps=steps,
+        change_classes=[UNDO], undo=f"re-propose change set {cs.id}: `dw-dagster change-sets repropose {cs.id}` "
+                                     f"(or `dw-dagster undo {undo_id}`)" + (f". {code}" if code else ""),
+        undo_plan=undo_plan, steps=steps,
         manual_steps=_reruns_after(cs, steps),
     )
     return ChangeSet.seal(**content)
+
+
+def _code_note(cs: ChangeSet, state: str) -> str:
+    """What an undo says about the code change of ``cs`` when its diff was merged: the data is put
+    back, the code is not, so the next load re-applies the fix unless the owner merges the reverse diff."""
+    if not cs.diff.strip() or (state != APPLIED_STATE and not cs.diff_merged_in):
+        return ""
+    return (f"The code change of {cs.id} stays merged: the next load will re-apply the fix (and load the rows this "
+            f"undo takes back) unless the pipeline's owner merges the reverse diff carried here "
+            f"(`dw-dagster change-sets show {cs.id} --patch | git apply -R -p1`)")
+
+
+def reverse_diff(diff: str) -> str:
+    """The unified diff that undoes ``diff`` (``git apply -R`` as a diff of its own): hunks' sides
+    swapped, added lines removed and removed ones added, a new file deleted."""
+    import re as _re
+
+    out, lines = [], diff.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            old, new = line[4:], lines[i + 1][4:]
+            old_r = "/dev/null" if new == "/dev/null" else ("a/" + new[2:] if new.startswith("b/") else new)
+            new_r = "/dev/null" if old == "/dev/null" else ("b/" + old[2:] if old.startswith("a/") else old)
+            if old == "/dev/null":
+                old_r = "a/" + new[2:] if new.startswith("b/") else new
+            out += [f"--- {old_r}", f"+++ {new_r}"]
+            i += 2
+            continue
+        m = _re.match(r"^@@ -(\S+) \+(\S+) @@(.*)$", line)
+        if m:
+            out.append(f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}")
+        elif line.startswith("new file mode"):
+            out.append(line.replace("new file mode", "deleted file mode"))
+        elif line.startswith("deleted file mode"):
+            out.append(line.replace("deleted file mode", "new file mode"))
+        elif line.startswith("+"):
+            out.append("-" + line[1:])
+        elif line.startswith("-"):
+            out.append("+" + line[1:])
+        else:
+            out.append(line)
+        i += 1
+    return "\n".join(out) + ("\n" if diff.endswith("\n") else "")
 
 
 def _reruns_after(cs: ChangeSet, steps) -> list:
@@ -308,7 +408,10 @@ def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
     except (PartitionError, DatabaseError) as e:
         held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
         raise dg.Failure(description=f"snapshot of {cs.undo_plan.table} failed: {e}") from e
-    snap = {**snap, "change_set_id": cs.id, "version": cs.version, "at": utcnow().isoformat()}
+    loads = records.latest_loads(context.instance, dg.AssetKey(cs.target_asset))
+    snap = {**snap, "change_set_id": cs.id, "version": cs.version, "at": utcnow().isoformat(),
+            "loads": {k: {n: v for n, v in loads[k].items() if n not in ("run_id", "timestamp")}
+                      for k in cs.undo_plan.window if k in loads}}
     held.complete(context.instance, context.run_id, success=True, result=snap)
     context.log_event(dg.AssetObservation(
         asset_key=dg.AssetKey(cs.target_asset), description=describe(f"kept {snap['rows']} rows of {cs.undo_plan.table} before {cs.id}", change_set_id=cs.id),
@@ -332,8 +435,25 @@ def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
     except (UndoError, PartitionError, DatabaseError) as e:
         held.complete(context.instance, context.run_id, success=False, result={"reason": str(e)})
         raise dg.Failure(description=str(e)) from e
+    out["promise"] = undo_promise(snap, out)
     held.complete(context.instance, context.run_id, success=True, result=out)
-    context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}.")
+    _restored_loads(context, cs, snap, out)
+    context.log.info(f"Restored {out['rows']} rows of {cs.undo_plan.table} as kept before {cs.undo_plan.of_change_set}; "
+                     f"took back {out['taken_back']['rows']} rows.")
+
+
+def _restored_loads(context: dg.OpExecutionContext, cs: ChangeSet, snap: dict, out: dict) -> None:
+    """One materialization per restored partition carrying the load the kept rows came from (``dw/loads``),
+    so a diagnosis after the undo reads the partition as the load before the change left it (the rows
+    the undo took back are late again, not loaded)."""
+    of = cs.undo_plan.of_change_set
+    for key, load in sorted((snap.get("loads") or {}).items()):
+        context.log_event(dg.AssetMaterialization(
+            asset_key=dg.AssetKey(cs.target_asset), partition=key,
+            description=describe(f"partition {key} restored as kept before {of} (undo {cs.id})", change_set_id=cs.id),
+            metadata={c.LOADS_KEY: dg.MetadataValue.json({key: load}), c.CHANGE_SET_ID_KEY: cs.id,
+                      c.UNDO_TAKEN_KEY: dg.MetadataValue.json({"partitions": out["taken_back"]["per_partition"],
+                                                             "table": out["taken_back"]["table"]})}))
 
 
 def build_undo_jobs(resource_keys: Sequence[str], *, executor: dg.ExecutorDefinition | None = None

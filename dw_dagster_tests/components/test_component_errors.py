@@ -16,7 +16,12 @@ MISTAKES = {
     "domain without approvers": (lambda y: y.replace("approvers: [ana.silva@shop.example]", "approvers: []"),
                                  ["approvers"]),
     "database not defined": (lambda y: y.replace("database: warehouse\n", "database: wherehouse\n"),
-                             ["wherehouse"]),
+                             ["wherehouse", "did you mean 'warehouse'?"]),
+    # issue 25: a plausible typo in an approver's mail domain (the others' domain is suggested)
+    "approver at a near-miss domain": (lambda y: y.replace(
+        "approvers: [ana.silva@shop.example]",
+        "approvers: [ana.silva@shop.example, raj.iyer@shop.example, kim.lee@shop.exmaple]"),
+        ["kim.lee@shop.exmaple", "did you mean kim.lee@shop.example?"]),
 }
 
 
@@ -30,6 +35,11 @@ def _chain(e: BaseException) -> str:
 
 @pytest.mark.parametrize("kind", list(MISTAKES))
 def test_a_mistake_names_the_file_and_the_field(project, kind):  # noqa: F811 - the fixture
+    """Each mistake fails the load on defs.yaml, naming the field (and, for a name, the closest one).
+
+    From the field: errors that should point at the definition a user wrote
+    (https://github.com/dagster-io/dagster/issues/27828) and at the real mistake rather than a symptom
+    (https://github.com/dagster-io/dagster/issues/13230)."""
     edit, named = MISTAKES[kind]
     folder = project / "src" / "shop_data" / "defs" / "dataops"
     folder.mkdir()

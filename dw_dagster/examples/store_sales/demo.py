@@ -93,6 +93,9 @@ class DemoResult:
     partitions: str = "daily"
     slack_messages: int = 0
     repair_cost: dict = field(default_factory=dict)
+    undo: dict = field(default_factory=dict)
+    incident_state_after_undo: str | None = None
+    reproposed: str = ""
     ok: bool = False
 
     def to_json(self) -> str:
@@ -139,7 +142,7 @@ def _gaps(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, float], 
 
 def run_store_sales_demo(
     *, home: Path, instance: dg.DagsterInstance, scale: float = DEFAULT_SCALE, log: Timeline | None = None,
-    result: DemoResult | None = None, fail_verify: bool = False, partitions: str = "daily",
+    result: DemoResult | None = None, fail_verify: bool = False, partitions: str = "daily", undo: bool = False,
 ) -> DemoResult:
     """Run the whole loop; raise :class:`DemoError` naming the first stage that went wrong.
 
@@ -156,6 +159,10 @@ def run_store_sales_demo(
     sales, loaded, diagnosed, repaired and undone by the hour or the week (an hourly repair's
     window is the 30 business hours of the two offline days, so the demo's domain allows 48
     partitions instead of 7).
+
+    With ``undo``, the demo continues after the verified receipt: the owner proposes and approves the
+    undo, its receipt is verified against the snapshot, the incident is open again and the original
+    change set is proposed again (:func:`dw_dagster.testing.demo_undo.undo_and_repropose`).
 
     The fake Lightup and the fake PagerDuty/Slack run as child processes on loopback for the
     duration (:class:`~dw_dagster.testing.services.FakeServices`).
@@ -179,12 +186,26 @@ def run_store_sales_demo(
         saved = os.environ.get(REVIEW_URL_ENV)
         os.environ[REVIEW_URL_ENV] = os.environ.get(REVIEW_URL_ENV) or REVIEW_URL  # every link points at the review site
         try:
-            return _loop(home, instance, scale, log, res, svc, fail_verify)
+            res = _loop(home, instance, scale, log, res, svc, fail_verify)
+            if undo:
+                _undo(home, instance, log, res)
+            return res
         finally:
             if saved is None:
                 os.environ.pop(REVIEW_URL_ENV, None)
             else:
                 os.environ[REVIEW_URL_ENV] = saved
+
+
+def _undo(home: Path, instance: dg.DagsterInstance, log: Timeline, res: DemoResult) -> None:
+    from dw_dagster.testing.demo_undo import undo_and_repropose
+
+    daemon = LocalSensorDaemon(build_definitions(home), instance, log_level="WARNING")
+    out = undo_and_repropose(instance, daemon, res.change_set_id, owner=OWNER, domains_file=h.domains_path(home), log=log)
+    res.undo, res.incident_state_after_undo, res.reproposed = out["undo"], out["incident_state_after_undo"], out["reproposed"]
+    res.ok = res.ok and res.undo["verified"] and res.incident_state_after_undo == "open" and bool(res.reproposed)
+    if not res.ok:
+        raise DemoError(f"undo: expected a verified undo, the incident open again and the change set re-proposed: {out}")
 
 
 def _day(ts: float) -> str:
