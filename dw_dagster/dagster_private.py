@@ -30,6 +30,8 @@ PRIVATE: dict[str, tuple[str, str]] = {
     "CodePointer": ("dagster._core.code_pointer", "CodePointer"),  # loading a workspace's code locations (MCP)
     "load_python_file": ("dagster._core.code_pointer", "load_python_file"),
     "location_origins_from_yaml_paths": ("dagster._core.workspace.load", "location_origins_from_yaml_paths"),
+    "cron_string_iterator": ("dagster._utils.schedules", "cron_string_iterator"),  # exposure deadlines (needed_by)
+    "is_valid_cron_string": ("dagster._utils.schedules", "is_valid_cron_string"),
 }
 
 __all__ = ["CHECKED_ON", "PRIVATE", "beta", "public", *PRIVATE]

@@ -20,7 +20,6 @@ class DatabaseError(DwDagsterError, RuntimeError):
     """A query failed; the message names the database and the statement, never credentials."""
 
 
-@public
 @runtime_checkable
 class Database(Protocol):
     """What dw_dagster needs from a database: its dialect, small results, and streamed batches."""

@@ -97,7 +97,6 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-@public
 @runtime_checkable
 class Pager(Protocol):
     """What dw_dagster needs from a paging service, keyed by the dw_dagster incident id."""

@@ -66,7 +66,7 @@ def parse_needed_by(spec: str, *, after: dt.datetime) -> dt.datetime:
     Raises:
         NeededByError: the spec does not parse (a bad time, cron or zone).
     """
-    from dagster._utils.schedules import cron_string_iterator, is_valid_cron_string
+    from dw_dagster.dagster_private import cron_string_iterator, is_valid_cron_string
 
     cron, zone = _cron_and_zone(spec)
     if not is_valid_cron_string(cron):

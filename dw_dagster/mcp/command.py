@@ -108,8 +108,6 @@ def mcp_command(http, workspace, locations, manifests, domains, dagster_home, oa
     import logging
 
     if dbt_executable:
-        from pathlib import Path
-
         exe = Path(dbt_executable).expanduser().resolve()
         if not exe.is_file():
             raise click.BadParameter(f"no dbt at {exe}", param_hint="--dbt-executable")
