@@ -95,13 +95,19 @@ def _help(program: str, argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def _check_pip_install(snippet: Path, argv: list[str]) -> None:
-    """`pip install dw-dagster[extras]`: the package is ours and every extra exists in pyproject.toml."""
+    """`pip install dw-dagster[extras]`: the package is ours and every extra exists in pyproject.toml;
+    any other package named is one pyproject.toml itself requires (e.g. ``dagster-dg-cli``), and ``.``
+    is the user's own project."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for req in [a for a in argv[2:] if not a.startswith("-")]:
+    known = {re.split(r"[<>=~!\[; ]", r, maxsplit=1)[0].lower()
+             for r in [*project["dependencies"], *(d for ds in project["optional-dependencies"].values() for d in ds)]}
+    for req in [a for a in argv[2:] if not a.startswith("-") and a != "."]:
         name, _, extras = req.partition("[")
-        assert name == project["name"], f"{snippet.name}: installs {name!r}, not {project['name']!r}"
+        if name != project["name"]:
+            assert name.lower() in known, f"{snippet.name}: installs {name!r}, neither {project['name']!r} nor a requirement of it"
+            continue
         for extra in filter(None, extras.rstrip("]").split(",")):
             assert extra in project["optional-dependencies"], f"{snippet.name}: no extra {extra!r}"
 
