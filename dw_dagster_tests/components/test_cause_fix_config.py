@@ -25,7 +25,7 @@ import pytest
 from dw_dagster.core import keys as c
 from dw_dagster.databases import DatabaseResource
 
-SNIPPET = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "causes" / "dataops_fixes.yaml"
+SNIPPET = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "causes/dataops_fixes.yaml"
 OWNER = "dana.ortiz@grocer.example"
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-06")
 DAYS = DAILY.get_partition_keys()
