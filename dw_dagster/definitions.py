@@ -273,7 +273,8 @@ def build_dw_definitions(
             (:class:`~dw_dagster.migration.resolve.ConfigSource`; the Component passes its ``defs.yaml``).
 
     Returns:
-        ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
+        ``Definitions`` holding the asset checks (with ``dw_new_tests`` on each incrementally loaded
+        asset: the tests its cause fixes add, run in the verify stage); the control asset ``dw/control``; the jobs
         ``dw_diagnose_incident``, ``dw_approve_change_set``, ``dw_rerun_window``, ``dw_rebuild_downstream``,
         ``dw_verify``, ``dw_write_receipts``, ``dw_undo_snapshot``/``dw_undo_restore``, the step jobs,
         ``dw_stop``/``dw_resume``; the sensors ``dw_check_incident_sensor``, ``dw_remediation_sensor``,
