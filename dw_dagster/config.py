@@ -176,6 +176,22 @@ class DbtCountTestConfig(dg.Model, dg.Resolvable):
     group: dict[str, str] = Field(description="model column → expression over the source table")
 
 
+def _tests_dir_field() -> Any:
+    return Field(None, description="where the test a fix adds goes, relative to repo (default: the dbt project's first "
+                 "test-paths folder when dbt.project_dir is inside repo, else tests)")
+
+
+def _upstream_tables_field() -> Any:
+    return Field(default_factory=dict, description="upstream asset key → its table in this asset's database, for the "
+                 "test an upstream fix adds; each is rerun by that fix, so it must be an asset of this code location "
+                 "partitioned like this one (default: the other watched assets and check sources in the same database)")
+
+
+def _upstream_max_age_field() -> Any:
+    return Field(None, gt=0, description="an upstream asset older than this many hours when this one ran is stale "
+                 "(default: staleness is not tested; failed upstream runs always are)")
+
+
 class IncrementalLoadConfig(dg.Model, dg.Resolvable):
     """An incremental load reading rows above a high-watermark (what the late-rows diagnosis tests).
 
@@ -190,6 +206,9 @@ class IncrementalLoadConfig(dg.Model, dg.Resolvable):
     file: str = Field(description="the pipeline file, relative to repo")
     group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
     dbt_test: DbtCountTestConfig | None = None
+    tests_dir: str | None = _tests_dir_field()
+    upstream_tables: dict[str, str] = _upstream_tables_field()
+    upstream_max_age_hours: float | None = _upstream_max_age_field()
 
 
 class RecordedLoadConfig(dg.Model, dg.Resolvable):
@@ -215,6 +234,9 @@ class RecordedLoadConfig(dg.Model, dg.Resolvable):
     lookback_key: str = Field("lookback_hours", description="the settings file's key for the lookback in hours")
     group_by: list[str] = Field(default_factory=list, description="breakdown columns of the evidence")
     dbt_test: DbtCountTestConfig | None = None
+    tests_dir: str | None = _tests_dir_field()
+    upstream_tables: dict[str, str] = _upstream_tables_field()
+    upstream_max_age_hours: float | None = _upstream_max_age_field()
 
 
 class DbtIncrementalConfig(dg.Model, dg.Resolvable):

@@ -33,6 +33,8 @@ from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
 from dw_dagster.databases import DatabaseResource
 from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.errors import DwConfigError
+from dw_dagster.wiring.fixes import CauseFixes
+from dw_dagster.wiring.tickets import tickets_and_email
 from dw_dagster.wiring.warehouse import build_warehouse_change_definitions, not_a_warehouse_change
 
 def _key(s: str) -> dg.AssetKey:
@@ -271,7 +273,8 @@ def build_dw_definitions(
             (:class:`~dw_dagster.migration.resolve.ConfigSource`; the Component passes its ``defs.yaml``).
 
     Returns:
-        ``Definitions`` holding the asset checks; the control asset ``dw/control``; the jobs
+        ``Definitions`` holding the asset checks (with ``dw_new_tests`` on each incrementally loaded
+        asset: the tests its cause fixes add, run in the verify stage); the control asset ``dw/control``; the jobs
         ``dw_diagnose_incident``, ``dw_approve_change_set``, ``dw_rerun_window``, ``dw_rebuild_downstream``,
         ``dw_verify``, ``dw_write_receipts``, ``dw_undo_snapshot``/``dw_undo_restore``, the step jobs,
         ``dw_stop``/``dw_resume``; the sensors ``dw_check_incident_sensor``, ``dw_remediation_sensor``,
@@ -371,6 +374,7 @@ def build_dw_definitions(
         if not manifest_path.exists():
             raise DwConfigError(f"dbt: no manifest at {manifest_path}")
     keys_by_uid = dbt_asset_keys(load_manifest(manifest_path), dbt_translator) if manifest_path else {}
+    dbt_dir = path(cfg.dbt.project_dir) if cfg.dbt is not None and cfg.dbt.project_dir else None
     manifest_fn = (lambda: manifest_path) if manifest_path else None
 
     # -- checks, detection and verification per asset
@@ -382,6 +386,7 @@ def build_dw_definitions(
     step_runners: dict[str, Any] = {}
     dbt_window_target: str | None = None
     dbt_windowed = False  # a dbt_incremental asset: its rebuild keeps a snapshot first, as windows do
+    fixes = CauseFixes()  # the new-tests checks, step runners and upstream assets of the cause fixes
     built: list[dg.Definitions] = []
     mig = _migration(cfg, resources, domains, config_source)
     parity_of: dict[dg.AssetKey, list[dg.AssetCheckKey]] = {}
@@ -438,7 +443,8 @@ def build_dw_definitions(
                 dbt_test=DbtCountTest(model=il.dbt_test.dbt_model, count_column=il.dbt_test.count_column,
                                       source_name=il.dbt_test.source_name, source_table=il.dbt_test.source_table,
                                       group=il.dbt_test.group) if il.dbt_test else None,
-                asset_graph=lambda: built[0].resolve_asset_graph() if built else None)
+                asset_graph=lambda: built[0].resolve_asset_graph() if built else None,
+                **fixes.diagnoser_settings(il, cfg=cfg, a=a, key=key, repo=repo, dbt_project_dir=dbt_dir))
         elif a.pipeline.recorded_load is not None:
             rl = a.pipeline.recorded_load
             field = f"assets[{a.key}].pipeline.recorded_load"
@@ -453,7 +459,8 @@ def build_dw_definitions(
                 asset_graph=lambda: built[0].resolve_asset_graph() if built else None,
                 source_table=rl.source_table, target_table=a.table, key_column=rl.key,
                 partition_column=rl.partition_column, arrival_column=rl.arrival_column,
-                watermark_key=rl.watermark_key, lookback_key=rl.lookback_key)
+                watermark_key=rl.watermark_key, lookback_key=rl.lookback_key,
+                **fixes.diagnoser_settings(rl, cfg=cfg, a=a, key=key, repo=repo, dbt_project_dir=dbt_dir))
         elif a.pipeline.dbt_incremental is not None:
             di = a.pipeline.dbt_incremental
             field = f"assets[{a.key}].pipeline.dbt_incremental"
@@ -478,6 +485,10 @@ def build_dw_definitions(
                 volume_check=volume or dg.AssetCheckKey(key, "daily_volume"), manifest_path=manifest_fn,
                 dbt_asset_keys=keys_by_uid, domains_file=domains, verify_checks=own_verify, mage=mage_source)
 
+    checks += fixes.checks()
+    verify_keys += fixes.verify_keys()
+    step_runners.update(fixes.step_runners(pipeline_root=pipeline_root, dbt_project_dir=dbt_dir, dbt_profiles_dir=(
+        path(cfg.dbt.profiles_dir) if dbt_dir is not None and cfg.dbt.profiles_dir else None)))
     db_keys = sorted(cfg.databases)
     status = dg.DefaultSensorStatus.RUNNING if cfg.sensors_running else dg.DefaultSensorStatus.STOPPED
     if mig is not None:
@@ -491,6 +502,7 @@ def build_dw_definitions(
                                         required_resource_keys=db_keys + (["mage"] if "mage" in resources else []))
     windowed = [_key(a.key) for a in cfg.assets if a.pipeline is not None
                 and (a.pipeline.incremental_load is not None or a.pipeline.recorded_load is not None)]
+    windowed += [k for k in fixes.upstream_assets if k not in windowed]  # an upstream fix reruns them first
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
     guarded = guarded_executor(executor or dg.in_process_executor)
     window_job = build_window_job("dw_rerun_window", windowed, partitions_def, executor=guarded) if windowed else None
@@ -694,7 +706,7 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
         resources["slack"] = SlackResource(bot_token=dg.EnvVar(slack.bot_token_env), base_url=slack.api_url,
                                            default_channel=slack.channel)
     sensors.append(build_expiry_sensor(domains=domains, default_status=status))
-    tickets, email = _tickets_and_email(integ, resources)
+    tickets, email = tickets_and_email(integ, resources)
     if lightup or pager or slack or tickets or email:
         from dw_dagster.integrations.notifications import build_notification_sensor
 
@@ -706,37 +718,6 @@ def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, 
             email_resource_key="email" if email else None, ticket_resource_keys=tickets, domains=domains,
             default_status=status))
     return checks, sensors
-
-
-def _tickets_and_email(integ, resources: dict) -> tuple[list[str], bool]:
-    """Jira, ServiceNow and email resources as configured (secrets read from the named env vars at run
-    time); the resource keys of the ticket systems, and whether email is on."""
-    tickets = []
-    if integ.jira and (not integ.jira.optional or _credentials_set(integ.jira.api_token_env)):
-        from dw_dagster.integrations.jira import JiraResource
-
-        j = integ.jira
-        resources["jira"] = JiraResource(base_url=j.url, email=j.email, api_token=dg.EnvVar(j.api_token_env),
-                                         project_key=j.project_key, issue_type=j.issue_type, done_transition=j.done_transition)
-        tickets.append("jira")
-    if integ.servicenow and (not integ.servicenow.optional or _credentials_set(integ.servicenow.password_env)):
-        from dw_dagster.integrations.servicenow import ServiceNowResource
-
-        n = integ.servicenow
-        resources["servicenow"] = ServiceNowResource(instance_url=n.instance_url, username=n.username,
-                                                     password=dg.EnvVar(n.password_env),
-                                                     assignment_group=n.assignment_group, close_code=n.close_code)
-        tickets.append("servicenow")
-    e = integ.email
-    if e and (not e.optional or not e.username_env or _credentials_set(e.username_env, e.password_env)):
-        from dw_dagster.integrations.mail import EmailResource
-
-        resources["email"] = EmailResource(host=e.host, port=e.port, sender=e.sender, username_env=e.username_env,
-                                           password_env=e.password_env, starttls=e.starttls, ca_file=e.ca_file)
-        return tickets, True
-    return tickets, False
-
-
 
 
 __all__ = ["build_dw_definitions", "build_warehouse_change_definitions", "dbt_asset_keys", "dbt_executable",

@@ -11,6 +11,7 @@ run (CI, a person) it runs every ``dw_*.sql`` test of the tests folder. A test t
 
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -74,4 +75,64 @@ def build_new_tests_check(asset: dg.AssetKey | Sequence[str] | str, *, resource_
     return _check
 
 
-__all__ = ["NEW_TESTS_CHECK", "NEW_TESTS_KEY", "build_new_tests_check", "run_test_file"]
+def table_tests(root: Path, tests_dir: str, table: str) -> list[str]:
+    """The tests a fix added for ``table`` in the tests folder (``dw_<kind>__<schema>__<table>.sql``), sorted."""
+    folder = root / tests_dir
+    suffix = "__" + table.replace(".", "__").lower() + ".sql"
+    return sorted(p.relative_to(root).as_posix() for p in folder.glob("dw_*.sql")
+                  if p.name.lower().endswith(suffix)) if folder.exists() else []
+
+
+@dataclass(frozen=True)
+class NewTestsTarget:
+    """One asset whose fixes may add tests: its table, the database resource the tests query, the
+    pipeline repository (or a callable returning it) the merged tests are in, and their folder."""
+
+    asset: dg.AssetKey
+    table: str
+    resource_key: str
+    pipeline_root: Callable[[], Path] | Path
+    tests_dir: str = DEFAULT_TESTS_DIR
+
+
+def build_new_tests_checks(targets: Sequence[NewTestsTarget], *, name: str = NEW_TESTS_CHECK) -> dg.AssetChecksDefinition:
+    """The ``name`` check on each target, in one op that evaluates only where there are tests to run,
+    so a verify job can always hold it: in a repair's verify run, the change set's ``new_tests`` on
+    its target asset when its ``verify_checks`` name this check (a change set without new tests, or
+    whose test is a dbt test run by dbt, records no evaluation of it, and its receipt lists the
+    same checks as without it); in any other run, each selected asset's ``dw_*__<table>.sql``
+    tests of its tests folder, when it has any.
+    """
+    by_key = {t.asset: t for t in targets}
+    specs = [dg.AssetCheckSpec(name, asset=t.asset, description="The tests dw_dagster fixes added (singular SQL tests "
+                               "from the pipeline repository), run when there are any.") for t in targets]
+
+    @dg.multi_asset_check(specs=specs, name=name, can_subset=True,
+                          required_resource_keys={t.resource_key for t in targets})
+    def _checks(context: dg.AssetCheckExecutionContext):
+        cs_id = context.run.tags.get(c.CHANGE_SET_TAG)
+        cs = load_change_set(context.instance, cs_id, context.run.tags.get(c.CHANGE_SET_VERSION_TAG)) if cs_id else None
+        for key in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
+            t = by_key[key.asset_key]
+            root = Path(t.pipeline_root() if callable(t.pipeline_root) else t.pipeline_root)
+            if cs_id:
+                wanted = cs is not None and [*key.asset_key.path, key.name] in [list(k) for k in cs.verify_checks]
+                paths = list(cs.new_tests) if wanted else []
+            else:
+                paths = table_tests(root, t.tests_dir, t.table)
+            if not paths:
+                continue  # nothing to run here: no evaluation (the check is skipped in this run)
+            db = getattr(context.resources, t.resource_key).get_database()
+            results = [run_test_file(db, root, p) for p in paths]
+            failed = [r["test"] for r in results if not r["passed"]]
+            yield dg.AssetCheckResult(
+                asset_key=key.asset_key, check_name=key.name, passed=not failed,
+                description=(f"{len(results) - len(failed)} of {len(results)} new test(s) passed"
+                             + (f"; failing: {', '.join(failed)}" if failed else "")),
+                metadata={NEW_TESTS_KEY: dg.MetadataValue.json(results), c.NEW_TESTS_RUN_KEY: len(results)})
+
+    return _checks
+
+
+__all__ = ["NEW_TESTS_CHECK", "NEW_TESTS_KEY", "NewTestsTarget", "build_new_tests_check", "build_new_tests_checks",
+           "run_test_file", "table_tests"]
