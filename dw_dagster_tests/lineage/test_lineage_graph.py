@@ -146,5 +146,5 @@ def test_the_example_code_location(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["assets"] == [["store_sales_line", 1]]
     assert out["models"] == [["fct_store_sales_daily", 2], ["region_sales_daily", 3], ["region_sales_mtd", 4]]
-    assert out["checks"] == ["daily_volume", "null_rate", "region_compare"]
+    assert out["checks"] == ["daily_volume", "dw_new_tests", "null_rate", "region_compare"]  # dw_new_tests: the tests a fix adds
     assert "dana.ortiz@grocer.example" in out["owners"] and "priya.raman@grocer.example" in out["owners"]
