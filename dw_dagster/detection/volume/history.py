@@ -59,42 +59,19 @@ import dagster as dg
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, VolumeTable, _first_line
 from dw_dagster.core import keys as c
 
+# the volume sensor's metadata keys, named here as well for the modules that import them from here
 VOLUME_TABLE_KEY = c.VOLUME_TABLE_KEY
-
-
 VOLUME_STATUS_KEY = c.VOLUME_STATUS_KEY
-
-
 VOLUME_SOURCE_KEY = c.VOLUME_SOURCE_KEY
-
-
 VOLUME_PARTITION_KEY = c.VOLUME_PARTITION_KEY
-
-
 VOLUME_CHANGE_KEY = c.VOLUME_CHANGE_KEY
-
-
 VOLUME_BASELINE_N_KEY = c.VOLUME_BASELINE_N_KEY
-
-
 VOLUME_MEAN_KEY = c.VOLUME_MEAN_KEY
-
-
 VOLUME_LOWER_KEY = c.VOLUME_LOWER_KEY
-
-
 VOLUME_UPPER_KEY = c.VOLUME_UPPER_KEY
-
-
 VOLUME_DEVIATION_KEY = c.VOLUME_DEVIATION_KEY
-
-
 VOLUME_DEAD_LETTER_KEY = c.VOLUME_DEAD_LETTER_KEY
-
-
 VOLUME_OPEN_INCIDENT_KEY = c.VOLUME_OPEN_INCIDENT_KEY
-
-
 VOLUME_TABLE_TAG = c.VOLUME_TABLE_KEY
 
 _CURSOR_VERSION = 1
