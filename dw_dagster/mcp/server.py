@@ -123,6 +123,13 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
                        lifespan=lifespan, **auth)
     server.dw_state = st
     tool, guarded = server.tool, _guarded(st)
+    for register in (_incident_tools, _lineage_tools, _quality_tools, _change_tools, _operations_tools):
+        register(tool, guarded, st)
+    return server
+
+
+def _incident_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
+    """Incidents and their diagnoses."""
 
     @tool(annotations=READ)
     @guarded
@@ -238,6 +245,10 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         """
         return diagnosis.get_root_cause(st, incident_id)
 
+
+def _lineage_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
+    """Lineage, blast radius and incident history."""
+
     @tool(annotations=READ)
     @guarded
     def blast_radius_analysis(
@@ -322,6 +333,10 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
             ToolError: no records, an unknown asset, an incident of another asset, an unknown cause.
         """
         return incidents.get_incident_history(st, asset, similar_to)
+
+
+def _quality_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
+    """Checks, quality, migration status and the table explanation."""
 
     @tool(annotations=RUNS_CHECKS)
     @guarded
@@ -426,6 +441,10 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
         """
         return quality.explain_table(st, asset)
 
+
+def _change_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
+    """The audit trail, migrations and remediation proposals."""
+
     @tool(annotations=READ)
     @guarded
     def get_audit_trail(
@@ -510,6 +529,10 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
                 job in the workspace, a diagnosis run that failed or proposed nothing (with why).
         """
         return changes.remediate(st, incident_id)
+
+
+def _operations_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
+    """Cost, access requests and metrics."""
 
     @tool(annotations=READ)
     @guarded
@@ -630,7 +653,6 @@ def build_server(settings: ServerSettings | None = None, *, state: DwState | Non
                                        training_days=training_days, sensitivity=sensitivity, min_band_pct=min_band_pct,
                                        min_history=min_history, method=method)
 
-    return server
 
 
 __all__ = ["TOOLS", "build_server"]

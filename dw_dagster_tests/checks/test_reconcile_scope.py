@@ -12,7 +12,7 @@ import pytest
 
 from dw_dagster.checks.reconcile import comparison_scope, reconcile
 from dw_dagster.config import ReconciliationConfig
-from dw_dagster.definitions import _partition_scope
+from dw_dagster.wiring.checks import partition_scope as _partition_scope
 from dw_dagster.errors import DwDagsterError
 
 HOURLY = dg.HourlyPartitionsDefinition(start_date="2026-11-30-00:00", timezone="America/Chicago")

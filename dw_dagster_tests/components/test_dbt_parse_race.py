@@ -18,10 +18,10 @@ def _parse(project_dir: str) -> None:
 
     from dagster_dbt import DbtProject
 
-    from dw_dagster.definitions import _prepare_if_dev
+    from dw_dagster.wiring.dbt import prepare_if_dev
 
     os.environ["DAGSTER_IS_DEV_CLI"] = "1"
-    _prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=project_dir))
+    prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=project_dir))
 
 
 def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path):

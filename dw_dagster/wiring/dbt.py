@@ -1,0 +1,158 @@
+"""The dbt side of :func:`~dw_dagster.definitions.build_dw_definitions`: the ``dbt`` to run, the
+manifest (parsed when missing, atomically), the models' asset keys, and a dbt incremental model's
+diagnoser and ``dbt_window`` runner."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dw_dagster.dagster_private import public
+
+from dw_dagster.config import DataOpsConfig
+from dw_dagster.errors import DwConfigError
+
+
+@public
+def dbt_executable() -> str:
+    """The ``dbt`` to run: ``$DW_DBT_EXECUTABLE`` (``dw-dagster mcp --dbt-executable``), else the one next to this Python (a venv's ``bin/``, found even when the venv
+    is not activated), else ``dbt`` from ``PATH``.
+
+    Returns:
+        A path or the bare name ``dbt`` (for ``DbtCliResource(dbt_executable=...)``).
+    """
+    chosen = os.environ.get("DW_DBT_EXECUTABLE", "").strip()
+    if chosen:
+        return chosen
+    local = Path(sys.executable).parent / "dbt"
+    return str(local) if local.exists() else "dbt"
+
+
+@public
+def prepare_manifest(project_dir: Path, profiles_dir: Path | None = None) -> Path:
+    """The dbt project's ``target/manifest.json``, running ``dbt parse`` once when it is missing.
+
+    Unlike ``DbtProject.prepare_if_dev`` this parses wherever the code location loads (a demo, a
+    test, ``dagster definitions validate``), not only under ``dagster dev``; delete the manifest
+    to have it parsed again (e.g. after a merge adds a dbt test).
+
+    Args:
+        project_dir: the dbt project (holds ``dbt_project.yml``).
+        profiles_dir: the folder of ``profiles.yml`` (default ``project_dir``).
+
+    Returns:
+        The manifest's path.
+
+    Raises:
+        dagster_dbt.errors.DagsterDbtCliRuntimeError: ``dbt parse`` failed (its message says why).
+    """
+    from dagster_dbt import DbtCliResource
+
+    manifest = Path(project_dir) / "target" / "manifest.json"
+    if not manifest.exists():
+        cli = DbtCliResource(project_dir=str(project_dir), profiles_dir=str(profiles_dir or project_dir),
+                             dbt_executable=dbt_executable())
+        _parse_atomically(cli, Path(project_dir), manifest.parent)
+    return manifest
+
+
+def _parse_atomically(cli, project_dir: Path, target: Path) -> None:
+    """``dbt parse`` into a folder of this process's own, then the new ``manifest.json`` renamed over
+    ``target``'s: every process of a deployment (code server, daemon, run workers) may import the
+    definitions at once, and none may read a manifest another is half-way through writing.
+    dbt's partial-parse state is copied in first and back after, so a parse stays incremental."""
+    import shutil
+    import uuid
+
+    target.mkdir(parents=True, exist_ok=True)
+    aside = project_dir / f".dw_parse-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        aside.mkdir()
+        state = target / "partial_parse.msgpack"
+        if state.exists():
+            shutil.copy2(state, aside / state.name)
+        cli.cli(["--quiet", "parse"], target_path=aside).wait()
+        if (aside / state.name).exists():
+            os.replace(aside / state.name, state)
+        os.replace(aside / "manifest.json", target / "manifest.json")
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def prepare_if_dev(project) -> None:
+    """``DbtProject.prepare_if_dev`` with :func:`dbt_executable`: under ``dagster dev`` (``$DAGSTER_IS_DEV_CLI``)
+    run ``dbt deps`` when the project has packages and ``dbt parse``, so edits to the project show at
+    each reload; elsewhere nothing. dagster-dbt's own runs the ``dbt`` on ``PATH``, which a venv that
+    is not activated does not have."""
+    from dagster_dbt import DbtCliResource
+
+    if not os.getenv("DAGSTER_IS_DEV_CLI"):
+        return
+    cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
+    if any((Path(project.project_dir) / f).exists() for f in ("dependencies.yml", "packages.yml")):
+        cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
+    _parse_atomically(cli, Path(project.project_dir), Path(project.project_dir) / project.target_path)
+
+
+def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:
+    """dbt model unique id → Dagster asset key path, as ``translator`` (default: dagster-dbt's) names them."""
+    from dagster_dbt import DagsterDbtTranslator
+
+    translator = translator or DagsterDbtTranslator()
+    return {uid: list(translator.get_asset_spec(manifest, uid, None).key.path)
+            for uid, n in manifest.get("nodes", {}).items() if n.get("resource_type") in ("model", "seed", "snapshot")}
+
+
+def dbt_manifest(cfg: DataOpsConfig, path: Callable[[str], Path]) -> Path | None:
+    """The configured dbt project's manifest (prepared when it is missing), or None without dbt."""
+    if cfg.dbt is None:
+        return None
+    if cfg.dbt.manifest:
+        manifest_path = path(cfg.dbt.manifest)
+    else:
+        from dagster_dbt import DbtProject
+
+        project_dir = path(cfg.dbt.project_dir)
+        profiles_dir = path(cfg.dbt.profiles_dir) if cfg.dbt.profiles_dir else project_dir
+        prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=profiles_dir))  # re-parsed under `dagster dev`
+        manifest_path = prepare_manifest(project_dir, profiles_dir)
+    if not manifest_path.exists():
+        raise DwConfigError(f"dbt: no manifest at {manifest_path}")
+    return manifest_path
+
+
+def dbt_incremental(di, field: str, *, key: dg.AssetKey, table: str, database: str, repo: Path, project_dir: Path,
+                     profiles_dir: Path | None, manifest_path: Path, domains, dbt_asset_keys, verify_checks, translator,
+                     asset_graph):
+    """The diagnoser of a dbt incremental model and the runner of its ``dbt_window`` steps.
+
+    Raises:
+        DwConfigError: the model is not an incremental model of the manifest, or its file is not in ``repo``.
+    """
+    from dw_dagster.diagnosis.dbt_incremental import DbtIncrementalDiagnoser
+    from dw_dagster.lineage import load_manifest
+    from dw_dagster.pipelines.dbt_incremental import DbtIncrementalError, incremental_model
+    from dw_dagster.proposals.dbt_incremental import DBT_WINDOW
+    from dw_dagster.repair.dbt_window import dbt_window_runner
+
+    try:
+        model = incremental_model(load_manifest(manifest_path), di.dbt_model)
+    except DbtIncrementalError as e:
+        raise DwConfigError(f"{field}.dbt_model: {e}") from e
+    try:
+        model_file = (project_dir / model.file).resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError as e:
+        raise DwConfigError(f"{field}.repo: the model's file {project_dir / model.file} is not inside {repo}") from e
+    diagnoser = DbtIncrementalDiagnoser(
+        target_asset=key, source_resource_key=di.source_database or database, target_resource_key=database,
+        pipeline_root=lambda: repo, pipeline_file=model_file, manifest_path=lambda: manifest_path, partitions_def=None,
+        domains_file=domains, dbt_asset_keys=dbt_asset_keys, verify_checks=verify_checks, group_by=di.group_by,
+        asset_graph=asset_graph, model=di.dbt_model, project_dir=lambda: project_dir, target_table=table,
+        arrival_column=di.arrival_column, key_column=di.key, source_table=di.source_table)
+    runner = dbt_window_runner(project_dir=project_dir, profiles_dir=profiles_dir, manifest_path=lambda: manifest_path,
+                               dbt_executable=dbt_executable(), target=di.dbt_target, translator=translator)
+    return diagnoser, (DBT_WINDOW, runner)
