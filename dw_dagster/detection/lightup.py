@@ -61,6 +61,7 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -415,7 +416,11 @@ def build_lightup_incident_sensor(
     if overlap_seconds < 0:
         raise ValueError(f"overlap_seconds must not be negative, got {overlap_seconds}")
     mapping = {k: _asset_key(v) for k, v in table_assets.items()}
-    mapped_assets = sorted(set(mapping.values()), key=lambda k: k.to_user_string())
+    settings = _LightupSensorSettings(
+        mapping=mapping, mapped_assets=sorted(set(mapping.values()), key=lambda k: k.to_user_string()),
+        diagnosis_job_name=diagnosis_job_name, check_name=check_name, resource_key=resource_key,
+        metric_uuids=metric_uuids, domains=domains, overlap_seconds=overlap_seconds,
+        initial_lookback_seconds=initial_lookback_seconds, max_attempts=max_attempts)
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
                required_resource_keys={resource_key},
@@ -424,139 +429,166 @@ def build_lightup_incident_sensor(
                "their diagnosis; never loses or repeats an incident.")
     def _sensor(context: dg.SensorEvaluationContext):
         try:
-            return _tick(context)
+            return _LightupTick(settings, context).run()
         except Exception as e:  # noqa: BLE001 - a tick never raises; the cursor stays where it was
             context.log.exception("Lightup incident sensor tick failed")
             return dg.SkipReason(f"Lightup incident sensor failed; cursor kept: {type(e).__name__}: {e}"[:1000])
 
-    def _tick(context: dg.SensorEvaluationContext):
-        instance = context.instance
-        lightup: LightupResource = getattr(context.resources, resource_key)
+    return _sensor
+
+
+@dataclass(frozen=True)
+class _LightupSensorSettings:
+    """What :func:`build_lightup_incident_sensor` was given, for each tick."""
+
+    mapping: Mapping[str, dg.AssetKey]
+    mapped_assets: Sequence[dg.AssetKey]
+    diagnosis_job_name: str | None
+    check_name: str
+    resource_key: str
+    metric_uuids: Sequence[str] | None
+    domains: DomainsSource
+    overlap_seconds: float
+    initial_lookback_seconds: float
+    max_attempts: int
+
+
+class _LightupTick:
+    """One tick of the Lightup incident sensor: read the incident versions since the cursor, report
+    and record each new one (or count its failure, quarantining it after ``max_attempts``), advance
+    the cursor past what is done, and ask for the re-diagnoses due."""
+
+    def __init__(self, settings: _LightupSensorSettings, context: dg.SensorEvaluationContext) -> None:
+        self.s, self.context, self.instance = settings, context, context.instance
+        self.events: list = []
+        self.requests: list[dg.RunRequest] = []
+        self.done: list[tuple[str, float]] = []
+        self.failed: list[tuple[str, float]] = []
+        self.problems: list[str] = []
+        self.evidence: dict[str, str] = {}
+        self.stopped: str | None = None
+        self.probe: list[bool] = []  # Lightup's health, asked once per tick after a transient failure
+
+    def run(self):
+        s, context = self.s, self.context
+        self.lightup: LightupResource = getattr(context.resources, s.resource_key)
         try:
-            resolved = resolve_domains(domains) if diagnosis_job_name else None
+            self.resolved = resolve_domains(s.domains) if s.diagnosis_job_name else None
         except Exception as e:  # noqa: BLE001 - configuration: every incident would fail the same way
             context.log.error(f"domains unusable: {e}")
             return dg.SkipReason(f"domains unusable (fix the domains file); cursor kept: {e}"[:1000])
-        cursor = UpdatedTsCursor.loads(context.cursor, overlap_s=overlap_seconds, warn=context.log.warning)
+        cursor = self.cursor = UpdatedTsCursor.loads(context.cursor, overlap_s=s.overlap_seconds, warn=context.log.warning)
         now = time.time()
         try:
-            client = lightup.get_client()
-            raw_incidents = client.list_incidents(
-                start_updated_ts=cursor.poll_from(now - initial_lookback_seconds), end_updated_ts=now,
-                metric_uuids=metric_uuids)
+            self.client = self.lightup.get_client()
+            raw_incidents = self.client.list_incidents(
+                start_updated_ts=cursor.poll_from(now - s.initial_lookback_seconds), end_updated_ts=now,
+                metric_uuids=s.metric_uuids)
         except LightupCredentialError as e:  # configuration, not an outage: said as such
             context.log.error(f"Lightup credentials unusable: {e}")
             return dg.SkipReason(f"Lightup credentials unusable (fix the configuration); cursor kept: {e}"[:1000])
         except (HttpApiError, LightupError) as e:  # an outage: try again next tick, cursor unchanged
             context.log.warning(f"Lightup not reachable: {e}")
             return dg.SkipReason(f"Lightup not reachable; cursor kept: {e}"[:1000])
-
-        probe: list[bool] = []  # Lightup's health, asked once per tick after a transient failure
-
-        def answering() -> bool:
-            if not probe:
-                try:
-                    client.request("GET", HEALTH_PATH)
-                    probe.append(True)
-                except Exception:  # noqa: BLE001 - any failure: not answering
-                    probe.append(False)
-            return probe[0]
-
         entries, dropped = dedupe_incidents(raw_incidents if isinstance(raw_incidents, list) else [])
-        events: list = []
-        requests: list[dg.RunRequest] = []
-        done: list[tuple[str, float]] = list(dropped)
-        failed: list[tuple[str, float]] = []
-        problems: list[str] = []
-        evidence: dict[str, str] = {}
-        stopped: str | None = None
-        led = ledger_for(instance)
+        self.done += dropped
+        self.led = ledger_for(self.instance)
         for uid, ts, item in entries:
-            if cursor.is_handled(uid, ts):
-                continue
-            if isinstance(item, LightupError):  # permanent: report once, skip, never block the others
-                problems.append(str(item))
-                context.log.error(f"Skipping a malformed Lightup incident: {item}")
-                records.quarantine(instance, f"lightup:{uid}:{ts!r}", "lightup_incident", asset_str(CONTROL_ASSET), str(item))
-                done.append((uid, ts))
-                continue
-            newest = cursor.newest_handled(uid)
-            if newest is not None and newest > ts:  # a stale copy of a version already superseded
-                done.append((uid, ts))
-                continue
-            if stopped is not None:  # Lightup stopped answering mid-tick: nothing more is tried
-                failed.append((uid, ts))
-                continue
-            seen: dict[str, Any] = {}
-            try:
-                evaluation, incident, _ = evaluate_incident(lightup, item, mapping, check_name, seen=seen)
-            except Exception as e:  # noqa: BLE001 - one incident's failure never blocks the others
-                kind = _failure_kind(e)
-                if kind == AUTH or (kind == TRANSIENT and not answering()):
-                    stopped = (f"Lightup {'refused the session' if kind == AUTH else 'stopped answering'} "
-                               f"while reading incident {uid}: {e}")
-                    failed.append((uid, ts))
-                    problems.append(stopped)
-                    context.log.warning(f"{stopped}; no incident counts this as a try, cursor kept")
-                    continue
-                tries = cursor.record_failure(uid, ts)
-                if tries < max_attempts:
-                    failed.append((uid, ts))
-                    problems.append(f"{uid}: {e} (try {tries} of {max_attempts})")
-                    context.log.error(f"Lightup incident {uid} not handled (try {tries} of {max_attempts}, "
-                                      f"retried next tick): {type(e).__name__}: {e}")
-                    continue
-                try:
-                    url = None
-                    with contextlib.suppress(Exception):
-                        url = lightup.incident_url(uid)
-                    events.append(quarantine_lightup_incident(
-                        instance, item, uid=uid, updated_ts=ts, tries=tries, error=e, asset=seen.get("asset"),
-                        check_name=check_name, url=url))
-                    done.append((uid, ts))
-                    problems.append(f"{uid}: quarantined after {tries} tries: {e}")
-                    context.log.error(f"Lightup incident {uid} quarantined after {tries} tries: {type(e).__name__}: {e}")
-                except Exception as qe:  # noqa: BLE001 - our storage: retried next tick
-                    failed.append((uid, ts))
-                    problems.append(f"{uid}: could not be quarantined: {qe}")
-                    context.log.exception(f"Lightup incident {uid} could not be quarantined")
-                continue
-            try:
-                found = _record(context, led, item, evaluation, incident, uid, ts, resolved, evidence)
-            except Exception as e:  # noqa: BLE001 - our own storage, not the incident: not counted as a try
-                failed.append((uid, ts))
-                problems.append(f"{uid}: not recorded: {e}")
-                context.log.exception(f"Lightup incident {uid} could not be recorded (retried next tick)")
-                continue
-            events.append(evaluation)
-            events += found[0]
-            requests += found[1]
-            done.append((uid, ts))
-        cursor.advance(done, failed, ceiling=now)
-        if diagnosis_job_name:
-            try:
-                assets = [asset_str(k) for k in mapped_assets
-                          if (d := domain_for(list(k.path), resolved)) is None or d.diagnoses]
-                again, notes = rediagnosis_requests(
-                    instance, assets, diagnosis_job_name, evidence, sources=["lightup"],
-                    already={r.run_key for r in requests},
-                    tags=lambda row: {LIGHTUP_TAG: row.external_id} if row.external_id else {})
-                requests += again
-                events += notes
-            except Exception as e:  # noqa: BLE001 - never crash the tick
-                problems.append(f"re-diagnosis: {type(e).__name__}: {e}")
-                context.log.exception("Lightup incident sensor: re-diagnosis failed")
-        if not events and not requests:
-            reason = "; ".join(problems) if problems else "no new Lightup incidents"
+            self._handle(uid, ts, item)
+        cursor.advance(self.done, self.failed, ceiling=now)
+        if s.diagnosis_job_name:
+            self._rediagnose()
+        if not self.events and not self.requests:
+            reason = "; ".join(self.problems) if self.problems else "no new Lightup incidents"
             return dg.SensorResult(skip_reason=reason[:1000], cursor=cursor.dumps())
-        return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor.dumps())
+        return dg.SensorResult(run_requests=self.requests, asset_events=self.events, cursor=cursor.dumps())
 
-    def _record(context, led, inc: Mapping[str, Any], evaluation: dg.AssetCheckEvaluation, incident: Incident,
-                uid: str, ts: float, resolved, evidence: dict[str, str]) -> tuple[list, list[dg.RunRequest]]:
+    def _answering(self) -> bool:
+        if not self.probe:
+            try:
+                self.client.request("GET", HEALTH_PATH)
+                self.probe.append(True)
+            except Exception:  # noqa: BLE001 - any failure: not answering
+                self.probe.append(False)
+        return self.probe[0]
+
+    def _handle(self, uid: str, ts: float, item) -> None:
+        """One incident version: skipped, reported and recorded, or counted as failed."""
+        cursor, context = self.cursor, self.context
+        if cursor.is_handled(uid, ts):
+            return
+        if isinstance(item, LightupError):  # permanent: report once, skip, never block the others
+            self.problems.append(str(item))
+            context.log.error(f"Skipping a malformed Lightup incident: {item}")
+            records.quarantine(self.instance, f"lightup:{uid}:{ts!r}", "lightup_incident", asset_str(CONTROL_ASSET), str(item))
+            self.done.append((uid, ts))
+            return
+        newest = cursor.newest_handled(uid)
+        if newest is not None and newest > ts:  # a stale copy of a version already superseded
+            self.done.append((uid, ts))
+            return
+        if self.stopped is not None:  # Lightup stopped answering mid-tick: nothing more is tried
+            self.failed.append((uid, ts))
+            return
+        seen: dict[str, Any] = {}
+        try:
+            evaluation, incident, _ = evaluate_incident(self.lightup, item, self.s.mapping, self.s.check_name, seen=seen)
+        except Exception as e:  # noqa: BLE001 - one incident's failure never blocks the others
+            self._not_evaluated(uid, ts, item, e, seen)
+            return
+        try:
+            found = self._record(item, evaluation, incident, uid)
+        except Exception as e:  # noqa: BLE001 - our own storage, not the incident: not counted as a try
+            self.failed.append((uid, ts))
+            self.problems.append(f"{uid}: not recorded: {e}")
+            context.log.exception(f"Lightup incident {uid} could not be recorded (retried next tick)")
+            return
+        self.events.append(evaluation)
+        self.events += found[0]
+        self.requests += found[1]
+        self.done.append((uid, ts))
+
+    def _not_evaluated(self, uid: str, ts: float, item, e: Exception, seen: dict[str, Any]) -> None:
+        """An incident version that could not be evaluated: Lightup down (the tick stops trying), a
+        try counted, or quarantined after ``max_attempts``."""
+        context, max_attempts = self.context, self.s.max_attempts
+        kind = _failure_kind(e)
+        if kind == AUTH or (kind == TRANSIENT and not self._answering()):
+            self.stopped = (f"Lightup {'refused the session' if kind == AUTH else 'stopped answering'} "
+                            f"while reading incident {uid}: {e}")
+            self.failed.append((uid, ts))
+            self.problems.append(self.stopped)
+            context.log.warning(f"{self.stopped}; no incident counts this as a try, cursor kept")
+            return
+        tries = self.cursor.record_failure(uid, ts)
+        if tries < max_attempts:
+            self.failed.append((uid, ts))
+            self.problems.append(f"{uid}: {e} (try {tries} of {max_attempts})")
+            context.log.error(f"Lightup incident {uid} not handled (try {tries} of {max_attempts}, "
+                              f"retried next tick): {type(e).__name__}: {e}")
+            return
+        try:
+            url = None
+            with contextlib.suppress(Exception):
+                url = self.lightup.incident_url(uid)
+            self.events.append(quarantine_lightup_incident(
+                self.instance, item, uid=uid, updated_ts=ts, tries=tries, error=e, asset=seen.get("asset"),
+                check_name=self.s.check_name, url=url))
+            self.done.append((uid, ts))
+            self.problems.append(f"{uid}: quarantined after {tries} tries: {e}")
+            context.log.error(f"Lightup incident {uid} quarantined after {tries} tries: {type(e).__name__}: {e}")
+        except Exception as qe:  # noqa: BLE001 - our storage: retried next tick
+            self.failed.append((uid, ts))
+            self.problems.append(f"{uid}: could not be quarantined: {qe}")
+            context.log.exception(f"Lightup incident {uid} could not be quarantined")
+
+    def _record(self, inc: Mapping[str, Any], evaluation: dg.AssetCheckEvaluation, incident: Incident,
+                uid: str) -> tuple[list, list[dg.RunRequest]]:
         """The ledger side of one evaluated version: a new ongoing incident is recorded (linked to the
         asset's open incident if there is one) and, unless linked or at L0, diagnosed."""
+        context, diagnosis_job_name = self.context, self.s.diagnosis_job_name
         asset = evaluation.asset_key
-        known = led.incident_by_external("lightup", uid)
+        known = self.led.incident_by_external("lightup", uid)
         if known is not None:
             if known.state == QUARANTINED:
                 context.log.info(f"Lightup incident {uid} is quarantined as incident {known.incident_id}; "
@@ -568,19 +600,32 @@ def build_lightup_incident_sensor(
         if not recorded:
             return [], []
         if existing is not None:
-            evidence[asset_str(asset)] = f"Lightup incident {uid} opened on the same asset"
+            self.evidence[asset_str(asset)] = f"Lightup incident {uid} opened on the same asset"
             context.log.info(f"Lightup incident {uid} recorded as incident {incident.id}, linked to open incident "
                              f"{existing.id} on {asset.to_user_string()}: diagnosed when that one closes")
             return [_incident_event(incident, f"incident {incident.id} linked to incident {existing.id}: "
                                               f"{incident.summary}", uid)], []
         shown = [_incident_event(incident, f"incident {incident.id}: {incident.summary}", uid)]
-        domain = domain_for(list(asset.path), resolved)
+        domain = domain_for(list(asset.path), self.resolved)
         if domain is not None and not domain.diagnoses:
             context.log.info(f"Lightup incident {uid} recorded; domain {domain.name} is at L0: no diagnosis")
             return shown, []
         return shown, [diagnosis_request(incident, diagnosis_run_key(incident.id, 0), diagnosis_job_name, {LIGHTUP_TAG: uid})]
 
-    return _sensor
+    def _rediagnose(self) -> None:
+        """The re-diagnoses due on the mapped assets (their domains diagnosing)."""
+        try:
+            assets = [asset_str(k) for k in self.s.mapped_assets
+                      if (d := domain_for(list(k.path), self.resolved)) is None or d.diagnoses]
+            again, notes = rediagnosis_requests(
+                self.instance, assets, self.s.diagnosis_job_name, self.evidence, sources=["lightup"],
+                already={r.run_key for r in self.requests},
+                tags=lambda row: {LIGHTUP_TAG: row.external_id} if row.external_id else {})
+            self.requests += again
+            self.events += notes
+        except Exception as e:  # noqa: BLE001 - never crash the tick
+            self.problems.append(f"re-diagnosis: {type(e).__name__}: {e}")
+            self.context.log.exception("Lightup incident sensor: re-diagnosis failed")
 
 
 @public
