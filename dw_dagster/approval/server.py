@@ -399,28 +399,58 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
     """
     svc = _Service(instance, domains, base_url)
     sessions = ReviewSessions(lambda: ledger_for(svc.instance()), svc.base_url)
-    origin = sessions.origin
+    app = Starlette(routes=_ReviewRoutes(svc, sessions).routes(extra_routes, dagster_url))
+    app.state.service = svc
+    app.state.sessions = sessions
+    return app
 
-    def _who(request: Request) -> Session | None:
-        return sessions.current(request)
 
-    async def healthz(request: Request) -> Response:
+class _ReviewRoutes:
+    """The app's routes over one service and its sessions: the review page, its login (OIDC with
+    PKCE), decisions and logout, Slack's interactions, and the read-only board."""
+
+    def __init__(self, svc: _Service, sessions: ReviewSessions) -> None:
+        self.svc, self.sessions, self.origin = svc, sessions, sessions.origin
+
+    def routes(self, extra_routes, dagster_url: str) -> list:
+        from dw_dagster.approval.board import board_routes
+
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/slack/interactions", self.slack_interactions, methods=["POST"]),
+            Route("/", self.review, methods=["GET"]),
+            Route("/login", self.login, methods=["GET"]),
+            Route("/callback", self.callback, methods=["GET"]),
+            Route("/decide", self.decide_route, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            *extra_routes,
+        ]
+        return routes + board_routes(self.svc, self._reader, dagster_url=dagster_url)  # read-only, for anyone signed in
+
+    def _reader(self, request: Request) -> dict[str, Any] | None:  # the board reads the signed-in person as a mapping
+        who = self._who(request)
+        return None if who is None else {"email": who.email, "iss": who.iss, "sub": who.sub}
+
+    def _who(self, request: Request) -> Session | None:
+        return self.sessions.current(request)
+
+    async def healthz(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    async def slack_interactions(request: Request) -> Response:
+    async def slack_interactions(self, request: Request) -> Response:
         body = await request.body()
-        status, answer, reply_to = await run_in_threadpool(svc.slack_click, body, dict(request.headers))
+        status, answer, reply_to = await run_in_threadpool(self.svc.slack_click, body, dict(request.headers))
         task = BackgroundTask(_post_reply, reply_to, answer) if reply_to else None
         return JSONResponse(answer, status_code=status, background=task)
 
-    async def review(request: Request) -> Response:
-        who = await run_in_threadpool(_who, request)
+    async def review(self, request: Request) -> Response:
+        who = await run_in_threadpool(self._who, request)
         if who is None:
             hint = request.query_params.get("login_hint")
             return _redirect("/login" + (f"?login_hint={quote(hint, safe='@')}" if hint else ""))
         try:
-            doms = svc.domains()
-            found = await run_in_threadpool(svc.pending, who["email"], doms)
+            doms = self.svc.domains()
+            found = await run_in_threadpool(self.svc.pending, who["email"], doms)
         except DomainsFileError as err:
             return _message("Cannot read the domains file", str(err), 500, who)
         if not found:
@@ -433,12 +463,12 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
                     + "".join(_change_set_html(cs, diag, note, who["csrf"]) for cs, diag, note in found))
         from dw_dagster.approval.access_view import grants_html, grants_in_force
 
-        body += grants_html(await run_in_threadpool(grants_in_force, ledger_for(svc.instance()), who["email"], doms))
+        body += grants_html(await run_in_threadpool(grants_in_force, ledger_for(self.svc.instance()), who["email"], doms))
         return _page("Change sets waiting for you", body, who)
 
-    async def login(request: Request) -> Response:
+    async def login(self, request: Request) -> Response:
         try:
-            doms = svc.domains()
+            doms = self.svc.domains()
             verifier = oidc_verifier(doms)
             discovery = await run_in_threadpool(verifier.discovery)
         except (DomainsFileError, ApprovalRefused, IdentityError) as err:
@@ -453,14 +483,14 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             hint = canonical_email(hint) if hint and len(hint) <= 320 else ""
         except IdentityError:
             hint = ""
-        url = authorization_url(verifier.settings, discovery, redirect_uri=svc.redirect_uri, state=pending["state"],
+        url = authorization_url(verifier.settings, discovery, redirect_uri=self.svc.redirect_uri, state=pending["state"],
                                 nonce=pending["nonce"], code_challenge=challenge, login_hint=hint or None)
         response = _redirect(url)
-        await run_in_threadpool(sessions.begin_login, response, pending)
+        await run_in_threadpool(self.sessions.begin_login, response, pending)
         return response
 
-    async def callback(request: Request) -> Response:
-        pending = await run_in_threadpool(sessions.take_login, request)
+    async def callback(self, request: Request) -> Response:
+        pending = await run_in_threadpool(self.sessions.take_login, request)
         q = request.query_params
         if not isinstance(pending, dict) or not 0 <= time.time() - pending.get("at", 0) < LOGIN_SECONDS:
             return _message("Log in again", "This login was not started here, or took longer than "
@@ -469,7 +499,7 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             return _message("Login refused", "state mismatch: the redirect does not answer the login started here "
                             "(RFC 6749 §10.12)", 400)
         try:
-            doms = svc.domains()
+            doms = self.svc.domains()
             verifier = oidc_verifier(doms)
         except (DomainsFileError, ApprovalRefused) as err:
             return _message("Cannot log in", str(err), 500)
@@ -485,7 +515,7 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         def finish() -> VerifiedIdentity:
             from dw_dagster.approval.identity.oidc import exchange_code
 
-            answer = exchange_code(verifier.settings, q["code"], svc.redirect_uri, pending["verifier"],
+            answer = exchange_code(verifier.settings, q["code"], self.svc.redirect_uri, pending["verifier"],
                                    discovery=verifier.discovery())
             return verifier.verify(answer["id_token"], nonce=pending["nonce"])
 
@@ -494,26 +524,26 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         except IdentityError as err:
             return _message("Login refused", f"the ID token was refused: {err}", 403)
         response = _redirect("/")
-        await run_in_threadpool(lambda: sessions.start(response, email=identity.email, iss=identity.issuer or "",
+        await run_in_threadpool(lambda: self.sessions.start(response, email=identity.email, iss=identity.issuer or "",
                                                        sub=identity.subject or "", cred=identity.credential_id or ""))
         return response
 
-    async def form_of(request: Request) -> dict[str, str] | None:
+    async def form_of(self, request: Request) -> dict[str, str] | None:
         body = await request.body()
         if len(body) > _MAX_FORM:
             return None
         return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
 
-    def same_origin(request: Request) -> bool:
+    def same_origin(self, request: Request) -> bool:
         sent = request.headers.get("origin")
-        return sent is None or sent == origin
+        return sent is None or sent == self.origin
 
-    async def decide_route(request: Request) -> Response:
-        who = await run_in_threadpool(_who, request)
+    async def decide_route(self, request: Request) -> Response:
+        who = await run_in_threadpool(self._who, request)
         if who is None:
             return _redirect("/login")  # no decision without a live session; an expired or ended one logs in again
-        form = await form_of(request)
-        if form is None or not same_origin(request) or not sessions.csrf_ok(who, form.get("csrf")):
+        form = await self.form_of(request)
+        if form is None or not self.same_origin(request) or not self.sessions.csrf_ok(who, form.get("csrf")):
             return _message("Refused", "this form does not come from your review page (its CSRF token or origin "
                             "does not match your session): nothing was decided", 403, who)
         cs_id, version, decision = form.get("cs", ""), form.get("v", ""), form.get("decision", "")
@@ -525,8 +555,8 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             credential_id=decision_credential(who["cred"], cs_id, version, decision),
             detail=f"verified by OIDC issuer {who['iss']} (review page login)")
         try:
-            doms = svc.domains()
-            what = await run_in_threadpool(svc.decide, identity, cs_id, version, decision,
+            doms = self.svc.domains()
+            what = await run_in_threadpool(self.svc.decide, identity, cs_id, version, decision,
                                            (form.get("comment") or "")[:500], doms)
         except DomainsFileError as err:
             return _message("Cannot read the domains file", str(err), 500, who)
@@ -534,37 +564,15 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
             return _message("Refused", f"Refused: {err}", 409, who)
         return _message(f"Change set {cs_id} {PAST[decision]}", f"Recorded: {what}.", 200, who, ok=True)
 
-    async def logout(request: Request) -> Response:
-        who = await run_in_threadpool(_who, request)
-        form = await form_of(request) or {}
-        if who is not None and not sessions.csrf_ok(who, form.get("csrf")):
+    async def logout(self, request: Request) -> Response:
+        who = await run_in_threadpool(self._who, request)
+        form = await self.form_of(request) or {}
+        if who is not None and not self.sessions.csrf_ok(who, form.get("csrf")):
             return _message("Refused", "this form does not come from your review page", 403, who)
         response = _page("Logged out", "<h1>Logged out</h1><p>Your session has ended on the server: a copy of its "
                          "cookie decides nothing. <a href=\"/login\">Log in again</a></p>")
-        await run_in_threadpool(sessions.end, request, response)
+        await run_in_threadpool(self.sessions.end, request, response)
         return response
-
-    routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/slack/interactions", slack_interactions, methods=["POST"]),
-        Route("/", review, methods=["GET"]),
-        Route("/login", login, methods=["GET"]),
-        Route("/callback", callback, methods=["GET"]),
-        Route("/decide", decide_route, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        *extra_routes,
-    ]
-    from dw_dagster.approval.board import board_routes
-
-    def _reader(request: Request) -> dict[str, Any] | None:  # the board reads the signed-in person as a mapping
-        who = _who(request)
-        return None if who is None else {"email": who.email, "iss": who.iss, "sub": who.sub}
-
-    routes += board_routes(svc, _reader, dagster_url=dagster_url)  # read-only, for anyone signed in
-    app = Starlette(routes=routes)
-    app.state.service = svc
-    app.state.sessions = sessions
-    return app
 
 
 __all__ = ["SESSION_SECONDS", "build_app", "decision_credential"]
