@@ -48,7 +48,7 @@ def test_no_product_module_imports_the_examples():
         rel = path.relative_to(PACKAGE).as_posix()
         if rel.startswith("examples/"):
             continue
-        if any(m == "dw_dagster.examples" or m.startswith("dw_dagster.examples.") for m in _imports(path)):
+        if any(m == "dw_dagster_examples" or m.startswith("dw_dagster_examples.") for m in _imports(path)):
             offenders.append(rel)
     assert offenders == []
 
@@ -60,14 +60,14 @@ def test_examples_do_not_import_each_other():
     for example in EXAMPLES:
         for other in (e for e in EXAMPLES if e != example):
             for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
+                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster_examples.{other}")]
                 assert not bad, (path.name, bad)
 
 
 def _allowed_in_example(module: str, example: str) -> bool:
     """The public API, the demo harness, and the example's own modules."""
     return (module == "dw_dagster" or module.startswith("dw_dagster.testing")
-            or module == f"dw_dagster.examples.{example}" or module.startswith(f"dw_dagster.examples.{example}."))
+            or module == f"dw_dagster_examples.{example}" or module.startswith(f"dw_dagster_examples.{example}."))
 
 
 def test_examples_import_only_the_public_api_and_the_demo_harness():

@@ -189,7 +189,7 @@ def test_every_demo_runs_from_its_registered_module():
     """``dw-dagster demo NAME`` loads the example's demo module by name (the CLI imports no example);
     each defines a DEMO spec whose name and default scale are the command's."""
     from dw_dagster.cli.main import DEMOS, demo, demo_spec
-    from dw_dagster.testing.demo import DemoSpec
+    from dw_dagster_dev.demo import DemoSpec
 
     assert sorted(DEMOS) == sorted(demo.commands)
     for name, module in DEMOS.items():

@@ -26,7 +26,7 @@ import duckdb
 import httpx
 import pytest
 
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 
 OWNER = "ana.silva@shop.example"
 BIN = Path(sys.executable).parent

@@ -56,7 +56,7 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_the_wheel_carries_the_example_dbt_project_and_is_what_gets_imported(installed, tmp_path):
     venv, _ = installed
-    probe = ("import dw_dagster, json; from dw_dagster.testing.demo import example_dbt_project; "
+    probe = ("import dw_dagster, json; from dw_dagster_dev.demo import example_dbt_project; "
              "print(json.dumps({'file': dw_dagster.__file__, 'dbt': str(example_dbt_project())}))")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path, env=_env(venv), capture_output=True,
                          text=True, timeout=300)
@@ -85,4 +85,4 @@ def test_the_installed_demo_runs_from_an_empty_folder(installed, tmp_path):
     # everything landed under the empty folder (the default --workdir), the dbt project copied from the wheel
     home = Path(result["store_sales_home"])
     assert home.is_relative_to(work) and (home / "repo" / "dbt_project" / "dbt_project.yml").exists()
-    assert "dagster dev -m dw_dagster.examples.store_sales.definitions" in proc.stderr  # no workspace.yaml here
+    assert "dagster dev -m dw_dagster_examples.store_sales.definitions" in proc.stderr  # no workspace.yaml here
