@@ -171,7 +171,8 @@ def _load_defs(root: Path) -> dg.Definitions:
 
 
 def test_the_loop_on_a_fresh_project_ends_in_a_verified_receipt(project, idp, tmp_path):
-    from dw_dagster import approve_in_process, records, verify_receipts
+    from dw_dagster import records, verify_receipts
+    from dw_dagster.approval.job import approve_in_process
     from dw_dagster.approval.identity import decision_nonce
     from dw_dagster.approval.identity.oidc import login
     from dw_dagster.core.identity import OidcSettings

@@ -242,7 +242,7 @@ def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, chan
 
     Args:
         domains_file: the code location's domains file (approvers, identity provider); the
-            decisions run the approval job on it (:func:`~dw_dagster.approve_in_process`).
+            decisions run the approval job on it (:func:`~dw_dagster.approval.job.approve_in_process`).
 
     Returns:
         How the approver was verified: ``{"email", "method", "issuer", "subject", "approval_id"}``.

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import DatabaseResource, SlackNotifier, SlackResource, build_access_definitions
+from dw_dagster import DatabaseResource, SlackResource, build_access_definitions
+from dw_dagster.access import SlackNotifier
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 HOME_ENV = "DW_ACCESS_HOME"

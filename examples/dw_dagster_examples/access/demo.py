@@ -23,7 +23,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import AccessSpec, approve_in_process, database_from_url, decision_nonce, records, request_access, request_nonce
+from dw_dagster import AccessSpec, database_from_url, records
+from dw_dagster.approval.job import approve_in_process
+from dw_dagster.approval.identity import decision_nonce
+from dw_dagster.access import request_access, request_nonce
 from dw_dagster_examples.access.definitions import DEFAULT_URL, HOME_ENV, URL_ENV, build_definitions
 from dw_dagster_dev.demo import DemoError, DemoSpec, Timeline, clip, demo_login_for
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
@@ -181,7 +184,7 @@ def run_access_demo(*, home: Path, instance: dg.DagsterInstance, scale: float, l
 
 
 def _request(instance, server: _Server, domains_file: Path, log: Timeline, result: AccessDemoResult) -> None:
-    from dw_dagster import load_domains
+    from dw_dagster.core.domains import load_domains
 
     spec = AccessSpec(database="warehouse", grantee_email=DANA, role=server.prefix + "analyst", duration_s=DURATION_S,
                       why="quarter close: reconcile the ledger against customer refunds", end_sessions=True)
@@ -233,7 +236,7 @@ def _approve(instance, daemon: LocalSensorDaemon, domains_file: Path, log: Timel
 
 def _grant_remind_revoke(instance, daemon: LocalSensorDaemon, server: _Server, slack, log: Timeline,
                          result: AccessDemoResult) -> None:
-    from dw_dagster import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     led = ledger_for(instance)
     _tick_until(daemon, lambda: _state(instance, result.request_id) == "active", "grant", 60)
@@ -268,13 +271,13 @@ def _grant_remind_revoke(instance, daemon: LocalSensorDaemon, server: _Server, s
 
 
 def _request_sets(instance, request_id: str) -> list[str]:
-    from dw_dagster import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     return json.loads(ledger_for(instance).access_row(request_id).body)["change_sets"]
 
 
 def _state(instance, request_id: str) -> str:
-    from dw_dagster import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     return ledger_for(instance).access_row(request_id).state
 

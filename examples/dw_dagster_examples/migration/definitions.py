@@ -18,15 +18,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import (
-    DatabaseResource,
-    DuckDBDatabase,
-    PipelineRepoResource,
-    build_dw_definitions,
-    load_metadata,
-    load_partition,
-    partition_window_utc,
-)
+from dw_dagster import DatabaseResource, PipelineRepoResource, build_dw_definitions, load_metadata, load_partition
+from dw_dagster.databases import DuckDBDatabase
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster_examples.migration import generator as gen
 
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -137,7 +137,7 @@ def _repair(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, home: Path,
 
 def _sign_off(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, home: Path, log: Timeline,
               res: MigrationDemoResult, wave: str) -> None:
-    from dw_dagster import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     rec = ledger_for(instance).control(f"migration:{MIGRATION}/{wave}") or {}
     req = rec.get("requested")
@@ -189,7 +189,7 @@ def run_migration_demo(*, home: Path, instance: dg.DagsterInstance, scale: float
 
 def _story(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline, res: MigrationDemoResult,
            paging: PagingFake) -> MigrationDemoResult:
-    from dw_dagster import ledger_for
+    from dw_dagster.core.ledger import ledger_for
 
     defs = mdefs.build_definitions(home)
     _load(defs, instance, home, log, scale)

@@ -113,7 +113,7 @@ def _rows(table: str, day0: dt.date, scale: float) -> list[tuple]:
 
 def _insert(db: Database, table: str, rows: list[tuple]) -> None:
     """Insert ``rows`` into ``pos.table`` (multi-row VALUES, in chunks)."""
-    from dw_dagster import sql
+    from dw_dagster.databases import sql
 
     for i in range(0, len(rows), 500):
         chunk = rows[i:i + 500]

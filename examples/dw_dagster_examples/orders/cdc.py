@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import unquote, urlsplit
 
-from dw_dagster import sql
+from dw_dagster.databases import sql
 from dw_dagster_examples.orders import generator as gen
 
 check_name, check_table_name = sql.check_name, sql.check_table_name

@@ -39,17 +39,9 @@ import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets
 from pydantic import Field
 
-from dw_dagster import (
-    CatalogError,
-    Database,
-    DatabaseResource,
-    SinkTable,
-    build_dw_definitions,
-    database_from_url,
-    dbt_executable,
-    prepare_manifest,
-    read_table_schema,
-)
+from dw_dagster import Database, DatabaseResource, SinkTable, build_dw_definitions, database_from_url
+from dw_dagster.databases.catalog import CatalogError, read_table_schema
+from dw_dagster.definitions import dbt_executable, prepare_manifest
 from dw_dagster_examples.orders import cdc
 from dw_dagster_examples.orders import home as h
 from dw_dagster_examples.orders import paths as p

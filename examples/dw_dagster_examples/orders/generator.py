@@ -240,7 +240,7 @@ def expected(scale: float = 1.0, evaluate_days: int = 7) -> Expectation:
     check's defaults: 28 training days, same weekday, 3 σ, 2 % floor), as the check would score
     ``analytics.orders`` by ``order_ts`` on the morning after.
     """
-    from dw_dagster import score_days
+    from dw_dagster.checks.volume import score_days
 
     cells = plan(scale)
     landed = {c.day: c.landed for c in cells}

@@ -59,7 +59,8 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dw_dagster import Database, DatabaseError, DuckDBDatabase, SinkColumn, SinkTable, sql
+from dw_dagster import Database, DatabaseError, SinkColumn, SinkTable
+from dw_dagster.databases import DuckDBDatabase, sql
 from dw_dagster_examples.orders.cdc import ChangeEvent, ChangeSource, SourcePosition
 
 Column = SinkColumn  # the target's columns (dw_dagster's sink shape)

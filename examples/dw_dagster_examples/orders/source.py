@@ -14,7 +14,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from dw_dagster import DuckDBDatabase
+from dw_dagster.databases import DuckDBDatabase
 from dw_dagster_examples.orders import generator as gen
 
 SOURCE_TABLE = "shop.orders"

@@ -16,7 +16,8 @@ from decimal import Decimal
 
 import dagster as dg
 
-from dw_dagster import Database, sql
+from dw_dagster import Database
+from dw_dagster.databases import sql
 
 MODEL_TABLE = "analytics.fct_daily_gmv"
 GIFT_CARD = "gift_card"

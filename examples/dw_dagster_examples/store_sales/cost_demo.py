@@ -13,7 +13,7 @@ import dagster as dg
 
 from dw_dagster_examples.store_sales import generator as gen
 from dw_dagster_examples.store_sales import home as h
-from dw_dagster import DuckDBDatabase
+from dw_dagster.databases import DuckDBDatabase
 from dw_dagster_examples.store_sales.definitions import DAILY, build_definitions
 from dw_dagster_dev.cost_demo import CostDemoResult, run_cost_demo
 from dw_dagster_dev.demo import RANGE_END_TAG, RANGE_START_TAG, DemoSpec, Timeline, claim_demo_dir, run_job

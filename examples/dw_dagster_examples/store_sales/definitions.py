@@ -19,16 +19,9 @@ from pathlib import Path
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets
 
-from dw_dagster import (
-    DatabaseResource,
-    PipelineRepoResource,
-    build_dw_definitions,
-    dbt_executable,
-    load_metadata,
-    load_partition,
-    partition_window_utc,
-    prepare_manifest,
-)
+from dw_dagster import DatabaseResource, PipelineRepoResource, build_dw_definitions, load_metadata, load_partition
+from dw_dagster.definitions import dbt_executable, prepare_manifest
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster_examples.store_sales import home as h
 
 #: the loop's configuration (dw_dagster.DataOpsConfig as YAML; ``{{ home }}`` is the location's home)

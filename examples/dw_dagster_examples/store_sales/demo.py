@@ -23,7 +23,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from dw_dagster import DuckDBDatabase, dedup_key_for, partition_window_utc, records
+from dw_dagster import records
+from dw_dagster.databases import DuckDBDatabase
+from dw_dagster.integrations.paging import dedup_key_for
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster_examples.store_sales import generator as gen
 from dw_dagster_examples.store_sales import home as h
 from dw_dagster_examples.store_sales.definitions import build_definitions, partitions_for

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import sqlglot
 
-from dw_dagster import Database, DuckDBDatabase
+from dw_dagster import Database
+from dw_dagster.databases import DuckDBDatabase
 
 SEED = 20261126
 FIRST_DAY = dt.date(2026, 11, 1)
