@@ -61,6 +61,8 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -474,8 +476,8 @@ def _float(q: Any, name: str) -> float | None:
     return float(v)
 
 
-def build_app(state: FakeLightup) -> Starlette:
-    """The Starlette app serving ``state``."""
+def _helpers(state: FakeLightup) -> SimpleNamespace:
+    """The request guard every route goes through (faults, auth, workspace, body), the answer's JSON and lists."""
 
     def _fault_response(request: Request) -> Response | None:
         f = state.faults
@@ -564,6 +566,12 @@ def build_app(state: FakeLightup) -> Starlette:
     def _list(data: list, wrap: bool = False) -> Any:
         return {"data": data} if wrap or state.faults.wrap_lists else data
 
+    return SimpleNamespace(_fault_response=_fault_response, _auth=_auth, _ws=_ws, _delay=_delay, _json=_json,
+                           guarded=guarded, _list=_list)
+
+
+def _account_handlers(state: FakeLightup, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """Health, token refresh, workspaces, incidents and their comments."""
     # handlers -----------------------------------------------------------------------------------
     def healthz(request, body):
         return {"status": "ok"}
@@ -653,6 +661,14 @@ def build_app(state: FakeLightup) -> Starlette:
         state.comments.setdefault(uid, []).append(c)
         return c, 201
 
+    return {"healthz": healthz, "token_refresh": token_refresh, "workspaces": workspaces, "incidents": incidents,
+            "incident": incident, "comments": comments}
+
+
+def _metric_handlers(state: FakeLightup, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """Metrics, datapoints, monitors, sources and their collection triggers."""
+    _list = h._list
+
     def metrics(request, body):
         q = request.query_params
         wanted = set(_csv(q.get("metric_uuids")) or [])
@@ -741,6 +757,15 @@ def build_app(state: FakeLightup) -> Starlette:
         state.triggers[t["triggerUuid"]] = t
         return t, 201
 
+    return {"metrics": metrics, "metric": metric, "datapoints": datapoints, "monitors": monitors,
+            "monitor": monitor, "monitor_slices": monitor_slices, "sources": sources, "source": source,
+        "trigger": trigger}
+
+
+def _fake_handlers(state: FakeLightup, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """The fake's controls (faults, incidents, state, collection) and the integrations."""
+    _list = h._list
+
     # fake controls ------------------------------------------------------------------------------
     def fake_faults(request, body):
         body = body or {}
@@ -793,30 +818,39 @@ def build_app(state: FakeLightup) -> Starlette:
         i = state.integrations.get(request.path_params["uuid"])
         return _public(i) if i is not None else _err(404, "Not found.")
 
+    return {"fake_faults": fake_faults, "fake_incidents": fake_incidents, "fake_state": fake_state,
+            "fake_collect": fake_collect, "integrations": integrations, "integration": integration}
+
+
+def build_app(state: FakeLightup) -> Starlette:
+    """The Starlette app serving ``state``."""
+    h = _helpers(state)
+    guarded = h.guarded
+    handlers = {**_account_handlers(state, h), **_metric_handlers(state, h), **_fake_handlers(state, h)}
     ws = "/api/v0/ws/{ws}"
     v1 = "/api/v1/ws/{ws}"
     routes = [
-        Route("/api/v0/healthz/", guarded(healthz, auth=False)),
-        Route("/api/v1/token/refresh/", guarded(token_refresh, auth=False), methods=["POST"]),
-        Route("/api/v1/workspaces/", guarded(workspaces)),
-        Route(f"{ws}/incidents/", guarded(incidents)),
-        Route(f"{ws}/incidents/{{uuid}}", guarded(incident), methods=["GET", "PATCH"]),
-        Route(f"{ws}/incidents/{{uuid}}/comments", guarded(comments), methods=["GET", "POST"]),
-        Route(f"{v1}/metrics/", guarded(metrics)),
-        Route(f"{v1}/metrics/{{uuid}}", guarded(metric)),
-        Route(f"{v1}/metrics/{{uuid}}/datapoints", guarded(datapoints)),
-        Route(f"{v1}/monitors/", guarded(monitors)),
-        Route(f"{v1}/monitors/{{uuid}}", guarded(monitor)),
-        Route(f"{v1}/monitors/{{uuid}}/slices", guarded(monitor_slices)),
-        Route(f"{v1}/integrations/", guarded(integrations)),
-        Route(f"{v1}/integrations/{{uuid}}", guarded(integration)),
-        Route(f"{v1}/sources/", guarded(sources)),
-        Route(f"{v1}/sources/{{uuid}}", guarded(source)),
-        Route(f"{v1}/sources/{{uuid}}/trigger", guarded(trigger), methods=["GET", "POST"]),
-        Route("/_fake/faults", guarded(fake_faults, auth=False), methods=["POST"]),
-        Route("/_fake/incidents", guarded(fake_incidents, auth=False), methods=["GET", "POST"]),
-        Route("/_fake/state", guarded(fake_state, auth=False)),
-        Route("/_fake/collect", guarded(fake_collect, auth=False), methods=["POST"]),
+        Route("/api/v0/healthz/", guarded(handlers["healthz"], auth=False)),
+        Route("/api/v1/token/refresh/", guarded(handlers["token_refresh"], auth=False), methods=["POST"]),
+        Route("/api/v1/workspaces/", guarded(handlers["workspaces"])),
+        Route(f"{ws}/incidents/", guarded(handlers["incidents"])),
+        Route(f"{ws}/incidents/{{uuid}}", guarded(handlers["incident"]), methods=["GET", "PATCH"]),
+        Route(f"{ws}/incidents/{{uuid}}/comments", guarded(handlers["comments"]), methods=["GET", "POST"]),
+        Route(f"{v1}/metrics/", guarded(handlers["metrics"])),
+        Route(f"{v1}/metrics/{{uuid}}", guarded(handlers["metric"])),
+        Route(f"{v1}/metrics/{{uuid}}/datapoints", guarded(handlers["datapoints"])),
+        Route(f"{v1}/monitors/", guarded(handlers["monitors"])),
+        Route(f"{v1}/monitors/{{uuid}}", guarded(handlers["monitor"])),
+        Route(f"{v1}/monitors/{{uuid}}/slices", guarded(handlers["monitor_slices"])),
+        Route(f"{v1}/integrations/", guarded(handlers["integrations"])),
+        Route(f"{v1}/integrations/{{uuid}}", guarded(handlers["integration"])),
+        Route(f"{v1}/sources/", guarded(handlers["sources"])),
+        Route(f"{v1}/sources/{{uuid}}", guarded(handlers["source"])),
+        Route(f"{v1}/sources/{{uuid}}/trigger", guarded(handlers["trigger"]), methods=["GET", "POST"]),
+        Route("/_fake/faults", guarded(handlers["fake_faults"], auth=False), methods=["POST"]),
+        Route("/_fake/incidents", guarded(handlers["fake_incidents"], auth=False), methods=["GET", "POST"]),
+        Route("/_fake/state", guarded(handlers["fake_state"], auth=False)),
+        Route("/_fake/collect", guarded(handlers["fake_collect"], auth=False), methods=["POST"]),
     ]
     return Starlette(routes=routes)
 

@@ -63,6 +63,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -432,8 +433,8 @@ def _exception_body(message: str, url_parameters: dict[str, Any]) -> JSONRespons
                                    + f"Exception: {message}\n"}, "url_parameters": url_parameters})
 
 
-def build_app(state: FakeMage) -> Starlette:
-    """The Starlette app serving ``state``."""
+def _helpers(state: FakeMage) -> SimpleNamespace:
+    """What every endpoint shares: error rendering, authentication, the endpoint wrapper, paging and lookups."""
 
     def codes(request: Request) -> bool:
         return bool(request.query_params.get("_http_error_codes"))
@@ -537,6 +538,14 @@ def build_app(state: FakeMage) -> Starlette:
             raise _ApiError(dict(_ERR_NOT_FOUND))
         return run
 
+    return SimpleNamespace(codes=codes, render_error=render_error, authenticate=authenticate, endpoint=endpoint,
+                           page=page, timestamp=timestamp, pipeline_or_raise=pipeline_or_raise, run_or_404=run_or_404)
+
+
+def _pipeline_handlers(state: FakeMage, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """Status, sessions, pipelines, their blocks and schedules."""
+    page, pipeline_or_raise = h.page, h.pipeline_or_raise
+
     # -- handlers ---------------------------------------------------------------------------------
     def status(request, body):
         return {"statuses": [{"is_instance_manager": False, "max_print_output_lines": 1000,
@@ -595,6 +604,14 @@ def build_app(state: FakeMage) -> Starlette:
                  if s["pipeline_uuid"] == p["uuid"]]
         items, meta = page(items, request)
         return {"pipeline_schedules": items, "metadata": meta}
+
+    return {"status": status, "sessions": sessions, "pipelines": pipelines, "pipeline": pipeline, "blocks": blocks,
+            "schedules": schedules}
+
+
+def _run_handlers(state: FakeMage, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """Triggers (API token and session), pipeline runs, block runs and logs."""
+    endpoint, page, timestamp, pipeline_or_raise, run_or_404 = h.endpoint, h.page, h.timestamp, h.pipeline_or_raise, h.run_or_404
 
     def token_trigger(request, body):
         sid = request.path_params["schedule_id"]
@@ -695,6 +712,12 @@ def build_app(state: FakeMage) -> Starlette:
                           "total_block_run_log_count": len(block_logs),
                           "total_pipeline_run_log_count": len(runs)}], "metadata": {}}
 
+    return {"token_trigger": token_trigger, "session_trigger": session_trigger, "pipeline_runs": pipeline_runs,
+            "pipeline_run": pipeline_run, "block_runs_list": block_runs_list, "logs": logs}
+
+
+def _fake_handlers(state: FakeMage, h: SimpleNamespace) -> dict[str, Callable[..., Any]]:
+    """The fake's controls (faults, runs, state)."""
     # -- fake controls ----------------------------------------------------------------------------
     def fake_faults(request, body):
         body = body or {}
@@ -727,28 +750,36 @@ def build_app(state: FakeMage) -> Starlette:
         return {"pipelines": sorted(state.pipelines), "runs": len(state.runs), "sessions": len(state.tokens),
                 "requests": len(state.requests)}
 
+    return {"fake_faults": fake_faults, "fake_runs": fake_runs, "fake_state": fake_state}
+
+
+def build_app(state: FakeMage) -> Starlette:
+    """The Starlette app serving ``state``."""
+    h = _helpers(state)
+    endpoint = h.endpoint
+    handlers = {**_pipeline_handlers(state, h), **_run_handlers(state, h), **_fake_handlers(state, h)}
     routes = [
-        Route("/api/status", endpoint(status, auth=False)),
-        Route("/api/statuses", endpoint(status, auth=False)),
-        Route("/api/sessions", endpoint(sessions), methods=["POST"]),
-        Route("/api/pipelines", endpoint(pipelines, action="list"), methods=["GET", "POST"]),
-        Route("/api/pipelines/{uuid}", endpoint(pipeline, action="detail")),
-        Route("/api/pipelines/{uuid}/blocks", endpoint(blocks, action="create"), methods=["POST"]),
-        Route("/api/pipelines/{uuid}/pipeline_schedules", endpoint(schedules, action="list"), methods=["GET", "POST"]),
-        Route("/api/pipelines/{uuid}/logs", endpoint(logs, action="list")),
-        Route("/api/pipeline_schedules/{schedule_id}/pipeline_runs/{token}", endpoint(token_trigger, auth=False),
+        Route("/api/status", endpoint(handlers["status"], auth=False)),
+        Route("/api/statuses", endpoint(handlers["status"], auth=False)),
+        Route("/api/sessions", endpoint(handlers["sessions"]), methods=["POST"]),
+        Route("/api/pipelines", endpoint(handlers["pipelines"], action="list"), methods=["GET", "POST"]),
+        Route("/api/pipelines/{uuid}", endpoint(handlers["pipeline"], action="detail")),
+        Route("/api/pipelines/{uuid}/blocks", endpoint(handlers["blocks"], action="create"), methods=["POST"]),
+        Route("/api/pipelines/{uuid}/pipeline_schedules", endpoint(handlers["schedules"], action="list"), methods=["GET", "POST"]),
+        Route("/api/pipelines/{uuid}/logs", endpoint(handlers["logs"], action="list")),
+        Route("/api/pipeline_schedules/{schedule_id}/pipeline_runs/{token}", endpoint(handlers["token_trigger"], auth=False),
               methods=["POST"]),
-        Route("/api/pipeline_schedules/{schedule_id}/api_trigger", endpoint(token_trigger, auth=False),
+        Route("/api/pipeline_schedules/{schedule_id}/api_trigger", endpoint(handlers["token_trigger"], auth=False),
               methods=["POST"]),
-        Route("/api/pipeline_schedules/{schedule_id}/pipeline_runs", endpoint(session_trigger, action="create"),
+        Route("/api/pipeline_schedules/{schedule_id}/pipeline_runs", endpoint(handlers["session_trigger"], action="create"),
               methods=["POST"]),
-        Route("/api/pipeline_runs", endpoint(pipeline_runs, action="list")),
-        Route("/api/pipeline_runs/{run_id}", endpoint(pipeline_run, action="detail"), methods=["GET", "PUT"]),
-        Route("/api/pipeline_runs/{run_id}/block_runs", endpoint(block_runs_list, action="list")),
-        Route("/api/block_runs", endpoint(block_runs_list, action="list")),
-        Route("/_fake/faults", endpoint(fake_faults, auth=False), methods=["POST"]),
-        Route("/_fake/runs", endpoint(fake_runs, auth=False), methods=["POST"]),
-        Route("/_fake/state", endpoint(fake_state, auth=False)),
+        Route("/api/pipeline_runs", endpoint(handlers["pipeline_runs"], action="list")),
+        Route("/api/pipeline_runs/{run_id}", endpoint(handlers["pipeline_run"], action="detail"), methods=["GET", "PUT"]),
+        Route("/api/pipeline_runs/{run_id}/block_runs", endpoint(handlers["block_runs_list"], action="list")),
+        Route("/api/block_runs", endpoint(handlers["block_runs_list"], action="list")),
+        Route("/_fake/faults", endpoint(handlers["fake_faults"], auth=False), methods=["POST"]),
+        Route("/_fake/runs", endpoint(handlers["fake_runs"], auth=False), methods=["POST"]),
+        Route("/_fake/state", endpoint(handlers["fake_state"], auth=False)),
     ]
     return Starlette(routes=routes)
 
