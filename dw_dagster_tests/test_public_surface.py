@@ -83,6 +83,20 @@ def test_examples_import_public_names_from_the_top_level():
     assert offenders == []
 
 
+def test_what_the_examples_import_from_the_library_and_the_harness_exists():
+    """What the examples take from dw_dagster's submodules and dw_dagster_dev exists (a rename breaks them at import)."""
+    import importlib
+    import importlib.util
+
+    for path in sorted(EXAMPLES_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("dw_dagster.", "dw_dagster_dev")):
+                mod = importlib.import_module(node.module)
+                for a in node.names:
+                    assert hasattr(mod, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), \
+                        f"{path.name}: {node.module}.{a.name}"
+
+
 #: The packages from the bottom up: a package may import only those before it (and itself). The
 #: loop's stages build on one another: a proposal is made of core records and windows; an approval
 #: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
