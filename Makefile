@@ -10,8 +10,9 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# the library with its test extra and the examples distribution (demos, fake servers, their dbt project), both editable
+$(VENV)/.installed: $(BIN)/activate pyproject.toml examples/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./examples
 	touch $@
 
 install: $(VENV)/.installed
@@ -56,4 +57,4 @@ validate: install
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
 clean:
-	rm -rf $(VENV) .dw_demo dbt_project/target dbt_project/logs
+	rm -rf $(VENV) .dw_demo examples/dw_dagster_examples/dbt_project/target examples/dw_dagster_examples/dbt_project/logs

@@ -1,10 +1,12 @@
 """The public surface: what ``import dw_dagster`` offers is a decision, not an accident.
 
-Adding a name here is a new public API (document it); removing one breaks users. The imports
-run one way: no product module imports the examples (they are code locations built on the
-public API; the command line runs their demos by module name), examples never import each
-other, and an example imports from dw_dagster only the public API (``from dw_dagster import
-...``) and the demo harness (``dw_dagster.testing``).
+Adding a name here is a new public API (document it); removing one breaks users. About 45 names:
+what a definitions file uses (the Component, build_dw_definitions, the factories, resources and
+config models), the error root with its main subclasses and the record readers; the rest stays
+importable from its submodule. The imports run one way: the library never imports the examples
+or the demos' harness (``dw_dagster_examples``, ``dw_dagster_dev``: a distribution of their own,
+outside the wheel; the command line adds their commands through entry points), and examples
+never import each other.
 """
 
 import ast
@@ -15,8 +17,10 @@ import pytest
 import dw_dagster
 
 PACKAGE = Path(dw_dagster.__file__).parent
+EXAMPLES_DIR = PACKAGE.parent / "examples" / "dw_dagster_examples"
+OUTSIDE = ("dw_dagster_examples", "dw_dagster_dev")
 
-PUBLIC = ['AccessRequest', 'AccessSpec', 'AddColumn', 'Approval', 'BlastRadius', 'CatalogError', 'CauseFinding', 'ChangeSet', 'ChangeStep', 'CostReport', 'CostResource', 'DataOpsComponent', 'DataOpsConfig', 'Database', 'DatabaseError', 'DatabaseResource', 'DeadLetterTable', 'Diagnosis', 'Domain', 'Domains', 'DropColumn', 'DuckDBDatabase', 'DwConfigError', 'DwDagsterError', 'EmailNotifier', 'EmailResource', 'GuardedRunCoordinator', 'IdentityError', 'Incident', 'IncrementalLoadDiagnoser', 'IncrementalLoadSpec', 'JiraResource', 'Ledger', 'LedgerError', 'LightupClient', 'LightupResource', 'LoadError', 'LoadResult', 'LossyRetypeError', 'MageClient', 'MageResource', 'Migration', 'MigrationError', 'MigrationRefused', 'OpsgenieResource', 'Pager', 'PagerDutyResource', 'PipelineRepoResource', 'Receipt', 'RenameColumn', 'RetypeColumn', 'Review', 'ServiceNowResource', 'SetNullability', 'SinkColumn', 'SinkTable', 'SlackNotifier', 'SlackResource', 'StepRefused', 'TableSchema', 'VerifiedIdentity', 'VolumeTable', 'WatchedAssetConfig', '__version__', 'apply_migration', 'approval_request_message', 'approve_in_process', 'blast_radius', 'build_access_definitions', 'build_approval_job', 'build_check_incident_sensor', 'build_cost_observation_job', 'build_dead_letter_check', 'build_diagnosis_job', 'build_dw_definitions', 'build_freshness_check', 'build_lightup_compare_check', 'build_lightup_incident_sensor', 'build_notification_sensor', 'build_null_rate_check', 'build_rebuild_job', 'build_receipt_job', 'build_reconciliation_checks', 'build_remediation_sensor', 'build_replay_checks', 'build_row_diff_check', 'build_schema_snapshot_check', 'build_step_jobs', 'build_verify_job', 'build_volume_check', 'build_volume_sensor', 'build_warehouse_change_definitions', 'build_window_job', 'canonical_email', 'classify_retype', 'combine_findings', 'database_from_url', 'days_ago', 'dbt_executable', 'dbt_incremental_build', 'dbt_ls', 'decide', 'decision_nonce', 'dedup_key_for', 'diagnose_duplicates', 'diagnose_required_nulls', 'diagnose_schema_change', 'diagnose_upstream', 'diff_schemas', 'draft_warehouse_changes', 'generate_migration', 'guarded_executor', 'incident_history', 'ledger_for', 'lineage_graph', 'load_dataops_config', 'load_domains', 'load_metadata', 'load_partition', 'manifest_graph', 'migration_step', 'page_incident', 'partition_window_utc', 'prepare_manifest', 'propose', 'read_table_schema', 'record_schema_snapshot', 'records', 'request_access', 'request_nonce', 'review_manifests', 'row_diff', 'row_diff_across', 'run_migration_step', 'schema_metadata', 'schema_snapshot', 'score_days', 'select_nodes', 'sql', 'step_results', 'step_stage', 'take_schema_snapshot', 'verify_migration', 'verify_receipts']
+PUBLIC = ['AccessSpec', 'CostResource', 'DataOpsComponent', 'DataOpsConfig', 'Database', 'DatabaseError', 'DatabaseResource', 'DwConfigError', 'DwDagsterError', 'EmailResource', 'GuardedRunCoordinator', 'IncrementalLoadSpec', 'JiraResource', 'LightupResource', 'LoadError', 'MageResource', 'MigrationError', 'OpsgenieResource', 'PagerDutyResource', 'PipelineRepoResource', 'ServiceNowResource', 'SinkColumn', 'SinkTable', 'SlackResource', 'VolumeTable', 'WatchedAssetConfig', '__version__', 'build_access_definitions', 'build_dead_letter_check', 'build_dw_definitions', 'build_freshness_check', 'build_lightup_compare_check', 'build_lightup_incident_sensor', 'build_notification_sensor', 'build_null_rate_check', 'build_reconciliation_checks', 'build_row_diff_check', 'build_volume_check', 'build_volume_sensor', 'database_from_url', 'dbt_incremental_build', 'guarded_executor', 'incident_history', 'load_dataops_config', 'load_metadata', 'load_partition', 'records', 'verify_receipts']
 
 
 def test_the_public_surface_is_exactly_the_listed_names():
@@ -45,12 +49,16 @@ def _imports(path: Path) -> set[str]:
 def test_no_product_module_imports_the_examples():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("examples/"):
-            continue
-        if any(m == "dw_dagster.examples" or m.startswith("dw_dagster.examples.") for m in _imports(path)):
-            offenders.append(rel)
+        if any(m == o or m.startswith(f"{o}.") for m in _imports(path) for o in OUTSIDE):
+            offenders.append(path.relative_to(PACKAGE).as_posix())
     assert offenders == []
+
+
+def test_the_wheel_is_the_library():
+    """No example, fake server or dbt project inside the package (they are ``examples/``'s)."""
+    assert not (PACKAGE / "examples").exists() and not (PACKAGE / "testing" / "fakes").exists()
+    assert sorted(p.name for p in (PACKAGE / "testing").glob("*.py")) == ["__init__.py", "local_daemon.py"]
+    assert not list(PACKAGE.rglob("dbt_project.yml"))
 
 
 EXAMPLES = ("store_sales", "orders", "access", "migration")
@@ -59,43 +67,34 @@ EXAMPLES = ("store_sales", "orders", "access", "migration")
 def test_examples_do_not_import_each_other():
     for example in EXAMPLES:
         for other in (e for e in EXAMPLES if e != example):
-            for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster.examples.{other}")]
+            for path in sorted((EXAMPLES_DIR / example).rglob("*.py")):
+                bad = [m for m in _imports(path) if m.startswith(f"dw_dagster_examples.{other}")]
                 assert not bad, (path.name, bad)
 
 
-def _allowed_in_example(module: str, example: str) -> bool:
-    """The public API, the demo harness, and the example's own modules."""
-    return (module == "dw_dagster" or module.startswith("dw_dagster.testing")
-            or module == f"dw_dagster.examples.{example}" or module.startswith(f"dw_dagster.examples.{example}."))
-
-
-def test_examples_import_only_the_public_api_and_the_demo_harness():
+def test_examples_import_public_names_from_the_top_level():
+    """What an example takes from ``dw_dagster`` itself is public (the rest from its submodule)."""
     offenders = []
-    for example in EXAMPLES:
-        for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                        else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
-                offenders += [f"{example}/{path.name}:{node.lineno} imports {m}" for m in mods
-                              if (m == "dw_dagster" or m.startswith("dw_dagster.")) and not _allowed_in_example(m, example)]
-                if isinstance(node, ast.ImportFrom) and node.module == "dw_dagster":
-                    offenders += [f"{example}/{path.name}:{node.lineno} imports dw_dagster.{a.name} (not public)"
-                                  for a in node.names if a.name not in PUBLIC]
+    for path in sorted(EXAMPLES_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "dw_dagster":
+                offenders += [f"{path.name}:{node.lineno} imports dw_dagster.{a.name} (not public)"
+                              for a in node.names if a.name not in PUBLIC]
     assert offenders == []
 
 
-def test_the_demo_harness_names_exist():
-    """What the examples take from dw_dagster.testing exists (a rename there breaks them at import)."""
+def test_what_the_examples_import_from_the_library_and_the_harness_exists():
+    """What the examples take from dw_dagster's submodules and dw_dagster_dev exists (a rename breaks them at import)."""
     import importlib
+    import importlib.util
 
-    for example in EXAMPLES:
-        for path in sorted((PACKAGE / "examples" / example).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dw_dagster.testing"):
-                    mod = importlib.import_module(node.module)
-                    for a in node.names:
-                        assert hasattr(mod, a.name), f"{path.name}: {node.module}.{a.name}"
+    for path in sorted(EXAMPLES_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("dw_dagster.", "dw_dagster_dev")):
+                mod = importlib.import_module(node.module)
+                for a in node.names:
+                    assert hasattr(mod, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), \
+                        f"{path.name}: {node.module}.{a.name}"
 
 
 #: The packages from the bottom up: a package may import only those before it (and itself). The
@@ -119,7 +118,7 @@ def test_imports_run_one_way_between_the_packages():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
         own = rel.parts[0].removesuffix(".py")
-        if own in ("__init__", "examples"):
+        if own == "__init__":
             continue
         assert own in rank, f"{rel}: a package the layer list does not place"
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -134,9 +133,8 @@ def test_imports_run_one_way_between_the_packages():
 
 
 def test_no_module_is_a_grab_bag():
-    """No product module over 750 lines (the fake vendor servers, one protocol each, aside)."""
-    big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
-           for path in PACKAGE.rglob("*.py") if "testing/fakes" not in path.as_posix()}
+    """No product module over 750 lines."""
+    big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {k: n for k, n in big.items() if n > 750} == {}
 
 
@@ -150,8 +148,6 @@ def test_every_error_has_one_root():
 
     outside = []
     for info in pkgutil.walk_packages(dw_dagster.__path__, "dw_dagster."):
-        if ".examples" in info.name or ".testing" in info.name:
-            continue
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
@@ -174,10 +170,9 @@ def _dw_literals(path: Path) -> list[str]:
 def test_every_dw_key_and_tag_is_a_constant_of_core_keys():
     """A metadata key or run tag typed as a string outside ``core/keys.py`` can drift from the one the
     reader expects (renaming one silently changes who may run a repair): every ``dw/`` literal of the
-    library is a constant there. The examples and the demo harness, which leave the wheel, are not
-    yet held to it."""
+    library is a constant there (the examples and the demos' harness, outside the wheel, are not held to it)."""
     offenders = [hit for path in sorted(PACKAGE.rglob("*.py"))
-                 if not path.relative_to(PACKAGE).as_posix().startswith(("core/keys.py", "examples/", "testing/"))
+                 if not path.relative_to(PACKAGE).as_posix().startswith("core/keys.py")
                  for hit in _dw_literals(path)]
     assert offenders == []
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dw_dagster.dagster_private import public
+from dw_dagster.dagster_private import beta, public
 import dagster as dg
 
 from dw_dagster.access.jobs import PAGER_KEY, build_access_jobs
@@ -18,6 +18,7 @@ from dw_dagster.core.domains import DomainsSource
 
 
 @public
+@beta
 def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSource = None,
                              notifiers: Sequence[Notifier] = (), pager: Any = None, minimum_interval_seconds: int = 30,
                              with_approvals: bool = True, executor: dg.ExecutorDefinition | None = None,

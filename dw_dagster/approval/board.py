@@ -24,10 +24,15 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from dw_dagster.core.extras import missing_extra
+
+try:
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ImportError as _e:  # an optional surface: its extra
+    raise missing_extra("review", _e) from _e
 
 from dw_dagster.approval.story import Story, change_set_story, incident_story
 from dw_dagster.core.ledger import ledger_for

@@ -49,12 +49,17 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import dagster as dg
 import httpx
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from dw_dagster.core.extras import missing_extra
+
+try:
+    from starlette.applications import Starlette
+    from starlette.background import BackgroundTask
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ImportError as _e:  # an optional surface: its extra
+    raise missing_extra("review", _e) from _e
 
 from dw_dagster.core.domains import ACCESS_GRANT, Domains, DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.core.identity import IdentityError, VerifiedIdentity, canonical_email, credential_digest

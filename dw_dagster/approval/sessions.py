@@ -39,8 +39,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from starlette.requests import Request
-from starlette.responses import Response
+from dw_dagster.core.extras import missing_extra
+
+try:
+    from starlette.requests import Request
+    from starlette.responses import Response
+except ImportError as _e:  # an optional surface: its extra
+    raise missing_extra("review", _e) from _e
 
 from dw_dagster.core.ledger import Ledger
 from dw_dagster.core.ledger_tables import sessions_t

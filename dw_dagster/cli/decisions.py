@@ -248,9 +248,9 @@ def approvals_serve(host, port, domains_file, dagster_home, base_url, workspace)
     as the Slack app's interactivity Request URL. Every decision is recorded by the same rules as
     `dw-dagster approve`.
     """
-    import uvicorn
+    from dw_dagster.approval.server import build_app  # its ImportError names the extra
 
-    from dw_dagster.approval.server import build_app
+    import uvicorn
 
     domains = _domains(domains_file)
     _key_or_exit()

@@ -8,7 +8,7 @@ DuckDB default: step and dbt node seconds).
 
 from __future__ import annotations
 
-from dw_dagster.dagster_private import public
+from dw_dagster.dagster_private import beta, public
 import json
 import os
 from collections.abc import Sequence
@@ -83,6 +83,7 @@ def cost_report(source: Any, period: Period) -> CostReport:
 
 
 @public
+@beta
 class CostResource(dg.ConfigurableResource):
     """Where cost comes from, as a Dagster resource (the cost observation job, receipts, warehouse changes).
 

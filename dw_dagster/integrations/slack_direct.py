@@ -31,9 +31,14 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.error import URLError
 
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from dw_dagster.core.extras import missing_extra
+
+try:
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+except ImportError as _e:  # an optional surface: its extra
+    raise missing_extra("slack", _e) from _e
 
 from dw_dagster.core.http import HttpApiError
 

@@ -134,6 +134,9 @@ def mcp_command(http, workspace, locations, manifests, domains, dagster_home, oa
         oauth = OAuthConfig(issuer=oauth_issuer, audience=oauth_audience, email_claim=oauth_email_claim)
     kwargs = auth_kwargs(host=host, port=port, token=os.environ.get(TOKEN_ENV) or None, oauth=oauth)
     server = build_server(settings, **kwargs)
+    from dw_dagster.core.extras import require
+
+    require("mcp")
     import uvicorn
 
     click.echo(f"dw-dagster mcp: streamable HTTP at http://{host}:{port}/mcp "

@@ -41,7 +41,7 @@ class Location:
 
     Attributes:
         name: the ``location_name`` (or the module's name when the file gives none).
-        target: what the entry names, e.g. ``module dw_dagster.examples.store_sales.definitions:defs``.
+        target: what the entry names, e.g. ``module dw_dagster_examples.store_sales.definitions:defs``.
         defs: the loaded ``dagster.Definitions``; None when loading failed.
         error: one line saying why it failed to load (None when it loaded).
         seconds: how long loading took.

@@ -1,3 +1,4 @@
-"""For demos and tests: protocol-accurate fake vendor servers (:mod:`.fakes`) and their processes
-(:mod:`.services`), the in-process sensor runner (:mod:`.local_daemon`), and the demos' shared
-harness (:mod:`.demo`)."""
+"""Public test utilities: the in-process sensor runner (:mod:`.local_daemon`).
+
+The fake vendor servers and the demos' harness are in the ``dw-dagster-examples`` distribution
+(``dw_dagster_dev``), outside the wheel."""

@@ -28,9 +28,9 @@ from dw_dagster.core.identity import decision_nonce
 from dw_dagster.core.records import load_change_set
 from dw_dagster.databases import DatabaseResource, SqlAlchemyDatabase
 from dw_dagster.integrations.pagerduty import PagerDutyResource
-from dw_dagster.testing.fakes.paging_server import (DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY,
+from dw_dagster_dev.fakes.paging_server import (DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY,
                                                     start_paging_server)
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_tests.access.pg_world import PgWorld
 from dw_dagster_tests.conftest import POSTGRES_URL

@@ -109,7 +109,7 @@ def test_a_resource_key_is_found_in_the_workspaces_code_locations(world, tmp_pat
     access_home.mkdir()
     (access_home / "domains.yaml").write_text(Path(env["DW_DOMAINS_FILE"]).read_text())
     workspace = tmp_path / "workspace.yaml"
-    workspace.write_text("load_from:\n  - python_module:\n      module_name: dw_dagster.examples.access.definitions\n"
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: dw_dagster_examples.access.definitions\n"
                          "      location_name: access\n")
     monkeypatch.setenv("DW_ACCESS_HOME", str(access_home))
     monkeypatch.setenv("DW_ACCESS_DEMO_URL", POSTGRES_URL)

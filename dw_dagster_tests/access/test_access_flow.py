@@ -315,7 +315,7 @@ def test_slack_slash_command_files_a_request_as_the_verified_slack_user(w, monke
     from dw_dagster.access.slack import access_routes
     from dw_dagster.approval.server import build_app
     from dw_dagster.databases import DatabaseResource
-    from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN
+    from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN
     from dw_dagster_tests.conftest import POSTGRES_URL
     from dw_dagster_tests.harness.asgi_server import serve
 
@@ -425,7 +425,7 @@ def test_dagster_job_execute_of_the_grant_job_grants_nothing(w, tmp_path):
     config.write_text(f"ops:\n  dw_apply_access_grant:\n    config:\n      request_id: {req.id}\n")
     env = {**os.environ, "DAGSTER_HOME": str(w.home), "DW_ACCESS_HOME": str(home), "DW_ACCESS_DEMO_URL": POSTGRES_URL}
     proc = subprocess.run([str(Path(sys.executable).parent / "dagster"), "job", "execute", "-m",
-                           "dw_dagster.examples.access.definitions", "-j", "dw_access_grant", "-c", str(config)],
+                           "dw_dagster_examples.access.definitions", "-j", "dw_access_grant", "-c", str(config)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "ticket" in (proc.stdout + proc.stderr)
     assert not w.has("ledger") and _row(w, req.id).state == "approved"

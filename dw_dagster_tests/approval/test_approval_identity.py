@@ -1,7 +1,7 @@
 """Decisions need a verified identity: ID tokens from a real OIDC provider on loopback, through the
 approval job, the CLI (``--login`` runs the provider's real login in a "browser"), resume and holds.
 
-The provider is the fake in ``dw_dagster.testing.fakes.oidc_server`` (discovery, JWKS with rotation,
+The provider is the fake in ``dw_dagster_dev.fakes.oidc_server`` (discovery, JWKS with rotation,
 authorization code with PKCE); the verifier's own cases are in ``test_oidc.py``. Here each bad
 token is tried where a colleague would try it: in the approval job's config.
 """
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from dw_dagster.core import keys as c
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 from dw_dagster.approval.identity import decision_nonce
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import ChangeSet, FileChange, utcnow

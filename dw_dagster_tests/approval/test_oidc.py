@@ -10,7 +10,7 @@ import jwt
 import pytest
 from pydantic import ValidationError
 
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 from dw_dagster.approval.identity import IdentityError, canonical_email, credential_digest, decision_nonce
 from dw_dagster.approval.identity.oidc import OidcVerifier, authorization_url, exchange_code, fetch_discovery, login, pkce_pair
 from dw_dagster.core.identity import OidcSettings
@@ -572,7 +572,7 @@ def test_the_fake_token_endpoint_wants_a_form(idp):
 
 
 def test_the_fake_runs_as_a_module_and_prints_its_url():
-    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.testing.fakes.oidc_server", "--port", "0", "--user", LEE,
+    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster_dev.fakes.oidc_server", "--port", "0", "--user", LEE,
                              "--client", "cli-x"], stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()

@@ -26,7 +26,7 @@ from dw_dagster.core.ledger import asset_str, ledger_for
 from dw_dagster.core.models import (BlastRadius, CauseFinding, ChangeSet, CheckOutcome, Diagnosis, Evidence, Incident,
                                     Receipt, utcnow)
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 from dw_dagster_tests.harness.asgi_server import serve
 
 OWNER, READER = "dana.ortiz@grocer.example", "priya.raman@grocer.example"  # the reader is listed nowhere

@@ -2,7 +2,7 @@
 
 Headless Debian Chromium (``/usr/bin/chromium`` through ``/usr/bin/chromedriver``, Selenium)
 opens the approvals server (:mod:`dw_dagster.approval.server`, uvicorn in a thread on loopback)
-and is sent through the fake OpenID Connect provider (:mod:`dw_dagster.testing.fakes.oidc_server`, which
+and is sent through the fake OpenID Connect provider (:mod:`dw_dagster_dev.fakes.oidc_server`, which
 logs in the ``login_hint`` user): authorization code with PKCE (RFC 7636), the ID token verified
 with the session's nonce. Decisions land in a real Dagster instance's ledger. Forged posts are
 tried with httpx: no session, a wrong CSRF token, a foreign Origin, an expired or re-signed cookie.
@@ -34,7 +34,7 @@ from dw_dagster_tests.harness.asgi_server import serve
 from dw_dagster.core import keys as c
 from dw_dagster.approval.server import build_app
 from dw_dagster.approval.sessions import COOKIE, SECURE_COOKIE
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import (BlastRadius, ChangeSet, ChangeStep, Diagnosis, ExposureRef, FileChange, ImpactedNode,
                                utcnow)

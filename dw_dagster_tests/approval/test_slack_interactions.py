@@ -1,7 +1,7 @@
 """Approve / Reject buttons in Slack: a signed click by the listed owner decides, nothing else does.
 
 Everything runs over real HTTP on loopback: the approval request is posted with
-:class:`~dw_dagster.integrations.slack.SlackResource` to the fake Slack (:mod:`dw_dagster.testing.fakes.paging_server`),
+:class:`~dw_dagster.integrations.slack.SlackResource` to the fake Slack (:mod:`dw_dagster_dev.fakes.paging_server`),
 whose ``/_fake/slack/click`` builds the ``block_actions`` payload for that message's button, signs
 it as Slack does (Slack API docs, "Verifying requests from Slack") and POSTs it to the approvals
 server (:mod:`dw_dagster.approval.server`, uvicorn in a thread), which looks the user up with
@@ -30,7 +30,7 @@ from dw_dagster_tests.harness.asgi_server import serve
 
 from dw_dagster.core import keys as c
 from dw_dagster.approval.server import build_app
-from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
 from dw_dagster.core.ledger import PROPOSED, ledger_for
 from dw_dagster.core.models import ChangeSet, FileChange, utcnow
 from dw_dagster.core import records
@@ -310,7 +310,7 @@ def test_the_serve_command_records_a_click(tmp_path, fake, slack, domains, serve
 
 def test_replies_are_posted_only_to_slack_or_the_configured_api(server, fake):
     """A signed payload's response_url elsewhere (here: the fake under another host name) gets nothing."""
-    from dw_dagster.testing.fakes.paging_server import slack_signature
+    from dw_dagster_dev.fakes.paging_server import slack_signature
 
     elsewhere = fake.base_url.replace("127.0.0.1", "localhost") + f"/actions/{TEAM}/1/x"
     payload = {"type": "block_actions", "team": {"id": TEAM}, "user": {"id": "U0DANAORTZ", "team_id": TEAM},

@@ -1,6 +1,6 @@
 """``cost_attribution_1m_queries``: Snowflake credits per query for a month of 1,000,000 queries.
 
-Setup (not timed, in a child process): the generated workload (:mod:`dw_dagster.testing.cost_workload`)
+Setup (not timed, in a child process): the generated workload (:mod:`dw_dagster_dev.cost_workload`)
 over 30 days on 3 warehouses with ~1M ``QUERY_HISTORY`` rows (dashboards at ~4,160 queries per
 business hour, the nightly dbt build, dw_dagster's tagged loads, metadata queries), its hourly and
 daily metering and ``QUERY_ATTRIBUTION_HISTORY``, in a DuckDB file with the account usage layout
@@ -89,7 +89,7 @@ UNION ALL SELECT 'total', 'metered', SUM(billed) FROM daily
 
 def _write(path: Path) -> int:
     from dw_dagster.databases import DuckDBDatabase
-    from dw_dagster.testing import cost_workload as cw
+    from dw_dagster_dev import cost_workload as cw
 
     wl = cw.generate(SINCE, DAYS, bi_per_hour=BI_PER_HOUR)
     db = DuckDBDatabase(path)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 GOAL_S = 0.1
-STORE_SALES_ONLY = ("load_from:\n  - python_module:\n      module_name: dw_dagster.examples.store_sales.definitions\n"
+STORE_SALES_ONLY = ("load_from:\n  - python_module:\n      module_name: dw_dagster_examples.store_sales.definitions\n"
                     "      attribute: defs\n      location_name: store_sales\n")
 
 
@@ -60,7 +60,7 @@ def bench_mcp_tools_demo(work: Path, repeat: int) -> dict:
 
     from dw_dagster.cli.main import main as cli
     from dw_dagster.core import records
-    from dw_dagster.examples.store_sales import home as h
+    from dw_dagster_examples.store_sales import home as h
     from dw_dagster.lineage import downstream, lineage_graph, select_nodes
     from dw_dagster.mcp.server import build_server
     from dw_dagster.mcp.state import ServerSettings

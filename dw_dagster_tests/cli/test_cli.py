@@ -188,8 +188,8 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
 def test_every_demo_runs_from_its_registered_module():
     """``dw-dagster demo NAME`` loads the example's demo module by name (the CLI imports no example);
     each defines a DEMO spec whose name and default scale are the command's."""
-    from dw_dagster.cli.main import DEMOS, demo, demo_spec
-    from dw_dagster.testing.demo import DemoSpec
+    from dw_dagster_examples.cli import DEMOS, demo, demo_spec
+    from dw_dagster_dev.demo import DemoSpec
 
     assert sorted(DEMOS) == sorted(demo.commands)
     for name, module in DEMOS.items():
@@ -198,3 +198,36 @@ def test_every_demo_runs_from_its_registered_module():
         scale = next((p for p in demo.commands[name].params if p.name == "scale"), None)  # the access demo has no data scale
         assert spec.min_scale <= spec.default_scale <= spec.max_scale
         assert scale is None and spec.min_scale == spec.max_scale or scale.default == spec.default_scale
+
+
+def test_the_examples_commands_come_through_entry_points_and_are_named_when_missing():
+    """``dw-dagster`` adds ``demo`` and ``fake-*`` from the examples distribution's entry points; without it
+    each says how to install it (exit 2), and a plugin that fails to load does not break the others."""
+    from importlib.metadata import EntryPoint
+
+    import click
+
+    from dw_dagster.cli import main as cli_main
+    from dw_dagster.cli.main import EXAMPLE_COMMANDS, PLUGIN_GROUP, _add_plugins
+    from dw_dagster_examples.cli import COMMANDS
+
+    assert sorted(COMMANDS) == sorted(EXAMPLE_COMMANDS)
+    for name, command in COMMANDS.items():
+        assert cli_main.commands[name] is command
+    bare = click.Group("bare")
+    import importlib.metadata as md
+
+    real = md.entry_points
+    broken = EntryPoint("fake-lightup", "dw_dagster_examples.no_such_module:cmd", PLUGIN_GROUP)
+    try:
+        md.entry_points = lambda group=None: [broken] if group == PLUGIN_GROUP else real(group=group)
+        _add_plugins(bare)
+    finally:
+        md.entry_points = real
+    assert sorted(bare.commands) == sorted(EXAMPLE_COMMANDS)
+    from click.testing import CliRunner
+
+    missing = CliRunner().invoke(bare, ["demo", "store-sales", "--scale", "0.01"])
+    assert missing.exit_code == 2 and "pip install dw-dagster-examples" in missing.output
+    failed = CliRunner().invoke(bare, ["fake-lightup", "--port", "0"])
+    assert failed.exit_code == 1 and "dw_dagster_examples.no_such_module:cmd cannot be loaded" in failed.output

@@ -83,7 +83,8 @@ def approve_merge_and_repair(defs: dg.Definitions, instance, idp, domains, proje
     Returns:
         (the change set, the stages the remediation sensor ran, in order).
     """
-    from dw_dagster import approve_in_process, records
+    from dw_dagster import records
+    from dw_dagster.approval.job import approve_in_process
     from dw_dagster.approval.identity import decision_nonce
     from dw_dagster.approval.identity.oidc import login
     from dw_dagster.core.identity import OidcSettings

@@ -103,7 +103,8 @@ def _new_tests_evaluations(defs, instance) -> list:
 
 
 def test_a_duplicated_load_from_the_dataops_file_ends_in_a_verified_receipt_naming_its_test(location, tmp_path):
-    from dw_dagster import approve_in_process, load_dataops_config, records, verify_receipts
+    from dw_dagster import load_dataops_config, records, verify_receipts
+    from dw_dagster.approval.job import approve_in_process
     from dw_dagster.core.ledger import ledger_for
     from dw_dagster.proposals.watermark import apply_change_set
     from dw_dagster.receipts.job import receipt_markdown

@@ -26,7 +26,7 @@ import duckdb
 import httpx
 import pytest
 
-from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 
 OWNER = "ana.silva@shop.example"
 BIN = Path(sys.executable).parent
@@ -171,7 +171,8 @@ def _load_defs(root: Path) -> dg.Definitions:
 
 
 def test_the_loop_on_a_fresh_project_ends_in_a_verified_receipt(project, idp, tmp_path):
-    from dw_dagster import approve_in_process, records, verify_receipts
+    from dw_dagster import records, verify_receipts
+    from dw_dagster.approval.job import approve_in_process
     from dw_dagster.approval.identity import decision_nonce
     from dw_dagster.approval.identity.oidc import login
     from dw_dagster.core.identity import OidcSettings

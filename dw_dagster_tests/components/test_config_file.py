@@ -151,8 +151,8 @@ def test_an_integration_not_optional_is_there_without_credentials(folder):
 
 def test_the_examples_configurations_validate():
     """Both examples' dataops.yaml files are valid configurations (their own folders as home)."""
-    import dw_dagster.examples.orders.definitions as orders
-    import dw_dagster.examples.store_sales.definitions as store_sales
+    import dw_dagster_examples.orders.definitions as orders
+    import dw_dagster_examples.store_sales.definitions as store_sales
 
     for module in (store_sales, orders):
         cfg = load_dataops_config(module.CONFIG, scope={"home": "/h"})

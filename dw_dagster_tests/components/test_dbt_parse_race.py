@@ -26,7 +26,7 @@ def _parse(project_dir: str) -> None:
 
 def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path):
     project = tmp_path / "dbt_project"
-    shutil.copytree(REPO / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
+    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
     _parse(str(project))  # a first manifest to read
     manifest = project / "target" / "manifest.json"
     assert json.loads(manifest.read_text())["nodes"]

@@ -7,7 +7,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from dw_dagster.testing.cost_workload import Workload
+from dw_dagster_dev.cost_workload import Workload
 
 
 @dataclass

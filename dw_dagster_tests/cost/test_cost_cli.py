@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dw_dagster.cli.main import main
-from dw_dagster.testing import cost_workload as cw
+from dw_dagster_dev import cost_workload as cw
 
 SCHEMA = "SNOWFLAKE.AU_CLI"
 KEYS = {"period", "engine", "metered", "attributed", "idle", "unattributed", "by_model", "by_asset", "by_run",
@@ -19,7 +19,7 @@ ARGS = ["--account-usage", SCHEMA, "--since", "2026-10-01", "--until", "2026-10-
 @pytest.fixture(scope="module")
 def url(fakesnow_server, tmp_path_factory):
     from dw_dagster.databases import database_from_url
-    from dw_dagster.testing.cost_demo import schema_url
+    from dw_dagster_dev.cost_demo import schema_url
 
     base = (f"snowflake://fake:snow@fakesnow/SNOWFLAKE?host=127.0.0.1&port={fakesnow_server['port']}&protocol=http"
             "&login_timeout=20&network_timeout=20")

@@ -47,7 +47,7 @@ def test_draft_snippet_proposes_to_the_owners(tmp_path, monkeypatch):
     import dw_dagster.cost.warehouse as wh
     from dw_dagster.cost.snowflake import SnowflakeCost
     from dw_dagster.databases import LocalDuckDB
-    from dw_dagster.testing import cost_workload as cw
+    from dw_dagster_dev import cost_workload as cw
 
     ns = runpy.run_path(str(SNIPPETS / "cost/draft.py"))
     wl = cw.generate(dt.date(2026, 10, 1), 7, bi_per_hour=2)

@@ -114,7 +114,7 @@ def test_the_tag_the_resource_sets_is_the_tag_the_report_reads(fakesnow_server, 
     from dw_dagster.cost.models import Period
     from dw_dagster.cost.snowflake import SnowflakeCost
     from dw_dagster.databases.snowflake import SnowflakeDatabase
-    from dw_dagster.testing import cost_workload as cw
+    from dw_dagster_dev import cost_workload as cw
 
     sent, original = [], sc.SnowflakeCursor.execute
     monkeypatch.setattr(sc.SnowflakeCursor, "execute",

@@ -1,7 +1,7 @@
 """Snowflake credits per query, reconciled to metering, on fakesnow with seeded account usage tables.
 
 fakesnow has no ``SNOWFLAKE.ACCOUNT_USAGE``; the module seeds stand-in tables (same names and
-columns) from a generated workload (:mod:`dw_dagster.testing.cost_workload`) and compares the report
+columns) from a generated workload (:mod:`dw_dagster_dev.cost_workload`) and compares the report
 with an attribution computed on its own in :mod:`dw_dagster_tests.cost.expected`.
 """
 
@@ -14,7 +14,7 @@ import sqlglot
 
 from dw_dagster.cost.models import CostError, Period
 from dw_dagster.cost.snowflake import SnowflakeCost
-from dw_dagster.testing import cost_workload as cw
+from dw_dagster_dev import cost_workload as cw
 from dw_dagster_tests.cost.expected import expected
 
 SINCE = dt.date(2026, 10, 1)

@@ -4,7 +4,7 @@ and verified over the next period's metered credits.
 fakesnow cannot run ``ALTER WAREHOUSE`` (it does not parse it) and answers ``SHOW WAREHOUSES`` with one
 fixed row. The statements Snowflake would run are tested here as generated text; the flow runs on
 fakesnow with dw_dagster's emulation of the two statements over a seeded settings table
-(:mod:`dw_dagster.testing.fakes.fakesnow_server`), which changes the settings and nothing else: the
+(:mod:`dw_dagster_dev.fakes.fakesnow_server`), which changes the settings and nothing else: the
 metering after a change is seeded by the test from the same workload run with the new setting.
 """
 
@@ -19,7 +19,7 @@ from dw_dagster.core.models import utcnow
 from dw_dagster.cost.models import CostError, Period
 from dw_dagster.cost.warehouse import Rules, Settings, Symptoms, alter_warehouse, draft_warehouse_changes, findings
 from dw_dagster.databases.sql import UnsafeIdentifierError
-from dw_dagster.testing import cost_workload as cw
+from dw_dagster_dev import cost_workload as cw
 
 SCHEMA = "SNOWFLAKE.AU_WH"
 OWNER = "priya.raman@grocer.example"
@@ -88,7 +88,7 @@ def fake_url(fakesnow_server):
 @pytest.fixture
 def seeded(fake_url, tmp_path):
     """A fresh month of the workload in SNOWFLAKE.AU_WH and the warehouses' settings as seeded."""
-    from dw_dagster.testing.cost_demo import EMULATOR_SCHEMA, schema_url
+    from dw_dagster_dev.cost_demo import EMULATOR_SCHEMA, schema_url
     from dw_dagster.databases import database_from_url
 
     wl = cw.generate(SINCE, DAYS, bi_per_hour=4)
@@ -139,7 +139,7 @@ def _flow(fake_url, tmp_path, *, before_approval=None, after_setting=None):
     from dw_dagster.definitions import build_warehouse_change_definitions
     from dw_dagster.proposals.change_sets import propose
     from dw_dagster.repair.steps import step_results
-    from dw_dagster.testing.cost_demo import schema_url
+    from dw_dagster_dev.cost_demo import schema_url
     from dw_dagster.testing.local_daemon import LocalSensorDaemon
     from dw_dagster.databases import database_from_url
 

@@ -7,7 +7,7 @@ import pytest
 from dw_dagster.checks.reconcile import reconcile
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
-from dw_dagster.examples.store_sales import generator as g
+from dw_dagster_examples.store_sales import generator as g
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, load_partition
 
 SCALE = 0.0005

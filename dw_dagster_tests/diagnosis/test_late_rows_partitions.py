@@ -2,7 +2,7 @@
 the asset's own PartitionsDefinition (hourly, zoned days, the fall-back hour), never per UTC date.
 
 Each scenario is built from the definition itself: every partition is loaded over its time window
-as naive UTC (what :func:`dw_dagster.partition_window_utc` gives the load code), a few rows arrive
+as naive UTC (what :func:`dw_dagster.core.windows.partition_window_utc` gives the load code), a few rows arrive
 after their partition's load read the source, and the target lacks exactly those rows.
 """
 
@@ -14,7 +14,7 @@ from urllib.parse import quote
 import dagster as dg
 import pytest
 
-from dw_dagster import partition_window_utc
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster.diagnosis.causes.watermark import PartitionLoad, diagnose_late_rows
 from dw_dagster_tests.conftest import POSTGRES_URL
 

@@ -16,7 +16,7 @@ from dw_dagster.diagnosis.mage_evidence import (
     read_mage_evidence,
 )
 from dw_dagster.integrations.mage import MageClient, MageError
-from dw_dagster.testing.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
+from dw_dagster_dev.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 24)  # the incident window, naive UTC as incidents carry it

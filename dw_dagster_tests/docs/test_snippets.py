@@ -40,7 +40,7 @@ def shop(tmp_path_factory):
     defs_dir = root / "src" / "shop_data" / "defs" / "dataops"
     defs_dir.mkdir(parents=True)
     (root / "pipelines").mkdir()
-    shutil.copytree(ROOT / "dbt_project", root / "dbt_project", ignore=shutil.ignore_patterns("target", "logs"))
+    shutil.copytree(ROOT / "examples" / "dw_dagster_examples" / "dbt_project", root / "dbt_project", ignore=shutil.ignore_patterns("target", "logs"))
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     attributes = yaml.safe_load(snippet("adopt/defs.yaml"))["attributes"]
     (defs_dir / "dataops.yaml").write_text(yaml.safe_dump(attributes))
@@ -209,7 +209,7 @@ def test_demo_json_keys_of_the_orders_page_exist():
     """orders/demo_json.txt names only fields of the orders demo's JSON result."""
     from dataclasses import fields
 
-    from dw_dagster.examples.orders.demo import OrdersDemoResult
+    from dw_dagster_examples.orders.demo import OrdersDemoResult
 
     keys = set(json.loads("{" + snippet("orders/demo_json.txt").strip().rstrip(",") + "}"))
     assert keys <= {f.name for f in fields(OrdersDemoResult)}

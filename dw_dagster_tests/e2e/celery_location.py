@@ -1,6 +1,6 @@
 """The store-sales code location with the loop's jobs on ``dagster-celery`` (loaded by test_celery).
 
-The same location as ``dw_dagster.examples.store_sales.definitions`` (home from
+The same location as ``dw_dagster_examples.store_sales.definitions`` (home from
 ``$DW_STORE_SALES_HOME``), built with ``executor=celery_executor`` on the loopback RabbitMQ broker:
 every step of a repair stage (snapshot, window, rebuild, verify, receipt) is a celery task that a
 worker started by the test runs; the guard stays in front of it.
@@ -9,7 +9,7 @@ worker started by the test runs; the guard stays in front of it.
 import dagster as dg
 from dagster_celery import celery_executor
 
-from dw_dagster.examples.store_sales.definitions import build_definitions
+from dw_dagster_examples.store_sales.definitions import build_definitions
 from dw_dagster_tests.harness.celery_cluster import BROKER
 
 LOCATION = "store_sales_celery"

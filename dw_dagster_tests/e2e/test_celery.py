@@ -32,10 +32,10 @@ from dw_dagster.core import keys as c  # noqa: E402
 from dw_dagster.core import records  # noqa: E402
 from dw_dagster.core.ledger import ledger_for  # noqa: E402
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG  # noqa: E402
-from dw_dagster.examples.store_sales import home as h  # noqa: E402
-from dw_dagster.examples.store_sales.definitions import build_definitions  # noqa: E402
-from dw_dagster.examples.store_sales.demo import OWNER, prepare_incident_data  # noqa: E402
-from dw_dagster.testing.demo import Timeline, demo_approvals, owner_merges, run_job  # noqa: E402
+from dw_dagster_examples.store_sales import home as h  # noqa: E402
+from dw_dagster_examples.store_sales.definitions import build_definitions  # noqa: E402
+from dw_dagster_examples.store_sales.demo import OWNER, prepare_incident_data  # noqa: E402
+from dw_dagster_dev.demo import Timeline, demo_approvals, owner_merges, run_job  # noqa: E402
 from dw_dagster.testing.local_daemon import LocalSensorDaemon  # noqa: E402
 from dw_dagster_tests.e2e.celery_location import CELERY, LOCATION  # noqa: E402
 from dw_dagster_tests.harness.celery_cluster import (  # noqa: E402
@@ -105,7 +105,7 @@ def loop(tmp_path_factory) -> CeleryLoop:
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import WorkspaceFileTarget
 
-    from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+    from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 
     root = tmp_path_factory.mktemp("celery")
     home, dagster_home = root / "store_sales", root / "dagster_home"

@@ -24,12 +24,12 @@ import pytest
 
 from dw_dagster import records
 from dw_dagster.core import keys as c
-from dw_dagster.testing.demo import Timeline, demo_login, run_job
+from dw_dagster_dev.demo import Timeline, demo_login, run_job
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
-from dw_dagster.testing.services import OidcProvider
+from dw_dagster_dev.services import OidcProvider
 from dw_dagster_tests.harness.dagster_dev import BIN, WORKSPACE, dagster_dev, write_instance_yaml
 
-MODULES = {"store_sales": "dw_dagster.examples.store_sales.definitions", "orders": "dw_dagster.examples.orders.definitions"}
+MODULES = {"store_sales": "dw_dagster_examples.store_sales.definitions", "orders": "dw_dagster_examples.orders.definitions"}
 ORDERS_OWNER = "maya.chen@shop.example"
 STORE_SALES_OWNER = "dana.ortiz@grocer.example"
 SCALE = 0.01
@@ -85,9 +85,9 @@ def _failure(instance: dg.DagsterInstance, run_id: str) -> str:
 
 
 def test_the_orders_approver_approves_under_the_orders_code_server(tmp_path):
-    from dw_dagster.examples.orders import paths as orders_paths
-    from dw_dagster.examples.orders.demo import prepare_incident_data
-    from dw_dagster.examples.store_sales import home as store_sales_home
+    from dw_dagster_examples.orders import paths as orders_paths
+    from dw_dagster_examples.orders.demo import prepare_incident_data
+    from dw_dagster_examples.store_sales import home as store_sales_home
 
     root = tmp_path
     dagster_home, orders_home = root / "dagster_home", root / "orders_home"

@@ -3,7 +3,7 @@
 Where ``test_store_sales_e2e`` ticks the sensors in process (``LocalSensorDaemon``), this test starts
 ``dagster dev -w workspace.yaml`` (webserver, daemon, code server; :mod:`.dagster_dev`) on loopback
 against a temporary ``DAGSTER_HOME`` and ``DW_STORE_SALES_HOME`` holding the incident's data
-(:func:`~dw_dagster.examples.store_sales.demo.prepare_incident_data`, scale 0.002), and drives it
+(:func:`~dw_dagster_examples.store_sales.demo.prepare_incident_data`, scale 0.002), and drives it
 the way an operator does:
 
 1. ``startSensor`` (GraphQL) sets ``dw_check_incident_sensor`` and ``dw_remediation_sensor`` running;
@@ -41,13 +41,13 @@ import dagster as dg
 import pytest
 
 from dw_dagster.core import keys as c
-from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.demo import OWNER, prepare_incident_data
+from dw_dagster_examples.store_sales import home as h
+from dw_dagster_examples.store_sales.demo import OWNER, prepare_incident_data
 from dw_dagster.core.models import Approval, ChangeSet, Receipt
 from dw_dagster.core import records
 from dw_dagster.proposals.watermark import apply_change_set
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
-from dw_dagster.testing.demo import Timeline
+from dw_dagster_dev.demo import Timeline
 from dw_dagster_tests.harness.dagster_dev import DagsterDev, dagster_dev, postgres_database, write_instance_yaml
 
 SCALE = 0.002
@@ -332,7 +332,7 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         _prepare(home, instance, log)
         mark("prepared", f"incident data at scale {SCALE} in {home}")
 
-        from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+        from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 
         idp = start_oidc_server(users={e: {"sub": f"sub-{e.split('@')[0]}", "email_verified": True}
                                        for e in (OWNER, "sam.lee@grocer.example")},
@@ -496,7 +496,7 @@ def _cli_attacks(home: Path, dagster_home: Path, issuer: str, cs: ChangeSet) -> 
     from dw_dagster_tests.harness.dagster_dev import BIN, WORKSPACE
 
     env = {**_dev_env(home, issuer), "DAGSTER_HOME": str(dagster_home)}
-    module = ["-m", "dw_dagster.examples.store_sales.definitions", "-a", "defs"]
+    module = ["-m", "dw_dagster_examples.store_sales.definitions", "-a", "defs"]
     out = {}
     for name, args in (
         ("dagster job execute (window job)", ["job", "execute", *module, "-j", "dw_rerun_window", "--tags",

@@ -29,7 +29,7 @@ from dw_dagster.core import records
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import ChangeSet, Incident, utcnow
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
 from dw_dagster_tests.harness.asgi_server import serve
 from dw_dagster_tests.harness.dagster_dev import dagster_dev, write_instance_yaml
 

@@ -41,13 +41,13 @@ from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.checks.volume import volume_scores
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.diagnosis.causes.dead_letter import DeadLetterTable, diagnose_required_nulls
-from dw_dagster.examples.orders import cdc
-from dw_dagster.examples.orders import generator as g
-from dw_dagster.examples.orders import sink as sk
+from dw_dagster_examples.orders import cdc
+from dw_dagster_examples.orders import generator as g
+from dw_dagster_examples.orders import sink as sk
 from dw_dagster.diagnosis.sink_diagnoser import column_modes
 from dw_dagster.repair.replay import ReplayRefused, ReplaySpec, classify, replay_dead_letter, verify_replay
-from dw_dagster.examples.orders.source import write_source
-from dw_dagster.examples.orders.verify import gift_card_gmv_compare
+from dw_dagster_examples.orders.source import write_source
+from dw_dagster_examples.orders.verify import gift_card_gmv_compare
 from dw_dagster.repair.migrations import generate_migration
 from dw_dagster.repair.migrations import apply_migration, check_guards
 from dw_dagster.repair.migrations import MigrationRefused, SetNullability

@@ -14,11 +14,11 @@ import pytest
 from dw_dagster.core import keys as c
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.core.domains import DOMAINS_FILE_ENV
-from dw_dagster.examples.orders import generator as g
-from dw_dagster.examples.orders import home as h
-from dw_dagster.examples.orders import paths as p
-from dw_dagster.examples.orders.demo import NOT_LISTED, OWNER, run_orders_demo
-from dw_dagster.testing.demo import Timeline
+from dw_dagster_examples.orders import generator as g
+from dw_dagster_examples.orders import home as h
+from dw_dagster_examples.orders import paths as p
+from dw_dagster_examples.orders.demo import NOT_LISTED, OWNER, run_orders_demo
+from dw_dagster_dev.demo import Timeline
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
 from dw_dagster.core import records
@@ -251,7 +251,7 @@ def test_verification_checks_and_receipts(loop):
 def test_rerunning_the_replay_by_hand_is_refused_and_nothing_else_runs(loop):
     """The replay step launched again by hand (its config, or the tags of the real run copied) is
     refused before it touches the warehouse: a stage runs once, and only when the sensor dispatched it."""
-    from dw_dagster.examples.orders.definitions import build_definitions
+    from dw_dagster_examples.orders.definitions import build_definitions
 
     result, instance, home = loop
     cs = change_set(instance)

@@ -48,15 +48,15 @@ import yaml
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.ledger import ledger_for
-from dw_dagster.examples.store_sales import home as h
+from dw_dagster_examples.store_sales import home as h
 from dw_dagster.repair.guard import TICKET_TAG, run_origin
-from dw_dagster.testing.demo import Timeline
+from dw_dagster_dev.demo import Timeline
 from dw_dagster_tests.e2e.test_daemon_e2e import OWNER, _owner_token, _prepare, _refresh_manifest, _region_gaps
 from dw_dagster_tests.harness.dagster_dev import postgres_database, write_instance_yaml
 from dw_dagster_tests.harness.dagster_services import DagsterServices, Location, dagster_services
 from dw_dagster_tests.harness.tcp_proxy import TcpProxy
 
-MODULE = "dw_dagster.examples.store_sales.definitions"
+MODULE = "dw_dagster_examples.store_sales.definitions"
 PROD, STAGING = "store_sales", "store_sales_staging"
 SENSOR = "dw_remediation_sensor"
 CUT_SECONDS = 20
@@ -217,10 +217,10 @@ def _staging_home(prod: Path, staging: Path) -> None:
 
 def _run_scenario(root: Path) -> Scenario:
     from dw_dagster.approval.job import approve_in_process
-    from dw_dagster.examples.store_sales.definitions import build_definitions
+    from dw_dagster_examples.store_sales.definitions import build_definitions
     from dw_dagster.proposals.watermark import apply_change_set
     from dw_dagster.receipts.chain import verify_receipts
-    from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+    from dw_dagster_dev.fakes.oidc_server import start_oidc_server
     from dw_dagster.testing.local_daemon import LocalSensorDaemon
 
     t0 = time.monotonic()

@@ -8,10 +8,10 @@ import pytest
 
 from dw_dagster.core import keys as c
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.definitions import build_definitions
-from dw_dagster.examples.store_sales.demo import OWNER, run_store_sales_demo
-from dw_dagster.testing.demo import Timeline
+from dw_dagster_examples.store_sales import home as h
+from dw_dagster_examples.store_sales.definitions import build_definitions
+from dw_dagster_examples.store_sales.demo import OWNER, run_store_sales_demo
+from dw_dagster_dev.demo import Timeline
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core import records
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG

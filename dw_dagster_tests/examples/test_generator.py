@@ -1,6 +1,6 @@
 import datetime as dt
 
-from dw_dagster.examples.store_sales import generator as g
+from dw_dagster_examples.store_sales import generator as g
 
 
 def test_calibration_at_full_scale_matches_the_incident():

@@ -12,8 +12,8 @@ from decimal import Decimal
 import pytest
 
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.examples.orders import cdc, generator as g
-from dw_dagster.examples.orders import sink as sk
+from dw_dagster_examples.orders import cdc, generator as g
+from dw_dagster_examples.orders import sink as sk
 from dw_dagster_tests.harness.mariadb_server import mariadb_server
 
 SCALE = 0.005

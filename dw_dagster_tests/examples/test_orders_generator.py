@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from dw_dagster.checks.volume import score_days
-from dw_dagster.examples.orders import generator as g
+from dw_dagster_examples.orders import generator as g
 
 
 def test_calibration_at_full_scale_matches_the_incident():

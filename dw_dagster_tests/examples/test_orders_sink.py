@@ -13,8 +13,8 @@ from dw_dagster.databases import sql
 from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.checks.volume import volume_scores
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.examples.orders import cdc, generator as g
-from dw_dagster.examples.orders import sink as sk
+from dw_dagster_examples.orders import cdc, generator as g
+from dw_dagster_examples.orders import sink as sk
 
 SCALE = 0.005
 REASON = "shipping_country: missing required field"

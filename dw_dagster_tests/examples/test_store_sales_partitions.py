@@ -9,8 +9,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dw_dagster.examples.store_sales import home as h
-from dw_dagster.examples.store_sales.definitions import partitions_for
+from dw_dagster_examples.store_sales import home as h
+from dw_dagster_examples.store_sales.definitions import partitions_for
 
 
 def test_the_home_chooses_the_partitions(tmp_path):

@@ -144,7 +144,7 @@ def test_post_after_5xx_is_not_replayed_but_after_429_is(vendor):
 
 @pytest.fixture(scope="module")
 def paging_fake():
-    from dw_dagster.testing.fakes.paging_server import start_paging_server
+    from dw_dagster_dev.fakes.paging_server import start_paging_server
 
     server, url = start_paging_server()
     yield server, url
@@ -153,7 +153,7 @@ def paging_fake():
 
 def _opsgenie(url):
     from dw_dagster.integrations.opsgenie import OpsgenieResource
-    from dw_dagster.testing.fakes.paging_server import DEFAULT_OPSGENIE_KEY
+    from dw_dagster_dev.fakes.paging_server import DEFAULT_OPSGENIE_KEY
 
     return OpsgenieResource(api_key=DEFAULT_OPSGENIE_KEY, base_url=url, timeout_s=2.0, retry_attempts=2,
                             retry_base_wait_s=0.01, retry_max_wait_s=0.05)
@@ -165,7 +165,7 @@ def test_opsgenie_notes_never_come_back_partial(paging_fake):
     tell. Opsgenie's ``list_notes`` returned the first pages silently; ``add_note(ref=...)`` looks
     its marker up there before posting, so a marker past the cap meant a second note. Right answer
     (the fake's own notes): the full list when the pages suffice, else an error, never a part."""
-    from dw_dagster.testing.fakes.paging_server import _og_add_note
+    from dw_dagster_dev.fakes.paging_server import _og_add_note
 
     server, url = paging_fake
     server.state.reset()

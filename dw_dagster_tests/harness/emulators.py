@@ -164,7 +164,7 @@ def _serve_fakesnow(host: str, port: int) -> None:
 
     _patch_fakesnow_exact_sum()
     # SHOW WAREHOUSES / ALTER WAREHOUSE from a seeded SNOWFLAKE.DW_FAKESNOW.WAREHOUSES (cost tests)
-    from dw_dagster.testing.fakes.fakesnow_server import patch_warehouse_emulation
+    from dw_dagster_dev.fakes.fakesnow_server import patch_warehouse_emulation
 
     patch_warehouse_emulation()
     stop = threading.Event()

@@ -5,7 +5,7 @@ import datetime as dt
 from pathlib import Path
 
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.testing.fakes.lightup_server import FakeLightup, FakeLightupServer, seed_store_sales
+from dw_dagster_dev.fakes.lightup_server import FakeLightup, FakeLightupServer, seed_store_sales
 
 DAY = 86400
 #: the tables' days: 2026-11-20 .. 2026-11-24; Southwest is missing in the target from 11-23

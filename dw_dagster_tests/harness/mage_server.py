@@ -24,7 +24,7 @@ client's renewal is exercised; it is ready when ``GET /api/status`` reports the 
 and its whole process group (server, scheduler, kernel) is stopped afterwards.
 
 :class:`MageAdmin` makes what the tests read, through Mage's REST API, the same way on the real
-server and on the fake (``dw_dagster.testing.fakes.mage_server``): a batch pipeline with one
+server and on the fake (``dw_dagster_dev.fakes.mage_server``): a batch pipeline with one
 loader block (:data:`LOADER_BLOCK`: it fails when the run's variables hold a truthy ``fail``), an
 API trigger, and runs started with the trigger's token.
 """

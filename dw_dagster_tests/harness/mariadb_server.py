@@ -147,7 +147,7 @@ def private_server(timeout: float = 60.0) -> Iterator[MariaDBServer]:
 
 def shared_server_with_binlog(url: str = SHARED_URL) -> MariaDBServer | None:
     """The server at ``url`` if it is reachable and its binary log is row-based; else None."""
-    from dw_dagster.examples.orders.cdc import BinlogSource, CdcConfigError, MySQLConnection
+    from dw_dagster_examples.orders.cdc import BinlogSource, CdcConfigError, MySQLConnection
 
     conn = MySQLConnection.from_url(url)
     try:

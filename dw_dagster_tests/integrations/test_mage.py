@@ -1,6 +1,6 @@
 """MageClient / MageResource and the Mage evidence (runs_in_window, wait_for_run_after) against the fake Mage.
 
-The fake (``dw_dagster.testing.fakes.mage_server``) is checked against a real Mage server in
+The fake (``dw_dagster_dev.fakes.mage_server``) is checked against a real Mage server in
 ``test_mage_real.py``; these tests drive every path of the client quickly, faults included.
 """
 
@@ -28,7 +28,7 @@ from dw_dagster.integrations.mage import (
     summarize_log,
 )
 from dw_dagster.integrations.mage_runs import MageTimeline, runs_in_window, wait_for_run_after
-from dw_dagster.testing.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
+from dw_dagster_dev.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 from dw_dagster_tests.harness.mage_server import FAIL_MESSAGE, MageAdmin
 
 FAST = RetryPolicy(attempts=3, base_wait_s=0.01, max_wait_s=0.05, timeout_s=5.0)
@@ -557,7 +557,7 @@ def test_resource_without_url_or_with_half_the_credentials(monkeypatch):
 
 
 def test_fake_runs_as_its_own_process():
-    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.testing.fakes.mage_server", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster_dev.fakes.mage_server", "--port", "0"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         info = json.loads(proc.stdout.readline())

@@ -23,7 +23,7 @@ from dw_dagster.integrations.mage import MageApiError, MageClient, MageRun
 from dw_dagster.integrations.mage_runs import runs_in_window, wait_for_run_after
 from dw_dagster.diagnosis.mage_evidence import GREEN_SENTENCE, PROBLEM_FACTOR, MageSource, read_mage_evidence
 from dw_dagster.repair.mage_rerun import wait_for_reruns
-from dw_dagster.testing.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
+from dw_dagster_dev.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 from dw_dagster_tests.harness.mage_server import (
     FAIL_MESSAGE,
     MAGE_API_KEY,

@@ -26,8 +26,8 @@ from dw_dagster.integrations.servicenow import ServiceNowResource
 from dw_dagster.integrations.slack import SlackResource
 from dw_dagster.integrations.tickets import adf_text
 from dw_dagster.lineage.sensitive import mask_diagnosis, rules_from
-from dw_dagster.testing.fakes.paging_server import DEFAULT_OPSGENIE_KEY, DEFAULT_SLACK_TOKEN, start_paging_server
-from dw_dagster.testing.fakes.tickets_server import DEFAULT_JIRA_USER, DEFAULT_SNOW_USER, FakeTicketsServer
+from dw_dagster_dev.fakes.paging_server import DEFAULT_OPSGENIE_KEY, DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.tickets_server import DEFAULT_JIRA_USER, DEFAULT_SNOW_USER, FakeTicketsServer
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 
 SECRET_EMAIL, SECRET_CARD = "jo.shopper@mail.example", "4111111111111111"

@@ -22,7 +22,7 @@ from dw_dagster.integrations.pagerduty import PagerDutyResource
 from dw_dagster.integrations.paging import dedup_key_for
 from dw_dagster.integrations.slack import SlackResource
 from dw_dagster.receipts.job import _outcome
-from dw_dagster.testing.fakes.paging_server import (
+from dw_dagster_dev.fakes.paging_server import (
     DEFAULT_OPSGENIE_KEY,
     DEFAULT_PAGERDUTY_TOKEN,
     DEFAULT_PAGERDUTY_USERS,

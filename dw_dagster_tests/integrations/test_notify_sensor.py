@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from dw_dagster.core import keys as c
-from dw_dagster.testing.fakes.paging_server import (
+from dw_dagster_dev.fakes.paging_server import (
     DEFAULT_OPSGENIE_KEY,
     DEFAULT_PAGERDUTY_TOKEN,
     DEFAULT_PAGERDUTY_USERS,

@@ -16,7 +16,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from dw_dagster.testing.fakes.paging_server import (
+from dw_dagster_dev.fakes.paging_server import (
     DEFAULT_OPSGENIE_KEY,
     DEFAULT_PAGERDUTY_TOKEN,
     DEFAULT_PAGERDUTY_USERS,
@@ -378,7 +378,7 @@ def test_resources_take_credentials_from_env_vars(url, state, monkeypatch):
 
 
 def test_fake_runs_as_its_own_process():
-    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster.testing.fakes.paging_server", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "dw_dagster_dev.fakes.paging_server", "--port", "0"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         base = proc.stdout.readline().strip()

@@ -7,7 +7,7 @@ import httpx
 import pytest
 import yaml
 
-from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import BlastRadius, ChangeSet, ExposureRef, FileChange, ImpactedNode, Receipt
 from dw_dagster.integrations.slack import (
@@ -314,7 +314,7 @@ def test_a_message_without_ref_is_not_reposted_after_a_500(slack, state):
 
 
 def test_missing_history_scope_is_a_clear_error_and_nothing_is_reposted(fake):
-    from dw_dagster.testing.fakes.paging_server import Credentials
+    from dw_dagster_dev.fakes.paging_server import Credentials
 
     server, url = start_paging_server(credentials=Credentials(slack_scopes={"chat:write"}))
     try:

@@ -27,7 +27,7 @@ from dw_dagster.integrations.notify_people import unreachable
 from dw_dagster.integrations.slack import SlackResource
 from dw_dagster.integrations.slack_direct import BoundedRateLimitHandler
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_tests.harness.asgi_server import serve
 

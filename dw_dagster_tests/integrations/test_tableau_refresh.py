@@ -14,7 +14,7 @@ from dw_dagster.core.models import ExposureRef, Receipt
 from dw_dagster.core.http import HttpApiError, RetryPolicy
 from dw_dagster.integrations.bi_refresh import refresh_dashboards
 from dw_dagster.integrations.tableau import TableauClient, TableauRefreshFailed
-from dw_dagster.testing.fakes.tableau_server import FakeTableau, FakeTableauServer
+from dw_dagster_dev.fakes.tableau_server import FakeTableau, FakeTableauServer
 
 FAST = RetryPolicy(attempts=2, base_wait_s=0.01, max_wait_s=0.02, timeout_s=5)
 

@@ -22,7 +22,7 @@ from dw_dagster.integrations.lightup import LightupResource
 from dw_dagster.integrations.notifications import build_notification_sensor, notifications
 from dw_dagster.integrations.servicenow import ServiceNowResource
 from dw_dagster.integrations.tickets import adf_text
-from dw_dagster.testing.fakes.tickets_server import DEFAULT_JIRA_USER, DEFAULT_SNOW_USER, FakeTicketsServer
+from dw_dagster_dev.fakes.tickets_server import DEFAULT_JIRA_USER, DEFAULT_SNOW_USER, FakeTicketsServer
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_tests.harness.lightup_fixtures import epoch, fake_lightup
 

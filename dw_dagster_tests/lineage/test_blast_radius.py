@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 def example_manifest(tmp_path_factory):
     target = tmp_path_factory.mktemp("dbt_target")
     dbt = Path(sys.executable).parent / "dbt"
-    subprocess.run([str(dbt), "parse", "--quiet", "--project-dir", str(REPO / "dbt_project"), "--profiles-dir",
-                    str(REPO / "dbt_project"), "--target-path", str(target), "--log-path", str(target / "logs")], check=True,
+    subprocess.run([str(dbt), "parse", "--quiet", "--project-dir", str(REPO / "examples" / "dw_dagster_examples" / "dbt_project"), "--profiles-dir",
+                    str(REPO / "examples" / "dw_dagster_examples" / "dbt_project"), "--target-path", str(target), "--log-path", str(target / "logs")], check=True,
                    env={"DW_WAREHOUSE_PATH": str(target / "w.duckdb"), "PATH": "/usr/bin:/bin", "HOME": str(target)})
     return json.loads((target / "manifest.json").read_text())
 

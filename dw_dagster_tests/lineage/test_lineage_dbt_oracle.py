@@ -29,7 +29,7 @@ CLI = Path(sys.executable).parent / "dw-dagster"
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     d = tmp_path_factory.mktemp("example") / "dbt_project"
-    shutil.copytree(REPO / "dbt_project", d, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages", ".user.yml"))
+    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", d, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages", ".user.yml"))
     proj = SyntheticProject(project_dir=d, models=3)
     return proj, json.loads(proj.parse().read_text())
 

@@ -29,8 +29,8 @@ DBT = Path(sys.executable).parent / "dbt"
 @pytest.fixture(scope="module")
 def example_manifest(tmp_path_factory):
     target = tmp_path_factory.mktemp("dbt_target")
-    subprocess.run([str(DBT), "parse", "--quiet", "--project-dir", str(REPO / "dbt_project"), "--profiles-dir",
-                    str(REPO / "dbt_project"), "--target-path", str(target), "--log-path", str(target / "logs")], check=True,
+    subprocess.run([str(DBT), "parse", "--quiet", "--project-dir", str(REPO / "examples" / "dw_dagster_examples" / "dbt_project"), "--profiles-dir",
+                    str(REPO / "examples" / "dw_dagster_examples" / "dbt_project"), "--target-path", str(target), "--log-path", str(target / "logs")], check=True,
                    env={"DW_WAREHOUSE_PATH": str(target / "w.duckdb"), "PATH": "/usr/bin:/bin", "HOME": str(target)})
     return json.loads((target / "manifest.json").read_text())
 
@@ -65,7 +65,7 @@ def _defs(manifest, translator=None):
 
     return dg.Definitions(assets=[pos, store_sales_line, store_sales_dbt, pnl_extract, weather],
                           asset_checks=[region_compare, pnl_ties_out],
-                          resources={"dbt": DbtCliResource(project_dir=str(REPO / "dbt_project"), dbt_executable=str(DBT))})
+                          resources={"dbt": DbtCliResource(project_dir=str(REPO / "examples" / "dw_dagster_examples" / "dbt_project"), dbt_executable=str(DBT))})
 
 
 def test_non_dbt_asset_reaches_dbt_models_through_the_source(example_manifest):
@@ -132,7 +132,7 @@ def test_the_example_code_location(tmp_path):
     """The real store-sales code location (dbt parse, @dbt_assets, checks), built in a fresh child process."""
     script = (
         "import json\n"
-        "from dw_dagster.examples.store_sales.definitions import build_definitions\n"
+        "from dw_dagster_examples.store_sales.definitions import build_definitions\n"
         "defs = build_definitions()\n"
         "from dw_dagster.lineage import lineage_graph, select_nodes, blast_radius\n"
         "g = lineage_graph(defs)\n"

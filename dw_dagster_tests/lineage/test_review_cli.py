@@ -18,7 +18,7 @@ from dw_dagster.cli.main import main
 from dw_dagster.lineage.review import review_manifests
 from dw_dagster.lineage.review_models import Review
 from dw_dagster.lineage.review_report import MARKER
-from dw_dagster.testing.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
+from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging_server
 
 CHANNEL = "C0DATAOPS1"
 

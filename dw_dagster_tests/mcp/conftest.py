@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 STORE_SALES_ONLY = """load_from:
   - python_module:
-      module_name: dw_dagster.examples.store_sales.definitions
+      module_name: dw_dagster_examples.store_sales.definitions
       attribute: defs
       location_name: store_sales
 """

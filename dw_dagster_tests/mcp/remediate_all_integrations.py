@@ -36,7 +36,7 @@ INTEGRATIONS_ENV = {
 }
 WORKSPACE = """load_from:
   - python_module:
-      module_name: dw_dagster.examples.store_sales.definitions
+      module_name: dw_dagster_examples.store_sales.definitions
       attribute: defs
       location_name: store_sales
 """
@@ -46,8 +46,8 @@ def main(workdir: Path) -> dict:
     import anyio
     import dagster as dg
 
-    from dw_dagster.examples.store_sales import home as h
-    from dw_dagster.examples.store_sales.demo import prepare_incident_data
+    from dw_dagster_examples.store_sales import home as h
+    from dw_dagster_examples.store_sales.demo import prepare_incident_data
 
     home = workdir / "store_sales"
     os.environ[h.HOME_ENV] = str(home)

@@ -76,7 +76,7 @@ def test_http_refuses_to_start_without_authentication(demo_env, store_sales_work
 
 @pytest.fixture
 def idp():
-    from dw_dagster.testing.fakes.oidc_server import start_oidc_server
+    from dw_dagster_dev.fakes.oidc_server import start_oidc_server
 
     server = start_oidc_server(users={"dev@grocer.example": {"sub": "sub-dev", "email_verified": True}})
     yield server

@@ -23,8 +23,8 @@ OWNER, NOT_LISTED = "dana.ortiz@grocer.example", "sam.lee@grocer.example"
 @pytest.fixture(scope="module")
 def fresh_incident(demo_env, tmp_path_factory):
     """A new store-sales home and instance with the incident opened by the check incident sensor, undiagnosed."""
-    from dw_dagster.examples.store_sales import home as h
-    from dw_dagster.examples.store_sales.demo import prepare_incident_data
+    from dw_dagster_examples.store_sales import home as h
+    from dw_dagster_examples.store_sales.demo import prepare_incident_data
 
     work = tmp_path_factory.mktemp("mcp_remediate")
     home = work / "store_sales"
@@ -63,10 +63,10 @@ def fresh_incident(demo_env, tmp_path_factory):
 def test_a_proposal_from_remediate_runs_nothing_until_a_listed_person_approves(fresh_incident):
     from dw_dagster.approval.job import approve_in_process
     from dw_dagster.core.ledger import ledger_for
-    from dw_dagster.examples.store_sales import home as h
-    from dw_dagster.examples.store_sales.definitions import build_definitions
-    from dw_dagster.testing.demo import demo_login
-    from dw_dagster.testing.services import OidcProvider
+    from dw_dagster_examples.store_sales import home as h
+    from dw_dagster_examples.store_sales.definitions import build_definitions
+    from dw_dagster_dev.demo import demo_login
+    from dw_dagster_dev.services import OidcProvider
     from dw_dagster.proposals.watermark import apply_change_set
     from dw_dagster.testing.local_daemon import LocalSensorDaemon
 

@@ -143,7 +143,7 @@ async def test_get_root_cause_walks_from_lightup_to_the_runs_and_the_rows(server
 
 
 async def test_blast_radius_equals_the_cli_and_dbt_ls(server, demo_env):
-    from dw_dagster.examples.store_sales import home as h
+    from dw_dagster_examples.store_sales import home as h
 
     out, err = await call(server, "blast_radius_analysis", {"node": "store_sales_line"})
     assert err is None, err

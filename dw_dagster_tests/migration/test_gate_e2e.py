@@ -27,9 +27,9 @@ from dw_dagster.core.ledger import ledger_for
 from dw_dagster.databases import DuckDBDatabase, SqlAlchemyDatabase
 from dw_dagster.migration.state import gate_record
 from dw_dagster.migration.status import migration_status, table_wave
-from dw_dagster.testing.demo import Timeline, demo_login, run_repair_stages
+from dw_dagster_dev.demo import Timeline, demo_login, run_repair_stages
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
-from dw_dagster.testing.services import OidcProvider
+from dw_dagster_dev.services import OidcProvider
 from dw_dagster_tests.conftest import POSTGRES_URL
 
 OWNER, COLLEAGUE = "dana.ortiz@grocer.example", "sam.lee@grocer.example"

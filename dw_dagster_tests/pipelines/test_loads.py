@@ -89,7 +89,8 @@ def test_load_metadata_leads_with_a_one_line_summary():
     """Materializations have no description: the first metadata entry says what the event is."""
     import datetime as dt
 
-    from dw_dagster import LoadResult, load_metadata
+    from dw_dagster import load_metadata
+    from dw_dagster.pipelines.incremental import LoadResult
 
     def result(day: int, low, read: int, inserted: int | None):
         start = dt.datetime(2026, 11, day)

@@ -36,7 +36,7 @@ from dw_dagster.proposals.watermark import (
 )
 from dw_dagster_tests.proposals.world import NOW, OWNER, diagnosis, domain, git_repo, incident, late_rows
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "dw_dagster" / "examples" / "store_sales" / "pipelines" / "store_sales_line.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dw_dagster_examples" / "store_sales" / "pipelines" / "store_sales_line.yaml"
 PIPELINE = "pipelines/store_sales_line.yaml"
 DAILY = dg.DailyPartitionsDefinition(start_date="2026-11-01")
 TEST = DbtCountTest(model="daily_sales", count_column="line_count", source_name="pos", source_table="sales_line",

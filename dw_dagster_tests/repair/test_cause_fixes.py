@@ -52,7 +52,7 @@ from dw_dagster.repair.new_tests import build_new_tests_check
 from dw_dagster.repair.sensor import build_remediation_sensor
 from dw_dagster.repair.steps import build_step_jobs
 from dw_dagster.repair.undo import build_undo_jobs
-from dw_dagster.testing.fakes.tableau_server import FakeTableau, FakeTableauServer
+from dw_dagster_dev.fakes.tableau_server import FakeTableau, FakeTableauServer
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 
 OWNER = "dana.ortiz@grocer.example"

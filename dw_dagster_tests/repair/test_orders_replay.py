@@ -1,4 +1,4 @@
-"""The guarded replay of parked orders (dw_dagster/examples/orders/replay.py) on embedded DuckDB.
+"""The guarded replay of parked orders (examples/dw_dagster_examples/orders/replay.py) on embedded DuckDB.
 
 The orders stream is sunk once at a small scale (its gift-card orders from the release parked in
 analytics.orders_dlq); each test works on its own copy of that warehouse.
@@ -13,9 +13,9 @@ import sqlglot
 
 from dw_dagster.databases import sql
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.examples.orders import cdc
-from dw_dagster.examples.orders import generator as g
-from dw_dagster.examples.orders import sink as sk
+from dw_dagster_examples.orders import cdc
+from dw_dagster_examples.orders import generator as g
+from dw_dagster_examples.orders import sink as sk
 from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.repair.replay import (
     ReplayRefused,

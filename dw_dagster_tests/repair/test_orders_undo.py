@@ -7,12 +7,12 @@ import pytest
 
 from dw_dagster.databases import DuckDBDatabase
 from dw_dagster.core.domains import DOMAINS_FILE_ENV
-from dw_dagster.examples.orders import home as h
-from dw_dagster.examples.orders import paths as p
-from dw_dagster.examples.orders.definitions import build_definitions
-from dw_dagster.examples.orders.demo import OWNER, run_orders_demo
-from dw_dagster.testing.demo import demo_login
-from dw_dagster.testing.services import OidcProvider
+from dw_dagster_examples.orders import home as h
+from dw_dagster_examples.orders import paths as p
+from dw_dagster_examples.orders.definitions import build_definitions
+from dw_dagster_examples.orders.demo import OWNER, run_orders_demo
+from dw_dagster_dev.demo import demo_login
+from dw_dagster_dev.services import OidcProvider
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core import records
 from dw_dagster.approval.job import approve_in_process

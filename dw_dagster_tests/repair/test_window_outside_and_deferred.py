@@ -22,7 +22,7 @@ import dagster as dg
 import pytest
 from click.testing import CliRunner
 
-from dw_dagster import partition_window_utc
+from dw_dagster.core.windows import partition_window_utc
 from dw_dagster.approval.job import approve_in_process
 from dw_dagster.approval.server import _change_set_html
 from dw_dagster.checks import build_reconciliation_checks

@@ -1,6 +1,7 @@
 import dagster as dg
 
-from dw_dagster import DatabaseResource, EmailNotifier, build_access_definitions
+from dw_dagster import DatabaseResource, build_access_definitions
+from dw_dagster.access import EmailNotifier
 
 access = build_access_definitions(
     databases={"warehouse": DatabaseResource(url=dg.EnvVar("WAREHOUSE_ADMIN_URL"))},  # a role that may GRANT and REVOKE

@@ -1,4 +1,4 @@
-from dw_dagster import review_manifests
+from dw_dagster.lineage import review_manifests
 
 review = review_manifests("base-target", "head-target", domains="domains.yaml")   # a pydantic Review
 review.state_modified_plus, review.columns, review.sensitive, review.domains

@@ -1,4 +1,6 @@
-from dw_dagster import SetNullability, apply_migration, database_from_url, generate_migration, read_table_schema
+from dw_dagster import database_from_url
+from dw_dagster.repair.migrations import SetNullability, apply_migration, generate_migration
+from dw_dagster.databases.catalog import read_table_schema
 
 db = database_from_url("duckdb:///warehouse.duckdb")  # or bigquery://acme-dw/analytics, snowflake://...
 m = generate_migration(SetNullability(table="analytics.orders", column="shipping_country", nullable=True),

@@ -1,4 +1,5 @@
-from dw_dagster import VolumeTable, build_volume_sensor, days_ago
+from dw_dagster import VolumeTable, build_volume_sensor
+from dw_dagster.detection.volume import days_ago
 
 volume = build_volume_sensor(
     tables=[VolumeTable("pos.sales_line", "store_sales_line"),                        # catalog row count
