@@ -117,3 +117,26 @@ def test_a_type_the_stream_cannot_read(tmp_path, postgres, pg_schema):
     assert r.transfer == "bisect" and r.identical
     with pytest.raises(ValueError, match="transfer must be one of"):
         row_diff_across(postgres, duck, f"{pg_schema}.j", "j", ["id"], transfer="fast")
+
+
+def test_docs_snippet_row_diff_transfer(tmp_path, monkeypatch, postgres, capsys):
+    """docs/snippets/checks/row_diff_transfer.py: both paths run against a PostgreSQL schema and a DuckDB copy."""
+    import runpy
+    from pathlib import Path
+
+    from dw_dagster_tests.conftest import POSTGRES_URL
+
+    postgres.execute("DROP SCHEMA IF EXISTS sales_src CASCADE; CREATE SCHEMA sales_src; CREATE TABLE sales_src.orders "
+                     "(order_id INT, total NUMERIC(10, 2)); INSERT INTO sales_src.orders VALUES (1, 9.99), (2, 5.00), (3, 1.00)")
+    try:
+        duck = DuckDBDatabase(tmp_path / "warehouse.duckdb")
+        duck.execute("CREATE SCHEMA sales_src; CREATE TABLE sales_src.orders (order_id INT, total DECIMAL(10, 2)); "
+                     "INSERT INTO sales_src.orders VALUES (1, 9.99), (2, 5.01), (4, 1.00)")
+        monkeypatch.setenv("SHOP_PG_URL", POSTGRES_URL)
+        monkeypatch.chdir(tmp_path)
+        runpy.run_path(str(Path(__file__).resolve().parents[2] / "docs" / "snippets" / "checks" / "row_diff_transfer.py"))
+    finally:
+        postgres.execute("DROP SCHEMA sales_src CASCADE")
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["stream", "bisect"]
+    assert all(ln.split()[2:] == ["1", "1", "1"] and int(ln.split()[1]) > 0 for ln in lines)

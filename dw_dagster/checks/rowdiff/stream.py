@@ -40,7 +40,11 @@ TRANSFERS = ("auto", "stream", "bisect")
 #: measured at 3 to 11 µs a row on PostgreSQL): at about 50 bytes a row, above 5 to 16 MB/s.
 STREAM_MIN_MBPS = 5.0
 #: rows the bandwidth probe reads
-PROBE_ROWS = 100_000
+PROBE_ROWS = 20_000
+#: seconds a database's measured rate is reused (a wave of table pairs probes each database once)
+PROBE_TTL_S = 300.0
+_probed: dict[str, tuple[float, float]] = {}
+_probe_lock = threading.Lock()
 #: the local DuckDB's memory limit (it spills to its temporary directory beyond)
 LOCAL_MEMORY = "512MB"
 # PostgreSQL types the stream reads into the same local types as the bisect path's download
@@ -225,7 +229,12 @@ class _Local:
 
 def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> float:
     """MB/s of ``source``'s stream over the first ``rows`` rows of ``rel`` (Arrow bytes read over the
-    seconds from the query to its last row; opening the connection not counted)."""
+    seconds from the query to its last row; opening the connection not counted). A database's rate
+    is measured once per :data:`PROBE_TTL_S` seconds and reused (keyed by its name)."""
+    with _probe_lock:
+        seen = _probed.get(source.name)
+    if seen is not None and time.monotonic() - seen[0] < PROBE_TTL_S:
+        return seen[1]
     side = _Reader(source, _select(source, rel, rows), {})
     t0 = time.perf_counter()
     try:
@@ -235,7 +244,11 @@ def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> float:
                 pass
     finally:
         side.close()
-    return side.bytes / 1e6 / max(time.perf_counter() - max(t0, side.started), 1e-6)
+    mbps = side.bytes / 1e6 / max(time.perf_counter() - max(t0, side.started), 1e-6)
+    if side.rows >= min(rows, 1000):  # too few rows say nothing about the link
+        with _probe_lock:
+            _probed[source.name] = (time.monotonic(), mbps)
+    return mbps
 
 
 def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit: int, pass_rows: int,
