@@ -198,7 +198,7 @@ def bench_rowdiff_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
             "floor_s": round(floor_t[top], 3), "floor_ratio": round(ours_t[top] / floor_t[top], 3), "floor_goal": 2.0,
             "goal": 0.25, "meets_goal": bool(ours_t[top] / peer_t[top] <= 0.25 and ours_t[top] / floor_t[top] <= 2.0),
             "identical_key_sets": identical, **stats[top], **bisect, "curve": curve,
-            "load_average": _load(), **mem}
+            "load_average": _load_average(), **mem}
 
 
 def _floor(n: int) -> None:
@@ -210,7 +210,7 @@ def _floor(n: int) -> None:
         subprocess.run(["psql", "-X", "-q", "-h", PG_HOST, "-U", PG_USER, "-d", PG_DB, "-c", q], stdout=null, check=True)
 
 
-def _load() -> list[float]:
+def _load_average() -> list[float]:
     """The machine's load average (1, 5, 15 minutes) when the benchmark ended (a shared machine)."""
     return [round(v, 2) for v in os.getloadavg()]
 
@@ -248,6 +248,6 @@ def bench_slice_compare_pg_duckdb(work: Path, rows: int, repeat: int) -> dict:
     top = sizes[-1]
     return {"name": "slice_compare_pg_duckdb_10m", "rows": top, "ours_s": ours_t[top],
             "peer": "two bare GROUP BY queries (one on PostgreSQL, one on DuckDB)", "peer_s": peer_t[top],
-            "goal": 1.2, "curve": curve, "load_average": _load(),
+            "goal": 1.2, "curve": curve, "load_average": _load_average(),
             "note": "ours reads the PostgreSQL side in one REPEATABLE READ snapshot (its table locked ACCESS SHARE "
                     "first) instead of recounting it; the DuckDB side keeps its recount", **mem}
