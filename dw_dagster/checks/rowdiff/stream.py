@@ -8,7 +8,7 @@ every row of each side once and compares them locally: a PostgreSQL side with
 ``COPY (SELECT key, columns FROM t [WHERE sample]) TO STDOUT (FORMAT binary)`` (the ADBC PostgreSQL
 driver decodes the binary COPY into Arrow in C; the ``SELECT`` is built with sqlglot from the
 diff's projection), a DuckDB side through its own Arrow reader. The rows land in a local DuckDB
-database in a temporary directory (``memory_limit`` :data:`LOCAL_MEMORY`, spilling to disk), and
+database (``memory_limit`` :data:`LOCAL_MEMORY`, spilling to a temporary directory), and
 are diffed there by the same typed comparison the bisect path runs on the rows it downloads
 (:func:`~.joindiff._diff_typed`), in passes of about ``pass_rows`` rows split by the hash of the
 key (each pass a full outer join of its share of keys), so the memory held stays bounded however
@@ -208,16 +208,17 @@ def _load(local, name: str, side: _Reader) -> None:
 
 
 class _Local:
-    """The local DuckDB of the stream: a database file in a temporary directory, spilling there."""
+    """The local DuckDB of the stream: in memory up to :data:`LOCAL_MEMORY`, spilling to a temporary directory."""
 
     def __init__(self, directory: str) -> None:
         import duckdb
 
         from dw_dagster.databases import LocalDuckDB
 
-        self.con = duckdb.connect(f"{directory}/dw_stream.duckdb",
+        # in memory, its blocks evicted to the temporary directory beyond the memory limit
+        self.con = duckdb.connect(":memory:",
                                   config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
-                                          "preserve_insertion_order": False})
+                                          "preserve_insertion_order": False, "enable_progress_bar": False})
         self.con.execute("SET TimeZone = 'UTC'")
         self.dialect, self.name = "duckdb", LocalDuckDB.name
         self.fetch_all = lambda q: self.con.execute(q).fetchall()
