@@ -64,7 +64,9 @@ def _adbc_uri(db: Database) -> str:
         engine = getattr(inner, "_engine", None)
     if engine is None:
         raise StreamUnavailable(f"{db.name}: no connection URL to stream from")
-    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    uri = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    base, sep, query = uri.partition("?")  # SQLAlchemy writes a space in a query value as '+', libpq wants %20
+    return base + sep + query.replace("+", "%20")
 
 
 def streamable(db: Database) -> str | None:
@@ -111,7 +113,10 @@ class _Reader:
         if self.db.dialect == "postgres":
             import adbc_driver_postgresql.dbapi as pgdb
 
-            self._con = pgdb.connect(_adbc_uri(self.db))
+            try:
+                self._con = pgdb.connect(_adbc_uri(self.db))
+            except Exception as e:  # the driver's errors
+                raise StreamUnavailable(f"{self.db.name}: the stream could not connect: {str(e).splitlines()[0]}") from e
             cur = self._cur = self._con.cursor()  # held: the reader closes with its cursor
             self.started = time.perf_counter()
             try:
