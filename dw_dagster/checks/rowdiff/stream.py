@@ -223,8 +223,9 @@ class _Local:
         # in memory, its blocks evicted to the temporary directory beyond the memory limit
         self.con = duckdb.connect(":memory:",
                                   config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
-                                          "preserve_insertion_order": False, "enable_progress_bar": False})
+                                          "preserve_insertion_order": False})
         self.con.execute("SET TimeZone = 'UTC'")
+        self.con.execute("SET enable_progress_bar = false")
         self.dialect, self.name = "duckdb", LocalDuckDB.name
         self.fetch_all = lambda q: self.con.execute(q).fetchall()
         self.execute = lambda q: self.con.execute(q)
