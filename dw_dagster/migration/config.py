@@ -73,8 +73,8 @@ class KeyDiffRule(dg.Model, dg.Resolvable):
     max_download_rows: int = Field(2_000_000, ge=1, description="refuse to download more differing rows than this")
     transfer: Literal["auto", "stream", "bisect"] = Field(
         "auto", description="how the rows cross: stream (every row read once, PostgreSQL by binary COPY, compared "
-        "locally), bisect (bucket hashes in each database, then the differing buckets' rows), auto (stream when a "
-        "probe of a PostgreSQL side reads at 5 MB/s or more)")
+        "locally), bisect (bucket hashes in each database, then the differing buckets' rows), auto (stream when "
+        "200,000 rows or more are compared and a probe of a PostgreSQL side reads at 5 MB/s or more)")
 
     @field_validator("sample")
     @classmethod

@@ -96,8 +96,14 @@ def test_stream_reads_a_sample_and_compare_columns_like_bisect(tables):
         assert _answer(s) == _answer(b), kw
 
 
-def test_auto_chooses_by_the_measured_rate(tables):
+def test_auto_chooses_by_the_measured_rate(tables, monkeypatch):
+    from dw_dagster.checks.rowdiff import stream
+
     pg, duck, src = tables
+    pg.execute(f"ANALYZE {src}")
+    small = row_diff_across(pg, duck, src, "t", ["id"], stream_min_mbps=0.0)  # a few rows: no probe, bisect
+    assert small.transfer == "bisect" and small.transfer_probe_mbps is None
+    monkeypatch.setattr(stream, "STREAM_MIN_ROWS", 0)  # as if the tables were large
     fast = row_diff_across(pg, duck, src, "t", ["id"], stream_min_mbps=0.0)
     assert fast.transfer == "stream" and fast.transfer_probe_mbps is not None
     slow = row_diff_across(pg, duck, src, "t", ["id"], stream_min_mbps=1e9)  # a link slower than asked: bisect
@@ -107,7 +113,10 @@ def test_auto_chooses_by_the_measured_rate(tables):
     assert both_duck.transfer == "bisect" and both_duck.transfer_probe_mbps is None
 
 
-def test_a_type_the_stream_cannot_read(tmp_path, postgres, pg_schema):
+def test_a_type_the_stream_cannot_read(tmp_path, postgres, pg_schema, monkeypatch):
+    from dw_dagster.checks.rowdiff import stream
+
+    monkeypatch.setattr(stream, "STREAM_MIN_ROWS", 0)
     postgres.execute(f"CREATE TABLE {pg_schema}.j (id INT, doc JSONB); INSERT INTO {pg_schema}.j VALUES (1, '{{\"a\": 1}}')")
     duck = DuckDBDatabase(tmp_path / "j.duckdb")
     duck.execute("CREATE TABLE j (id INT, doc JSON); INSERT INTO j VALUES (1, '{\"a\": 1}')")

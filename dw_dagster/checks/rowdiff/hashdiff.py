@@ -172,8 +172,9 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     ``transfer="bisect"`` runs the steps below; ``"stream"`` reads each side's rows once (a
     PostgreSQL side with a binary ``COPY``) and runs the same typed comparison locally, in passes
     of about ``pass_rows`` rows; ``"auto"`` (the default) streams when a side is PostgreSQL, both
-    sides can be streamed and a probe of the source's stream reads at ``stream_min_mbps`` MB/s or
-    more (a LAN), and bisects otherwise (a WAN, another engine, a column type the stream does not
+    sides can be streamed, the catalogs estimate :data:`~.stream.STREAM_MIN_ROWS` rows or more to
+    compare and a probe of the PostgreSQL side's stream reads at ``stream_min_mbps`` MB/s or more
+    (a LAN), and bisects otherwise (a WAN, another engine, a column type the stream does not
     read). The result's ``transfer`` names the path that ran and ``bytes_fetched`` the bytes moved.
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
@@ -258,9 +259,11 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         plan, sample_note = _sampled(plan, sample)
     key_columns, compare_columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
     if transfer != "bisect":
+        share = 1.0 if sample is None else sample[0] / sample[1]
+        tables = {"source": (source, source_table), "target": (target, target_table)}
         streamed, probe = _stream(source, target, plan, opts, transfer, stream_min_mbps, sample_limit, pass_rows,
                                   timestamp_precision, timestamp_rounding,
-                                  plan.warnings + ([sample_note] if sample_note else []))
+                                  plan.warnings + ([sample_note] if sample_note else []), tables, share)
         if streamed is not None:
             return _relabel(streamed, plan.labels)
     else:
@@ -334,14 +337,19 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
 
 
 def _stream(source: Database, target: Database, plan, opts, transfer: str, min_mbps: float, sample_limit: int,
-            pass_rows: int, timestamp_precision, timestamp_rounding, warnings: list[str]) -> tuple[RowDiffResult | None, float | None]:
+            pass_rows: int, timestamp_precision, timestamp_rounding, warnings: list[str], tables: dict,
+            share: float) -> tuple[RowDiffResult | None, float | None]:
     """The streaming path's result, or None when ``auto`` chooses the bisect path (:mod:`.stream`), and
     the probe's MB/s when one ran."""
-    from dw_dagster.checks.rowdiff.stream import StreamUnavailable, probe_mbps, stream_diff, streamable
+    from dw_dagster.checks.rowdiff import stream as st
 
+    StreamUnavailable, probe_mbps, stream_diff, streamable = st.StreamUnavailable, st.probe_mbps, st.stream_diff, st.streamable
     mbps = None
     if transfer == "auto":
         if "postgres" not in (source.dialect, target.dialect) or streamable(source) or streamable(target):
+            return None, None
+        rows = max(st.estimated_rows(db, t) for db, t in tables.values()) * share
+        if rows < st.STREAM_MIN_ROWS:  # a small read: the stream's fixed cost (a connection, a local engine) outweighs it
             return None, None
         try:
             remote = [(db, rel) for db, rel in ((source, plan.source_rel), (target, plan.target_rel)) if db.dialect == "postgres"]

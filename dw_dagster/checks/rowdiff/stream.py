@@ -39,6 +39,9 @@ TRANSFERS = ("auto", "stream", "bisect")
 #: bytes costs less than the bisect path's work per row on the source (md5 and two or three scans,
 #: measured at 3 to 11 µs a row on PostgreSQL): at about 50 bytes a row, above 5 to 16 MB/s.
 STREAM_MIN_MBPS = 5.0
+#: rows (estimated from the catalog, times the sample's share) below which ``auto`` bisects without a
+#: probe: the stream's fixed cost (a connection, a local engine) outweighs a small read
+STREAM_MIN_ROWS = 200_000
 #: rows the bandwidth probe reads
 PROBE_ROWS = 20_000
 #: seconds a database's measured rate is reused (a wave of table pairs probes each database once)
@@ -232,6 +235,30 @@ class _Local:
 
     def fetch_batches(self, query: str, batch_rows: int = 100_000):
         yield from self.con.sql(query).to_arrow_reader(batch_rows)
+
+
+def estimated_rows(db: Database, table: str) -> float:
+    """The table's rows as the catalog estimates them (PostgreSQL ``reltuples``, DuckDB ``estimated_size``);
+    infinity when the catalog does not say (never analyzed, another engine): no reason to rule the stream out."""
+    from dw_dagster.databases import sql
+
+    t = sql.table(table)
+    try:
+        if db.dialect == "postgres":
+            name = sql.literal(t.sql(dialect="postgres")).sql("postgres")
+            found = db.fetch_all(f"SELECT CAST(reltuples AS BIGINT) FROM pg_class WHERE oid = to_regclass({name})")
+        elif db.dialect == "duckdb":
+            cond = f"table_name = {sql.literal(t.name).sql('duckdb')}"
+            if t.args.get("db") is not None:
+                cond += f" AND schema_name = {sql.literal(t.args['db'].name).sql('duckdb')}"
+            found = db.fetch_all(f"SELECT MAX(estimated_size) FROM duckdb_tables() WHERE {cond}")
+        else:
+            return float("inf")
+    except DatabaseError:
+        return float("inf")
+    if not found or found[0][0] is None or int(found[0][0]) < 0:
+        return float("inf")
+    return float(found[0][0])
 
 
 def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> float:
