@@ -124,6 +124,11 @@ def test_a_type_the_stream_cannot_read(tmp_path, postgres, pg_schema, monkeypatc
         row_diff_across(postgres, duck, f"{pg_schema}.j", "j", ["id"], transfer="stream")
     r = row_diff_across(postgres, duck, f"{pg_schema}.j", "j", ["id"], stream_min_mbps=0.0)
     assert r.transfer == "bisect" and r.identical
+    # a numeric NaN has no DuckDB decimal: refused by the stream, never compared wrongly
+    postgres.execute(f"CREATE TABLE {pg_schema}.n (id INT, v NUMERIC(10, 2)); INSERT INTO {pg_schema}.n VALUES (1, 'NaN')")
+    duck.execute("CREATE TABLE n (id INT, v DOUBLE); INSERT INTO n VALUES (1, 'NaN')")
+    with pytest.raises(StreamUnavailable, match="cannot hold locally"):
+        row_diff_across(postgres, duck, f"{pg_schema}.n", "n", ["id"], transfer="stream")
     with pytest.raises(ValueError, match="transfer must be one of"):
         row_diff_across(postgres, duck, f"{pg_schema}.j", "j", ["id"], transfer="fast")
 

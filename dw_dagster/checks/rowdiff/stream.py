@@ -202,7 +202,12 @@ def _load(local, name: str, side: _Reader) -> None:
                 unconstrained.append(q)
             cols.append(q)
         con.register(f"{name}_arrow", rdr)
-        con.execute(f"CREATE TABLE {name} AS SELECT {', '.join(cols)} FROM {name}_arrow")
+        try:
+            con.execute(f"CREATE TABLE {name} AS SELECT {', '.join(cols)} FROM {name}_arrow")
+        except Exception as e:  # duckdb's error classes; a numeric NaN or Infinity is no DuckDB decimal
+            if "Conversion Error" in str(e):
+                raise StreamUnavailable(f"{side.db.name}: a value the stream cannot hold locally: {str(e).splitlines()[0]}") from e
+            raise DatabaseError(f"{side.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {side.statement[:300]}") from e
         con.unregister(f"{name}_arrow")
         for q in unconstrained:  # numeric without a typmod: the exact decimal of the widest scale read
             (scale,) = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0) FROM {name}").fetchone()
