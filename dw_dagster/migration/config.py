@@ -74,7 +74,8 @@ class KeyDiffRule(dg.Model, dg.Resolvable):
     transfer: Literal["auto", "stream", "bisect"] = Field(
         "auto", description="how the rows cross: stream (every row read once, PostgreSQL by binary COPY, compared "
         "locally), bisect (bucket hashes in each database, then the differing buckets' rows), auto (stream when "
-        "200,000 rows or more are compared and a probe of a PostgreSQL side reads at 5 MB/s or more)")
+        "200,000 rows or more are compared and a probe of a PostgreSQL side's stream takes at most twice its time to "
+        "hash the same rows)")
 
     @field_validator("sample")
     @classmethod

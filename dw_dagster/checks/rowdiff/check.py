@@ -142,7 +142,7 @@ def build_row_diff_check(
         transfer: across databases, ``"stream"`` (every row read once, a PostgreSQL side by binary
             ``COPY``, compared locally), ``"bisect"`` (bucket hashes, then the differing buckets'
             rows) or ``"auto"`` (stream when 200,000 rows or more are compared and a probe of a
-            PostgreSQL side reads at 5 MB/s or more);
+            PostgreSQL side's stream takes at most twice its time to hash the same rows);
             see :func:`row_diff_across`.
         blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
         severity: severity of a failed result (default ERROR).

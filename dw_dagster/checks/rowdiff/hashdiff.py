@@ -13,6 +13,7 @@ instead of XOR).
 
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -27,7 +28,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
     _diff_typed,
     native_hash_parts,
 )
-from dw_dagster.checks.rowdiff.stream import STREAM_MIN_MBPS, TRANSFERS
+from dw_dagster.checks.rowdiff.stream import TRANSFERS
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
 from dw_dagster.dagster_private import public
@@ -165,7 +166,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
                     pass_rows: int = 2_000_000, sample: tuple[int, int] | None = None, transfer: str = "auto",
-                    stream_min_mbps: float = STREAM_MIN_MBPS) -> RowDiffResult:
+                    stream_min_mbps: float | None = None) -> RowDiffResult:
     """Diff two tables in different databases: by bucketed checksums (see the module docstring), or
     by streaming every row once into a local DuckDB (:mod:`.stream`), as ``transfer`` says.
 
@@ -173,8 +174,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     PostgreSQL side with a binary ``COPY``) and runs the same typed comparison locally, in passes
     of about ``pass_rows`` rows; ``"auto"`` (the default) streams when a side is PostgreSQL, both
     sides can be streamed, the catalogs estimate :data:`~.stream.STREAM_MIN_ROWS` rows or more to
-    compare and a probe of the PostgreSQL side's stream reads at ``stream_min_mbps`` MB/s or more
-    (a LAN), and bisects otherwise (a WAN, another engine, a column type the stream does not
+    compare and a probe of the PostgreSQL side's stream is fast enough (``stream_min_mbps``, or by
+    default against the source's own time to hash the same rows: a LAN), and bisects otherwise (a WAN, another engine, a column type the stream does not
     read). The result's ``transfer`` names the path that ran and ``bytes_fetched`` the bytes moved.
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
@@ -216,7 +217,10 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
             local join over them).
         transfer: ``"auto"``, ``"stream"`` or ``"bisect"`` (above).
-        stream_min_mbps: with ``"auto"``, the probe's rate at or above which the stream runs.
+        stream_min_mbps: with ``"auto"``, the probe's rate at or above which the stream runs; None (the
+            default) compares the probe's seconds with the source's own time to hash the same rows
+            for the bisect path: the stream runs unless it took more than twice that (the bisect
+            path reads the source at least twice).
         sample: ``(k, n)``: compare only the keys in buckets ``0 .. k-1`` of ``n`` (``MOD(ABS(key),
             n) < k`` on the first key column, which must be an integer on both sides; pushed down,
             so both sides read the same keys; rows whose first key is NULL are always compared);
@@ -353,11 +357,22 @@ def _stream(source: Database, target: Database, plan, opts, transfer: str, min_m
             return None, None
         try:
             remote = [(db, rel) for db, rel in ((source, plan.source_rel), (target, plan.target_rel)) if db.dialect == "postgres"]
-            mbps = min(probe_mbps(db, rel) for db, rel in remote)
-        except StreamUnavailable:
+            probes = [probe_mbps(db, rel) for db, rel in remote]
+        except (StreamUnavailable, DatabaseError):
             return None, None
-        if mbps < min_mbps:
+        mbps = min(p[0] for p in probes)
+        if min_mbps is not None and mbps < min_mbps:
             return None, mbps
+        if min_mbps is None:  # measured against the bisect path's own work: its hash of the same rows
+            native = source.dialect == target.dialect == "duckdb"
+            for (db, rel), (_, stream_s, rows) in zip(remote, probes):
+                h = _hashes(db, plan.keys, plan.columns, native, plan.st if db is source else plan.tt,
+                            plan.tt if db is source else plan.st, opts.case_insensitive_keys)
+                t0 = time.perf_counter()
+                db.fetch_all(_bucket_sql(db, f"(SELECT * FROM {rel} AS dw_l LIMIT {int(rows)})", h, 1024))
+                # the bisect path reads the source at least twice (counts, bucket sums) and hashes it once
+                if stream_s > 2 * (time.perf_counter() - t0):
+                    return None, mbps
     try:
         result = stream_diff(source, target, plan, opts, sample_limit=sample_limit, pass_rows=pass_rows,
                              timestamp_precision=timestamp_precision, timestamp_rounding=timestamp_rounding,

@@ -14,10 +14,12 @@ are diffed there by the same typed comparison the bisect path runs on the rows i
 key (each pass a full outer join of its share of keys), so the memory held stays bounded however
 large the tables are. Same rules, same result shape: identical key sets.
 
-``transfer="auto"`` measures before it chooses: a probe reads up to :data:`PROBE_ROWS` rows of the
-source through the stream and times it; at :data:`STREAM_MIN_MBPS` MB/s or more (a LAN, loopback)
-the stream runs, below it (a WAN between the data centre and the cloud, where bytes on the wire are
-what costs) the hash-and-bisect path. The result says which ran (``transfer``), the probe's rate
+``transfer="auto"`` measures before it chooses (:func:`probe_mbps`): a probe reads
+:data:`PROBE_ROWS` rows of the PostgreSQL side through the stream and times it, and the source
+hashes the same rows the bisect path's way; when the stream took at most twice as long (the bisect
+path reads the source at least twice) — a LAN, loopback — the stream runs, else (a WAN between the
+data centre and the cloud, where bytes on the wire are what costs) the hash-and-bisect path; a
+``stream_min_mbps`` given instead compares the measured MB/s with it. The result says which ran (``transfer``), the probe's rate
 (``transfer_probe_mbps``) and the bytes moved (``bytes_fetched``: Arrow buffer bytes of what came
 from the two databases, the same measure on both paths).
 """
@@ -35,18 +37,14 @@ from dw_dagster.checks.rowdiff.rules import RowDiffResult, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError
 
 TRANSFERS = ("auto", "stream", "bisect")
-#: MB/s at or above which ``transfer="auto"`` streams (40 Mbit/s). The stream wins when moving a row's
-#: bytes costs less than the bisect path's work per row on the source (md5 and two or three scans,
-#: measured at 3 to 11 µs a row on PostgreSQL): at about 50 bytes a row, above 5 to 16 MB/s.
-STREAM_MIN_MBPS = 5.0
 #: rows (estimated from the catalog, times the sample's share) below which ``auto`` bisects without a
 #: probe: the stream's fixed cost (a connection, a local engine) outweighs a small read
 STREAM_MIN_ROWS = 200_000
-#: rows the bandwidth probe reads
-PROBE_ROWS = 20_000
+#: rows the bandwidth probe reads, and the rows of its first, latency-only read
+PROBE_ROWS, PROBE_BASE_ROWS = 50_000, 1_000
 #: seconds a database's measured rate is reused (a wave of table pairs probes each database once)
 PROBE_TTL_S = 300.0
-_probed: dict[str, tuple[float, float]] = {}
+_probed: dict[str, tuple[float, tuple[float, float, int]]] = {}
 _probe_lock = threading.Lock()
 #: the local DuckDB's memory limit (it spills to its temporary directory beyond)
 LOCAL_MEMORY = "512MB"
@@ -266,16 +264,9 @@ def estimated_rows(db: Database, table: str) -> float:
     return float(found[0][0])
 
 
-def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> float:
-    """MB/s of ``source``'s stream over the first ``rows`` rows of ``rel`` (Arrow bytes read over the
-    seconds from the query to its last row; opening the connection not counted). A database's rate
-    is measured once per :data:`PROBE_TTL_S` seconds and reused (keyed by its name)."""
-    with _probe_lock:
-        seen = _probed.get(source.name)
-    if seen is not None and time.monotonic() - seen[0] < PROBE_TTL_S:
-        return seen[1]
+def _timed_read(source: Database, rel: str, rows: int) -> tuple[float, int, int]:
+    """(seconds from the query to its last row, Arrow bytes, rows) of reading the first ``rows`` rows of ``rel``."""
     side = _Reader(source, _select(source, rel, rows), {})
-    t0 = time.perf_counter()
     try:
         rdr = side.reader()
         if rdr is not None:
@@ -283,11 +274,31 @@ def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> float:
                 pass
     finally:
         side.close()
-    mbps = side.bytes / 1e6 / max(time.perf_counter() - max(t0, side.started), 1e-6)
-    if side.rows >= min(rows, 1000):  # too few rows say nothing about the link
-        with _probe_lock:
-            _probed[source.name] = (time.monotonic(), mbps)
-    return mbps
+    return time.perf_counter() - side.started, side.bytes, side.rows
+
+
+def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> tuple[float, float, int]:
+    """MB/s of ``source``'s stream: the extra bytes of reading ``rows`` rows of ``rel`` rather than
+    :data:`PROBE_BASE_ROWS`, over the extra seconds (so the query's fixed latency, which a loaded
+    server or a far one adds to every read, is not taken for a slow link; opening the connection is
+    not counted either). A database's rate is measured once per :data:`PROBE_TTL_S` seconds and
+    reused (keyed by its name).
+
+    Returns:
+        (MB/s, the seconds the ``rows`` read took from its query to its last row, the rows it read).
+    """
+    with _probe_lock:
+        seen = _probed.get(source.name)
+    if seen is not None and time.monotonic() - seen[0] < PROBE_TTL_S:
+        return seen[1]
+    s1, b1, _ = _timed_read(source, rel, PROBE_BASE_ROWS)
+    s2, b2, n2 = _timed_read(source, rel, rows)
+    if n2 < min(rows, 2 * PROBE_BASE_ROWS):  # a small table says nothing about the link: the whole read's rate
+        return b2 / 1e6 / max(s2, 1e-6), s2, n2
+    out = ((b2 - b1) / 1e6 / max(s2 - s1, 1e-6), s2, n2)
+    with _probe_lock:
+        _probed[source.name] = (time.monotonic(), out)
+    return out
 
 
 def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit: int, pass_rows: int,
