@@ -422,9 +422,12 @@ def reconcile(
     sums comes back NaN or infinite).
 
     A table that changes while it is read (a target truncated and reloaded between the source read
-    and the target read) must not read as "100 % short": each side's ``COUNT(*)`` is taken right
-    after both aggregate reads, and the read is stable only when, per side, it equals the rows the
-    aggregate read. An unstable read is retried (up to
+    and the target read) must not read as "100 % short". A PostgreSQL side is read in one snapshot
+    (:meth:`~dw_dagster.databases.SqlAlchemyDatabase.snapshot`: ``REPEATABLE READ``, its table
+    locked ``ACCESS SHARE`` before the snapshot, so a reload in one transaction, ``TRUNCATE``
+    included, is read as before or as after it); on other engines, and on a snapshot side that read
+    no row at all, each side's ``COUNT(*)`` is taken right after both aggregate reads when a slice's
+    rows differ, and the read is stable only when it equals the rows the aggregate read. An unstable read is retried (up to
     ``stable_read_attempts``, ``retry_wait_s`` apart); when none is stable the result is
     ``inconclusive`` (it neither passes nor counts as a failure; the check reports it as such).
 
@@ -438,13 +441,28 @@ def reconcile(
     unstable: list[str] = []
     attempts = max(1, int(stable_read_attempts))
     for attempt in range(attempts):
-        (s_sql, s_agg), (t_sql, t_agg) = (_read_side(db, table, names, measures, where) for db, table, names, _ in sides)
+        reads, pinned = [], []
+        for db, table, names, _ in sides:
+            pinned.append(_snapshots(db))
+            if pinned[-1]:  # one snapshot for the side's reads, its table locked against TRUNCATE first
+                with db.snapshot([table]) as fetch:
+                    reads.append(_read_side(_Pinned(db, fetch), table, names, measures, where))
+            else:
+                reads.append(_read_side(db, table, names, measures, where))
+        (s_sql, s_agg), (t_sql, t_agg) = reads
         aggregates = [s_agg, t_agg]
         if s_agg.keys() == t_agg.keys() and all(s_agg[k][0] == t_agg[k][0] for k in s_agg):
             break  # no row gap in any slice: a change mid-read would have made one, so no recount
-        after = _counts(source_db, target_db, source_table, target_table, where)
-        why = [f"{side} {table} changed while read: {sum(v[0] for v in a.values()):,} rows read, {f:,} right after"
-               for (_, table, _, side), a, f in zip(sides, aggregates, after) if f != sum(v[0] for v in a.values())]
+        # a side read in one snapshot saw one committed state of its table: no recount, unless it read
+        # no row at all (a loader that empties and refills in two commits, caught in between)
+        why = []
+        for (db, table, _, side), a, snap in zip(sides, aggregates, pinned):
+            read = sum(v[0] for v in a.values())
+            if snap and read:
+                continue
+            after = _count(db, table, where)
+            if after != read:
+                why.append(f"{side} {table} changed while read: {read:,} rows read, {after:,} right after")
         if not why:
             break
         unstable.append(f"attempt {attempt + 1}: " + "; ".join(why))
@@ -462,19 +480,22 @@ def reconcile(
     )
 
 
-def _counts(source_db: Database, target_db: Database, source_table: str, target_table: str,
-            where: exp.Expression | None = None) -> list[int]:
-    """``COUNT(*)`` of both tables (of the rows ``where`` keeps): one query when both are in one
-    database, else one per side."""
-    count = lambda t: exp.select(exp.Count(this=exp.Star())).from_(sql.table(t)).where(where).subquery()  # noqa: E731
-    if source_db is target_db:
-        (row,) = source_db.fetch_all(exp.select(count(source_table), count(target_table)).sql(dialect=source_db.dialect))
-        return [int(v or 0) for v in row]
-    out = []
-    for db, t in ((source_db, source_table), (target_db, target_table)):
-        (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(t)).where(where).sql(dialect=db.dialect))
-        out.append(int(row[0] or 0))
-    return out
+def _snapshots(db: Database) -> bool:
+    """Whether ``db`` reads in one snapshot (:meth:`~dw_dagster.databases.SqlAlchemyDatabase.snapshot`: PostgreSQL)."""
+    return db.dialect == "postgres" and callable(getattr(db, "snapshot", None))
+
+
+class _Pinned:
+    """``db`` whose ``fetch_all`` runs in an open snapshot."""
+
+    def __init__(self, db: Database, fetch) -> None:
+        self.dialect, self.name, self.fetch_all = db.dialect, db.name, fetch
+
+
+def _count(db: Database, table: str, where: exp.Expression | None = None) -> int:
+    """``COUNT(*)`` of ``table`` (of the rows ``where`` keeps)."""
+    (row,) = db.fetch_all(exp.select(exp.Count(this=exp.Star())).from_(sql.table(table)).where(where).sql(dialect=db.dialect))
+    return int(row[0] or 0)
 
 
 def _aggregates(db: Database, q: str, table: str, nonfinite: Sequence[bool], n_slice: int, measures: Sequence[str]) -> Aggregates:

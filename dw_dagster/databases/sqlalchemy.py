@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -82,6 +83,48 @@ class SqlAlchemyDatabase:
         except Exception as e:
             raise DatabaseError(f"{self.name}: statement failed (nothing of the transaction kept): {type(e).__name__}: "
                                 f"{str(e).splitlines()[0]}\n  SQL: {_short(sql)}") from e
+
+    @contextlib.contextmanager
+    def snapshot(self, tables: Sequence[str] = ()) -> Iterator[Callable[[str], list[tuple]]]:
+        """One snapshot-consistent read (PostgreSQL): a ``REPEATABLE READ READ ONLY`` transaction that first
+        takes ``ACCESS SHARE`` locks on ``tables`` (``schema.table`` names), then yields a ``fetch_all``
+        whose every query sees the same snapshot.
+
+        The locks come before the snapshot is taken (the first query takes it): a ``TRUNCATE`` and
+        reload running in one transaction is waited for and read whole, never as the empty table a
+        snapshot taken before its commit would see (``TRUNCATE`` is not MVCC-safe); any other
+        reload in one transaction is read as before or as after it, never half-done.
+
+        Raises:
+            NotImplementedError: the engine is not PostgreSQL.
+            DatabaseError: a lock or query failed.
+        """
+        if self.dialect != "postgres":
+            raise NotImplementedError(f"{self.name}: no snapshot reads for {self.dialect}")
+        from dw_dagster.databases import sql as _sql
+
+        statement = ""
+        try:
+            with self._engine.connect() as con:
+                con = con.execution_options(isolation_level="REPEATABLE READ")
+                with con.begin():
+                    statement = "SET TRANSACTION READ ONLY"
+                    con.exec_driver_sql(statement)
+                    for t in tables:
+                        statement = f"LOCK TABLE {_sql.table(t).sql(dialect='postgres')} IN ACCESS SHARE MODE"
+                        con.exec_driver_sql(statement)
+
+                    def fetch(query: str) -> list[tuple]:
+                        nonlocal statement
+                        statement = query
+                        return [tuple(r) for r in con.exec_driver_sql(self._text(query)).fetchall()]
+
+                    yield fetch
+        except DatabaseError:
+            raise
+        except Exception as e:
+            raise DatabaseError(f"{self.name}: snapshot read failed: {type(e).__name__}: {str(e).splitlines()[0]}\n"
+                                f"  SQL: {_short(statement)}") from e
 
     def dispose(self) -> None:
         self._engine.dispose()

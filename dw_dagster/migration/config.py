@@ -71,6 +71,11 @@ class KeyDiffRule(dg.Model, dg.Resolvable):
     sample: list[int] = Field(default_factory=lambda: [1, 16], description="above it, compare keys in buckets "
                               "0..k-1 of n, as [k, n]: MOD(ABS(key), n) < k on the first key column (an integer)")
     max_download_rows: int = Field(2_000_000, ge=1, description="refuse to download more differing rows than this")
+    transfer: Literal["auto", "stream", "bisect"] = Field(
+        "auto", description="how the rows cross: stream (every row read once, PostgreSQL by binary COPY, compared "
+        "locally), bisect (bucket hashes in each database, then the differing buckets' rows), auto (stream when "
+        "200,000 rows or more are compared and a probe of a PostgreSQL side's stream takes at most twice its time to "
+        "hash the same rows)")
 
     @field_validator("sample")
     @classmethod

@@ -250,7 +250,8 @@ def key_diff_parity(pair: PairConfig, src: Database, tgt: Database, rule: KeyDif
                                    case_insensitive_keys=pair.case_insensitive_keys,
                                    trim_trailing_blanks=pair.trim_trailing_blanks,
                                    timestamp_precision=pair.timestamp_precision,
-                                   max_download_rows=rule.max_download_rows, sample_limit=20, sample=sample)
+                                   max_download_rows=rule.max_download_rows, sample_limit=20, sample=sample,
+                                   transfer=rule.transfer)
         try:
             r = diff(sample)
         except ValueError as e:  # sampling needs an integer key: compared in full instead, and said so
@@ -266,7 +267,7 @@ def key_diff_parity(pair: PairConfig, src: Database, tgt: Database, rule: KeyDif
     values = {"source_rows": rows, "sampled": bool(sample), "sample": list(sample) if sample else None,
               "missing": r.missing, "extra": r.extra, "changed": r.changed, "duplicated_source": r.duplicated_source,
               "duplicated_target": r.duplicated_target, "changed_columns": r.changed_columns,
-              "rows_downloaded": r.rows_downloaded}
+              "rows_downloaded": r.rows_downloaded, "transfer": r.transfer, "bytes_fetched": r.bytes_fetched}
     desc = row_diff_summary(r)
     if sample:
         desc += f" (sampled: key buckets 0..{sample[0] - 1} of {sample[1]}, {rows:,} source rows)"

@@ -81,6 +81,12 @@ def row_diff_metadata(result: RowDiffResult, key_columns: Sequence[str] = (), ru
         meta.update({_keys.BUCKETS_COMPARED_KEY: result.buckets_compared, _keys.BUCKETS_DOWNLOADED_KEY: result.buckets_downloaded,
                      _keys.ROWS_DOWNLOADED_KEY: result.rows_downloaded, _keys.DOWNLOAD_PASSES_KEY: result.download_passes,
                      _keys.BYTES_FETCHED_KEY: result.bytes_fetched, _keys.BYTES_SENT_KEY: result.bytes_sent})
+    if result.transfer is not None:
+        meta.update({_keys.TRANSFER_KEY: result.transfer, _keys.BYTES_FETCHED_KEY: result.bytes_fetched,
+                     _keys.BYTES_SENT_KEY: result.bytes_sent, _keys.ROWS_DOWNLOADED_KEY: result.rows_downloaded,
+                     _keys.DOWNLOAD_PASSES_KEY: result.download_passes})
+    if result.transfer_probe_mbps is not None:
+        meta[_keys.TRANSFER_PROBE_MBPS_KEY] = result.transfer_probe_mbps
     return meta
 
 
@@ -106,6 +112,7 @@ def build_row_diff_check(
     target_char_columns: Sequence[str] | None = None,
     sample_limit: int = 50,
     max_download_rows: int = 20_000_000,
+    transfer: str = "auto",
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
     description: str | None = None,
@@ -132,6 +139,11 @@ def build_row_diff_check(
             :func:`row_diff` (names resolved against each side's catalog when the check runs).
         sample_limit: differing keys shown in ``dw/key_sample`` (the counts cover all of them).
         max_download_rows: across databases, refuse to download more rows than this.
+        transfer: across databases, ``"stream"`` (every row read once, a PostgreSQL side by binary
+            ``COPY``, compared locally), ``"bisect"`` (bucket hashes, then the differing buckets'
+            rows) or ``"auto"`` (stream when 200,000 rows or more are compared and a probe of a
+            PostgreSQL side's stream takes at most twice its time to hash the same rows);
+            see :func:`row_diff_across`.
         blocking: fail the run (and skip downstream) when the check fails with ERROR severity.
         severity: severity of a failed result (default ERROR).
 
@@ -143,13 +155,15 @@ def build_row_diff_check(
         precision), ``dw/changed_columns`` (column → keys), ``dw/key_sample``
         (table), ``dw/warnings``, ``dw/queries``; across databases also ``dw/buckets_compared``,
         ``dw/buckets_downloaded``, ``dw/rows_downloaded``, ``dw/download_passes``,
-        ``dw/bytes_fetched``, ``dw/bytes_sent``. Across databases, a table whose row
+        ``dw/bytes_fetched``, ``dw/bytes_sent`` and ``dw/transfer`` (the path that ran: ``stream``,
+        ``bisect`` or ``download``), with ``dw/transfer_probe_mbps`` when ``auto`` measured the
+        rate. Across databases, a table whose row
         count changed between the count and the hashing is read again (3 reads, 2 s apart);
         still changing, the result is a WARN marked ``dw/inconclusive`` that opens no incident.
 
     Raises:
         UnsafeIdentifierError: a table or column name cannot be used (when the check is built).
-        ValueError: no key columns, a key column named twice, a bare string where a list of columns
+        ValueError: an unknown ``transfer``, no key columns, a key column named twice, a bare string where a list of columns
             is expected, a negative or non-finite tolerance, or an unknown ``timestamp_precision``
             or ``timestamp_rounding``.
         (When the check runs, a missing table or column fails it with a ``DatabaseError`` naming them.)
@@ -160,6 +174,10 @@ def build_row_diff_check(
     compare_columns = None if compare_columns is None else column_list("compare_columns", compare_columns)
     at_least("sample_limit", sample_limit, 0)
     at_least("max_download_rows", max_download_rows, 1)
+    from dw_dagster.checks.rowdiff.stream import TRANSFERS
+
+    if transfer not in TRANSFERS:
+        raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
     _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
     source_char_columns = None if source_char_columns is None else column_list("source_char_columns", source_char_columns)
     target_char_columns = None if target_char_columns is None else column_list("target_char_columns", target_char_columns)
@@ -190,7 +208,7 @@ def build_row_diff_check(
             tgt = getattr(context.resources, target_resource_key).get_database()
             for attempt in range(_READ_ATTEMPTS):  # a table that changed while read is read again
                 result = row_diff_across(src, tgt, source_table, target_table, key_columns,
-                                         max_download_rows=max_download_rows, **opts)
+                                         max_download_rows=max_download_rows, transfer=transfer, **opts)
                 if not result.unstable:
                     break
                 if attempt + 1 < _READ_ATTEMPTS:

@@ -13,6 +13,7 @@ instead of XOR).
 
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
     _diff_typed,
     native_hash_parts,
 )
+from dw_dagster.checks.rowdiff.stream import TRANSFERS
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
 from dw_dagster.dagster_private import public
@@ -163,8 +165,18 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                     trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
-                    pass_rows: int = 2_000_000, sample: tuple[int, int] | None = None) -> RowDiffResult:
-    """Diff two tables in different databases by bucketed checksums (see the module docstring).
+                    pass_rows: int = 2_000_000, sample: tuple[int, int] | None = None, transfer: str = "auto",
+                    stream_min_mbps: float | None = None) -> RowDiffResult:
+    """Diff two tables in different databases: by bucketed checksums (see the module docstring), or
+    by streaming every row once into a local DuckDB (:mod:`.stream`), as ``transfer`` says.
+
+    ``transfer="bisect"`` runs the steps below; ``"stream"`` reads each side's rows once (a
+    PostgreSQL side with a binary ``COPY``) and runs the same typed comparison locally, in passes
+    of about ``pass_rows`` rows; ``"auto"`` (the default) streams when a side is PostgreSQL, both
+    sides can be streamed, the catalogs estimate :data:`~.stream.STREAM_MIN_ROWS` rows or more to
+    compare and a probe of the PostgreSQL side's stream is fast enough (``stream_min_mbps``, or by
+    default against the source's own time to hash the same rows: a LAN), and bisects otherwise (a WAN, another engine, a column type the stream does not
+    read). The result's ``transfer`` names the path that ran and ``bytes_fetched`` the bytes moved.
 
     1. Per side, one query for the row count and the NULLs in each key column (the NULL-key
        warnings cover the whole table, not only what is downloaded). ``buckets`` defaults to the
@@ -204,6 +216,11 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         pass_rows: rows (both sides together) downloaded and diffed per pass, about; bounds the
             memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
             local join over them).
+        transfer: ``"auto"``, ``"stream"`` or ``"bisect"`` (above).
+        stream_min_mbps: with ``"auto"``, the probe's rate at or above which the stream runs; None (the
+            default) compares the probe's seconds with the source's own time to hash the same rows
+            for the bisect path: the stream runs unless it took more than twice that (the bisect
+            path reads the source at least twice).
         sample: ``(k, n)``: compare only the keys in buckets ``0 .. k-1`` of ``n`` (``MOD(ABS(key),
             n) < k`` on the first key column, which must be an integer on both sides; pushed down,
             so both sides read the same keys; rows whose first key is NULL are always compared);
@@ -227,13 +244,16 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             BigQuery have one).
         DatabaseError: a table or column is missing, a query fails, or the rows to download
             exceed ``max_download_rows``.
-        ValueError: ``pass_rows`` is below 1.
+        ValueError: ``pass_rows`` is below 1, or an unknown ``transfer``.
+        StreamUnavailable: ``transfer="stream"`` and a side cannot be streamed (its engine, a column type).
         CatalogError: a configured column name matches two columns differing only in case.
     """
     import pyarrow as pa
 
     if pass_rows < 1:
         raise ValueError(f"pass_rows must be at least 1, got {pass_rows}")
+    if transfer not in TRANSFERS:
+        raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
     native = source.dialect == target.dialect == "duckdb" and not portable
     opts = _options(rel_tolerance, abs_tolerance, timestamp_precision, case_insensitive_keys, timestamp_rounding)
     plan = _plan(source, target, source_table, target_table, key_columns, compare_columns, trim_trailing_blanks,
@@ -242,6 +262,16 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     if sample is not None:
         plan, sample_note = _sampled(plan, sample)
     key_columns, compare_columns, st, tt = plan.keys, plan.columns, plan.st, plan.tt
+    if transfer != "bisect":
+        share = 1.0 if sample is None else sample[0] / sample[1]
+        tables = {"source": (source, source_table), "target": (target, target_table)}
+        streamed, probe = _stream(source, target, plan, opts, transfer, stream_min_mbps, sample_limit, pass_rows,
+                                  timestamp_precision, timestamp_rounding,
+                                  plan.warnings + ([sample_note] if sample_note else []), tables, share)
+        if streamed is not None:
+            return _relabel(streamed, plan.labels)
+    else:
+        probe = None
     n_s, warn_s, q_ns = _counts_and_null_keys(source, plan.source_rel, key_columns, "source", plan.labels)
     n_t, warn_t, q_nt = _counts_and_null_keys(target, plan.target_rel, key_columns, "target", plan.labels)
     warnings, queries = plan.warnings + warn_s + warn_t + ([sample_note] if sample_note else []), [q_ns, q_nt]
@@ -287,7 +317,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         (n_diff, diff_rows, all_rows_n), = local.fetch_all(
             "SELECT COUNT(*) FILTER (WHERE dw_diff), COALESCE(SUM(dw_n) FILTER (WHERE dw_diff), 0), "
             "COALESCE(SUM(dw_n), 0) FROM dw_d")
-        result = RowDiffResult(queries=queries, warnings=warnings, buckets_compared=buckets,
+        result = RowDiffResult(queries=queries, warnings=warnings, buckets_compared=buckets, transfer="bisect",
                                buckets_downloaded=int(n_diff), rows_downloaded=0, download_passes=0, collisions=collisions,
                                collided_source=collided[0], collided_target=collided[1],
                                timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
@@ -306,7 +336,53 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         local.con.close()
     result.bytes_fetched = fetched.bytes
     result.bytes_sent = sum(len(q.encode()) for q in result.queries)
+    result.transfer_probe_mbps = None if probe is None else round(probe, 1)
     return _relabel(result, plan.labels)
+
+
+def _stream(source: Database, target: Database, plan, opts, transfer: str, min_mbps: float, sample_limit: int,
+            pass_rows: int, timestamp_precision, timestamp_rounding, warnings: list[str], tables: dict,
+            share: float) -> tuple[RowDiffResult | None, float | None]:
+    """The streaming path's result, or None when ``auto`` chooses the bisect path (:mod:`.stream`), and
+    the probe's MB/s when one ran."""
+    from dw_dagster.checks.rowdiff import stream as st
+
+    StreamUnavailable, probe_mbps, stream_diff, streamable = st.StreamUnavailable, st.probe_mbps, st.stream_diff, st.streamable
+    mbps = None
+    if transfer == "auto":
+        if "postgres" not in (source.dialect, target.dialect) or streamable(source) or streamable(target):
+            return None, None
+        rows = max(st.estimated_rows(db, t) for db, t in tables.values()) * share
+        if rows < st.STREAM_MIN_ROWS:  # a small read: the stream's fixed cost (a connection, a local engine) outweighs it
+            return None, None
+        try:
+            remote = [(db, rel) for db, rel in ((source, plan.source_rel), (target, plan.target_rel)) if db.dialect == "postgres"]
+            probes = [probe_mbps(db, rel) for db, rel in remote]
+        except (StreamUnavailable, DatabaseError):
+            return None, None
+        mbps = min(p[0] for p in probes)
+        if min_mbps is not None and mbps < min_mbps:
+            return None, mbps
+        if min_mbps is None:  # measured against the bisect path's own work: its hash of the same rows
+            native = source.dialect == target.dialect == "duckdb"
+            for (db, rel), (_, stream_s, rows) in zip(remote, probes):
+                h = _hashes(db, plan.keys, plan.columns, native, plan.st if db is source else plan.tt,
+                            plan.tt if db is source else plan.st, opts.case_insensitive_keys)
+                t0 = time.perf_counter()
+                db.fetch_all(_bucket_sql(db, f"(SELECT * FROM {rel} AS dw_l LIMIT {int(rows)})", h, 1024))
+                # the bisect path reads the source at least twice (counts, bucket sums) and hashes it once
+                if stream_s > 2 * (time.perf_counter() - t0):
+                    return None, mbps
+    try:
+        result = stream_diff(source, target, plan, opts, sample_limit=sample_limit, pass_rows=pass_rows,
+                             timestamp_precision=timestamp_precision, timestamp_rounding=timestamp_rounding,
+                             warnings=warnings, merge=_merge)
+    except StreamUnavailable:
+        if transfer == "stream":
+            raise
+        return None, mbps
+    result.transfer_probe_mbps = None if mbps is None else round(mbps, 1)
+    return result, mbps
 
 
 def _hashable(db: Database) -> bool:
@@ -346,7 +422,7 @@ def _download_all(source: Database, target: Database, plan, n_s: int, n_t: int, 
     result = RowDiffResult(queries=queries, warnings=warnings + ["no row hash in SQL on one side: every row compared "
                                                                  "was downloaded"],
                            buckets_compared=0, buckets_downloaded=0, rows_downloaded=0, download_passes=0,
-                           timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
+                           transfer="download", timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
     local, fetched = LocalDuckDB(), _Fetched()
     try:
         downloaded = []

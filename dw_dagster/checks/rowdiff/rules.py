@@ -115,6 +115,11 @@ class RowDiffResult(BaseModel):
     bytes_fetched: int | None = Field(default=None, description="across databases: Arrow buffer bytes of the bucket "
                                       "checksums and rows fetched from the two databases")
     bytes_sent: int | None = Field(default=None, description="across databases: UTF-8 bytes of the SQL sent to them")
+    transfer: str | None = Field(default=None, description="across databases: the path that ran: stream (every row "
+                                 "read once, compared locally), bisect (bucket hashes, then the differing buckets' rows) "
+                                 "or download (no row hash in SQL on a side: every row downloaded)")
+    transfer_probe_mbps: float | None = Field(default=None, description="across databases, transfer auto: the measured "
+                                              "MB/s of the source's stream that chose the path")
 
     @property
     def identical(self) -> bool:

@@ -1,0 +1,16 @@
+import os
+
+from dw_dagster import DuckDBDatabase, build_row_diff_check, database_from_url, row_diff_across
+
+# As an asset check: the path is chosen each time it runs ("auto": a measured probe of the PostgreSQL side).
+orders_diff = build_row_diff_check(
+    asset="orders", source_asset=None, source_table="sales_src.orders", target_table="sales_src.orders",
+    key_columns=["order_id"], source_resource_key="shop_pg", target_resource_key="warehouse",
+    transfer="auto",  # or "stream" (a LAN: every row read once) / "bisect" (a WAN: only differing buckets' rows)
+)
+
+# Called directly, the result says which path ran and how many bytes crossed.
+source, warehouse = database_from_url(os.environ["SHOP_PG_URL"]), DuckDBDatabase("warehouse.duckdb")
+for transfer in ("stream", "bisect"):
+    result = row_diff_across(source, warehouse, "sales_src.orders", "sales_src.orders", ["order_id"], transfer=transfer)
+    print(result.transfer, result.bytes_fetched, result.missing, result.extra, result.changed)

@@ -1,0 +1,373 @@
+"""The streaming path of the cross-database diff: each side's rows read once, compared in a local DuckDB.
+
+:func:`~dw_dagster.checks.rowdiff.row_diff_across` has two transfers. **bisect** (hash-and-bisect,
+:mod:`.hashdiff`) has each engine hash its rows and sum the hashes per bucket, then downloads only
+the differing buckets' rows: few bytes on the wire, but every row is hashed by the source engine
+(md5 on PostgreSQL, about 1 µs a row) and each table is read two or three times. **stream** reads
+every row of each side once and compares them locally: a PostgreSQL side with
+``COPY (SELECT key, columns FROM t [WHERE sample]) TO STDOUT (FORMAT binary)`` (the ADBC PostgreSQL
+driver decodes the binary COPY into Arrow in C; the ``SELECT`` is built with sqlglot from the
+diff's projection), a DuckDB side through its own Arrow reader. The rows land in a local DuckDB
+database (``memory_limit`` :data:`LOCAL_MEMORY`, spilling to a temporary directory), and
+are diffed there by the same typed comparison the bisect path runs on the rows it downloads
+(:func:`~.joindiff._diff_typed`), in passes of about ``pass_rows`` rows split by the hash of the
+key (each pass a full outer join of its share of keys), so the memory held stays bounded however
+large the tables are. Same rules, same result shape: identical key sets.
+
+``transfer="auto"`` measures before it chooses (:func:`probe_mbps`): a probe reads
+:data:`PROBE_ROWS` rows of the PostgreSQL side through the stream and times it, and the source
+hashes the same rows the bisect path's way; when the stream took at most twice as long (the bisect
+path reads the source at least twice) — a LAN, loopback — the stream runs, else (a WAN between the
+data centre and the cloud, where bytes on the wire are what costs) the hash-and-bisect path; a
+``stream_min_mbps`` given instead compares the measured MB/s with it. The result says which ran (``transfer``), the probe's rate
+(``transfer_probe_mbps``) and the bytes moved (``bytes_fetched``: Arrow buffer bytes of what came
+from the two databases, the same measure on both paths).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+import sqlglot
+
+from dw_dagster.checks.rowdiff.rules import RowDiffResult, timestamp_rule
+from dw_dagster.databases import Database, DatabaseError
+
+TRANSFERS = ("auto", "stream", "bisect")
+#: rows (estimated from the catalog, times the sample's share) below which ``auto`` bisects without a
+#: probe: the stream's fixed cost (a connection, a local engine) outweighs a small read
+STREAM_MIN_ROWS = 200_000
+#: rows the bandwidth probe reads, and the rows of its first, latency-only read
+PROBE_ROWS, PROBE_BASE_ROWS = 50_000, 1_000
+#: seconds a database's measured rate is reused (a wave of table pairs probes each database once)
+PROBE_TTL_S = 300.0
+_probed: dict[str, tuple[float, tuple[float, float, int]]] = {}
+_probe_lock = threading.Lock()
+#: the local DuckDB's memory limit (it spills to its temporary directory beyond)
+LOCAL_MEMORY = "512MB"
+# PostgreSQL types the stream reads into the same local types as the bisect path's download
+_PG_TYPES = {"int2", "int4", "int8", "float4", "float8", "numeric", "text", "varchar", "bpchar", "name", "bool",
+             "date", "timestamp", "timestamptz", "bytea"}
+
+
+class StreamUnavailable(DatabaseError):
+    """The streaming path cannot read a side (why, in the message): ``auto`` takes the bisect path."""
+
+
+def _adbc_uri(db: Database) -> str:
+    """A libpq URI for the PostgreSQL database behind ``db`` (a :class:`~dw_dagster.databases.SqlAlchemyDatabase`)."""
+    engine = getattr(db, "_engine", None)
+    if engine is None:
+        inner = getattr(db, "_db", None)  # a wrapper (the migration's catalog cache)
+        engine = getattr(inner, "_engine", None)
+    if engine is None:
+        raise StreamUnavailable(f"{db.name}: no connection URL to stream from")
+    uri = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    base, sep, query = uri.partition("?")  # SQLAlchemy writes a space in a query value as '+', libpq wants %20
+    return base + sep + query.replace("+", "%20")
+
+
+def streamable(db: Database) -> str | None:
+    """Why ``db`` cannot be streamed, or None: PostgreSQL (through the ADBC driver) and DuckDB can."""
+    if db.dialect == "duckdb":
+        return None
+    if db.dialect != "postgres":
+        return f"{db.name}: no streaming reader for {db.dialect}"
+    try:
+        import adbc_driver_postgresql.dbapi  # noqa: F401
+    except ImportError:
+        return "the ADBC PostgreSQL driver is not installed (pip install 'dw-dagster[postgres]')"
+    try:
+        _adbc_uri(db)
+    except StreamUnavailable as e:
+        return str(e)
+    return None
+
+
+def _select(db: Database, rel: str, limit: int | None = None) -> str:
+    q = sqlglot.parse_one(f"SELECT * FROM {rel} AS dw_x", read="duckdb")
+    if limit is not None:
+        q = q.limit(int(limit))
+    return q.sql(dialect=db.dialect)
+
+
+class _Reader:
+    """One side's rows as an Arrow record batch reader, counting the Arrow bytes that came through."""
+
+    def __init__(self, db: Database, select: str, types: dict[str, str]) -> None:
+        self.db, self.select, self.types, self.bytes, self.rows = db, select, types, 0, 0
+        self._con = None
+        self.started = 0.0  # when the query was sent (after the connection opened)
+
+    @property
+    def statement(self) -> str:
+        if self.db.dialect == "postgres":
+            return f"COPY ({self.select}) TO STDOUT (FORMAT binary)"
+        return self.select
+
+    def reader(self):
+        import pyarrow as pa
+
+        if self.db.dialect == "postgres":
+            import adbc_driver_postgresql.dbapi as pgdb
+
+            try:
+                self._con = pgdb.connect(_adbc_uri(self.db))
+            except Exception as e:  # the driver's errors
+                raise StreamUnavailable(f"{self.db.name}: the stream could not connect: {str(e).splitlines()[0]}") from e
+            cur = self._cur = self._con.cursor()  # held: the reader closes with its cursor
+            self.started = time.perf_counter()
+            try:
+                cur.execute(self.select)  # the driver reads it with COPY (...) TO STDOUT (FORMAT binary)
+                src = cur.fetch_record_batch()
+            except Exception as e:  # the driver's errors
+                raise DatabaseError(f"{self.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {self.select[:300]}") from e
+            schema = src.schema
+            bad = [f"{f.name} ({_pg_type(f)})" for f in schema if _pg_type(f) not in _PG_TYPES]
+            if bad:
+                raise StreamUnavailable(f"{self.db.name}: no stream reader for column type(s) {', '.join(bad)}")
+            batches: Iterator = iter(src)
+        else:
+            first = self.db.fetch_batches(self.select)
+            batches = iter(first)
+            head = next(batches, None)
+            if head is None:
+                return None
+            schema = head.schema
+            batches = _chain(head, batches)
+
+        def counted():
+            for b in batches:
+                self.bytes += b.nbytes
+                self.rows += b.num_rows
+                yield b
+
+        return pa.RecordBatchReader.from_batches(schema, counted())
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._cur.close()
+            self._con.close()
+            self._con = None
+
+
+def _aliased(plan, types) -> dict[str, str]:
+    """Alias -> type of the diff's projection (keys, then compared columns)."""
+    return {a: types.get(a) or "VARCHAR" for a in [*plan.keys, *plan.columns]}
+
+
+def _chain(head, rest):
+    yield head
+    yield from rest
+
+
+def _pg_type(field) -> str:
+    meta = field.metadata or {}
+    return (meta.get(b"POSTGRESQL:type") or meta.get(b"ADBC:postgresql:typname") or b"?").decode()
+
+
+def _numeric(field) -> tuple[int, int] | None:
+    """(precision, scale) of a PostgreSQL ``numeric(p, s)`` column from its typmod, None when unconstrained."""
+    raw = (field.metadata or {}).get(b"POSTGRESQL:typmod")
+    mod = int(raw) if raw else -1
+    if mod < 4:
+        return None
+    return ((mod - 4) >> 16) & 0xFFFF, (mod - 4) & 0xFFFF
+
+
+def _load(local, name: str, side: _Reader) -> None:
+    """Create local table ``name`` from one side's stream (PostgreSQL ``numeric`` cast back from its exact text)."""
+    from dw_dagster.databases import sql
+
+    con = local.con.cursor()
+    try:
+        rdr = side.reader()
+        if rdr is None:  # a DuckDB side with no rows: an empty table of its catalog's types
+            defs = ", ".join(f"{sql.identifier(c).sql('duckdb')} {t}" for c, t in side.types.items())
+            con.execute(f"CREATE TABLE {name} ({defs})")
+            return
+        cols, unconstrained = [], []
+        for f in rdr.schema:
+            q = sql.identifier(f.name).sql("duckdb")
+            if side.db.dialect == "postgres" and _pg_type(f) == "numeric":
+                ps = _numeric(f)
+                if ps is not None and ps[0] <= 38:
+                    cols.append(f"CAST({q} AS DECIMAL({ps[0]}, {ps[1]})) AS {q}")
+                    continue
+                unconstrained.append(q)
+            cols.append(q)
+        con.register(f"{name}_arrow", rdr)
+        try:
+            con.execute(f"CREATE TABLE {name} AS SELECT {', '.join(cols)} FROM {name}_arrow")
+        except Exception as e:  # duckdb's error classes; a numeric NaN or Infinity is no DuckDB decimal
+            if "Conversion Error" in str(e):
+                raise StreamUnavailable(f"{side.db.name}: a value the stream cannot hold locally: {str(e).splitlines()[0]}") from e
+            raise DatabaseError(f"{side.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {side.statement[:300]}") from e
+        con.unregister(f"{name}_arrow")
+        for q in unconstrained:  # numeric without a typmod: the exact decimal of the widest scale read
+            (scale,) = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0) FROM {name}").fetchone()
+            try:
+                con.execute(f"ALTER TABLE {name} ALTER {q} TYPE DECIMAL(38, {min(int(scale), 37)})")
+            except Exception as e:  # NaN, Infinity or more than 38 digits: not a DuckDB decimal
+                raise StreamUnavailable(f"{side.db.name}: numeric column {q} does not fit DECIMAL(38): {e}") from e
+    finally:
+        con.close()
+        side.close()
+
+
+class _Local:
+    """The local DuckDB of the stream: in memory up to :data:`LOCAL_MEMORY`, spilling to a temporary directory."""
+
+    def __init__(self, directory: str) -> None:
+        import duckdb
+
+        from dw_dagster.databases import LocalDuckDB
+
+        # in memory, its blocks evicted to the temporary directory beyond the memory limit
+        self.con = duckdb.connect(":memory:",
+                                  config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
+                                          "preserve_insertion_order": False})
+        self.con.execute("SET TimeZone = 'UTC'")
+        self.con.execute("SET enable_progress_bar = false")
+        self.dialect, self.name = "duckdb", LocalDuckDB.name
+        self.fetch_all = lambda q: self.con.execute(q).fetchall()
+        self.execute = lambda q: self.con.execute(q)
+
+    def fetch_batches(self, query: str, batch_rows: int = 100_000):
+        yield from self.con.sql(query).to_arrow_reader(batch_rows)
+
+
+def estimated_rows(db: Database, table: str) -> float:
+    """The table's rows as the catalog estimates them (PostgreSQL ``reltuples``, DuckDB ``estimated_size``);
+    infinity when the catalog does not say (never analyzed, another engine): no reason to rule the stream out."""
+    from dw_dagster.databases import sql
+
+    t = sql.table(table)
+    try:
+        if db.dialect == "postgres":
+            name = sql.literal(t.sql(dialect="postgres")).sql("postgres")
+            found = db.fetch_all(f"SELECT CAST(reltuples AS BIGINT) FROM pg_class WHERE oid = to_regclass({name})")
+        elif db.dialect == "duckdb":
+            cond = f"table_name = {sql.literal(t.name).sql('duckdb')}"
+            if t.args.get("db") is not None:
+                cond += f" AND schema_name = {sql.literal(t.args['db'].name).sql('duckdb')}"
+            found = db.fetch_all(f"SELECT MAX(estimated_size) FROM duckdb_tables() WHERE {cond}")
+        else:
+            return float("inf")
+    except DatabaseError:
+        return float("inf")
+    if not found or found[0][0] is None or int(found[0][0]) < 0:
+        return float("inf")
+    return float(found[0][0])
+
+
+def _timed_read(source: Database, rel: str, rows: int) -> tuple[float, int, int]:
+    """(seconds from the query to its last row, Arrow bytes, rows) of reading the first ``rows`` rows of ``rel``."""
+    side = _Reader(source, _select(source, rel, rows), {})
+    try:
+        rdr = side.reader()
+        if rdr is not None:
+            for _ in rdr:
+                pass
+    finally:
+        side.close()
+    return time.perf_counter() - side.started, side.bytes, side.rows
+
+
+def probe_mbps(source: Database, rel: str, rows: int = PROBE_ROWS) -> tuple[float, float, int]:
+    """MB/s of ``source``'s stream: the extra bytes of reading ``rows`` rows of ``rel`` rather than
+    :data:`PROBE_BASE_ROWS`, over the extra seconds (so the query's fixed latency, which a loaded
+    server or a far one adds to every read, is not taken for a slow link; opening the connection is
+    not counted either). A database's rate is measured once per :data:`PROBE_TTL_S` seconds and
+    reused (keyed by its name).
+
+    Returns:
+        (MB/s, the seconds the ``rows`` read took from its query to its last row, the rows it read).
+    """
+    with _probe_lock:
+        seen = _probed.get(source.name)
+    if seen is not None and time.monotonic() - seen[0] < PROBE_TTL_S:
+        return seen[1]
+    s1, b1, _ = _timed_read(source, rel, PROBE_BASE_ROWS)
+    s2, b2, n2 = _timed_read(source, rel, rows)
+    if n2 < min(rows, 2 * PROBE_BASE_ROWS):  # a small table says nothing about the link: the whole read's rate
+        return b2 / 1e6 / max(s2, 1e-6), s2, n2
+    out = ((b2 - b1) / 1e6 / max(s2 - s1, 1e-6), s2, n2)
+    with _probe_lock:
+        _probed[source.name] = (time.monotonic(), out)
+    return out
+
+
+def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit: int, pass_rows: int,
+                timestamp_precision, timestamp_rounding, warnings: list[str], merge) -> RowDiffResult:
+    """Both sides streamed into a local DuckDB and diffed there in passes (module docstring).
+
+    Raises:
+        StreamUnavailable: a side cannot be streamed (its engine, a column type).
+        DatabaseError: a query or the stream failed.
+    """
+    from dw_dagster.checks.rowdiff.joindiff import _collision_warning, _collisions, _counts_and_null_keys, _diff_typed
+    from dw_dagster.checks.rowdiff.rules import _key_expr
+    from dw_dagster.databases import sql
+
+    for db in (source, target):
+        why = streamable(db)
+        if why:
+            raise StreamUnavailable(why)
+    sides = [_Reader(source, _select(source, plan.source_rel), _aliased(plan, plan.st)),
+             _Reader(target, _select(target, plan.target_rel), _aliased(plan, plan.tt))]
+    result = RowDiffResult(queries=[s.statement for s in sides], warnings=list(warnings), buckets_compared=None,
+                           buckets_downloaded=None, rows_downloaded=0, download_passes=0, transfer="stream",
+                           timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
+    with tempfile.TemporaryDirectory(prefix="dw_rowdiff_stream_") as tmp:
+        local = _Local(tmp)
+        try:
+            errors: list[BaseException] = []
+
+            def load_target():
+                try:
+                    _load(local, "dw_t", sides[1])
+                except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+                    errors.append(e)
+
+            worker = threading.Thread(target=load_target, name="dw-rowdiff-stream-target")
+            worker.start()  # the target loads while the source streams
+            try:
+                _load(local, "dw_s", sides[0])
+            finally:
+                worker.join()
+            if errors:
+                raise errors[0]
+            result.rows_downloaded = sides[0].rows + sides[1].rows
+            n = {}
+            for name, side, label in (("dw_s", "source", "source"), ("dw_t", "target", "target")):
+                n[side], warn, _ = _counts_and_null_keys(local, name, plan.keys, label, plan.labels)
+                result.warnings += warn
+            for name, side, own, other in (("dw_s", "source", plan.st, plan.tt), ("dw_t", "target", plan.tt, plan.st)):
+                found, total, _ = _collisions(local, name, plan.keys, side, own, other, opts.case_insensitive_keys)
+                result.collisions += found
+                setattr(result, f"collided_{side}", total)
+                result.warnings += [_collision_warning(c) for c in found]
+            passes = max(1, -(-(n["source"] + n["target"]) // max(1, int(pass_rows))))
+            q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+            for k in range(passes):
+                if passes == 1:
+                    s_rel, t_rel = "dw_s", "dw_t"
+                else:
+                    for name, own, other, view in (("dw_s", plan.st, plan.tt, "dw_sp"), ("dw_t", plan.tt, plan.st, "dw_tp")):
+                        key = ", ".join(_key_expr(q(c), c, own, other, opts.case_insensitive_keys) for c in plan.keys)
+                        local.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {name} "
+                                      f"WHERE hash({key}) % {passes} = {k}")
+                    s_rel, t_rel = "dw_sp", "dw_tp"
+                part, _ = _diff_typed(local, s_rel, t_rel, plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
+                part.warnings = [w for w in part.warnings if "NULL(s) on the" not in w]  # counted above, whole table
+                merge(result, part, sample_limit)
+                result.download_passes += 1
+        finally:
+            local.con.close()
+    result.bytes_fetched = sides[0].bytes + sides[1].bytes
+    result.bytes_sent = sum(len(s.encode()) for s in result.queries)
+    return result
