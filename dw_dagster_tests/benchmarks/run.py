@@ -370,7 +370,7 @@ def main() -> None:
             if "meets_goal" in o:  # judged by the benchmark itself (rowdiff_crossdb_100m: memory at each size)
                 pass
             elif "build_goal_s" in o:  # absolute goals (seconds) on query and build, and dbt's own answer
-                o["meets_goal"] = bool(o["ours_s"] <= o["goal"] and o["build_s"] <= o["build_goal_s"]
+                o["meets_goal"] = bool(max(o["ours_s"], o.get("worst_s", 0.0)) <= o["goal"] and o["build_s"] <= o["build_goal_s"]
                                        and o.get("identical_to_dbt_ls", True))
                 o["goal_unit"] = "s"
             elif o.get("goal_unit") == "s":  # an absolute goal on our time (the peer ratio is still reported)
