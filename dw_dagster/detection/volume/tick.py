@@ -458,31 +458,33 @@ class VolumeTicker:
                 return
         self.empties.pop((s.id, part), None)
         status, sc, change = self.score(s, rows, part, h, t.now)
-        md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: status,
-                              VOLUME_SOURCE_KEY: cnt.source}
-        if part is not None:
-            md[VOLUME_PARTITION_KEY] = part
-        if change is not None:
-            md[VOLUME_CHANGE_KEY] = change
-        if s.dead_letter:
-            md[VOLUME_DEAD_LETTER_KEY] = True
-        if summary_mode:
-            md[VOLUME_UNOBSERVED_KEY] = h.unobserved
-        if sc is not None:
-            md[VOLUME_BASELINE_N_KEY] = sc.baseline_n
-            if sc.mean is not None:
-                md[VOLUME_MEAN_KEY], md[VOLUME_LOWER_KEY], md[VOLUME_UPPER_KEY] = sc.mean, sc.lower, sc.upper
-                if sc.deviation_pct is not None:
-                    md[VOLUME_DEVIATION_KEY] = sc.deviation_pct
-        detail, opened_now = "", False
+        detail, opened_now, open_id = "", False, None
         if status in ANOMALY_STATUSES:
-            detail, opened_now = self._anomaly(t, s, h, rows, part, status, sc, change, md)
+            detail, opened_now, open_id = self._anomaly(t, s, h, rows, part, status, sc, change)
         # summary: an anomaly that opens an incident is always shown; one an open incident already
         # covers is shown like any count (on a status change, or once a day), not on every tick
         shown = not summary_mode or opened_now
         rank = (None if shown else (0, h.observed_at or 0.0) if h.observed_status not in (None, status)
                 else (2 if h.observed_at is None else 1, h.observed_at or 0.0) if show_due else None)
         if shown or rank is not None:  # the event only when it may be shown (building one costs ~0.5 ms)
+            md: dict[str, Any] = {ROW_COUNT_KEY: rows, VOLUME_TABLE_KEY: s.id, VOLUME_STATUS_KEY: status,
+                                  VOLUME_SOURCE_KEY: cnt.source}
+            if part is not None:
+                md[VOLUME_PARTITION_KEY] = part
+            if change is not None:
+                md[VOLUME_CHANGE_KEY] = change
+            if s.dead_letter:
+                md[VOLUME_DEAD_LETTER_KEY] = True
+            if summary_mode:
+                md[VOLUME_UNOBSERVED_KEY] = h.unobserved
+            if sc is not None:
+                md[VOLUME_BASELINE_N_KEY] = sc.baseline_n
+                if sc.mean is not None:
+                    md[VOLUME_MEAN_KEY], md[VOLUME_LOWER_KEY], md[VOLUME_UPPER_KEY] = sc.mean, sc.lower, sc.upper
+                    if sc.deviation_pct is not None:
+                        md[VOLUME_DEVIATION_KEY] = sc.deviation_pct
+            if open_id is not None:
+                md[VOLUME_OPEN_INCIDENT_KEY] = open_id
             band = f"; band {_fmt(sc.lower)}–{_fmt(sc.upper)}" if sc is not None and sc.mean is not None else ""
             event = dg.AssetObservation(
                 asset_key=s.asset_key, metadata=md,
@@ -497,23 +499,23 @@ class VolumeTicker:
         t.outcomes.append(_Outcome(s, status, rows, detail))
 
     def _anomaly(self, t: _Tick, s: VolumeTable, h: TableHistory, rows: int, part: str | None, status: str,
-                 sc: BaselineScore | None, change: int | None, md: dict[str, Any]) -> tuple[str, bool]:
-        """Open an incident for an anomalous count, or name the asset's open one; (detail, shown now)."""
+                 sc: BaselineScore | None, change: int | None) -> tuple[str, bool, str | None]:
+        """Open an incident for an anomalous count, or name the asset's open one; (detail, shown now,
+        the open incident's id for the count's ``dw/volume_open_incident``)."""
         context = t.context
         if s.asset_key in t.opened_assets:
-            return "incident opened this tick for the same asset", False
+            return "incident opened this tick for the same asset", False, None
         existing = open_incident(context.instance, s.asset_key)
         new, inc = False, None
         if existing is None:  # the ledger: one open incident per asset (looked up again under its lock)
             inc = self.incident(s, rows, part, status, sc, change, h, t.now)
             new, existing = record_unless_open(context.instance, inc)
         if existing is not None:
-            md[VOLUME_OPEN_INCIDENT_KEY] = existing.id
             detail = f"incident {existing.id} still open"
             t.evidence[asset_str(s.asset_key)] = f"{s.id} {status} again ({rows:,} rows)"
             context.log.info(f"{s.id}: {status}; {detail}")
             if existing.source != "volume_sensor" or existing.id in self.shown_ids:
-                return detail, False
+                return detail, False, existing.id
             tok = self.opened_in.get(existing.id)  # shown by a tick of this process: was it kept?
             previous_key = t.previous_key
             if tok is not None and previous_key is not None and tok[0] == previous_key[0]:
@@ -525,15 +527,15 @@ class VolumeTicker:
                                       min_age_s=0.0 if tok else SHOWN_GRACE_S)
             if kept:
                 self.shown_ids.add(existing.id)
-                return detail, False
+                return detail, False, existing.id
             # opened by a tick whose result was not kept (a "Test sensor" evaluation)
             t.events.append(incident_observation(existing, f"incident {existing.id}: "
                                                  f"{existing.summary} (its first tick was not kept)"))
             t.opened_assets.add(s.asset_key)
             t.opened_ids = [*t.opened_ids, existing.id]
-            return detail, True
+            return detail, True, existing.id
         if inc is None:
-            return "", False
+            return "", False, None
         t.opened_assets.add(s.asset_key)
         t.opened_ids.append(inc.id)
         t.events.append(dg.AssetObservation(
@@ -543,7 +545,7 @@ class VolumeTicker:
         job = self.s.diagnosis_job_name
         if job and new:
             t.requests.append(diagnosis_request(inc, diagnosis_run_key(inc.id, 0), job, {VOLUME_TABLE_TAG: s.id}))
-        return f"incident {inc.id}", True
+        return f"incident {inc.id}", True, None
 
     def unchanged_event(self, s: VolumeTable, h: TableHistory, rows: int, part: str | None,
                         now_ts: float) -> dg.AssetObservation:
