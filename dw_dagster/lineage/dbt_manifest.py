@@ -182,7 +182,7 @@ def manifest_graph(manifest: Mapping[str, Any]) -> nx.DiGraph:
             ``unit_tests``, ``functions``, ``child_map`` and ``groups`` are read, all optional).
     """
     g = add_manifest(nx.DiGraph(), manifest)
-    index_graph(g)  # look-ups by name, type and for dbt ls are then dictionary hits
+    index_graph(g).ordered()  # look-ups by name, type and for dbt ls are then dictionary hits, dbt ls never sorts ids
     return g
 
 
@@ -229,14 +229,19 @@ def _fqn_matches(fqn: list[str], selector: str, versioned: bool) -> bool:
 class _Index:
     """Look-up tables over a graph's vertices, rebuilt when the vertex count changes (:func:`index_graph`)."""
 
-    __slots__ = ("n", "fqn", "by_type", "listable")
+    __slots__ = ("n", "fqn", "by_type", "listable", "leaves", "_order", "_rank")
 
     def __init__(self, g: nx.DiGraph) -> None:
         self.n = g.number_of_nodes()
         self.fqn: dict[str, list[str]] = {}  # simple selector word → candidate vertices
         self.by_type: dict[str, list[str]] = {}  # dbt resource type → vertices
         self.listable: set[str] = set()  # dbt vertices dbt ls prints by default
+        self.leaves: set[str] = set()  # checks: reached, never expanded
+        self._order: list[str] | None = None  # the listable vertices sorted (built by the first dbt_ls)
+        self._rank: dict[str, int] | None = None  # listable vertex → its place in _order
         for uid, attrs in g.nodes(data=True):
+            if attrs.get("resource_type") in LEAF_TYPES:
+                self.leaves.add(uid)
             if not attrs.get("dbt"):
                 continue
             rt = attrs["resource_type"]
@@ -251,6 +256,15 @@ class _Index:
                 words.update((fqn[-2], fqn[1].split(".")[0], "_".join(fqn[-2:])))
             for w in words:
                 self.fqn.setdefault(w, []).append(uid)
+
+
+    def ordered(self) -> tuple[list[str], dict[str, int]]:
+        """The listable vertices sorted, and each one's place in that order: sorted once, so a
+        ``dbt ls`` answer is the reached places in order (integers) and never sorts ids again."""
+        if self._order is None or self._rank is None:
+            self._order = sorted(self.listable)
+            self._rank = {u: i for i, u in enumerate(self._order)}
+        return self._order, self._rank
 
 
 def index_graph(g: nx.DiGraph) -> _Index:
@@ -461,8 +475,36 @@ def dbt_ls(g: nx.DiGraph, roots: Iterable[str]) -> list[str]:
     this equals dbt's output exactly (module docstring); on a combined Dagster + dbt graph it is a
     superset, as Dagster assets can lead from one dbt node to another.
     """
-    listable = index_graph(g).listable
-    return sorted(u for u in downstream(g, roots) if u in listable)
+    index = index_graph(g)
+    order, rank = index.ordered()
+    # set intersection, integer places, one sort of integers: C loops only, no id is compared as text
+    places = sorted(map(rank.__getitem__, reachable(g, roots) & index.listable))
+    return list(map(order.__getitem__, places))
+
+
+def reachable(g: nx.DiGraph, roots: Iterable[str]) -> set[str]:
+    """The roots and every vertex reachable from them (checks reached, never expanded), unordered.
+
+    What :func:`downstream` reaches, without the depths: one level at a time as set unions of the
+    adjacency dicts (C loops), about 10 ms for 35,000 reached vertices.
+
+    Raises:
+        UnknownNodeError: a root is not a vertex of ``g``.
+    """
+    nodes, succ = g._node, g._succ
+    leaves = index_graph(g).leaves
+    seen: set[str] = set()
+    for r in roots:
+        if r not in nodes:
+            raise UnknownNodeError(f"no node {r!r} in the graph")
+        seen.add(r)
+    frontier = seen - leaves
+    while frontier:
+        nxt = set().union(*[succ[u] for u in frontier])
+        nxt -= seen
+        seen |= nxt
+        frontier = nxt - leaves
+    return seen
 
 
 # -- the report ----------------------------------------------------------------------------------

@@ -22,13 +22,14 @@ Timed on the grown ``manifest.json``:
 - ``query_ms``: ``dbt_ls(g, select_nodes(g, X))`` — what ``dbt ls -s X+`` prints — median over a
   sample of roots (a top source of a domain, models early, mid and late in a domain, a shared
   model other domains read, an exposure); goal ≤ 50 ms; ``query_max_ms`` is the slowest root and
-  ``queries`` every root's time and downstream size;
+  ``queries`` every root's time and downstream size; ``worst_s`` the slowest root, which the goal
+  holds to 50 ms too (the widest roots reach a third of the manifest);
 - the peer: ``dbt ls --select X+ --output json --output-keys unique_id`` through ``dbtRunner``
   with the grown manifest already in memory (dbt's graph link, selection and output;
   ``peer_load_s`` is dbt reading the file into its ``Manifest``), the same roots, median
   ``peer_s``. ``identical_to_dbt_ls``: every root's set equals dbt's.
 
-``ratio`` = median query / median peer. ``meets_goal``: query ≤ 50 ms, build ≤ 10 s, identical.
+``ratio`` = median query / median peer. ``meets_goal``: every root (``worst_s``) ≤ 50 ms, build ≤ 10 s, identical.
 
 Usage: ``python -m dw_dagster_tests.benchmarks.blast_radius_100k [--models N] [--repeat N]``
 (``--models 2000`` for a quick look); prints the result object as JSON.
@@ -276,7 +277,9 @@ def bench_blast_radius_100k(work: Path, repeat: int, models: int = MODELS) -> di
         "ratio": round(query_s / peer_s, 5) if peer_s else None,
         "goal": 0.05,
         "goal_unit": "s",
-        "meets_goal": bool(query_s <= 0.05 and build_s <= 10.0 and identical),
+        "meets_goal": bool(times[slowest] <= 0.05 and build_s <= 10.0 and identical),
+        "worst_s": round(times[slowest], 4),
+        "worst_goal_s": 0.05,
         "build_s": round(build_s, 3),
         "build_goal_s": 10.0,
         "load_s": round(load_s, 3),

@@ -130,27 +130,60 @@ def bench_slice_compare(work: Path, rows: int, repeat: int) -> dict:
     return {"name": "slice_compare_10m", "ours_s": ours, "peer": "two bare GROUP BY queries", "peer_s": _timed(peer, repeat), "goal": 1.2, **mem}
 
 
+#: runs of ours and of each peer in the in-database diff, interleaved (its ratio moved between 0.85
+#: and 1.37 from run to run on the loaded machine with 3 runs each, not interleaved)
+INDB_RUNS = 5
+
+
+def _interleaved(fns: dict, runs: int) -> dict[str, list[float]]:
+    """Seconds of each of ``fns`` (name → function), run in turn ``runs`` times: ours and its peer see
+    the same moments of a shared machine's load."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(runs):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return times
+
+
+def _spread(ours: list[float], peer: list[float]) -> dict:
+    """Median of each, every run, and the run-by-run ratios' median, min and max."""
+    import os
+
+    ratios = sorted(a / b for a, b in zip(ours, peer) if b)
+    return {"runs": len(ours), "ours_runs_s": [round(x, 3) for x in ours], "peer_runs_s": [round(x, 3) for x in peer],
+            "ratio_median_of_pairs": round(statistics.median(ratios), 3) if ratios else None,
+            "ratio_min": round(ratios[0], 3) if ratios else None, "ratio_max": round(ratios[-1], 3) if ratios else None,
+            "load_average": round(os.getloadavg()[0], 1)}
+
+
 def bench_rowdiff_indb(work: Path, rows: int, repeat: int) -> list[dict]:
+    """Ours and the bare ``FULL OUTER JOIN`` (and reladiff's joindiff) interleaved :data:`INDB_RUNS`
+    times; ``ours_s``/``peer_s`` are the medians, ``spread`` every run and the run-by-run ratios."""
     from dw_dagster.checks.rowdiff import row_diff
 
     p = work / "indb.duckdb"
     _make(p, rows)
     db = _db(p)
     result = {}
+    runs = max(repeat, INDB_RUNS)
 
     def ours():
         result["r"] = row_diff(db, "src", "tgt", ["id"], ["region", "amount", "note"], sample_limit=10)
-
-    ours_s = _timed(ours, repeat)
-    mem = _ours_peak({})
-    r = result["r"]
-    assert (r.missing, r.changed) == (rows // 200, rows // 200), (r.missing, r.changed)
 
     def join():
         db.fetch_all("SELECT COUNT(*) FROM src s FULL OUTER JOIN tgt t ON s.id = t.id WHERE s.id IS NULL OR t.id IS NULL "
                      "OR s.region IS DISTINCT FROM t.region OR s.amount IS DISTINCT FROM t.amount OR s.note IS DISTINCT FROM t.note")
 
-    out = [{"name": "rowdiff_indb_10m", "ours_s": ours_s, "peer": "plain FULL OUTER JOIN query", "peer_s": _timed(join, repeat), "goal": 1.5, **mem}]
+    ours()  # warm: the file's blocks in the OS cache for both
+    times = _interleaved({"ours": ours, "join": join}, runs)
+    mem = _ours_peak({})
+    r = result["r"]
+    assert (r.missing, r.changed) == (rows // 200, rows // 200), (r.missing, r.changed)
+    ours_s = statistics.median(times["ours"])
+    out = [{"name": "rowdiff_indb_10m", "ours_s": ours_s, "peer": "plain FULL OUTER JOIN query (interleaved runs, medians)",
+            "peer_s": statistics.median(times["join"]), "goal": 1.0, "spread": _spread(times["ours"], times["join"]), **mem}]
     try:
         import reladiff
     except ImportError:
@@ -163,8 +196,10 @@ def bench_rowdiff_indb(work: Path, rows: int, repeat: int) -> list[dict]:
         n = sum(1 for _ in reladiff.diff_tables(a, b, algorithm=reladiff.Algorithm.JOINDIFF, validate_unique_key=False))
         assert n == rows // 200 + 2 * (rows // 200), n
 
-    out.append({"name": "rowdiff_indb_10m_reladiff", "ours_s": ours_s, "peer": "reladiff joindiff", "peer_s": _timed(rela, repeat),
-                "goal": 0.25, **mem})
+    both = _interleaved({"ours": ours, "rela": rela}, runs)
+    out.append({"name": "rowdiff_indb_10m_reladiff", "ours_s": statistics.median(both["ours"]),
+                "peer": "reladiff joindiff (interleaved runs, medians)", "peer_s": statistics.median(both["rela"]),
+                "goal": 0.25, "spread": _spread(both["ours"], both["rela"]), **mem})
     return out
 
 
@@ -335,7 +370,7 @@ def main() -> None:
             if "meets_goal" in o:  # judged by the benchmark itself (rowdiff_crossdb_100m: memory at each size)
                 pass
             elif "build_goal_s" in o:  # absolute goals (seconds) on query and build, and dbt's own answer
-                o["meets_goal"] = bool(o["ours_s"] <= o["goal"] and o["build_s"] <= o["build_goal_s"]
+                o["meets_goal"] = bool(max(o["ours_s"], o.get("worst_s", 0.0)) <= o["goal"] and o["build_s"] <= o["build_goal_s"]
                                        and o.get("identical_to_dbt_ls", True))
                 o["goal_unit"] = "s"
             elif o.get("goal_unit") == "s":  # an absolute goal on our time (the peer ratio is still reported)

@@ -200,7 +200,8 @@ def bench_volume_tick_curve(work: Path, repeat: int, sizes: tuple[int, ...] = (5
         curve.append({"tables": n, "ours_s": last["ours_s"], "peer_s": last["peer_s"],
                       "ms_per_table": round(last["ours_s"] / n * 1000, 3),
                       "peer_ms_per_table": round(last["peer_s"] / n * 1000, 3),
-                      "peak_rss_mb": last["peak_rss_mb"], "events_per_tick": last["events_per_tick"]})
+                      "peak_rss_mb": last["peak_rss_mb"], "events_per_tick": last["events_per_tick"],
+                      "tick_phases_s": last["tick_phases_s"], "load_average": last["load_average"]})
         print(f"  curve: {n:>6,} tables  {last['ours_s']:.2f} s  {curve[-1]['ms_per_table']} ms/table  "
               f"peak {last['peak_rss_mb']} MB", flush=True)
     assert last is not None
@@ -252,6 +253,39 @@ def first_tick(sensor, instance):
     return tick, first, rebuild_tick_s, time.perf_counter() - t
 
 
+@contextlib.contextmanager
+def _tick_log_lines():
+    """The volume sensor's tick log lines (``... queries, N s: history a s, catalog b s, ...``) while open."""
+    import logging
+
+    lines: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            msg = record.getMessage()
+            if " queries, " in msg and "catalog " in msg:
+                lines.append(msg)
+
+    handler, root = _Keep(), logging.getLogger("dagster")  # where a sensor context logs
+    root.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+
+
+def _phases(line: str) -> dict[str, float]:
+    """``{"history": s, "catalog": s, "counting": s, "scoring": s, "storing": s}`` from a tick's log line."""
+    return {k: float(v) for k, v in re.findall(r"(history|catalog|counting|scoring|storing) ([0-9.]+) s", line)}
+
+
+def _load() -> float:
+    """The 1-minute load average (the machine is shared: noted beside each measurement)."""
+    import os
+
+    return round(os.getloadavg()[0], 1)
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -295,12 +329,15 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
     tick, first, rebuild_tick_s, store_first_tick_s = first_tick(sensor, instance)
 
     _in_child(_change, path, yesterday, tables)
-    times, last = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        last = tick(first.cursor)
-        times.append(time.perf_counter() - t)
+    times, last, phases = [], None, []
+    with _tick_log_lines() as lines:
+        for _ in range(repeat):
+            t = time.perf_counter()
+            last = tick(first.cursor)
+            times.append(time.perf_counter() - t)
+            phases.append(_phases(lines[-1]) if lines else {})
     ours_s = statistics.median(times)
+    load = _load()
     count_times = []
     for _ in range(repeat):  # the warehouse part alone: catalog query + COUNT(*) batches
         t = time.perf_counter()
@@ -344,6 +381,9 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
         "incidents_per_tick": len(incidents),
         "statuses": statuses,
         "counts_only_s": round(statistics.median(count_times), 3),
+        "tick_phases_s": {k: round(statistics.median(p.get(k, 0.0) for p in phases), 2)
+                          for k in ("history", "catalog", "counting", "scoring", "storing")},
+        "load_average": load,
         "cursor_bytes": len(last.cursor or ""),
         "rebuild_tick_s": round(rebuild_tick_s, 3),
         "store_first_tick_s": round(store_first_tick_s, 3),

@@ -696,7 +696,7 @@ def _together(fns, monkeypatch, module, name: str) -> list:
 
 
 def test_two_volume_sensor_processes_seeing_one_drop_open_one_incident_and_show_it_once(wh, shared_instance, monkeypatch):
-    import dw_dagster.detection.volume.sensor as sensor_mod
+    import dw_dagster.detection.volume.tick as sensor_mod
 
     instance, clock = shared_instance, Clock()
     a = build(wh, instance, clock)

@@ -300,7 +300,7 @@ def test_a_dry_run_does_not_swallow_the_incident_observation(wh):
 
 
 def test_two_processes_ticking_at_once_open_one_incident(wh, monkeypatch):
-    import dw_dagster.detection.volume.sensor as sensor_mod
+    import dw_dagster.detection.volume.tick as sensor_mod
 
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()

@@ -197,7 +197,30 @@ def benchmarks_page() -> str:
                     "and writes `bench_results.json`; this page is that file. How each is measured: "
                     "[Deploy and scale](../guides/deploy-and-scale.md).\n\n",
                     "| benchmark | ours | peer | peer's time | ratio (ours / peer) | goal | peak RSS (ours) |\n",
-                    "|---|---|---|---|---|---|---|\n", "\n".join(rows), "\n"])
+                    "|---|---|---|---|---|---|---|\n", "\n".join(rows), "\n", *_curves(results)])
+
+
+def _curves(results: list[dict]) -> list[str]:
+    """A section per benchmark measured at several sizes (``curve``), with its slowest case
+    (``worst_s``) and its run-to-run spread (``spread``) where it has them."""
+    out: list[str] = []
+    for r in results:
+        notes = []
+        if "worst_s" in r:
+            notes.append(f"slowest case: {_seconds(r['worst_s'])} ({_cell(r.get('query_max_root', ''))})")
+        spread = r.get("spread") or {}
+        if spread.get("ratio_min") is not None:
+            notes.append(f"{spread['runs']} interleaved runs, ratio {spread['ratio_min']}–{spread['ratio_max']} run by run "
+                         f"(load average {spread.get('load_average', '?')})")
+        curve = [p for p in r.get("curve") or [] if isinstance(p, dict)]
+        if not curve and not notes:
+            continue
+        out.append(f"\n## `{r['name']}`\n\n" + "".join(f"- {n}\n" for n in notes))
+        if curve:
+            cols = [k for k in curve[0] if not isinstance(curve[0][k], (dict, list))]
+            out += [("\n" if notes else "") + "| " + " | ".join(cols) + " |\n", "|" + "---|" * len(cols) + "\n"]
+            out += ["| " + " | ".join(_cell(p.get(k, "")) for k in cols) + " |\n" for p in curve]
+    return out
 
 
 PAGES: dict[str, Callable[[], str]] = {

@@ -126,16 +126,20 @@ def _ensure(engine: Engine) -> None:
     _created.add(engine)
 
 
+# one encoder for every row (json.dumps with separators builds a new one per call)
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _encode(h: TableHistory) -> str:
-    return json.dumps([[p, r] for p, r in h.entries], separators=(",", ":"))
+    return _json([[p, r] for p, r in h.entries])
 
 
 def _encode_whole(h: TableHistory | None) -> str | None:
     if h is None:
         return None
-    return json.dumps({"entries": [[p, r] for p, r in h.entries], "recorded_at": h.recorded_at,
+    return _json({"entries": [[p, r] for p, r in h.entries], "recorded_at": h.recorded_at,
                        "observed_at": h.observed_at, "observed_status": h.observed_status, "unobserved": h.unobserved,
-                       "last_status": h.last_status}, separators=(",", ":"))
+                       "last_status": h.last_status})
 
 
 def _decode_whole(text: str) -> TableHistory:
