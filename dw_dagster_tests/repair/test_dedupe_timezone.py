@@ -72,7 +72,7 @@ def test_the_step_records_its_window_and_an_old_step_reads_utc_days(duck):
                        resource_key="warehouse", dialect="duckdb", partitions_def=NY)
     (sl,) = step.spec["filter"]["slices"]
     assert (sl["start"], sl["end"]) == ("2026-11-02T05:00:00", "2026-11-03T05:00:00")
-    assert "2026-11-02 05:00:00" in step.sql[0] and "CAST(" not in step.sql[0]
+    assert "ts >= CAST('2026-11-02 05:00:00' AS TIMESTAMP)" in step.sql[0] and "AS DATE" not in step.sql[0]
     old = dedupe_step(table="main.t", key_columns=["id"], partition_column="ts", window=["2026-11-02"],
                       resource_key="warehouse", dialect="duckdb")
     (sl,) = old.spec["filter"]["slices"]
