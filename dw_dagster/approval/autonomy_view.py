@@ -19,9 +19,9 @@ from dw_dagster.core.domains import Domains
 
 
 def autonomy_for(instance: dg.DagsterInstance, domains: Sequence[str]) -> list[ClassRecord]:
-    """The records of ``domains`` (every record when none is named)."""
+    """The records of ``domains`` (none when no domain is named)."""
     wanted = set(domains)
-    return [r for r in autonomy_records(instance) if not wanted or r.domain in wanted]
+    return [r for r in autonomy_records(instance) if r.domain in wanted]
 
 
 def _level(doms: Domains | None, name: str, klass: str) -> str:

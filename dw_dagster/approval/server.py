@@ -437,7 +437,8 @@ def build_app(instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance], d
         from dw_dagster.approval.autonomy_view import autonomy_for, autonomy_html
 
         mine = sorted({cs.domain for cs, _, _ in found}) or [d.name for d in doms.domains if who["email"] in d.approvers]
-        body += autonomy_html(await run_in_threadpool(autonomy_for, svc.instance(), mine), doms)
+        if mine:  # a person listed nowhere sees no domain's record
+            body += autonomy_html(await run_in_threadpool(autonomy_for, svc.instance(), mine), doms)
         return _page("Change sets waiting for you", body, who)
 
     async def login(request: Request) -> Response:

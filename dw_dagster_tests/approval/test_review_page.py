@@ -422,3 +422,8 @@ def test_the_page_shows_each_domain_and_class_s_autonomy_record(base, instance, 
     # two verified repairs, then a failure: the streak is broken and the failure is named
     assert by["rerun_window"][2:8] == ("2", "2", "0", "1", "0", "L2")
     assert by["rerun_window"][8].endswith("stage migration-1 failed: lock timeout")
+    outsider, _ = login(base, OUTSIDER)  # listed in no domain: no record is shown
+    try:
+        assert "Autonomy record" not in outsider.get(f"{base}/").text
+    finally:
+        outsider.close()
