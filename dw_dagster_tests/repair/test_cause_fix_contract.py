@@ -187,3 +187,22 @@ def test_a_model_without_an_enforced_contract_gets_the_migration_instead():
         _contract_edit(doc, "orders_contracted", [], "schema.yml")
     with pytest.raises(ProposalError, match="has no model 'other'"):
         _contract_edit(doc, "other", [], "schema.yml")
+
+
+def test_the_diagnoser_finds_the_contracted_model_by_its_asset_key_or_name():
+    """What IncrementalLoadDiagnoser/RecordedLoadDiagnoser ask before proposing a migration for a schema
+    change: is the diagnosed asset a dbt model with an enforced contract (by ``dbt_asset_keys``, else by name)?"""
+    from dw_dagster.diagnosis.contracts import contracted_model
+
+    def model(name, enforced):
+        return {"resource_type": "model", "name": name, "patch_path": "shop://models/schema.yml",
+                "config": {"contract": {"enforced": enforced}}}
+
+    manifest = {"nodes": {"model.shop.orders_contracted": model("orders_contracted", True),
+                          "model.shop.loose": model("loose", False),
+                          "seed.shop.orders_contracted_seed": {"resource_type": "seed", "name": "orders_contracted_seed"}}}
+    keys = {"model.shop.orders_contracted": ["marts", "orders"]}
+    assert contracted_model(manifest, ["marts", "orders"], keys)["name"] == "orders_contracted"  # by its asset key
+    assert contracted_model(manifest, ["orders_contracted"], {})["name"] == "orders_contracted"  # by its name
+    assert contracted_model(manifest, ["loose"], {}) is None  # no enforced contract: the migration is the fix
+    assert contracted_model(manifest, ["orders_contracted_seed"], {}) is None and contracted_model(manifest, ["x"]) is None
