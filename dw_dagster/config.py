@@ -459,6 +459,30 @@ class MageConfig(dg.Model, dg.Resolvable):
         return None if isinstance(v, str) and not v.strip() else v
 
 
+class TableauConfig(dg.Model, dg.Resolvable):
+    """After a verified repair, refresh the extract of each Tableau workbook in the blast radius (an
+    exposure's ``meta.dw.bi: {tool: tableau, workbook: <name>}``), signed in with a personal access token."""
+
+    server: str | None = Field(None, description="Tableau Server or Cloud URL, e.g. https://10ax.online.tableau.com "
+                               "(\"{{ env('TABLEAU_SERVER', '') }}\" works too)")
+    site: str = Field("", description="the site's content URL (empty: the default site)")
+    token_name_env: str = Field("TABLEAU_TOKEN_NAME", description="the env var holding the personal access token's name")
+    token_secret_env: str = Field("TABLEAU_TOKEN_SECRET", description="the env var holding its secret")
+    optional: bool = Field(False, description=_OPTIONAL)
+
+
+class LightdashConfig(dg.Model, dg.Resolvable):
+    """After a verified repair, refresh each Lightdash dashboard in the blast radius (an exposure's
+    ``meta.dw.bi: {tool: lightdash, dashboard: <uuid, slug or name>}``): its cache invalidated, its charts run again."""
+
+    url: str | None = Field(None, description="the Lightdash instance, e.g. https://app.lightdash.cloud "
+                            "(\"{{ env('LIGHTDASH_URL', '') }}\" works too)")
+    project_uuid: str | None = Field(None, description="the project the dashboards are in")
+    api_key_env: str = Field("LIGHTDASH_API_KEY", description="the env var holding a personal access token "
+                             "(or a service-account token, ldsvc_...)")
+    optional: bool = Field(False, description=_OPTIONAL)
+
+
 class IntegrationsConfig(dg.Model, dg.Resolvable):
     """Optional integrations, each switched on by being present (and, with ``optional: true``, by its credentials)."""
 
@@ -469,6 +493,8 @@ class IntegrationsConfig(dg.Model, dg.Resolvable):
     servicenow: ServiceNowConfig | None = None
     email: EmailConfig | None = None
     mage: MageConfig | None = None
+    tableau: TableauConfig | None = None
+    lightdash: LightdashConfig | None = None
     dagster_url: str = Field("http://localhost:3000", description="base of links in notifications")
     review_url: str | None = Field(None, description="the review site (dw-dagster approvals serve) every notification "
                                    "links to (default: $DW_REVIEW_URL)")

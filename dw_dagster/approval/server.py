@@ -469,6 +469,11 @@ class _ReviewRoutes:
         from dw_dagster.approval.access_view import grants_html, grants_in_force
 
         body += grants_html(await run_in_threadpool(grants_in_force, ledger_for(self.svc.instance()), who["email"], doms))
+        from dw_dagster.approval.autonomy_view import autonomy_for, autonomy_html
+
+        mine = sorted({cs.domain for cs, _, _ in found}) or [d.name for d in doms.domains if who["email"] in d.approvers]
+        if mine:  # a person listed nowhere sees no domain's record
+            body += autonomy_html(await run_in_threadpool(autonomy_for, self.svc.instance(), mine), doms)
         return _page("Change sets waiting for you", body, who)
 
     async def login(self, request: Request) -> Response:

@@ -365,4 +365,6 @@ RECEIPT_NEW_TESTS = "new_tests"
 DBT_BUILD_STEP = "dbt_build"
 #: after a verified receipt: the BI refreshes of the blast radius (issue 31 item 3) and the receipt they follow
 BI_REFRESHED_KEY = "dw/bi_refreshed"
+#: a receipt whose BI refreshes failed or landed after their deadline: paged and escalated once (notify_bi)
+BI_ESCALATION_KEY = "dw/bi_escalation"
 RECEIPT_ID_KEY = "dw/receipt_id"

@@ -220,7 +220,7 @@ def propose_duplicate_fix(ctx: FixContext, finding: CauseFinding) -> ChangeSet:
     window, outside, deferred = _window(ctx, finding, finding.window, "replacing the duplicated partitions")
     step = dedupe_step(table=ctx.target_table, key_columns=ctx.merge_key, partition_column=ctx.partition_column,
                        window=window, resource_key=ctx.resource_key, dialect=ctx.database.dialect,
-                       expected_surplus=finding.explained_rows)
+                       expected_surplus=finding.explained_rows, partitions_def=ctx.partitions_def)
     test = duplicate_keys_test(ctx.target_table, ctx.merge_key, ctx.database.dialect, tests_dir=ctx.tests_dir)
     return _seal(ctx, finding, tests=[test], window=window, classes=[RERUN_WINDOW], steps=[step], hold_only=True,
                  summary=(f"Replace {len(window)} duplicated partition(s) {window[0]}..{window[-1]} of {ctx.target_table} "

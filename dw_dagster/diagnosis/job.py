@@ -541,6 +541,13 @@ class IncrementalLoadDiagnoser:
         if finding.kind == fixes.DUPLICATE_KIND:
             return fixes.propose_duplicate_fix(ctx, finding)
         if finding.kind == fixes.SCHEMA_KIND:
+            from dw_dagster.diagnosis.contracts import contract_fix_args
+
+            # a dbt model with an enforced contract is fixed in its contract, not by migrating its table
+            args = (contract_fix_args(self.manifest_path(), self.target_asset.path, self.dbt_asset_keys, ctx.pipeline_root,
+                                      finding, shape.target_table) if self.manifest_path is not None else None)
+            if args is not None:
+                return fixes.propose_contract_fix(ctx, finding, **args)
             return fixes.propose_schema_fix(ctx, finding, rerun_window=gap_partitions)
         graph = asset_graph_of(context, self.asset_graph)
         if graph is None:

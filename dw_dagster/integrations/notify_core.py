@@ -32,7 +32,7 @@ NOTIFICATION_STEP_KEY = c.NOTIFICATION_STEP_KEY
 #: bound of the ``conversations.history`` read that looks for an earlier attempt.
 SLACK_CLOCK_SKEW_S = 300.0
 _KINDS = {c.INCIDENT_KEY: "incident", c.DIAGNOSIS_KEY: "diagnosis", c.CHANGE_SET_KEY: "change_set", c.RECEIPT_KEY: "receipt",
-          c.ESCALATION_KEY: "escalation"}
+          c.ESCALATION_KEY: "escalation", c.BI_ESCALATION_KEY: "bi_escalation"}
 
 
 def asset_url(dagster_url: str, asset_key: Sequence[str]) -> str:

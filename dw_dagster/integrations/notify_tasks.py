@@ -269,6 +269,10 @@ def tasks_for(o: Outlets, rec: _Record) -> list[TaskSpec]:
     elif kind == "escalation" and o.pager is not None and data.get("incident_id"):
         tasks.append(("pager", f"ladder_{data['step']}", _ladder_record_id(data),
                       lambda t, data=data: _ladder_note(t, o, data)))
+    elif kind == "bi_escalation":  # a dashboard late or not refreshed after a verified repair
+        from dw_dagster.integrations.notify_bi import bi_tasks
+
+        tasks += bi_tasks(o, rec)
     return tasks + people_tasks(o, rec) + ticket_tasks(o, rec)
 
 

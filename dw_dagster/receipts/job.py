@@ -397,9 +397,9 @@ def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinit
     ``guarded_executor(celery_executor)``) a new job each call. ``cost``: a
     :class:`~dw_dagster.cost.sources.CostResource` whose warehouse the repair's queries ran on (the
     receipt then counts them by tag; without it, the runs' seconds). ``bi_refresh``: returns a
-    :class:`~dw_dagster.integrations.tableau.TableauClient` (a context manager); after a verified
-    receipt the BI objects of the diagnosis's blast radius are refreshed and recorded
-    (:func:`record_bi_refresh`)."""
+    :class:`~dw_dagster.integrations.bi_refresh.BiClients` (or one Tableau or Lightdash client; a
+    context manager); after a verified receipt the BI objects of the diagnosis's blast radius are
+    refreshed and recorded, a late or failed one paged and escalated (:func:`record_bi_refresh`)."""
     if executor is not None or cost is not None or bi_refresh is not None:
         return _build_receipt_job(name, executor, cost, bi_refresh)
     if name not in _receipt_jobs:
@@ -407,13 +407,38 @@ def build_receipt_job(name: str = RECEIPT_JOB_NAME, executor: dg.ExecutorDefinit
     return _receipt_jobs[name]
 
 
+def bi_escalation_record(cs: ChangeSet, receipt: Receipt, rows: list[dict]) -> dict:
+    """The ``dw/bi_escalation`` record of a receipt whose BI refreshes failed or landed late: what the
+    notification sensor pages and escalates (:mod:`dw_dagster.integrations.notify_bi`)."""
+    return {"receipt_id": receipt.id, "change_set_id": cs.id, "incident_id": cs.incident_id, "domain": cs.domain,
+            "target_asset": list(cs.target_asset), "rows": rows}
+
+
+def write_bi_escalation(instance: dg.DagsterInstance, cs: ChangeSet, receipt: Receipt, rows: list[dict]) -> bool:
+    """Record the escalation of ``receipt``'s late or failed refreshes on the target asset, unless one is
+    recorded already (a retried receipt run pages nobody twice). True when it was written."""
+    key = dg.AssetKey(cs.target_asset)
+    for rec in instance.fetch_observations(key, limit=500).records:
+        data = records.metadata_json(rec.asset_observation.metadata if rec.asset_observation else {}, c.BI_ESCALATION_KEY)
+        if isinstance(data, dict) and data.get("receipt_id") == receipt.id:
+            return False
+    instance.report_runless_asset_event(dg.AssetObservation(
+        asset_key=key, description=describe(f"BI refreshes after receipt {receipt.id} need a person", change_set_id=cs.id),
+        metadata={c.BI_ESCALATION_KEY: dg.MetadataValue.json(bi_escalation_record(cs, receipt, rows)),
+                  c.CHANGE_SET_ID_KEY: cs.id, c.RECEIPT_ID_KEY: receipt.id}))
+    return True
+
+
 def record_bi_refresh(context: dg.OpExecutionContext, cs: ChangeSet, receipt: Receipt, approval: Approval,
                       client_factory) -> list:
     """Refresh the BI objects of the repair's blast radius after a verified ``receipt`` and record them
     as ``dw/bi_refreshed`` on the target asset (``[{exposure, tool, refreshed_at, deadline,
     before_deadline, error}]``); a refresh that failed or landed after its deadline is logged as an
-    error and marked ``escalate``. Returns the results (empty unless verified)."""
-    from dw_dagster.integrations.bi_refresh import refresh_dashboards
+    error, marked ``escalate`` and recorded once as ``dw/bi_escalation`` (:func:`write_bi_escalation`),
+    which the notification sensor pages and escalates. ``client_factory`` returns a
+    :class:`~dw_dagster.integrations.bi_refresh.BiClients` (or one Tableau or Lightdash client).
+    Returns the results (empty unless verified)."""
+    from dw_dagster.integrations.bi_refresh import BiClients, refresh_dashboards
 
     if not receipt.verified:
         return []
@@ -422,10 +447,11 @@ def record_bi_refresh(context: dg.OpExecutionContext, cs: ChangeSet, receipt: Re
     if not exposures:
         return []
     try:
-        with client_factory() as client:
-            results = refresh_dashboards(receipt, exposures, tableau=client, repair_started=approval.decided_at)
+        with BiClients.of(client_factory()) as clients:
+            results = refresh_dashboards(receipt, exposures, tableau=clients.tableau, lightdash=clients.lightdash,
+                                         repair_started=approval.decided_at)
     except Exception as e:  # noqa: BLE001 - the BI tool unreachable: every refresh escalates, the receipt stands
-        results = refresh_dashboards(receipt, exposures, tableau=None, repair_started=approval.decided_at)
+        results = refresh_dashboards(receipt, exposures, repair_started=approval.decided_at)
         for r in results:
             r.error = f"{type(e).__name__}: {str(e)[:300]}"
     rows = [{**r.model_dump(mode="json"), "escalate": r.escalate} for r in results]
@@ -439,6 +465,8 @@ def record_bi_refresh(context: dg.OpExecutionContext, cs: ChangeSet, receipt: Re
                              f"{len(results)} refreshed before their deadline", change_set_id=cs.id),
         metadata={c.BI_REFRESHED_KEY: dg.MetadataValue.json(rows), c.CHANGE_SET_ID_KEY: cs.id,
                   c.RECEIPT_ID_KEY: receipt.id}))
+    if any(r.escalate for r in results):
+        write_bi_escalation(context.instance, cs, receipt, rows)
     return results
 
 

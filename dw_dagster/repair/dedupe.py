@@ -12,6 +12,12 @@ transaction (delete the window's rows, insert its distinct rows back). Its guard
   step refuses (the window is put back from the copy the ``snapshot`` stage kept: ``dw-dagster
   change-sets undo``).
 
+The window's rows are the partitions' own (:mod:`dw_dagster.databases.partitions`): a daily
+partition in ``America/New_York`` is the New York day (05:00 to 05:00 UTC in winter, 23- and
+25-hour days included), whatever the column's type (a naive UTC ``TIMESTAMP``, an aware one, a
+``DATE`` of the definition's own days). The step records the window's filter; a step recorded
+without one (or a change set without a partitions definition) reads UTC days.
+
 The change set keeps the window's rows first, as every window repair does (its undo plan and the
 ``snapshot`` stage), and holds the window while the step runs; the window is not rerun
 (``hold_only``), since rerunning an append-only load would append again.
@@ -19,7 +25,6 @@ The change set keeps the window's rows first, as every window repair does (its u
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 
 import dagster as dg
@@ -30,34 +35,48 @@ from dw_dagster.core.domains import RERUN_WINDOW
 from dw_dagster.core.models import ChangeSet, ChangeStep
 from dw_dagster.databases import Database, sql
 from dw_dagster.databases.catalog import read_table_schema
+from dw_dagster.databases.partitions import (PartitionFilter, legacy_daily_filter, partition_filter, predicate,
+                                             time_column_kind)
 from dw_dagster.repair.steps import StepRefused
 
 DEDUPE = c.DEDUPE_STEP
 
 
-def _where(partition_column: str, window: Sequence[str]) -> exp.Expression:
-    days = [sql.literal(dt.date.fromisoformat(k[:10])) for k in window]
-    return exp.In(this=exp.Cast(this=sql.column(partition_column), to=exp.DataType.build("DATE")), expressions=days)
+def _filter(spec: dict) -> PartitionFilter:
+    """The window's rows as recorded in the step (UTC days for a step recorded without a filter)."""
+    if spec.get("filter"):
+        return PartitionFilter.model_validate(spec["filter"])
+    return legacy_daily_filter(spec["partition_column"], spec["window"])
+
+
+def _where(db: Database, table: str, spec: dict) -> exp.Expression:
+    """The window's predicate, its bounds typed as the partition column is in ``db``."""
+    filt = _filter(spec)
+    return predicate(filt, time_column_kind(db, table, filt))
 
 
 def dedupe_step(*, table: str, key_columns: Sequence[str], partition_column: str, window: Sequence[str],
-                resource_key: str, dialect: str, expected_surplus: int | None = None) -> ChangeStep:
+                resource_key: str, dialect: str, expected_surplus: int | None = None,
+                partitions_def: dg.PartitionsDefinition | None = None) -> ChangeStep:
     """The ``dedupe`` step replacing ``window``'s partitions of ``table`` by one row per key.
 
     Args:
-        table: the loaded table; key_columns: its merge key; partition_column: the column whose
-            UTC day is the partition; window: the partition keys (days) to replace.
+        table: the loaded table; key_columns: its merge key; partition_column: the column the
+            partitions are read on; window: the partition keys to replace.
         resource_key: the database resource; dialect: its sqlglot dialect (the SQL shown is in it).
         expected_surplus: the surplus rows the diagnosis counted (shown; the guard is the key count).
+        partitions_def: the asset's partitions (their timezone and period decide the rows); None: UTC days.
     """
     t = sql.table(table)
-    where = _where(partition_column, window)
+    filt = (partition_filter(partitions_def, list(window), partition_column) if partitions_def is not None
+            else legacy_daily_filter(partition_column, window))
+    where = predicate(filt)
     return ChangeStep(
         kind=DEDUPE, change_class=RERUN_WINDOW, resource_key=resource_key,
         summary=(f"replace partitions {', '.join(window)} of {table} by one row per {', '.join(key_columns)} "
                  f"(guard: rows after = distinct keys before{'; ' + str(expected_surplus) + ' surplus row(s) counted' if expected_surplus is not None else ''})"),
         spec={"table": table, "key_columns": list(key_columns), "partition_column": partition_column,
-              "window": list(window), "dialect": dialect},
+              "window": list(window), "dialect": dialect, "filter": filt.model_dump(mode="json")},
         sql=[exp.delete(t.copy(), where=where.copy()).sql(dialect=dialect),
              f"INSERT INTO {t.sql(dialect=dialect)} SELECT DISTINCT * FROM <the window's rows kept aside>"],
         expected_rows=None,
@@ -89,7 +108,7 @@ def run_dedupe_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeS
                               "run: give the remediation sensor undo_jobs); nothing was changed", {"snapshot": None})
     table, keys, window = s["table"], [sql.column(k) for k in s["key_columns"]], s["window"]
     t = sql.table(table)
-    where = _where(s["partition_column"], window)
+    where = _where(db, table, s)
     rows_before = _count(db, exp.select(exp.Count(this=exp.Star())).from_(t.copy()).where(where.copy()))
     distinct_keys = _count(db, exp.select(exp.Count(this=exp.Star())).from_(
         exp.select(*keys).distinct().from_(t.copy()).where(where.copy()).subquery("k")))

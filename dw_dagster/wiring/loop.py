@@ -285,7 +285,10 @@ class LoopWiring:
         downstream = dg.AssetSelection.assets(*[asset_key(a.key) for a in cfg.assets]).downstream(include_self=False)
         rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream, executor=guarded)
         verify_job = build_verify_job("dw_verify", list(dict.fromkeys(self.verify_keys)), executor=guarded)
-        receipt_job = build_receipt_job(executor=guarded if executor is not None else None)
+        from dw_dagster.wiring.bi import bi_refresh_factory
+
+        receipt_job = build_receipt_job(executor=guarded if executor is not None else None,
+                                        bi_refresh=bi_refresh_factory(cfg.integrations))
         undo_jobs = build_undo_jobs(db_keys, executor=guarded)
         step_jobs = build_step_jobs(self.step_runners, resource_keys=db_keys, executor=guarded)
         stop_job, resume_job = build_control_jobs(domains)

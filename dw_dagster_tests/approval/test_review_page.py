@@ -385,3 +385,45 @@ def test_login_callbacks_not_started_here_are_refused(base):
     h = httpx.get(f"{base}/healthz")
     assert h.json() == {"ok": True}
     assert "frame-ancestors 'none'" in r.headers["content-security-policy"] and r.headers["cache-control"] == "no-store"
+
+
+def test_the_page_shows_each_domain_and_class_s_autonomy_record(base, instance, pending):
+    """Issue 31 item 5: the owner's page shows, for the domain of the change set they decide, the record per
+    change class from the receipts (applied, verified, undone, failed, clean streak, the last failure)."""
+    from dw_dagster.core.ledger import APPLIED, FAILED
+    from dw_dagster.core.models import Receipt
+    from dw_dagster.receipts.job import receipt_observation
+
+    led = ledger_for(instance)
+    client, _ = login(base, OWNER)
+    try:
+        before = client.get(f"{base}/").text
+        assert 'id=no-autonomy' in before and "Autonomy record" in before
+        for cs_id, state in (("cs-review00011", APPLIED), ("cs-review00012", APPLIED), ("cs-review00013", FAILED)):
+            cs = propose(instance, change_set(cs_id))[0]
+            led.set_change_set_state(cs.id, cs.version, state,
+                                     note="stage migration-1 failed: lock timeout" if state == FAILED else None)
+            if state == APPLIED:
+                now = utcnow()
+                instance.report_runless_asset_event(receipt_observation(Receipt(
+                    id=f"rc-{cs_id}", asset_key=cs.target_asset, change_set_id=cs.id, change_set_version=cs.version,
+                    incident_id=cs.incident_id, cause_kind=cs.cause_kind, cause_summary="", evidence_summary={}, diff="",
+                    approver=OWNER, approved_at=now, signature_valid=True, partitions=[], run_ids={}, rows_before={},
+                    rows_after={}, checks=[], verified=True, undo="", created_at=now, previous_hash=None), "receipt"))
+        page = client.get(f"{base}/").text
+    finally:
+        client.close()
+    rows = re.findall(r'<tr class=autonomy-row data-domain="([^"]+)" data-class="([^"]+)">'
+                      r'<td>[^<]*</td><td>[^<]*</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>'
+                      r'<td>([^<]*)</td><td>([^<]*)</td>', page)
+    by = {r[1]: r for r in rows}
+    assert {r[0] for r in rows} == {"store_sales"}  # the finance domain's record is not this approver's
+    assert set(by) == {"pipeline_code", "rerun_window", "schema_migration", "rebuild_models"}
+    # two verified repairs, then a failure: the streak is broken and the failure is named
+    assert by["rerun_window"][2:8] == ("2", "2", "0", "1", "0", "L2")
+    assert by["rerun_window"][8].endswith("stage migration-1 failed: lock timeout")
+    outsider, _ = login(base, OUTSIDER)  # listed in no domain: no record is shown
+    try:
+        assert "Autonomy record" not in outsider.get(f"{base}/").text
+    finally:
+        outsider.close()

@@ -133,6 +133,20 @@ def test_blast_radius_reaches_the_lightdash_dashboard(loop):
     assert exp.url.startswith("https://lightdash.") and "maya.chen@shop.example" in br.owners
 
 
+def test_the_daily_gmv_dashboard_is_named_with_its_deadline_and_refreshed_in_lightdash(loop):
+    """Issue 31: ``demo orders --json`` names the Lightdash dashboard's ``needed_by`` and its refresh (the
+    fake Lightdash: cache invalidated, each chart's query run again) after the verified receipt."""
+    import json
+
+    result, _, _ = loop
+    out = json.loads(result.to_json())
+    assert out["needed_by"] == {"daily_gmv": "07:30 America/New_York"}
+    (b,) = out["bi_refreshed"]
+    assert (b["exposure"], b["tool"], b["before_deadline"], b["error"]) == ("daily_gmv", "lightdash", True, None)
+    assert dt.datetime.fromisoformat(b["refreshed_at"]) <= dt.datetime.fromisoformat(b["deadline"])
+    assert "daily_gmv (lightdash) refreshed at" in result.printed_timeline
+
+
 def test_change_set_holds_the_migration_and_the_replay(loop):
     result, instance, _ = loop
     cs = change_set(instance)

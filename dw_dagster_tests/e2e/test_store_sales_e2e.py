@@ -52,6 +52,21 @@ def test_cause_window_and_blast_radius(loop):
     assert [e.owner_email for e in diag.blast_radius.exposures] == ["priya.raman@grocer.example"]
 
 
+def test_the_store_pnl_is_needed_by_8_and_its_extract_refreshed_before(loop):
+    """Issue 31: ``demo store-sales --json`` names the Store P&L exposure's ``needed_by`` and the Tableau
+    extract refresh (the fake Tableau) after the verified receipt, before the deadline."""
+    import datetime as dt
+    import json
+
+    result, _, _ = loop
+    out = json.loads(result.to_json())
+    assert out["needed_by"] == {"store_pnl": "08:00 America/Chicago"}
+    (b,) = out["bi_refreshed"]
+    assert (b["exposure"], b["tool"], b["before_deadline"], b["error"]) == ("store_pnl", "tableau", True, None)
+    assert dt.datetime.fromisoformat(b["refreshed_at"]) <= dt.datetime.fromisoformat(b["deadline"])
+    assert "store_pnl (tableau) refreshed at" in result.printed_timeline
+
+
 def test_change_set_diff_and_refusals(loop):
     result, instance, home = loop
     cs = records.find_change_set(instance, result.change_set_id)

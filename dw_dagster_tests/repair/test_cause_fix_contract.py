@@ -31,6 +31,7 @@ from dw_dagster.core.models import BlastRadius, Diagnosis, utcnow
 from dw_dagster.databases import DatabaseResource, DuckDBDatabase
 from dw_dagster.detection.incidents import build_check_incident_sensor
 from dw_dagster.diagnosis.causes.schema_change import diagnose_schema_change, schema_metadata, take_schema_snapshot
+from dw_dagster.diagnosis.contracts import contract_fix_args
 from dw_dagster.diagnosis.fixes import FixContext, propose_contract_fix
 from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.proposals.watermark import ProposalError, apply_change_set
@@ -124,8 +125,13 @@ def test_schema_change_behind_a_dbt_contract_is_fixed_in_the_contract(tmp_path, 
                          resource_key="warehouse", database=wh, partitions_def=None,
                          verify_checks=[["orders_contracted", "compare"]], tests_dir="dbt/tests")
         seen["finding"] = f
-        return diag, propose_contract_fix(ctx, f, model="orders_contracted", schema_file="dbt/models/schema.yml",
-                                          dbt_project="dbt", upstream_table="app.raw_orders")
+        # what IncrementalLoadDiagnoser/RecordedLoadDiagnoser do for a schema change: the contracted model found
+        # in the manifest (the diagnosed asset itself) and its properties file, relative to the pipeline repository
+        args = contract_fix_args(project / "target" / "manifest.json", MODEL.path, {}, repo, f, "main.orders_contracted")
+        assert args == {"model": "orders_contracted", "schema_file": "dbt/models/schema.yml", "dbt_project": "dbt",
+                        "upstream_table": "app.raw_orders"}
+        assert contract_fix_args(project / "target" / "manifest.json", RAW.path, {}, repo, f, "app.raw_orders") is None
+        return diag, propose_contract_fix(ctx, f, **args)
 
     diag = build_diagnosis_job(diagnoser=diagnoser)
     defs = dg.Definitions(
@@ -181,3 +187,22 @@ def test_a_model_without_an_enforced_contract_gets_the_migration_instead():
         _contract_edit(doc, "orders_contracted", [], "schema.yml")
     with pytest.raises(ProposalError, match="has no model 'other'"):
         _contract_edit(doc, "other", [], "schema.yml")
+
+
+def test_the_diagnoser_finds_the_contracted_model_by_its_asset_key_or_name():
+    """What IncrementalLoadDiagnoser/RecordedLoadDiagnoser ask before proposing a migration for a schema
+    change: is the diagnosed asset a dbt model with an enforced contract (by ``dbt_asset_keys``, else by name)?"""
+    from dw_dagster.diagnosis.contracts import contracted_model
+
+    def model(name, enforced):
+        return {"resource_type": "model", "name": name, "patch_path": "shop://models/schema.yml",
+                "config": {"contract": {"enforced": enforced}}}
+
+    manifest = {"nodes": {"model.shop.orders_contracted": model("orders_contracted", True),
+                          "model.shop.loose": model("loose", False),
+                          "seed.shop.orders_contracted_seed": {"resource_type": "seed", "name": "orders_contracted_seed"}}}
+    keys = {"model.shop.orders_contracted": ["marts", "orders"]}
+    assert contracted_model(manifest, ["marts", "orders"], keys)["name"] == "orders_contracted"  # by its asset key
+    assert contracted_model(manifest, ["orders_contracted"], {})["name"] == "orders_contracted"  # by its name
+    assert contracted_model(manifest, ["loose"], {}) is None  # no enforced contract: the migration is the fix
+    assert contracted_model(manifest, ["orders_contracted_seed"], {}) is None and contracted_model(manifest, ["x"]) is None

@@ -49,6 +49,7 @@ from dw_dagster_dev.demo import (
     clip,
     source_change_sentence,
 )
+from dw_dagster_dev.bi_services import BiFakes, bi_refreshed, needed_by
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_dev.services import OidcProvider
 
@@ -80,6 +81,8 @@ class OrdersDemoResult:
     gift_cards_before: dict = field(default_factory=dict)
     gift_cards_after: dict = field(default_factory=dict)
     blast_radius: dict = field(default_factory=dict)
+    needed_by: dict[str, str] = field(default_factory=dict)
+    bi_refreshed: list[dict] = field(default_factory=list)
     incident_id: str | None = None
     change_set_id: str | None = None
     migration_forward: list[str] = field(default_factory=list)
@@ -214,8 +217,8 @@ def run_orders_demo(*, home: Path, instance: dg.DagsterInstance, scale: float = 
     res.scale, res.orders_home = scale, str(home)
     gen.plan(scale)  # validates the scale before anything on disk changes
     claim_demo_dir(home)
-    with OrdersMage() as mage:
-        log("setup", f"fake Mage {mage.url} (user authentication on): {', '.join(mage.state.pipelines)}")
+    with OrdersMage() as mage, BiFakes(dashboards={"Daily GMV": ["GMV by day", "GMV by payment method", "GMV month to date"]}) as bi:
+        log("setup", f"fake Mage {mage.url} (user authentication on): {', '.join(mage.state.pipelines)}; {bi.urls()}")
         defs = prepare_incident_data(home, instance, scale, log)
         with OidcProvider(home / "services", [OWNER, NOT_LISTED]) as idp:
             log("setup", f"stand-in identity provider {idp.url} (the approvers log in there)")
@@ -299,6 +302,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
                         "urls": [e.url for e in br.exposures]}
     log("blast", f"models {', '.join(m.name for m in br.models)}; {len(br.tests)} dbt tests; exposure " +
         ", ".join(f"'{e.label}' (Lightdash {e.type}, owner {e.owner_name} <{e.owner_email}>) {e.url}" for e in br.exposures))
+    res.needed_by = needed_by(br)
+    for name, when in res.needed_by.items():
+        log.detail(f"{name} is needed by {when}")
 
     # propose
     cs = records.change_sets(instance)[0]
@@ -377,6 +383,11 @@ def _loop(home: Path, instance: dg.DagsterInstance, defs: dg.Definitions, res: O
     res.receipt_assets = sorted("/".join(r.asset_key) for r in receipts)
     res.verified = bool(receipts) and all(r.verified for r in receipts)
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
+    res.bi_refreshed = bi_refreshed(instance, cs.target_asset, cs.id)
+    for b in res.bi_refreshed:
+        log("bi", f"{b['exposure']} ({b['tool']}) refreshed at {b['refreshed_at']}: "
+            + ("before its deadline " if b["before_deadline"] else "NOT before its deadline ") + str(b["deadline"])
+            + (f" ({b['error']})" if b.get("error") else ""))
     res.ok = (res.verified and all(res.checks_after.values()) and res.gap_after.get("rows") == 0
               and res.replayed_rows == res.expected_rows == res.parked_rows and res.dlq_rows_after == 0
               and res.duplicates_after == 0 and res.mage_rerun.get("status") == "completed")

@@ -48,6 +48,7 @@ from dw_dagster_dev.demo import (
     run_job,
     run_repair_stages,
 )
+from dw_dagster_dev.bi_services import BiFakes, bi_refreshed, needed_by
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_dev.services import FakeServices
 
@@ -71,6 +72,8 @@ class DemoResult:
     incident_id: str | None = None
     change_set_id: str | None = None
     blast_radius: dict = field(default_factory=dict)
+    needed_by: dict[str, str] = field(default_factory=dict)
+    bi_refreshed: list[dict] = field(default_factory=list)
     run_ids: dict[str, str] = field(default_factory=dict)
     verified: bool = False
     scale: float = DEFAULT_SCALE
@@ -183,9 +186,9 @@ def run_store_sales_demo(
         d = h.domains_path(home)
         d.write_text(d.read_text().replace("max_window_partitions: 7", "max_window_partitions: 48"))
     with FakeServices(home / "services", f"duckdb:///{h.source_path(home)}", f"duckdb:///{h.warehouse_path(home)}",
-                      oidc_users=[OWNER, NOT_LISTED]) as svc:
+                      oidc_users=[OWNER, NOT_LISTED]) as svc, BiFakes(workbooks=("Store P&L",)) as bi:
         log("setup", f"fake Lightup {svc.lightup_url} (workspace {svc.workspace_uuid[:8]}); "
-            f"fake PagerDuty/Slack {svc.paging_url}; stand-in identity provider {svc.oidc_url}")
+            f"fake PagerDuty/Slack {svc.paging_url}; stand-in identity provider {svc.oidc_url}; {bi.urls()}")
         saved = os.environ.get(REVIEW_URL_ENV)
         os.environ[REVIEW_URL_ENV] = os.environ.get(REVIEW_URL_ENV) or REVIEW_URL  # every link points at the review site
         try:
@@ -314,6 +317,9 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
                         "exposures": [f"{e.label} ({e.owner_email})" for e in br.exposures]}
     log("blast", f"models {', '.join(m.name for m in br.models)}; {len(br.tests)} dbt tests; exposure " +
         ", ".join(f"'{e.label}' ({e.type}, owner {e.owner_name} <{e.owner_email}>)" for e in br.exposures))
+    res.needed_by = needed_by(br)
+    for name, when in res.needed_by.items():
+        log.detail(f"{name} is needed by {when}")
 
     # propose
     cs = records.change_sets(instance)[0]
@@ -369,6 +375,11 @@ def _loop(home: Path, instance: dg.DagsterInstance, scale: float, log: Timeline,
     res.outcome = receipts[0].outcome if receipts else ""
     res.recovered_rows = res.gap_rows_before
     log("receipt", f"{len(receipts)} receipts (dw/receipt) on {', '.join(res.receipt_assets)}; verified={res.verified}")
+    res.bi_refreshed = bi_refreshed(instance, cs.target_asset, cs.id)
+    for b in res.bi_refreshed:
+        log("bi", f"{b['exposure']} ({b['tool']}) refreshed at {b['refreshed_at']}: "
+            + ("before its deadline " if b["before_deadline"] else "NOT before its deadline ") + str(b["deadline"])
+            + (f" ({b['error']})" if b.get("error") else ""))
     res.repair_cost = receipts[0].evidence_summary.get("repair_cost", {}) if receipts else {}
     if res.repair_cost:
         log.detail(f"the repair cost {res.repair_cost['seconds']:.1f} s over {res.repair_cost['runs']} runs "
