@@ -264,8 +264,12 @@ class SlackResource(_VendorResource):
                 if message_ref(m) == ref:
                     return m
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-            if not page.get("has_more") or not cursor:
+            if not page.get("has_more"):
                 return None
+            if not cursor:  # more messages, but no way to read them: "not found" would be a guess
+                raise HttpApiError("slack", "GET", "/api/conversations.history", 200,
+                                   f"the history says has_more but gives no next_cursor; cannot tell whether {ref} "
+                                   "was posted")
         raise HttpApiError("slack", "GET", "/api/conversations.history", 200,
                            f"read {max_pages} pages without reaching oldest={since:.0f}; cannot tell whether "
                            f"{ref} was posted")
