@@ -227,7 +227,8 @@ def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str],
             continue
         if canonical != k:
             outside.append(k)
-            reasons[k] = f"not a partition key of this definition (its time is in partition {_holder(partitions_def, k, canonical)})"
+            holder = _holder(partitions_def, k, canonical)
+            reasons[k] = f"not a partition key of this definition (its time is in partition {holder})"
         elif k in valid:
             if tw.end > now:  # end_offset: the partition exists but its time window is not over
                 deferred.append(k)
