@@ -42,6 +42,12 @@ KINDS = [
     kind("oracle-reladiff-options", "oracle", "reladiff cases where our default differs (duplicate and NULL keys), "
          "with the reason", "https://github.com/erezsh/reladiff", "dw_dagster/checks/rowdiff/",
          "test_reladiff_case_that_differs_by_default", False),
+    kind("oracle-reladiff-odd-keys", "oracle", "reladiff cases of duplicated rows and keys of mixed kinds (a non-UUID "
+         "among UUIDs, @@@ among alphanumerics), where reladiff raises or lists rows", "https://github.com/erezsh/reladiff",
+         "dw_dagster/checks/rowdiff/", "test_reladiff_cases_of_duplicates_and_odd_keys_by_default", False),
+    kind("oracle-reladiff-views", "oracle", "reladiff's column mapping (id against id2) and update-time ranges, agreeing "
+         "through a view on each side", "https://github.com/erezsh/reladiff", "dw_dagster/checks/rowdiff/",
+         "test_reladiff_column_mapping_and_update_range_agree_through_views", False),
 ]
 
 T = dt.datetime(2022, 1, 1, 12, 30, 15)
