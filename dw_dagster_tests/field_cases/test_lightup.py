@@ -53,8 +53,8 @@ def test_a_list_answer_short_of_its_total_is_refused():
     """amp-labs/connectors PR #3348 (https://github.com/amp-labs/connectors/pull/3348): reads that
     took one page for the whole answer were "silently returning a fraction of the matching
     records". The Lightup client returned ``data`` as the whole list and ignored
-    ``metadata.total``: with 5 incidents updated since the cursor and 2 sent, the sensor handled 2
-    and moved its cursor past the other 3. Right answer (the server's own total): the list is
+    ``metadata.total``: with 5 incidents updated since the cursor and 2 sent, the sensor took the 2
+    for all of them, and its cursor could move past the other 3. Right answer (the server's own total): the list is
     refused as incomplete (the sensor then keeps its cursor: "Lightup not reachable; cursor
     kept"); a complete answer is returned whole."""
     stored = list(range(5))
