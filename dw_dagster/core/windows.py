@@ -11,6 +11,7 @@ module changes.
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -125,6 +126,19 @@ def _exists_at(pdef: dg.TimeWindowPartitionsDefinition, start: dt.datetime, end:
     return t.astimezone(dt.timezone.utc)
 
 
+def _holder(pdef: dg.TimeWindowPartitionsDefinition, key: str, fallback: str) -> str:
+    """The partition whose time window holds the time ``key`` names, for a key that is not a
+    partition's own (a Tuesday given to weekly partitions). Dagster's ``time_window_for_partition_key``
+    answers the *next* window for such a key; the week that holds the Tuesday is the one before."""
+    try:
+        at = dt.datetime.strptime(key, pdef.fmt)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=zoneinfo.ZoneInfo(pdef.timezone or "UTC"))
+        return pdef.get_partition_key_for_timestamp(at.timestamp())
+    except Exception:  # a key Dagster parses but strptime does not (or before the first partition)
+        return fallback
+
+
 def _dynamic(pdef: dg.PartitionsDefinition) -> bool:
     if isinstance(pdef, dg.MultiPartitionsDefinition):
         return any(isinstance(d.partitions_def, dg.DynamicPartitionsDefinition) for d in pdef.partitions_defs)
@@ -213,7 +227,8 @@ def split_window(partitions_def: dg.PartitionsDefinition, wanted: Sequence[str],
             continue
         if canonical != k:
             outside.append(k)
-            reasons[k] = f"not a partition key of this definition (its window is partition {canonical})"
+            holder = _holder(partitions_def, k, canonical)
+            reasons[k] = f"not a partition key of this definition (its time is in partition {holder})"
         elif k in valid:
             if tw.end > now:  # end_offset: the partition exists but its time window is not over
                 deferred.append(k)

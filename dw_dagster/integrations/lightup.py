@@ -292,11 +292,28 @@ class LightupClient:
         raise AssertionError("unreachable")
 
     def _list(self, path: str, **params: Any) -> list:
+        """A list answer, whole: an answer that says it holds only part of the list (``metadata.total``
+        larger than the items sent, or a ``next`` link) is refused, never returned as the whole.
+
+        Raises:
+            HttpApiError: not a list, or a partial one (the counts in the message).
+        """
         body = self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
         try:
-            return unwrap_list(body)
+            items = unwrap_list(body)
         except ValueError as e:
             raise HttpApiError(SERVICE, "GET", path, 200, str(e)) from None
+        if isinstance(body, Mapping):
+            meta = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+            total = meta.get("total", body.get("total"))
+            more = body.get("next") or meta.get("next")
+            if isinstance(total, int) and not isinstance(total, bool) and total > len(items) or more:
+                said = f"{len(items)} of {total} items (metadata.total)" if isinstance(total, int) else \
+                    f"{len(items)} items and a next page ({str(more)[:80]})"
+                raise HttpApiError(SERVICE, "GET", path, 200,
+                                   f"the answer holds only {said}; dw_dagster does not page this list and will not "
+                                   "take part of it for the whole (narrow the query's time range)")
+        return items
 
     @property
     def workspace(self) -> str:

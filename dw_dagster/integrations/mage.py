@@ -88,6 +88,10 @@ class MageError(DwDagsterError):
     """A Mage answer dw_dagster cannot use, or a Mage setting that does not fit."""
 
 
+#: how many times a paged list is read again when it shrinks between two page requests
+PAGED_READS = 3
+
+
 class MageApiError(HttpApiError, MageError):
     """Mage refused a request or failed on it (an HTTP error status or an ``{"error": ...}`` body).
 
@@ -280,26 +284,39 @@ class MageClient:
 
     def _pages(self, path: str, key: str, what: str, params: Mapping[str, Any], page_size: int,
                max_items: int) -> list[dict]:
-        """Every item of a paged list (``_limit``/``_offset``, ``metadata.next``), deduplicated by ``id``."""
+        """Every item of a paged list (``_limit``/``_offset``, ``metadata.next``), deduplicated by ``id``.
+
+        Offsets move when items before them are deleted between two page requests (Mage's
+        retention deletes old runs): the next page then starts one item late and that item is never
+        read. Mage's ``metadata.count`` (the list's size) falling between two pages says so; the
+        whole list is read again (at most :data:`PAGED_READS` times), never answered in part."""
         if page_size < 1:
             raise ValueError(f"page_size must be at least 1, got {page_size}")
-        out: dict[Any, dict] = {}
-        offset = 0
-        while True:
-            data = self.request("GET", path, what=what, params={**params, "_limit": page_size, "_offset": offset})
-            items = data.get(key)
-            if not isinstance(items, list):
-                raise self._fail("GET", path, 200, what, {"message": f"the answer has no {key!r} list"})
-            fresh = [i for i in items if isinstance(i, dict) and i.get("id") not in out]
-            out.update((i.get("id"), i) for i in fresh)
-            if len(out) > max_items:
-                raise MageError(f"Mage {what}: more than {max_items} items; narrow the time range or raise max_items")
-            if not (data.get("metadata") or {}).get("next") or not items:
-                return list(out.values())
-            if not fresh:
-                raise self._fail("GET", path, 200, what, {"message": f"page at _offset={offset} repeats the previous "
-                                                                     "one (the server ignores _offset)"})
-            offset += len(items)
+        for _ in range(PAGED_READS):
+            out: dict[Any, dict] = {}
+            offset, count = 0, None
+            while True:
+                data = self.request("GET", path, what=what, params={**params, "_limit": page_size, "_offset": offset})
+                items = data.get(key)
+                if not isinstance(items, list):
+                    raise self._fail("GET", path, 200, what, {"message": f"the answer has no {key!r} list"})
+                now = (data.get("metadata") or {}).get("count")
+                if isinstance(now, int) and isinstance(count, int) and now < count:
+                    break  # items before the offset were deleted: this read may have skipped one
+                count = now if isinstance(now, int) else count
+                fresh = [i for i in items if isinstance(i, dict) and i.get("id") not in out]
+                out.update((i.get("id"), i) for i in fresh)
+                if len(out) > max_items:
+                    raise MageError(f"Mage {what}: more than {max_items} items; narrow the time range or raise max_items")
+                if not (data.get("metadata") or {}).get("next") or not items:
+                    return list(out.values())
+                if not fresh:
+                    raise self._fail("GET", path, 200, what, {"message": f"page at _offset={offset} repeats the previous "
+                                                                         "one (the server ignores _offset)"})
+                offset += len(items)
+        raise self._fail("GET", path, 200, what, {"message": f"the list changed while it was read ({PAGED_READS} reads: "
+                                                             "items were deleted between page requests, so an offset page "
+                                                             "may skip one); try again when Mage's cleanup is done"})
 
     # -- reads ---------------------------------------------------------------------------------
     def status(self) -> MageStatus:

@@ -264,8 +264,12 @@ class SlackResource(_VendorResource):
                 if message_ref(m) == ref:
                     return m
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-            if not page.get("has_more") or not cursor:
+            if not page.get("has_more"):
                 return None
+            if not cursor:  # more messages, but no way to read them: "not found" would be a guess
+                raise HttpApiError("slack", "GET", "/api/conversations.history", 200,
+                                   f"the history says has_more but gives no next_cursor; cannot tell whether {ref} "
+                                   "was posted")
         raise HttpApiError("slack", "GET", "/api/conversations.history", 200,
                            f"read {max_pages} pages without reaching oldest={since:.0f}; cannot tell whether "
                            f"{ref} was posted")
@@ -471,8 +475,10 @@ def approval_request_message(
         _section(how),
         _context(f"version `{esc(cs.version)}` · proposed by {esc(cs.proposer)} · undo: {esc(clip(cs.undo, 300)) or 'n/a'}"),
     ]
-    text = ((f"{header} " if header else "") + f"Approval needed for change set {cs.id} (version {cs.version[:12]}) "
-            f"on {asset}: {cs.summary}. " + (f"Review: {review_url}. " if review_url else "") +
+    # the text fallback (what notifications show) is mrkdwn too: text from outside (the summary is
+    # built from warehouse or alert data) is escaped there as in the blocks
+    text = ((f"{esc(header)} " if header else "") + f"Approval needed for change set {cs.id} (version {cs.version[:12]}) "
+            f"on {esc(asset)}: {esc(cs.summary)}. " + (f"Review: {review_url}. " if review_url else "") +
             f"Expires {expires}. Approve or reject with the buttons, or run: {login}; "
             f"or in the Launchpad: {url} or run: {commands[0]}")
     return SlackMessage(text=text, blocks=blocks)
@@ -485,7 +491,8 @@ def page_annotated_message(incident_id: str, vendor: str, note: str, *, page_url
         _section(f"*Page annotated* on {mrkdwn_escape(vendor)} for incident `{mrkdwn_escape(incident_id)}`{link}"),
         _section(f"```{mrkdwn_escape(clip(note, SECTION_TEXT_MAX - 10))}```"),
     ]
-    return SlackMessage(text=f"Page for incident {incident_id} annotated on {vendor}: {clip(note, 500)}", blocks=blocks)
+    return SlackMessage(text=mrkdwn_escape(f"Page for incident {incident_id} annotated on {vendor}: {clip(note, 500)}"),
+                        blocks=blocks)
 
 
 def resolved_message(incident_id: str, receipts: Sequence[Receipt], receipt_url: str | None) -> SlackMessage:
@@ -528,8 +535,8 @@ def outcome_message(verdict: Any, incident_id: str, receipt_url: str | None, *,
         blocks.append(_section(text))
     if next_steps:
         blocks.append(_context("The page stays open: " + esc("; ".join(next_steps))))
-    text = (f"Incident {incident_id}: {verdict.headline}: {r.outcome}"
-            + "".join(f"; check {fc.check} failed" for fc in verdict.checks[:5])
+    text = (esc(f"Incident {incident_id}: {verdict.headline}: {r.outcome}"
+                + "".join(f"; check {fc.check} failed" for fc in verdict.checks[:5]))
             + (f". Receipt: {receipt_url}" if receipt_url else ""))
     return SlackMessage(text=text, blocks=blocks)
 

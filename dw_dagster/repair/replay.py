@@ -5,9 +5,11 @@ sink parked in its dead-letter table (:mod:`dw_dagster.pipelines.sink`) are put 
 step of a change set (kind ``replay``, class ``replay_dead_letter``) and is guarded:
 
 - **Selection.** Parked rows whose ``error_reason`` is one of the change set's reasons, parked
-  in its time range (``failed_at``), of a key that is not NULL and an insert/update (a delete is
-  never parked); of several parked changes of one key the latest (``source_position`` of one
-  source sorts in stream order) is the one replayed.
+  in its time range (``failed_at``), of a key that is not NULL and an insert/update; of several
+  parked changes of one key the latest (``source_position`` of one source sorts in stream order;
+  positions that are plain numbers compare as numbers) is the one replayed. A key whose latest
+  parked change is a delete (a sink that parks a key's later changes behind a parked one parks
+  its tombstone too) is not replayed: its earlier parked rows are recorded ``superseded``.
 - **Expected row count.** The change set names how many rows the replay inserts. Each key of the
   selection is *new* (neither in the target nor replayed before), *replayed by this change set*
   (in the ledger, below), or neither (already in the target — a later accepted change of the
@@ -225,12 +227,40 @@ def _selection_filter(spec: ReplaySpec, alias: str = "d") -> str:
     return " AND ".join(conds)
 
 
+def _stream_order(alias: str = "d") -> str:
+    """``ORDER BY`` terms putting a key's parked changes newest first by ``source_position``.
+
+    Positions of one source sort in stream order as text (binlog file:offset, zero-padded
+    sequence numbers), except positions that are plain numbers of different lengths (Kafka offsets
+    ``9`` and ``10``): those are ordered as numbers (leading zeros dropped, the longer one larger),
+    so the latest change is never an older one that happens to sort higher as text."""
+    p = f"{alias}.source_position"
+    digits = f"({p} <> '' AND LTRIM({p}, '0123456789') = '')"
+    return (f"CASE WHEN {digits} THEN LENGTH(LTRIM({p}, '0')) ELSE -1 END DESC, "
+            f"CASE WHEN {digits} THEN LTRIM({p}, '0') ELSE {p} END DESC")
+
+
 def selected_sql(spec: ReplaySpec) -> str:
-    """The selection: the latest parked row of each selected key (``dw_key, dw_position, dw_payload``)."""
+    """The selection: the latest parked row of each selected key (``dw_key, dw_position, dw_payload``).
+
+    A delete of the key parked after it (a tombstone some sinks park with the key's earlier
+    changes, in stream order) is that key's latest change: the key is then not selected at all,
+    so a row deleted at the source is never put back."""
     k = _q(spec.key)
+    window = f"d.{k} IS NOT NULL AND (({_selection_filter(spec)}) OR d.op = 'delete')"
     return (f"SELECT dw_key, dw_position, dw_payload FROM (SELECT d.{k} AS dw_key, d.source_position AS dw_position, "
-            f"d.payload AS dw_payload, ROW_NUMBER() OVER (PARTITION BY d.{k} ORDER BY d.source_position DESC) AS dw_rn "
-            f"FROM {_t(spec.dead_letter_table)} AS d WHERE {_selection_filter(spec)}) AS dw_sel WHERE dw_rn = 1")
+            f"d.payload AS dw_payload, d.op AS dw_op, ROW_NUMBER() OVER (PARTITION BY d.{k} ORDER BY {_stream_order()}) "
+            f"AS dw_rn FROM {_t(spec.dead_letter_table)} AS d WHERE {window}) AS dw_sel "
+            "WHERE dw_rn = 1 AND dw_op <> 'delete'")
+
+
+def _deleted_sql(spec: ReplaySpec) -> str:
+    """Keys of the selection whose latest parked change is a delete (``dw_key``)."""
+    k = _q(spec.key)
+    window = f"d.{k} IS NOT NULL AND (({_selection_filter(spec)}) OR d.op = 'delete')"
+    return (f"SELECT dw_key FROM (SELECT d.{k} AS dw_key, d.op AS dw_op, ROW_NUMBER() OVER (PARTITION BY d.{k} "
+            f"ORDER BY {_stream_order()}) AS dw_rn FROM {_t(spec.dead_letter_table)} AS d WHERE {window}) AS dw_del "
+            "WHERE dw_rn = 1 AND dw_op = 'delete'")
 
 
 def _classified_sql(spec: ReplaySpec, change_set_id: str, required: Sequence[str], ledger: bool = True) -> str:
@@ -311,14 +341,18 @@ def _resolve_sql(spec: ReplaySpec, change_set_id: str, now: dt.datetime) -> str:
               f"FROM ({selected_sql(spec)}) AS s")
     state = ("CASE WHEN d.source_position = a.dw_position THEN 'already_landed' "
              "WHEN CAST(d.payload AS VARCHAR) = a.dw_payload THEN 'duplicate' ELSE 'superseded' END")
+    not_recorded = (f"NOT EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
+                    f"AND l.source_position = d.source_position) "
+                    f"AND NOT EXISTS (SELECT 1 FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
+                    f"AND r.source_position = d.source_position)")
+    # the parked changes of a key deleted after them: superseded by the delete, never replayed
+    deleted = (f"SELECT DISTINCT d.{k}, d.source_position, 'superseded', {_lit(change_set_id)}, {_lit(now)} "
+               f"FROM {_t(spec.dead_letter_table)} AS d WHERE {_selection_filter(spec)} "
+               f"AND d.{k} IN (SELECT dw_key FROM ({_deleted_sql(spec)}) AS x) AND {not_recorded}")
     return (f"INSERT INTO {_t(resolved_table_name(spec))} ({k}, source_position, state, change_set_id, resolved_at) "
             f"SELECT DISTINCT d.{k}, d.source_position, {state}, {_lit(change_set_id)}, {_lit(now)} "
             f"FROM {_t(spec.dead_letter_table)} AS d JOIN ({anchor}) AS a ON a.dw_key = d.{k} "
-            f"WHERE {_selection_filter(spec)} AND a.dw_how IS NOT NULL "
-            f"AND NOT EXISTS (SELECT 1 FROM {_t(spec.ledger_table)} AS l WHERE l.{k} = d.{k} "
-            f"AND l.source_position = d.source_position) "
-            f"AND NOT EXISTS (SELECT 1 FROM {_t(resolved_table_name(spec))} AS r WHERE r.{k} = d.{k} "
-            f"AND r.source_position = d.source_position)")
+            f"WHERE {_selection_filter(spec)} AND a.dw_how IS NOT NULL AND {not_recorded} UNION ALL {deleted}")
 
 
 def parked_states(db: Database, spec: ReplaySpec) -> dict[str, int]:
@@ -495,7 +529,7 @@ def verify_replay(db: Database, spec: ReplaySpec, *, sample_size: int = 20) -> R
         dw_dagster.databases.DatabaseError: a table is missing or a query failed.
     """
     k = _q(spec.key)
-    keys = f"SELECT DISTINCT d.{k} AS dw_key FROM {_t(spec.dead_letter_table)} AS d WHERE {_selection_filter(spec)}"
+    keys = f"SELECT DISTINCT s.dw_key FROM ({selected_sql(spec)}) AS s"  # a key deleted after it was parked is not due
     per_key = (f"SELECT s.dw_key, COALESCE(n.dw_n, 0) AS dw_n FROM ({keys}) AS s LEFT JOIN "
                f"(SELECT o.{k} AS dw_key, COUNT(*) AS dw_n FROM {_t(spec.target_table)} AS o "
                f"WHERE o.{k} IN (SELECT dw_key FROM ({keys}) AS z) GROUP BY o.{k}) AS n ON n.dw_key = s.dw_key")

@@ -150,7 +150,7 @@ def test_counts_come_from_the_catalog_plus_batched_counts_never_one_query_per_ta
     part = VolumeTable("pos.sales_line", "sales_line", partition_column="ts", partition=dt.date(2026, 3, 1))
     found = fetch_row_counts(spy, specs[:5] + [part])
     assert len(spy.statements) == 2
-    assert spy.statements[1].count("WHERE") == 1 and "ts >= CAST('2026-03-01 00:00:00' AS TIMESTAMP)" in spy.statements[1]
+    assert spy.statements[1].count("WHERE") == 1 and "\"ts\" >= '2026-03-01 00:00:00+00:00'" in spy.statements[1]
     assert (found.counts[part.id].rows, found.counts[part.id].partition) == (10, "2026-03-01")
 
 

@@ -31,6 +31,9 @@ KINDS = [
     kind("chg-key-change-and-delete", "changes", "a key changed and a row hard-deleted at the source after a merge load",
          "https://github.com/estuary/connectors/pull/2185", "dw_dagster/checks/rowdiff/hashdiff.py",
          "test_key_change_and_delete_left_behind_are_found_by_the_row_diff", False),
+    kind("chg-row-moves-partition", "changes", "an update that moves a row to another partition (an event re-dated "
+         "into the next day)", "https://github.com/apache/flink-cdc/pull/4536", L,
+         "test_a_row_moved_to_another_partition_is_not_left_in_the_old_one", False),
 ]
 
 COLS = [("id", "INTEGER"), ("day_ts", "TIMESTAMP"), ("updated_at", "TIMESTAMP"), ("v", "INTEGER")]
@@ -153,3 +156,24 @@ def test_late_row_diagnosis_reads_aware_columns_as_utc(pg, warehouse):
         ny.dispose()
     late = [r[0] for r in rows if r[2] <= hwm and r[3] > snapshot and r[0] != 1]
     assert late == [2] and f.explained_rows == len(late) and f.window == ["2024-03-10"]
+
+
+@pytest.mark.parametrize("engine", ["duck", "pg"], indirect=True)
+def test_a_row_moved_to_another_partition_is_not_left_in_the_old_one(engine, warehouse):
+    """flink-cdc PR #4536 (https://github.com/apache/flink-cdc/pull/4536): "duplicate rows when an
+    UPDATE changes the partition value" — an upsert that only looks in the row's new partition
+    leaves the old version in the old one (the key then lives twice). Key 1 is re-dated from 2024-01-01 to 2024-01-02
+    and the 02 partition is loaded, then the 01 partition is reloaded. Right answer (Python: the
+    source's rows by key): one row per key, key 1 with its new day and value, in every order of
+    loads; nothing of the old version left."""
+    t0, t1 = dt.datetime(2024, 1, 1, 10), dt.datetime(2024, 1, 2, 12)
+    rows = [(1, t0, t0, 1), (2, dt.datetime(2024, 1, 1, 11), dt.datetime(2024, 1, 1, 11), 2)]
+    src = load(engine, "moves", COLS, rows)
+    load_partition(engine.db, warehouse, _spec(src), "2024-01-01", *DAY)
+    engine.db.execute(f"UPDATE {src} SET day_ts = '2024-01-02 09:00:00', updated_at = '{t1}', v = 10 WHERE id = 1")
+    days = {"2024-01-01": DAY, "2024-01-02": (DAY[1], DAY[1] + dt.timedelta(days=1))}
+    for key in ("2024-01-02", "2024-01-01"):
+        load_partition(engine.db, warehouse, _spec(src), key, *days[key])
+        want = sorted(engine.db.fetch_all(f"SELECT id, day_ts, v FROM {src}"))
+        assert warehouse.fetch_all("SELECT id, day_ts, v FROM w_orders ORDER BY id") == want
+    assert want[0] == (1, dt.datetime(2024, 1, 2, 9), 10)

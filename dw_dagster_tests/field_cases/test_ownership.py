@@ -21,6 +21,12 @@ KINDS = [
     kind("own-approver-removed", "ownership", "the approver is removed from the domain after approving",
          "https://github.com/ministryofjustice/Claim-for-Crown-Court-Defence/pull/5213", J,
          "test_approval_stops_counting_when_the_approver_is_removed", False),
+    kind("own-approver-email-case", "ownership", "an approver listed in the domains file in other letter case than "
+         "the identity that approves", "https://github.com/google/oss-fuzz/issues/870", "dw_dagster/core/identity.py",
+         "test_an_approver_listed_in_another_letter_case_is_the_same_person", False),
+    kind("own-domains-file-broken", "ownership", "the domains file made unparsable (or removed) between the approval "
+         "and the work", "https://github.com/istio/operator/pull/159", J,
+         "test_a_domains_file_broken_after_the_approval_stops_the_work", False),
 ]
 
 DANA, SAM = "dana.ortiz@grocer.example", "sam.lee@grocer.example"
@@ -82,3 +88,35 @@ def test_approval_stops_counting_when_the_approver_is_removed(setting):
     assert approve_in_process(instance, cs.id, approver=DANA)[0]
     _write(path, sales_approvers=("lee.chan@grocer.example",))
     assert valid_approval(instance, cs) is None
+
+
+def test_an_approver_listed_in_another_letter_case_is_the_same_person(setting):
+    """oss-fuzz #870 (https://github.com/google/oss-fuzz/issues/870): "You (email=NickRTerrell@gmail.com)
+    are not authorized" although the listed contact was the same address in other letters. The
+    domains file lists ``Dana.Ortiz@Grocer.Example``; Dana approves as ``DANA.ORTIZ@grocer.example``.
+    Right answer (RFC 5321 domains are case-insensitive, and approver addresses are compared in
+    one form): the approval counts; an address that only looks alike (another domain) does not."""
+    instance, cs, path = setting
+    _write(path, sales_approvers=("Dana.Ortiz@Grocer.Example",))
+    assert not approve_in_process(instance, cs.id, approver="dana.ortiz@grocer.example.evil")[0]
+    assert valid_approval(instance, cs) is None
+    assert approve_in_process(instance, cs.id, approver="DANA.ORTIZ@grocer.example")[0]
+    approval = valid_approval(instance, cs)
+    assert approval is not None and approval.approver == DANA.lower()
+
+
+def test_a_domains_file_broken_after_the_approval_stops_the_work(setting):
+    """istio/operator PR #159 (https://github.com/istio/operator/pull/159): "It appears anyone can
+    approve patches if the CODEOWNERS file is misparsed." Dana approves; then the domains file is
+    edited into YAML that does not parse, then removed. Right answer: while the file cannot say
+    who owns the asset, the approval lets nothing run (the sensor's rule fails closed); once the
+    file is whole again the recorded approval counts again (nothing was lost)."""
+    instance, cs, path = setting
+    assert approve_in_process(instance, cs.id, approver=DANA)[0]
+    assert valid_approval(instance, cs) is not None
+    path.write_text("domains: [ {name: store_sales, assets: [[store_sales_line]]")
+    assert valid_approval(instance, cs) is None
+    path.unlink()
+    assert valid_approval(instance, cs) is None
+    _write(path)
+    assert valid_approval(instance, cs) is not None

@@ -34,6 +34,9 @@ KINDS = [
     kind("time-freshness-iso-text", "time", "freshness of ISO-8601 text with a 'Z' or an offset (a string-typed column)",
          "https://github.com/exasol/dbt-exasol/issues/90", "dw_dagster/checks/freshness.py",
          "test_freshness_of_iso_text", False),
+    kind("time-null-rate-aware-session", "time", "the null rate's current UTC day of a TIMESTAMPTZ column read in a "
+         "session at UTC+14", "https://github.com/PostHog/posthog/pull/62037", "dw_dagster/checks/null_rate.py",
+         "test_null_rate_day_of_an_aware_column_in_any_session_zone", False),
 ]
 
 NOW = dt.datetime(2024, 11, 3, 12, 0, tzinfo=UTC)
@@ -130,3 +133,24 @@ def test_dead_letter_window_is_utc_in_any_session_zone(pg):
         if at >= since.replace(tzinfo=utc):
             want[reason] = want.get(reason, 0) + 1
     assert {p.reason: p.rows for p in got} == want == {"schema": 1, "fk": 1}
+
+
+def test_null_rate_day_of_an_aware_column_in_any_session_zone(pg):
+    """PostHog PR #62037 (https://github.com/PostHog/posthog/pull/62037): day buckets cut at another
+    zone's midnight than the one meant put the night's events "into the prior day's bucket". The
+    null rate compares the current UTC day with the days before; read in a UTC+14 session, a naive
+    bound would move 00:30 UTC into the previous day and 23:30 UTC into the next. Right answer
+    (Python, UTC days): the current day 2024-01-02 holds 2 rows, 1 of them NULL; the baseline day
+    before holds 1 row, NULL."""
+    rows = [(dt.datetime(2024, 1, 2, 0, 30, tzinfo=UTC), None), (dt.datetime(2024, 1, 2, 23, 30, tzinfo=UTC), 1),
+            (dt.datetime(2024, 1, 1, 23, 30, tzinfo=UTC), None), (dt.datetime(2024, 1, 3, 1, 0, tzinfo=UTC), None)]
+    t = load(pg, "nr_aware", [("at", "TIMESTAMPTZ"), ("v", "INTEGER")], rows)
+    far = SqlAlchemyDatabase(f"{POSTGRES_URL}?options={urllib.parse.quote('-c TimeZone=Pacific/Kiritimati')}")
+    try:
+        (rate,), _ = null_rates(far, t, ["v"], timestamp_column="at", as_of=dt.date(2024, 1, 2))
+    finally:
+        far.dispose()
+    today = [v for at, v in rows if at.date() == dt.date(2024, 1, 2)]
+    before = [v for at, v in rows if at.date() < dt.date(2024, 1, 2)]
+    assert (rate.current_rows, rate.current_nulls) == (len(today), today.count(None)) == (2, 1)
+    assert (rate.baseline_rows, rate.baseline_nulls) == (len(before), before.count(None)) == (1, 1)

@@ -370,16 +370,28 @@ def _literal_sql(value: object, dialect: str) -> str:
     return sql.literal(value).sql(dialect=dialect)
 
 
+def _day_bound(at: dt.datetime, dialect: str) -> exp.Expression:
+    """A UTC day bound. On PostgreSQL and DuckDB an untyped ``'... +00:00'`` literal, which the engine
+    reads as the column's own type: the instant for a ``TIMESTAMPTZ`` column (a naive
+    ``CAST(... AS TIMESTAMP)`` would be read in the session's time zone, moving rows across the
+    day), the wall-clock time for a ``TIMESTAMP`` column (the offset dropped), the day for a ``DATE``."""
+    if dialect in ("postgres", "duckdb"):
+        return exp.Literal.string(f"{at.isoformat(sep=' ')}+00:00")
+    return sql.literal(at)
+
+
 @lru_cache(maxsize=65536)
 def _where_sql(column: str, value: PartitionValue, dialect: str) -> str:
     col = sql.column(column)
     if isinstance(value, dt.date):
         lo = dt.datetime.combine(value, dt.time())
-        cond = exp.and_(exp.GTE(this=col, expression=sql.literal(lo)),
-                        exp.LT(this=col.copy(), expression=sql.literal(lo + dt.timedelta(days=1))))
+        cond = exp.and_(exp.GTE(this=col, expression=_day_bound(lo, dialect)),
+                        exp.LT(this=col.copy(), expression=_day_bound(lo + dt.timedelta(days=1), dialect)))
     else:
         cond = exp.EQ(this=col, expression=sql.literal(value))
-    return cond.sql(dialect=dialect)
+    # "safe" quotes every name whose quoting cannot change how the engine resolves it: a column
+    # named like a keyword (at, order) is never sent bare
+    return cond.sql(dialect=dialect, identify="safe")
 
 
 def _partition_text(value: PartitionValue | None) -> str | None:

@@ -1,0 +1,73 @@
+"""Field cases of the volume sensor's partition counts (:func:`~dw_dagster.detection.volume.counts.fetch_row_counts`,
+what every tick of :func:`~dw_dagster.detection.volume.build_volume_sensor` runs): a partition
+column that is an absolute time read in a session far from UTC, and partition columns named like
+keywords; on DuckDB, PostgreSQL and MariaDB, against the count worked out in Python."""
+
+import datetime as dt
+import urllib.parse
+
+import pytest
+
+from dw_dagster.databases import SqlAlchemyDatabase
+from dw_dagster.detection.volume.counts import VolumeTable, fetch_row_counts
+from dw_dagster_tests.conftest import POSTGRES_URL
+from dw_dagster_tests.field_cases.kinds import kind
+from dw_dagster_tests.field_cases.tables import load
+
+C = "dw_dagster/detection/volume/counts.py"
+KINDS = [
+    kind("vol-partition-aware-session", "time", "the volume sensor's UTC-day partition count over a TIMESTAMPTZ "
+         "column, read in a session far from UTC", "https://github.com/pgpartman/pg_partman/issues/36", C,
+         "test_partition_count_of_an_aware_column_is_the_utc_day_in_any_session", True),
+    kind("vol-keyword-partition-column", "types", "a partition column named like a keyword (at, order) in the volume "
+         "sensor's count", "https://github.com/sodadata/soda-core/issues/1022", C,
+         "test_partition_columns_named_like_keywords_are_counted", True),
+]
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2024, 3, 10, 12, 0, tzinfo=UTC)  # the default partition is yesterday: 2024-03-09 (UTC)
+INSTANTS = [dt.datetime(2024, 3, 9, 0, 30, tzinfo=UTC), dt.datetime(2024, 3, 9, 23, 30, tzinfo=UTC),
+            dt.datetime(2024, 3, 10, 2, 0, tzinfo=UTC), dt.datetime(2024, 3, 10, 3, 0, tzinfo=UTC),
+            dt.datetime(2024, 3, 8, 23, 59, tzinfo=UTC)]
+
+
+def _utc_day(day: dt.date) -> int:
+    return sum(1 for t in INSTANTS if t.date() == day)
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Pacific/Kiritimati"])
+def test_partition_count_of_an_aware_column_is_the_utc_day_in_any_session(pg, zone):
+    """pg_partman #36 (https://github.com/pgpartman/pg_partman/issues/36): a day's bounds written
+    as naive text (``ts >= '2014-10-01 00:00:00'``) against a ``timestamptz`` column are read in
+    the session's time zone, so a run from another zone moves rows across the day. The volume
+    sensor counted yesterday's partition with naive ``CAST(... AS TIMESTAMP)`` bounds: in a New
+    York session 2024-03-09 "had" 3 rows (the evening of 03-09 UTC was cut off and the night of
+    03-10 UTC taken). Right answer (Python, UTC days): 2 rows, in every session zone; a naive
+    ``TIMESTAMP`` column holding UTC wall-clock times gives the same."""
+    t = load(pg, "vol_aware", [("at_tz", "TIMESTAMPTZ"), ("at_naive", "TIMESTAMP")],
+             [(i, i.replace(tzinfo=None)) for i in INSTANTS])
+    far = SqlAlchemyDatabase(f"{POSTGRES_URL}?options={urllib.parse.quote('-c TimeZone=' + zone)}")
+    try:
+        specs = [VolumeTable(t, "vol_aware", partition_column="at_tz"),
+                 VolumeTable(t, "vol_naive", partition_column="at_naive")]
+        got = fetch_row_counts(far, specs, now=NOW, row_counts="count").counts
+    finally:
+        far.dispose()
+    want = _utc_day(dt.date(2024, 3, 9))
+    assert [(c.rows, c.partition, c.error) for c in got.values()] == [(want, "2024-03-09", None)] * 2
+    assert want == 2
+
+
+@pytest.mark.parametrize("engine", ["duck", "pg", "maria"], indirect=True)
+def test_partition_columns_named_like_keywords_are_counted(engine):
+    """soda-core #1022 (https://github.com/sodadata/soda-core/issues/1022): generated queries did
+    not quote column names that are reserved words, and failed. The volume sensor sent
+    ``WHERE at >= ...`` bare: DuckDB refused to parse it (``AT`` starts ``AT TIME ZONE``), so the
+    partition was never counted (the tick reported an error for it, every tick). Right answer
+    (Python): yesterday's rows, for a column named ``at`` and one named ``order``, on every engine."""
+    ts = "TIMESTAMP NULL" if engine.name == "mariadb" else "TIMESTAMP"
+    t = load(engine, "vol_kw", [("at", ts), ("order", ts)], [(i.replace(tzinfo=None),) * 2 for i in INSTANTS])
+    specs = [VolumeTable(t, "vol_kw_at", partition_column="at"), VolumeTable(t, "vol_kw_order", partition_column="order")]
+    got = fetch_row_counts(engine.db, specs, now=NOW, row_counts="count").counts
+    want = _utc_day(dt.date(2024, 3, 9))
+    assert [(c.rows, c.error) for c in got.values()] == [(want, None)] * 2
