@@ -41,10 +41,10 @@ from dw_dagster.detection.lightup import build_lightup_compare_check, build_ligh
 from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
 from dw_dagster.pipelines.incremental import IncrementalLoadSpec, LoadError, LoadResult, PipelineRepoResource, load_metadata, load_partition
 from dw_dagster.core.windows import partition_window_utc
-from dw_dagster.repair.migrations import generate_migration
-from dw_dagster.repair.migrations import apply_migration, verify_migration
-from dw_dagster.repair.migrations import AddColumn, DropColumn, LossyRetypeError, Migration, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
-from dw_dagster.repair.migrations import classify_retype
+from dw_dagster.changes.migrations import generate_migration
+from dw_dagster.changes.migrations import apply_migration, verify_migration
+from dw_dagster.changes.migrations import AddColumn, DropColumn, LossyRetypeError, Migration, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
+from dw_dagster.changes.migrations import classify_retype
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
 from dw_dagster.core.models import ChangeStep, Approval, BlastRadius, CauseFinding, ChangeSet, Diagnosis, Incident, Receipt
 from dw_dagster.integrations.notifications import build_notification_sensor
@@ -62,9 +62,10 @@ from dw_dagster.repair.replay_checks import build_replay_checks
 from dw_dagster.pipelines.sink import Column as SinkColumn
 from dw_dagster.pipelines.sink import SinkTable
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.repair.guard import GuardedRunCoordinator, guarded_executor
+from dw_dagster.guard.admission import GuardedRunCoordinator, guarded_executor
 from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
-from dw_dagster.repair.steps import StepRefused, build_step_jobs, migration_step, run_migration_step, step_results, step_stage
+from dw_dagster.changes.steps import StepRefused, migration_step, run_migration_step, step_results, step_stage
+from dw_dagster.repair.steps import build_step_jobs
 from dw_dagster.approval.identity import IdentityError, VerifiedIdentity, canonical_email, decision_nonce
 from dw_dagster.core.ledger import Ledger, LedgerError, ledger_for
 from dw_dagster.integrations.slack import SlackResource, approval_request_message

@@ -30,6 +30,7 @@ import dagster as dg
 from dw_dagster.dagster_private import public
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
+from dw_dagster.core import keys as c
 from dw_dagster.databases import DatabaseResource
 from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.errors import DwConfigError
@@ -294,11 +295,11 @@ def build_dw_definitions(
     from dw_dagster.repair.sensor import build_remediation_sensor
     from dw_dagster.detection.incidents import build_check_incident_sensor
     from dw_dagster.receipts.job import build_receipt_job
-    from dw_dagster.repair.control import build_control_jobs, control_asset_spec
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.stop import build_control_jobs, control_asset_spec
+    from dw_dagster.guard.admission import guarded_executor
     from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
-    from dw_dagster.repair.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
-    from dw_dagster.repair.replay import run_replay_step, run_replay_undo_step
+    from dw_dagster.changes.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
+    from dw_dagster.changes.replay import run_replay_step, run_replay_undo_step
     from dw_dagster.repair.replay_checks import build_replay_checks
     from dw_dagster.repair.steps import build_step_jobs
     from dw_dagster.repair.undo import build_undo_jobs
@@ -482,7 +483,7 @@ def build_dw_definitions(
                 target_asset=key, sink_table=sink_table, source_table=sink.source_table,
                 source_resource_key=sink.source_database, target_resource_key=a.database,
                 partition_column=sink.partition_column, group_column=sink.group_column,
-                volume_check=volume or dg.AssetCheckKey(key, "daily_volume"), manifest_path=manifest_fn,
+                volume_check=volume or dg.AssetCheckKey(key, c.VOLUME_CHECK), manifest_path=manifest_fn,
                 dbt_asset_keys=keys_by_uid, domains_file=domains, verify_checks=own_verify, mage=mage_source)
 
     checks += fixes.checks()
@@ -505,10 +506,10 @@ def build_dw_definitions(
     windowed += [k for k in fixes.upstream_assets if k not in windowed]  # an upstream fix reruns them first
     # without a partitions definition at hand, the job takes the assets' own when the location resolves
     guarded = guarded_executor(executor or dg.in_process_executor)
-    window_job = build_window_job("dw_rerun_window", windowed, partitions_def, executor=guarded) if windowed else None
+    window_job = build_window_job(c.WINDOW_JOB, windowed, partitions_def, executor=guarded) if windowed else None
     downstream = dg.AssetSelection.assets(*watched).downstream(include_self=False)
-    rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream, executor=guarded)
-    verify_job = build_verify_job("dw_verify", list(dict.fromkeys(verify_keys)), executor=guarded)
+    rebuild_job = build_rebuild_job(c.REBUILD_JOB, downstream, executor=guarded)
+    verify_job = build_verify_job(c.VERIFY_JOB, list(dict.fromkeys(verify_keys)), executor=guarded)
     receipt_job = build_receipt_job(executor=guarded if executor is not None else None)
     undo_jobs = build_undo_jobs(db_keys, executor=guarded)
     step_jobs = build_step_jobs(step_runners, resource_keys=db_keys, executor=guarded)
@@ -632,7 +633,7 @@ class _SinkRef:
 
     def prepare(self, db) -> None:
         """Create the replay ledger and the view of the rows still parked, when missing."""
-        from dw_dagster.repair.replay import ReplaySpec, ensure_replay_tables
+        from dw_dagster.changes.replay import ReplaySpec, ensure_replay_tables
 
         ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))
 
@@ -670,7 +671,7 @@ def _lightup_credentials_set() -> bool:
 def _integrations(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, domains, status):
     """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run
     time); an ``optional`` one whose credentials are not in the environment now is left out."""
-    from dw_dagster.repair.control import build_expiry_sensor
+    from dw_dagster.approval.autonomy import build_expiry_sensor
 
     integ = cfg.integrations
     lightup = integ.lightup if integ.lightup and (not integ.lightup.optional or _lightup_credentials_set()) else None

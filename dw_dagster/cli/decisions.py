@@ -90,7 +90,7 @@ def _instance(dagster_home):
 
 
 def _key_or_exit() -> None:
-    from dw_dagster.approval.job import ApprovalRefused, signing_key
+    from dw_dagster.core.signing import ApprovalRefused, signing_key
 
     try:
         signing_key()
@@ -101,7 +101,7 @@ def _key_or_exit() -> None:
 def _check_signing_key(instance) -> None:
     """Refuse to record a decision that could never count: a key other than the one kept with the
     instance (``$DAGSTER_HOME/approval_signing.key``, as the demo keeps it)."""
-    from dw_dagster.approval.job import signing_key
+    from dw_dagster.core.signing import signing_key
 
     key_file = Path(os.environ["DAGSTER_HOME"]) / "approval_signing.key"
     kept = key_file.read_text().strip() if key_file.is_file() else ""
@@ -197,7 +197,7 @@ def register(main: click.Group) -> None:
         """
         from dw_dagster.core.identity import decision_nonce
         from dw_dagster.core import records
-        from dw_dagster.repair.control import active_stop, resume_nonce
+        from dw_dagster.guard.stop import active_stop, resume_nonce
 
         domains = _domains(domains_file)
         with _instance(dagster_home) as instance:
@@ -282,14 +282,15 @@ def register(main: click.Group) -> None:
         from dw_dagster.core.ledger import ledger_for
         from dw_dagster.core.models import Approval
         from dw_dagster.core import records
-        from dw_dagster.approval.job import PAST, signature_valid
+        from dw_dagster.approval.job import PAST
+        from dw_dagster.core.signing import signature_valid
 
         with _instance(dagster_home) as instance:
             led = ledger_for(instance)
             rows = []
             key_set = True
             try:
-                from dw_dagster.approval.job import signing_key
+                from dw_dagster.core.signing import signing_key
 
                 signing_key()
             except Exception:  # noqa: BLE001 - listing works without the key; signatures say "not checked"
@@ -366,7 +367,7 @@ def register(main: click.Group) -> None:
         from dw_dagster.core.models import TamperedRecord
         from dw_dagster.core.records import load_change_set
         from dw_dagster.proposals.watermark import change_set_markdown
-        from dw_dagster.repair.steps import steps_markdown
+        from dw_dagster.changes.steps import steps_markdown
 
         dagster_home = dagster_home or (ctx.obj or {}).get("dagster_home")
         with _instance(dagster_home) as instance:
@@ -450,7 +451,7 @@ def register(main: click.Group) -> None:
     @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
     def stop_cmd(by: str, reason: str, dagster_home: str | None) -> None:
         """Org-wide stop: halt every automatic dw_dagster repair now (queued repair runs are cancelled)."""
-        from dw_dagster.repair.control import set_stop
+        from dw_dagster.guard.stop import set_stop
 
         if not by.strip():
             raise click.BadParameter("must name who stops", param_hint="--by")
@@ -469,8 +470,9 @@ def register(main: click.Group) -> None:
     def resume_cmd(id_token, id_token_file, login, login_hint, by, reason, domains_file, dagster_home) -> None:
         """Lift the org-wide stop (a verified operator): the remediation sensor dispatches approved repairs again."""
         from dw_dagster.core.identity import IdentityError
-        from dw_dagster.approval.job import ApprovalRefused, oidc_verifier, unverified_identity
-        from dw_dagster.repair.control import active_stop, resume_nonce, set_stop
+        from dw_dagster.core.signing import ApprovalRefused
+        from dw_dagster.approval.job import oidc_verifier, unverified_identity
+        from dw_dagster.guard.stop import active_stop, resume_nonce, set_stop
 
         domains = _domains(domains_file)
         with _instance(dagster_home) as instance:
@@ -509,7 +511,7 @@ def register(main: click.Group) -> None:
         from dw_dagster.core.ledger import LedgerError
         from dw_dagster.core import records
         from dw_dagster.approval.job import oidc_verifier
-        from dw_dagster.repair.guard import lift_hold
+        from dw_dagster.guard.admission import lift_hold
 
         domains = _domains(domains_file)
         with _instance(dagster_home) as instance:

@@ -211,7 +211,7 @@ def _run_demo(spec, *, workdir: str, as_json: bool, scale: float, options: dict 
         dagster_home.mkdir(parents=True, exist_ok=True)
         if not (dagster_home / "dagster.yaml").exists():  # the deployment the README's threat model asks for
             (dagster_home / "dagster.yaml").write_text(
-                "telemetry:\n  enabled: false\nrun_coordinator:\n  module: dw_dagster\n  class: GuardedRunCoordinator\n")
+                "telemetry:\n  enabled: false\nrun_coordinator:\n  module: dw_dagster.guard\n  class: GuardedRunCoordinator\n")
         if not os.environ.get(c.SIGNING_KEY_ENV):
             if not key_file.exists():
                 key_file.write_text(secrets.token_hex(32))
@@ -311,7 +311,7 @@ def receipts(ctx: click.Context, asset: str | None, as_json: bool, dagster_home:
 @click.pass_context
 def receipts_verify(ctx: click.Context, dagster_home: str | None) -> None:
     """Check every receipt chain against the ledger; exit 1 naming each altered, removed or unrecorded receipt."""
-    from dw_dagster.approval.job import ApprovalRefused
+    from dw_dagster.core.signing import ApprovalRefused
     from dw_dagster.receipts.chain import verify_receipts
 
     home = dagster_home or (ctx.obj or {}).get("dagster_home")

@@ -316,11 +316,11 @@ INCREMENTAL_RUN_KEY = "dw/incremental_run"
 # -- dw_dagster.receipts.chain -----------------------------------------------------------------------
 RECEIPT_SIG_KEY = "dw/receipt_sig"
 
-# -- dw_dagster.repair.control -----------------------------------------------------------------------
+# -- dw_dagster.guard.stop -----------------------------------------------------------------------
 STOPPED_KEY = "dw/stopped"
 STOP_KEY = "dw/stop"
 
-# -- dw_dagster.repair.guard -------------------------------------------------------------------------
+# -- dw_dagster.guard.admission -------------------------------------------------------------------------
 TICKET_TAG = "dw/ticket"
 
 # -- dw_dagster.repair.mage_rerun --------------------------------------------------------------------
@@ -342,7 +342,7 @@ PARKED_KEYS_KEY = "dw/parked_keys"
 # -- dw_dagster.repair.sensor ------------------------------------------------------------------------
 APPROVAL_WITHDRAWN_KEY = "dw/approval_withdrawn"
 
-# -- dw_dagster.repair.steps -------------------------------------------------------------------------
+# -- dw_dagster.changes.steps -------------------------------------------------------------------------
 STEP_KIND_KEY = "dw/step_kind"
 REFUSAL_KEY = "dw/refusal"
 STEP_STAGE_KEY = "dw/step_stage"
@@ -364,3 +364,73 @@ DBT_BUILD_STEP = "dbt_build"
 #: after a verified receipt: the BI refreshes of the blast radius (issue 31 item 3) and the receipt they follow
 BI_REFRESHED_KEY = "dw/bi_refreshed"
 RECEIPT_ID_KEY = "dw/receipt_id"
+
+# -- job, op, sensor and asset-check names ----------------------------------------------------------
+# The names dw_dagster gives the jobs, ops, sensors and asset checks it defines. Who may run a
+# repair is decided on these names (the guard reads a job's kind tag; the remediation sensor
+# configures ops by name), so each is typed once, here; a test fails on a copy typed elsewhere.
+#: the diagnosis job and its op
+DIAGNOSIS_JOB = "dw_diagnose_incident"
+DIAGNOSE_OP = "dw_diagnose"
+#: the approval job and its op (the Slack endpoint and ``dw-dagster approve`` launch them by name)
+APPROVAL_JOB = "dw_approve_change_set"
+APPROVAL_OP = "dw_record_decision"
+#: the receipt job and its op
+RECEIPT_JOB = "dw_receipts"
+RECEIPT_OP = "dw_write_receipts"
+#: the org-wide stop: its jobs and ops, and the asset whose events show it
+STOP_JOB = "dw_stop"
+STOP_OP = "dw_set_stop"
+RESUME_JOB = "dw_resume"
+RESUME_OP = "dw_lift_stop"
+CONTROL_ASSET_NAME = "dw_control"
+#: the repair jobs ``build_dw_definitions`` defines
+WINDOW_JOB = "dw_rerun_window"
+REBUILD_JOB = "dw_rebuild_downstream"
+VERIFY_JOB = "dw_verify"
+#: undo: the snapshot and restore jobs and their ops
+UNDO_SNAPSHOT_JOB = "dw_undo_snapshot"
+UNDO_RESTORE_JOB = "dw_undo_restore"
+SNAPSHOT_OP = "dw_snapshot_window"
+RESTORE_OP = "dw_restore_window"
+#: a step job is ``dw_step_<kind>``, its op ``dw_apply_<kind>_step``
+STEP_JOB_PREFIX = "dw_step_"
+STEP_OP_PREFIX = "dw_apply_"
+#: the guarded executor wraps an executor as ``dw_guarded_<name>``
+GUARDED_EXECUTOR_PREFIX = "dw_guarded_"
+#: the sensors
+REMEDIATION_SENSOR = "dw_remediation_sensor"
+EXPIRY_SENSOR = "dw_expiry_sensor"
+CHECK_INCIDENT_SENSOR = "dw_check_incident_sensor"
+LIGHTUP_SENSOR = "dw_lightup_incident_sensor"
+VOLUME_SENSOR = "dw_volume_sensor"
+NOTIFICATION_SENSOR = "dw_notification_sensor"
+
+# -- job kinds: the dw/kind job tag ------------------------------------------------------------------
+# What a job is, for the guard, comes from its dw/kind job tag (never the run's tags): the kinds in
+# REPAIR_KINDS change data or write receipts and need a ticket the remediation sensor issued.
+WINDOW_KIND = "window"
+STEP_KIND = "step"
+UNDO_KIND = "undo"
+REBUILD_KIND = "rebuild"
+RECEIPT_KIND = "receipt"
+CHECK_KIND = "check"
+CONTROL_KIND = "control"
+DIAGNOSIS_KIND = "diagnosis"
+APPROVAL_KIND = "approval"
+REPAIR_KINDS = frozenset({WINDOW_KIND, STEP_KIND, UNDO_KIND, REBUILD_KIND, RECEIPT_KIND, ACCESS_KIND})
+
+# -- asset-check names (the defaults of the check builders) -----------------------------------------
+RECONCILIATION_CHECK = "reconciliation"
+ROW_DIFF_CHECK = "row_diff"
+VOLUME_CHECK = "daily_volume"
+NULL_RATE_CHECK = "null_rate"
+FRESHNESS_CHECK = "freshness"
+DEAD_LETTER_CHECK = "dead_letter"
+SCHEMA_CHANGE_CHECK = "schema_change"
+LIGHTUP_CHECK = "lightup_compare"
+#: the dead-letter replay's checks: the parked rows replayed, and no new dead letters since
+REPLAYED_CHECK = "parked_rows_replayed"
+NO_NEW_DLQ_CHECK = "no_new_dead_letters"
+#: the check that waits for a Mage pipeline's rerun (the manual step's check)
+MAGE_RERUN_CHECK = "mage_rerun"

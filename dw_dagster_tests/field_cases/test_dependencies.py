@@ -4,7 +4,7 @@ before and after)."""
 
 import pytest
 
-from dw_dagster.repair.migrations import (
+from dw_dagster.changes.migrations import (
     DropColumn,
     MigrationRefused,
     RenameColumn,

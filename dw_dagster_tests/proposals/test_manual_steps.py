@@ -18,7 +18,7 @@ import pydantic
 import pytest
 
 from dw_dagster.core.models import ChangeSet, ManualStep
-from dw_dagster.proposals.manual_steps import (
+from dw_dagster.changes.manual_steps import (
     MAGE_RERUN,
     mage_agent_call,
     mage_rerun_step,

@@ -30,7 +30,7 @@ from dw_dagster.core.domains import RERUN_WINDOW
 from dw_dagster.core.models import ChangeSet, ChangeStep
 from dw_dagster.databases import Database, sql
 from dw_dagster.databases.catalog import read_table_schema
-from dw_dagster.repair.steps import StepRefused
+from dw_dagster.changes.steps import StepRefused
 
 DEDUPE = c.DEDUPE_STEP
 
