@@ -1,25 +1,18 @@
 """Steps: warehouse changes a change set applies as stages of their own (schema migrations, replays).
 
 A partition rerun is not the only repair. When rows were rejected by the target (a REQUIRED
-column receiving NULLs, ``shared/design/DESIGN.md`` §3, orders stream), the repair is a schema
-migration with its rollback, then a guarded replay of the parked rows. A change set lists those
-as :class:`~dw_dagster.core.models.ChangeStep` s; the remediation sensor runs each as one stage, in
-order, after the window stages and before the rebuild
-(:func:`dw_dagster.repair.sensor.stage_plan`), one run at a time, each only after the
-previous succeeded, all under the change set's valid approval.
+column receiving NULLs, the orders stream), the repair is a schema migration with its rollback,
+then a guarded replay of the parked rows. A change set lists those as
+:class:`~dw_dagster.core.models.ChangeStep` s; the remediation sensor runs each as one stage, in
+order, after the window stages and before the rebuild (:func:`dw_dagster.repair.stages.stage_plan`),
+each only after the previous succeeded, all under the change set's valid approval.
 
-Each step kind has a *runner* ``(context, change_set, step, database) -> dict`` and a job
-(:func:`build_step_jobs`) whose one op (``dw_apply_<kind>_step``, config :class:`StepConfig`) takes
-the stage its run's ticket names (:func:`dw_dagster.guard.admission.hold_stage`: no ticket, no
-step), runs the runner against the step's database resource, records the stage's end with its
-result in the ledger and shows it as an ``AssetObservation`` with ``dw/step_result`` (JSON) on the
-change set's target asset. A runner
-that refuses (a guard found the data not as the change set expected) raises :class:`StepRefused`:
-the refusal is recorded as ``dw/step_result`` with ``refused: true`` and the run fails, so the
-stages after it never run.
-
-:func:`run_migration_step` is the runner for ``migration`` steps (:func:`migration_step` builds
-one from a :class:`~dw_dagster.changes.migrations.Migration`); other kinds (``replay``) bring their own.
+This module is the vocabulary: a step's stage name (:func:`step_stage`), its op's name, the
+constructor of a ``migration`` step (:func:`migration_step`) and the runners of ``migration`` and
+``migration_rollback`` steps (``(context, change_set, step, database) -> dict``; a runner that
+refuses raises :class:`StepRefused`). The jobs that run them under a ticket are
+:func:`dw_dagster.repair.steps.build_step_jobs`; other kinds (``replay``, ``dedupe``) bring their own
+runners (:mod:`dw_dagster.changes.replay`, :mod:`dw_dagster.changes.dedupe`).
 """
 
 import datetime as dt

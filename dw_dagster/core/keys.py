@@ -365,50 +365,36 @@ DBT_BUILD_STEP = "dbt_build"
 BI_REFRESHED_KEY = "dw/bi_refreshed"
 RECEIPT_ID_KEY = "dw/receipt_id"
 
-# -- job, op, sensor and asset-check names ----------------------------------------------------------
-# The names dw_dagster gives the jobs, ops, sensors and asset checks it defines. Who may run a
-# repair is decided on these names (the guard reads a job's kind tag; the remediation sensor
-# configures ops by name), so each is typed once, here; a test fails on a copy typed elsewhere.
-#: the diagnosis job and its op
-DIAGNOSIS_JOB = "dw_diagnose_incident"
+# -- job, op and sensor names (typed once, here: a test fails on a copy typed elsewhere) ------------
+DIAGNOSIS_JOB = "dw_diagnose_incident"  # the diagnosis job and its op
 DIAGNOSE_OP = "dw_diagnose"
-#: the approval job and its op (the Slack endpoint and ``dw-dagster approve`` launch them by name)
-APPROVAL_JOB = "dw_approve_change_set"
+APPROVAL_JOB = "dw_approve_change_set"  # the approval job and its op (launched by name)
 APPROVAL_OP = "dw_record_decision"
-#: the receipt job and its op
-RECEIPT_JOB = "dw_receipts"
+RECEIPT_JOB = "dw_receipts"  # the receipt job and its op
 RECEIPT_OP = "dw_write_receipts"
-#: the org-wide stop: its jobs and ops, and the asset whose events show it
-STOP_JOB = "dw_stop"
+STOP_JOB = "dw_stop"  # the org-wide stop: its jobs and ops, and the asset whose events show it
 STOP_OP = "dw_set_stop"
 RESUME_JOB = "dw_resume"
 RESUME_OP = "dw_lift_stop"
 CONTROL_ASSET_NAME = "dw_control"
-#: the repair jobs ``build_dw_definitions`` defines
-WINDOW_JOB = "dw_rerun_window"
+WINDOW_JOB = "dw_rerun_window"  # the repair jobs ``build_dw_definitions`` defines
 REBUILD_JOB = "dw_rebuild_downstream"
 VERIFY_JOB = "dw_verify"
-#: undo: the snapshot and restore jobs and their ops
-UNDO_SNAPSHOT_JOB = "dw_undo_snapshot"
+UNDO_SNAPSHOT_JOB = "dw_undo_snapshot"  # undo: the snapshot and restore jobs and their ops
 UNDO_RESTORE_JOB = "dw_undo_restore"
 SNAPSHOT_OP = "dw_snapshot_window"
 RESTORE_OP = "dw_restore_window"
-#: a step job is ``dw_step_<kind>``, its op ``dw_apply_<kind>_step``
-STEP_JOB_PREFIX = "dw_step_"
+STEP_JOB_PREFIX = "dw_step_"  # a step job is ``dw_step_<kind>``, its op ``dw_apply_<kind>_step``
 STEP_OP_PREFIX = "dw_apply_"
-#: the guarded executor wraps an executor as ``dw_guarded_<name>``
-GUARDED_EXECUTOR_PREFIX = "dw_guarded_"
-#: the sensors
-REMEDIATION_SENSOR = "dw_remediation_sensor"
+GUARDED_EXECUTOR_PREFIX = "dw_guarded_"  # the guarded executor wraps an executor as ``dw_guarded_<name>``
+REMEDIATION_SENSOR = "dw_remediation_sensor"  # the sensors
 EXPIRY_SENSOR = "dw_expiry_sensor"
 CHECK_INCIDENT_SENSOR = "dw_check_incident_sensor"
 LIGHTUP_SENSOR = "dw_lightup_incident_sensor"
 VOLUME_SENSOR = "dw_volume_sensor"
 NOTIFICATION_SENSOR = "dw_notification_sensor"
 
-# -- job kinds: the dw/kind job tag ------------------------------------------------------------------
-# What a job is, for the guard, comes from its dw/kind job tag (never the run's tags): the kinds in
-# REPAIR_KINDS change data or write receipts and need a ticket the remediation sensor issued.
+# -- job kinds: the dw/kind job tag the guard reads from the job definition (REPAIR_KINDS need a ticket) --
 WINDOW_KIND = "window"
 STEP_KIND = "step"
 UNDO_KIND = "undo"
@@ -429,8 +415,6 @@ FRESHNESS_CHECK = "freshness"
 DEAD_LETTER_CHECK = "dead_letter"
 SCHEMA_CHANGE_CHECK = "schema_change"
 LIGHTUP_CHECK = "lightup_compare"
-#: the dead-letter replay's checks: the parked rows replayed, and no new dead letters since
-REPLAYED_CHECK = "parked_rows_replayed"
+REPLAYED_CHECK = "parked_rows_replayed"  # the dead-letter replay's two checks
 NO_NEW_DLQ_CHECK = "no_new_dead_letters"
-#: the check that waits for a Mage pipeline's rerun (the manual step's check)
-MAGE_RERUN_CHECK = "mage_rerun"
+MAGE_RERUN_CHECK = "mage_rerun"  # the check that waits for a Mage pipeline's rerun (the manual step's check)
