@@ -133,6 +133,20 @@ def test_imports_run_one_way_between_the_packages():
     assert upward == []
 
 
+def test_diagnosis_proposals_and_mcp_take_the_change_vocabulary_from_changes():
+    """The change vocabulary (migrations, steps, replay plans, manual steps) lives in ``changes/`` and
+    run admission in ``guard/``: diagnosis, proposals and MCP import nothing from ``repair/``."""
+    reaching = []
+    for own in ("diagnosis", "proposals", "mcp"):
+        for path in sorted((PACKAGE / own).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                reaching += [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} imports {m}" for m in mods
+                             if m == "dw_dagster.repair" or m.startswith("dw_dagster.repair.")]
+    assert reaching == []
+
+
 def test_no_module_is_a_grab_bag():
     """No product module over 750 lines (the fake vendor servers, one protocol each, aside)."""
     big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())

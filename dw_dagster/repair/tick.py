@@ -305,7 +305,8 @@ class RemediationTick:
                 return
             if st is not None and st.state == ISSUED:
                 st = self._fresh(cs, stage, st)
-            if changes_data(stage, steps) and self.jobs.pipeline_root is not None and (missing := unmerged_files(cs, self.jobs.pipeline_root)):
+            root = self.jobs.pipeline_root
+            if changes_data(stage, steps) and root is not None and (missing := unmerged_files(cs, root)):
                 self.waiting.append(f"{cs.id}: waiting for the owner to merge {', '.join(missing)}")
                 return
             gate = self.jobs.stage_gates.get(stage)
