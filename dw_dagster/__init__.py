@@ -50,13 +50,13 @@ from dw_dagster.integrations.mail import EmailResource
 from dw_dagster.cost.sources import CostResource
 
 # run admission (dagster.yaml's run coordinator, a job's executor)
-from dw_dagster.repair.guard import GuardedRunCoordinator, guarded_executor
+from dw_dagster.guard.admission import GuardedRunCoordinator, guarded_executor
 
 # the error root and its main subclasses
 from dw_dagster.errors import DwConfigError, DwDagsterError
 from dw_dagster.databases import DatabaseError
 from dw_dagster.pipelines.incremental import LoadError
-from dw_dagster.repair.migrations import MigrationError
+from dw_dagster.changes.migrations import MigrationError
 
 # the record readers
 from dw_dagster.core import records

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
+from dw_dagster.core import keys as _keys
 from dw_dagster.core.domains import Domains
 from dw_dagster.errors import DwConfigError
 from dw_dagster.migration.config import MigrationConfig
@@ -76,7 +77,7 @@ class ReconciliationConfig(dg.Model, dg.Resolvable):
     slice_by: list[str] = Field(min_length=1, description="columns the counts are grouped by")
     measures: list[str] = Field(default_factory=list, description="columns whose exact sums are compared")
     key_columns: list[str] = Field(default_factory=list)
-    name: str = "reconciliation"
+    name: str = _keys.RECONCILIATION_CHECK
     partition_column: str | None = Field(None, description="the column (naive UTC) the asset's time-window partitions "
                                          "are ranges of: a repair's verify run then compares only its window's rows")
     closed_partitions_only: bool = Field(False, description="compare only rows before the partition still in progress "
@@ -95,7 +96,7 @@ class RowDiffConfig(dg.Model, dg.Resolvable):
     trim_trailing_blanks: bool = False
     source_char_columns: list[str] | None = Field(None, description="columns with CHAR semantics in the source (trimmed)")
     target_char_columns: list[str] | None = Field(None, description="columns with CHAR semantics in the target (trimmed)")
-    name: str = "row_diff"
+    name: str = _keys.ROW_DIFF_CHECK
 
 
 class VolumeConfig(dg.Model, dg.Resolvable):
@@ -108,7 +109,7 @@ class VolumeConfig(dg.Model, dg.Resolvable):
     min_band_pct: float = Field(2.0, ge=0)
     method: Literal["zscore", "mad"] = "zscore"
     as_of: str | None = Field(None, description="the last day evaluated, YYYY-MM-DD (default: today, UTC)")
-    name: str = "daily_volume"
+    name: str = _keys.VOLUME_CHECK
 
 
 class NullRateConfig(dg.Model, dg.Resolvable):
@@ -118,7 +119,7 @@ class NullRateConfig(dg.Model, dg.Resolvable):
     timestamp_column: str | None = None
     tolerance_pct: float = Field(1.0, ge=0)
     as_of: str | None = Field(None, description="the last day evaluated, YYYY-MM-DD (default: today, UTC)")
-    name: str = "null_rate"
+    name: str = _keys.NULL_RATE_CHECK
 
 
 class FreshnessConfig(dg.Model, dg.Resolvable):
@@ -130,7 +131,7 @@ class FreshnessConfig(dg.Model, dg.Resolvable):
                                      "across DST); with max_lag_hours, both must hold")
     deadline_timezone: str = "UTC"
     naive_timezone: str = "UTC"
-    name: str = "freshness"
+    name: str = _keys.FRESHNESS_CHECK
 
     @model_validator(mode="after")
     def _one_lag(self) -> "FreshnessConfig":
@@ -147,7 +148,7 @@ class DeadLetterConfig(dg.Model, dg.Resolvable):
     reason_column: str = "error_reason"
     lookback_hours: float = Field(24, gt=0)
     max_rows: int = Field(0, ge=0)
-    name: str = "dead_letter"
+    name: str = _keys.DEAD_LETTER_CHECK
 
 
 class ChecksConfig(dg.Model, dg.Resolvable):

@@ -101,8 +101,8 @@ def test_what_the_examples_import_from_the_library_and_the_harness_exists():
 #: loop's stages build on one another: a proposal is made of core records and windows; an approval
 #: decides a proposal; a repair runs what was approved; a receipt records a repair; a diagnoser
 #: proposes a repair with its steps; a detection starts a diagnosis and reads the stop switch.
-LAYERS = ["dagster_private", "errors", "version", "core", "databases", "pipelines", "lineage", "checks", "proposals", "approval",
-          "integrations", "repair", "cost", "receipts", "access", "diagnosis", "detection", "migration", "mcp", "config", "wiring", "definitions", "components",
+LAYERS = ["dagster_private", "errors", "version", "core", "databases", "pipelines", "lineage", "checks", "changes", "proposals",
+          "approval", "guard", "integrations", "repair", "cost", "receipts", "access", "diagnosis", "detection", "migration", "mcp", "config", "wiring", "definitions", "components",
           "testing", "cli"]
 
 
@@ -132,6 +132,20 @@ def test_imports_run_one_way_between_the_packages():
     assert upward == []
 
 
+def test_diagnosis_proposals_and_mcp_take_the_change_vocabulary_from_changes():
+    """The change vocabulary (migrations, steps, replay plans, manual steps) lives in ``changes/`` and
+    run admission in ``guard/``: diagnosis, proposals and MCP import nothing from ``repair/``."""
+    reaching = []
+    for own in ("diagnosis", "proposals", "mcp"):
+        for path in sorted((PACKAGE / own).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                reaching += [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} imports {m}" for m in mods
+                             if m == "dw_dagster.repair" or m.startswith("dw_dagster.repair.")]
+    assert reaching == []
+
+
 def test_no_module_is_a_grab_bag():
     """No product module over 750 lines."""
     big = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
@@ -156,15 +170,20 @@ def test_every_error_has_one_root():
     assert outside == []
 
 
-def _dw_literals(path: Path) -> list[str]:
-    """``"dw/…"`` string literals in ``path``'s code (docstrings aside)."""
+def _code_strings(path: Path) -> list[ast.Constant]:
+    """The string literals of ``path``'s code (docstrings aside)."""
     tree = ast.parse(path.read_text(), str(path))
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("dw/")
-            and id(node) not in docstrings]
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def _dw_literals(path: Path) -> list[str]:
+    """``"dw/…"`` string literals in ``path``'s code (docstrings aside)."""
+    return [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.value!r}" for node in _code_strings(path)
+            if node.value.startswith("dw/")]
 
 
 def test_every_dw_key_and_tag_is_a_constant_of_core_keys():
@@ -174,6 +193,35 @@ def test_every_dw_key_and_tag_is_a_constant_of_core_keys():
     offenders = [hit for path in sorted(PACKAGE.rglob("*.py"))
                  if not path.relative_to(PACKAGE).as_posix().startswith("core/keys.py")
                  for hit in _dw_literals(path)]
+    assert offenders == []
+
+
+#: check names that are also a word with another meaning (the check's kind, a config section, a step
+#: kind): their builders take the constant, but the word itself may appear elsewhere
+_ALSO_A_KIND = {"reconciliation", "row_diff", "null_rate", "freshness", "dead_letter", "schema_change", "mage_rerun"}
+
+
+def _definition_names() -> dict[str, str]:
+    """Name -> constant of every op, job, sensor and asset-check name ``core/keys.py`` defines
+    (the constants named ``*_JOB``, ``*_OP``, ``*_SENSOR``, ``*_CHECK`` and ``*_JOB_NAME``, ``*_OP_NAME``)."""
+    from dw_dagster.core import keys
+
+    return {v: k for k, v in vars(keys).items() if k.isupper() and isinstance(v, str) and v not in _ALSO_A_KIND
+            and k.endswith(("_JOB", "_OP", "_SENSOR", "_CHECK", "_JOB_NAME", "_OP_NAME"))}
+
+
+def test_every_op_job_sensor_and_check_name_is_a_constant_of_core_keys():
+    """An op, job, sensor or asset-check name typed as a string outside ``core/`` can drift from the one
+    the sensor configures or the guard admits (a renamed op or job silently changes who may run a
+    repair): each is a constant of ``core/keys.py`` and used from there. The demo harness
+    (``testing/``) is held to it too; the examples, which use only the public API, are not."""
+    names = _definition_names()
+    assert {"dw_diagnose", "dw_diagnose_incident", "dw_write_receipts", "dw_receipts", "dw_approve_change_set",
+            "dw_record_decision", "dw_remediation_sensor", "dw_stop", "dw_resume"} <= set(names)
+    offenders = [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.value!r} (core.keys.{names[node.value]})"
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 if not path.relative_to(PACKAGE).as_posix().startswith(("core/", "examples/"))
+                 for node in _code_strings(path) if node.value in names]
     assert offenders == []
 
 

@@ -54,7 +54,7 @@ def build_access_definitions(*, databases: Mapping[str, Any], domains: DomainsSo
     jobs = [grant_job, revoke_job]
     if with_approvals:
         from dw_dagster.approval.job import build_approval_job
-        from dw_dagster.repair.control import build_expiry_sensor
+        from dw_dagster.approval.autonomy import build_expiry_sensor
 
         jobs.append(build_approval_job(domains))
         sensors.append(build_expiry_sensor(domains=domains, minimum_interval_seconds=min(300, minimum_interval_seconds * 2),

@@ -2,7 +2,7 @@
 
 Both jobs are repair jobs (``dw/kind: access``): a run without the ticket the access sensor issued
 is refused by the run coordinator, the guarded executor and the op itself
-(:func:`dw_dagster.repair.guard.hold_stage`), so a run launched by hand from the Launchpad, GraphQL
+(:func:`dw_dagster.guard.admission.hold_stage`), so a run launched by hand from the Launchpad, GraphQL
 or ``dagster job execute`` grants nothing, and a ticket is good for one run.
 
 - ``dw_access_grant`` (op ``dw_apply_access_grant``): checks again that the request is what the
@@ -203,7 +203,7 @@ def _close_change_sets(instance: dg.DagsterInstance, req: AccessRequest) -> None
 # -- the grant -------------------------------------------------------------------------------------
 
 def _grant(context: dg.OpExecutionContext, config: AccessConfig, domains: DomainsSource) -> None:
-    from dw_dagster.repair.guard import hold_stage
+    from dw_dagster.guard.admission import hold_stage
 
     held = hold_stage(context, expect=["grant"])
     led = ledger_for(context.instance)
@@ -284,7 +284,7 @@ def _retry_minutes(domains: DomainsSource) -> float:
 
 
 def _revoke(context: dg.OpExecutionContext, config: AccessConfig, domains: DomainsSource) -> None:
-    from dw_dagster.repair.guard import hold_stage
+    from dw_dagster.guard.admission import hold_stage
 
     held = hold_stage(context)
     if not held.stage.startswith("revoke-"):
@@ -410,7 +410,7 @@ def build_access_jobs(resource_keys: Sequence[str], *, domains: DomainsSource = 
                       executor: dg.ExecutorDefinition | None = None) -> tuple[dg.JobDefinition, dg.JobDefinition]:
     """``(grant job, revoke job)`` needing the database resources ``resource_keys`` (and
     :data:`PAGER_KEY` when ``pager``); each runs only under the access sensor's ticket."""
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.admission import guarded_executor
 
     keys = set(resource_keys) | ({PAGER_KEY} if pager else set())
 
@@ -426,7 +426,7 @@ def build_access_jobs(resource_keys: Sequence[str], *, domains: DomainsSource = 
 
     run_on = executor or guarded_executor(dg.in_process_executor)
 
-    from dw_dagster.repair.guard import KIND_TAG
+    from dw_dagster.core.keys import KIND_KEY as KIND_TAG
 
     @dg.job(name=c.ACCESS_GRANT_JOB, tags={KIND_TAG: c.ACCESS_KIND}, executor_def=run_on,
             description="Grant an approved dw_dagster access request (dispatched by the access sensor only).")

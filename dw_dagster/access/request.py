@@ -77,7 +77,8 @@ def requester_identity(domains: Domains, spec: AccessSpec, *, id_token: str | No
         AccessError: the token is refused (the reason named) or the typed text is not an email.
     """
     if id_token:
-        from dw_dagster.approval.job import ApprovalRefused, oidc_verifier
+        from dw_dagster.core.signing import ApprovalRefused
+        from dw_dagster.approval.job import oidc_verifier
 
         try:
             return oidc_verifier(domains).verify(id_token.strip(), nonce=request_nonce(spec))

@@ -42,8 +42,9 @@ from dw_dagster.core.ledger_access import (
 )
 from dw_dagster.core.models import utcnow
 from dw_dagster.core.records import load_change_set
-from dw_dagster.repair.control import active_stop, record_autonomous_approval
-from dw_dagster.repair.guard import TICKET_TAG, run_shape, run_started, stage_run_ended
+from dw_dagster.guard.stop import active_stop
+from dw_dagster.approval.autonomy import record_autonomous_approval
+from dw_dagster.guard.admission import TICKET_TAG, run_shape, run_started, stage_run_ended
 
 
 def build_access_sensor(*, grant_job: dg.JobDefinition, revoke_job: dg.JobDefinition, domains: DomainsSource = None,

@@ -30,13 +30,8 @@ an outcome the rules produced, not a failure of dw_dagster), and a decision reco
 
 import datetime as dt
 import enum
-import hashlib
-import hmac
-import json
-import os
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import dagster as dg
 from pydantic import Field, ValidationError
@@ -49,62 +44,12 @@ from dw_dagster.core.ledger import APPLIED, EXPIRED, FAILED, REJECTED, SUPERSEDE
 from dw_dagster.proposals.change_sets import record_proposal
 from dw_dagster.core.records import load_change_set, parse_change_set
 from dw_dagster.core.models import Approval, ChangeSet, TamperedRecord, utcnow
-from dw_dagster.errors import DwDagsterError
+from dw_dagster.core.signing import ApprovalRefused, signature_valid, signed, signing_key
 from dw_dagster.dagster_private import public
 
-APPROVAL_JOB_NAME = "dw_approve_change_set"
+APPROVAL_JOB_NAME = c.APPROVAL_JOB
 PAST = {"approve": "approved", "reject": "rejected"}
-SIGNING_KEY_FILE_ENV = "DW_APPROVAL_SIGNING_KEY_FILE"
 AUTONOMY_PREFIX = "dw-dagster/autonomy:"
-
-
-class ApprovalRefused(DwDagsterError):
-    """The decision breaks a rule; the message names the rule. Nothing was recorded."""
-
-
-# -- the deployment's signing key ------------------------------------------------------------------
-
-def signing_key() -> bytes:
-    """The HMAC key that signs decisions and receipts: ``$DW_APPROVAL_SIGNING_KEY``, else the
-    content of the file named by ``$DW_APPROVAL_SIGNING_KEY_FILE`` (a mounted secret).
-
-    Raises:
-        ApprovalRefused: neither is set, the file cannot be read, or the key is shorter than 16 characters.
-    """
-    key = os.environ.get(c.SIGNING_KEY_ENV, "")
-    if not key and os.environ.get(SIGNING_KEY_FILE_ENV):
-        try:
-            key = Path(os.environ[SIGNING_KEY_FILE_ENV]).read_text().strip()
-        except OSError as e:
-            raise ApprovalRefused(f"${SIGNING_KEY_FILE_ENV} names {os.environ[SIGNING_KEY_FILE_ENV]}, which cannot be "
-                                  f"read: {e.strerror}") from e
-    if len(key) < 16:
-        raise ApprovalRefused(f"${c.SIGNING_KEY_ENV} (or the file in ${SIGNING_KEY_FILE_ENV}) must hold a signing key "
-                              "of at least 16 characters")
-    return key.encode()
-
-
-_key = signing_key  # the receipt chain signs with the same key
-
-
-def sign(approval_payload: dict) -> str:
-    """HMAC-SHA256 (hex) of the canonical JSON of an approval's signed fields."""
-    msg = json.dumps(approval_payload, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return hmac.new(signing_key(), msg, hashlib.sha256).hexdigest()
-
-
-def signature_valid(approval: Approval) -> bool:
-    """Whether ``approval.signature`` matches its content under the current signing key."""
-    try:
-        expected = sign(approval.signing_payload())
-    except ApprovalRefused:
-        return False
-    return hmac.compare_digest(expected, approval.signature)
-
-
-def _signed(fields: dict) -> Approval:
-    unsigned = Approval(**fields, signature="")
-    return Approval(**fields, signature=sign(unsigned.signing_payload()))
 
 
 # -- identities -------------------------------------------------------------------------------------
@@ -262,7 +207,7 @@ def decide(instance: dg.DagsterInstance, change_set_id: str, decision: str, iden
     if now >= cs.expires_at:
         raise ApprovalRefused(f"change set {cs.id} expired at {cs.expires_at.isoformat()}; ask for a new proposal")
     signing_key()
-    approval = _signed(dict(id=f"ap-{uuid.uuid4().hex[:12]}", change_set_id=cs.id, change_set_version=cs.version,
+    approval = signed(dict(id=f"ap-{uuid.uuid4().hex[:12]}", change_set_id=cs.id, change_set_version=cs.version,
                             decision=decision, approver=identity.email, decided_at=now, comment=comment,
                             run_id=run_id, identity=identity))
     if finishing:  # the repair failed half-way: this approval finishes it (the stages that succeeded stay done)
@@ -447,7 +392,7 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
         name: the job name.
     """
 
-    @dg.op(name="dw_record_decision", tags={"kind": "dw"})
+    @dg.op(name=c.APPROVAL_OP, tags={"kind": "dw"})
     def record_decision_op(context: dg.OpExecutionContext, config: ApprovalDecision) -> None:
         """Verify who decides and record the decision (see the module docstring)."""
         decision = config.decision.value
@@ -478,7 +423,7 @@ def build_approval_job(domains: DomainsSource = None, name: str = APPROVAL_JOB_N
         context.log_event(observation)
         context.log.info(f"Recorded: {observation.description}")
 
-    @dg.job(name=name, tags={c.KIND_KEY: "approval"},
+    @dg.job(name=name, tags={c.KIND_KEY: c.APPROVAL_KIND},
             description="Approve or reject a dw_dagster change set: a verified, listed approver; never the proposer.")
     def approval_job():
         record_decision_op()
@@ -503,7 +448,7 @@ def approve_in_process(instance: dg.DagsterInstance, change_set_id: str, *, id_t
         return False, f"decision must be 'approve' or 'reject', got {decision!r}"
     result = build_approval_job(domains).execute_in_process(
         instance=instance,
-        run_config={"ops": {"dw_record_decision": {"config": {
+        run_config={"ops": {c.APPROVAL_OP: {"config": {
             "change_set_id": change_set_id, "approver": approver, "id_token": id_token, "decision": decision,
             "comment": comment}}},
             # a refusal is an expected outcome, reported by the return value, not a stack trace
@@ -530,6 +475,6 @@ approval_job = build_approval_job()
 __all__ = [
     "APPROVAL_JOB_NAME", "ApprovalDecision", "ApprovalRefused", "ApprovalStatus", "approval_job", "approval_observation",
     "approval_status", "approve_in_process", "approved_change_set", "build_approval_job", "decide", "identity_from_token",
-    "load_change_set", "parse_change_set", "record_proposal", "refusal_observation", "sign", "signature_valid",
-    "signing_key", "unverified_identity", "valid_approval",
+    "load_change_set", "parse_change_set", "record_proposal", "refusal_observation", "unverified_identity",
+    "valid_approval",
 ]

@@ -67,8 +67,8 @@ from dw_dagster.approval.identity.slack import NotFromSlack, SlackInteractionVer
 from dw_dagster.core.ledger import FAILED, HALTED, PROPOSED, ledger_for
 from dw_dagster.core.models import ChangeSet, Diagnosis, TamperedRecord
 from dw_dagster.core import records
-from dw_dagster.approval.job import (PAST, ApprovalRefused, active_decision, decide, load_change_set,
-                                             oidc_verifier, refusal_observation)
+from dw_dagster.approval.job import PAST, active_decision, decide, load_change_set, oidc_verifier, refusal_observation
+from dw_dagster.core.signing import ApprovalRefused
 from dw_dagster.core.records import parse_change_set
 from dw_dagster.approval.sessions import LOGIN_SECONDS, SESSION_SECONDS, ReviewSessions, Session
 

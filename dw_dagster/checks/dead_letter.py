@@ -56,7 +56,7 @@ def build_dead_letter_check(
     timestamp_column: str,
     reason_column: str,
     resource_key: str = "warehouse",
-    name: str = "dead_letter",
+    name: str = _keys.DEAD_LETTER_CHECK,
     lookback_hours: float = 24,
     max_rows: int = 0,
     since: Callable[[], dt.datetime] | None = None,
@@ -75,7 +75,7 @@ def build_dead_letter_check(
         max_rows: rows allowed in the window (default 0).
         since: returns the start of the window (UTC); overrides ``lookback_hours``.
         prepare: called with the database before counting (e.g. to create a view of the rows
-            still waiting, :func:`dw_dagster.repair.replay.ensure_replay_tables`).
+            still waiting, :func:`dw_dagster.changes.replay.ensure_replay_tables`).
 
     Returns:
         An ``AssetChecksDefinition``; metadata ``dw/parked_rows`` (rows), ``dw/reasons`` (table).

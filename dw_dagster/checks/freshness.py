@@ -154,7 +154,7 @@ def build_freshness_check(
     timestamp_column: str,
     max_lag: dt.timedelta | None = None,
     resource_key: str = "warehouse",
-    name: str = "freshness",
+    name: str = c.FRESHNESS_CHECK,
     naive_timezone: str = "UTC",
     deadline: dt.time | None = None,
     deadline_timezone: str = "UTC",

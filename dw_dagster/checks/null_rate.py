@@ -136,7 +136,7 @@ def build_null_rate_check(
     columns: Sequence[str],
     timestamp_column: str | None = None,
     resource_key: str = "warehouse",
-    name: str = "null_rate",
+    name: str = _keys.NULL_RATE_CHECK,
     current_days: int = 1,
     baseline_days: int = 28,
     tolerance_pct: float = 1.0,

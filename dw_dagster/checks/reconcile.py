@@ -579,7 +579,7 @@ def build_reconciliation_checks(
     key_columns: Sequence[str] = (),
     source_resource_key: str = "source_db",
     target_resource_key: str = "warehouse",
-    name: str = "reconciliation",
+    name: str = c.RECONCILIATION_CHECK,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
     description: str | None = None,

@@ -286,7 +286,7 @@ def build_volume_check(
     table: str,
     timestamp_column: str,
     resource_key: str = "warehouse",
-    name: str = "daily_volume",
+    name: str = c.VOLUME_CHECK,
     evaluate_days: int = 7,
     training_days: int = 28,
     sensitivity: float = 3.0,

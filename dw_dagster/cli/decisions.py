@@ -200,7 +200,7 @@ def approvals_token(change_set_id, reject, for_resume, lift_asset, login_hint, d
     """
     from dw_dagster.core.identity import decision_nonce
     from dw_dagster.core import records
-    from dw_dagster.repair.control import active_stop, resume_nonce
+    from dw_dagster.guard.stop import active_stop, resume_nonce
 
     domains = _domains(domains_file)
     with _instance(dagster_home) as instance:
@@ -379,7 +379,7 @@ def change_sets_show(ctx: click.Context, change_set_id: str, patch: bool, versio
     from dw_dagster.core.models import TamperedRecord
     from dw_dagster.core.records import load_change_set
     from dw_dagster.proposals.watermark import change_set_markdown
-    from dw_dagster.repair.steps import steps_markdown
+    from dw_dagster.changes.steps import steps_markdown
 
     dagster_home = dagster_home or (ctx.obj or {}).get("dagster_home")
     with _instance(dagster_home) as instance:
@@ -465,7 +465,7 @@ def change_sets_repropose(ctx: click.Context, change_set_id: str, by: str | None
 @click.option("--dagster-home", type=click.Path(file_okay=False), default=None)
 def stop_cmd(by: str, reason: str, dagster_home: str | None) -> None:
     """Org-wide stop: halt every automatic dw_dagster repair now (queued repair runs are cancelled)."""
-    from dw_dagster.repair.control import set_stop
+    from dw_dagster.guard.stop import set_stop
 
     if not by.strip():
         raise click.BadParameter("must name who stops", param_hint="--by")
@@ -486,7 +486,7 @@ def resume_cmd(id_token, id_token_file, login, login_hint, by, reason, domains_f
     """Lift the org-wide stop (a verified operator): the remediation sensor dispatches approved repairs again."""
     from dw_dagster.core.identity import IdentityError
     from dw_dagster.approval.job import ApprovalRefused, oidc_verifier, unverified_identity
-    from dw_dagster.repair.control import active_stop, resume_nonce, set_stop
+    from dw_dagster.guard.stop import active_stop, resume_nonce, set_stop
 
     domains = _domains(domains_file)
     with _instance(dagster_home) as instance:
@@ -527,7 +527,7 @@ def holds_lift(change_set_id, asset, reason, id_token, id_token_file, login, log
     from dw_dagster.core.ledger import LedgerError
     from dw_dagster.core import records
     from dw_dagster.approval.job import oidc_verifier
-    from dw_dagster.repair.guard import lift_hold
+    from dw_dagster.guard.admission import lift_hold
 
     domains = _domains(domains_file)
     with _instance(dagster_home) as instance:

@@ -318,11 +318,11 @@ INCREMENTAL_RUN_KEY = "dw/incremental_run"
 # -- dw_dagster.receipts.chain -----------------------------------------------------------------------
 RECEIPT_SIG_KEY = "dw/receipt_sig"
 
-# -- dw_dagster.repair.control -----------------------------------------------------------------------
+# -- dw_dagster.guard.stop -----------------------------------------------------------------------
 STOPPED_KEY = "dw/stopped"
 STOP_KEY = "dw/stop"
 
-# -- dw_dagster.repair.guard -------------------------------------------------------------------------
+# -- dw_dagster.guard.admission -------------------------------------------------------------------------
 TICKET_TAG = "dw/ticket"
 
 # -- dw_dagster.repair.mage_rerun --------------------------------------------------------------------
@@ -344,7 +344,7 @@ PARKED_KEYS_KEY = "dw/parked_keys"
 # -- dw_dagster.repair.sensor ------------------------------------------------------------------------
 APPROVAL_WITHDRAWN_KEY = "dw/approval_withdrawn"
 
-# -- dw_dagster.repair.steps -------------------------------------------------------------------------
+# -- dw_dagster.changes.steps -------------------------------------------------------------------------
 STEP_KIND_KEY = "dw/step_kind"
 REFUSAL_KEY = "dw/refusal"
 STEP_STAGE_KEY = "dw/step_stage"
@@ -368,3 +368,57 @@ BI_REFRESHED_KEY = "dw/bi_refreshed"
 #: a receipt whose BI refreshes failed or landed after their deadline: paged and escalated once (notify_bi)
 BI_ESCALATION_KEY = "dw/bi_escalation"
 RECEIPT_ID_KEY = "dw/receipt_id"
+
+# -- job, op and sensor names (typed once, here: a test fails on a copy typed elsewhere) ------------
+DIAGNOSIS_JOB = "dw_diagnose_incident"  # the diagnosis job and its op
+DIAGNOSE_OP = "dw_diagnose"
+APPROVAL_JOB = "dw_approve_change_set"  # the approval job and its op (launched by name)
+APPROVAL_OP = "dw_record_decision"
+RECEIPT_JOB = "dw_receipts"  # the receipt job and its op
+RECEIPT_OP = "dw_write_receipts"
+STOP_JOB = "dw_stop"  # the org-wide stop: its jobs and ops, and the asset whose events show it
+STOP_OP = "dw_set_stop"
+RESUME_JOB = "dw_resume"
+RESUME_OP = "dw_lift_stop"
+CONTROL_ASSET_NAME = "dw_control"
+WINDOW_JOB = "dw_rerun_window"  # the repair jobs ``build_dw_definitions`` defines
+REBUILD_JOB = "dw_rebuild_downstream"
+VERIFY_JOB = "dw_verify"
+UNDO_SNAPSHOT_JOB = "dw_undo_snapshot"  # undo: the snapshot and restore jobs and their ops
+UNDO_RESTORE_JOB = "dw_undo_restore"
+SNAPSHOT_OP = "dw_snapshot_window"
+RESTORE_OP = "dw_restore_window"
+STEP_JOB_PREFIX = "dw_step_"  # a step job is ``dw_step_<kind>``, its op ``dw_apply_<kind>_step``
+STEP_OP_PREFIX = "dw_apply_"
+GUARDED_EXECUTOR_PREFIX = "dw_guarded_"  # the guarded executor wraps an executor as ``dw_guarded_<name>``
+REMEDIATION_SENSOR = "dw_remediation_sensor"  # the sensors
+EXPIRY_SENSOR = "dw_expiry_sensor"
+CHECK_INCIDENT_SENSOR = "dw_check_incident_sensor"
+LIGHTUP_SENSOR = "dw_lightup_incident_sensor"
+VOLUME_SENSOR = "dw_volume_sensor"
+NOTIFICATION_SENSOR = "dw_notification_sensor"
+
+# -- job kinds: the dw/kind job tag the guard reads from the job definition (REPAIR_KINDS need a ticket) --
+WINDOW_KIND = "window"
+STEP_KIND = "step"
+UNDO_KIND = "undo"
+REBUILD_KIND = "rebuild"
+RECEIPT_KIND = "receipt"
+CHECK_KIND = "check"
+CONTROL_KIND = "control"
+DIAGNOSIS_KIND = "diagnosis"
+APPROVAL_KIND = "approval"
+REPAIR_KINDS = frozenset({WINDOW_KIND, STEP_KIND, UNDO_KIND, REBUILD_KIND, RECEIPT_KIND, ACCESS_KIND})
+
+# -- asset-check names (the defaults of the check builders) -----------------------------------------
+RECONCILIATION_CHECK = "reconciliation"
+ROW_DIFF_CHECK = "row_diff"
+VOLUME_CHECK = "daily_volume"
+NULL_RATE_CHECK = "null_rate"
+FRESHNESS_CHECK = "freshness"
+DEAD_LETTER_CHECK = "dead_letter"
+SCHEMA_CHANGE_CHECK = "schema_change"
+LIGHTUP_CHECK = "lightup_compare"
+REPLAYED_CHECK = "parked_rows_replayed"  # the dead-letter replay's two checks
+NO_NEW_DLQ_CHECK = "no_new_dead_letters"
+MAGE_RERUN_CHECK = "mage_rerun"  # the check that waits for a Mage pipeline's rerun (the manual step's check)

@@ -369,7 +369,7 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
                      expect: dict | None = None, dispatch: dict | None = None) -> str | None:
         """Issue the single ticket of a stage, good for one run of ``job_name`` whose shape is ``expect``
         (its code location and repository, partition tags, asset selection and run config, see
-        :func:`dw_dagster.repair.guard.run_shape`); None when the stage was issued before (never twice).
+        :func:`dw_dagster.guard.admission.run_shape`); None when the stage was issued before (never twice).
         ``dispatch`` names the sensor evaluation that issued it (``{"location", "repository", "ticks"}``:
         only a run the daemon reserved in one of those ticks takes it; None for a ticket issued in process).
 

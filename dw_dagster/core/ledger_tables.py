@@ -88,7 +88,7 @@ stages_t = sa.Table(
     sa.Column("job_name", sa.String(255), nullable=True),
     sa.Column("expect", sa.Text, nullable=True),
     # who dispatched the ticket (JSON): the sensor's code location and repository and the daemon ticks
-    # whose reserved run ids may take it (see dw_dagster.repair.guard); NULL for a ticket issued in process
+    # whose reserved run ids may take it (see dw_dagster.guard.admission); NULL for a ticket issued in process
     sa.Column("dispatch", sa.Text, nullable=True),
     sa.Column("issued_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float, nullable=True),

@@ -240,7 +240,7 @@ class ChangeStep(_Record):
         resource_key: the Dagster resource (a :class:`~dw_dagster.databases.DatabaseResource`)
             of the database it changes.
         spec: what the runner needs, as JSON (for ``migration``: the
-            :class:`~dw_dagster.repair.migrations.Migration`; for ``replay``: the replay's selection
+            :class:`~dw_dagster.changes.migrations.Migration`; for ``replay``: the replay's selection
             and guard).
         sql: the forward statements as the owner reviews them (informational; the runner builds
             what it runs from ``spec``).

@@ -22,7 +22,7 @@ import dagster as dg
 
 from dw_dagster.core import keys as c
 from dw_dagster.cost.models import CostReport, Period
-from dw_dagster.repair.guard import KIND_TAG
+from dw_dagster.core.keys import KIND_KEY as KIND_TAG
 
 #: the first day the job's partitions cover by default
 DEFAULT_START = "2026-01-01"

@@ -27,7 +27,8 @@ from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
 from dw_dagster.cost.models import Period
 from dw_dagster.cost.warehouse import Settings, alter_warehouse, measure, show_warehouse, size_index
 from dw_dagster.databases import Database
-from dw_dagster.repair.steps import StepRefused, build_step_jobs, step_results
+from dw_dagster.changes.steps import StepRefused, step_results
+from dw_dagster.repair.steps import build_step_jobs
 
 #: Snowflake's metering views lag up to this long (METERING_DAILY_HISTORY: 180 minutes)
 METERING_LATENCY = dt.timedelta(hours=3)

@@ -38,7 +38,7 @@ from dw_dagster.core.ledger import (
 from dw_dagster.core.models import Incident, SliceGap, stable_hash, utcnow
 from dw_dagster.dagster_private import public
 
-DIAGNOSE_OP = "dw_diagnose"
+DIAGNOSE_OP = c.DIAGNOSE_OP
 #: incident sources whose diagnosis the check-incident sensor requests (Lightup and the volume
 #: sensor request their own: the daemon de-duplicates run keys per sensor)
 CHECK_SOURCES = ("dw_check", "manual")
@@ -330,7 +330,7 @@ def build_check_incident_sensor(
     check_keys: Sequence[dg.AssetCheckKey],
     diagnosis_job_name: str,
     domains: DomainsSource = None,
-    name: str = "dw_check_incident_sensor",
+    name: str = c.CHECK_INCIDENT_SENSOR,
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:

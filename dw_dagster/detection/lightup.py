@@ -83,7 +83,7 @@ from dw_dagster.integrations.lightup import (
 from dw_dagster.core.ledger import QUARANTINED, asset_str, ledger_for
 from dw_dagster.core.models import Incident, SliceGap, utcnow
 from dw_dagster.core import records
-from dw_dagster.repair.control import CONTROL_ASSET
+from dw_dagster.guard.stop import CONTROL_ASSET
 from dw_dagster.detection.incidents import (
     diagnosis_request,
     diagnosis_run_key,
@@ -93,7 +93,7 @@ from dw_dagster.detection.incidents import (
 )
 from dw_dagster.dagster_private import public
 
-DEFAULT_CHECK = "lightup_compare"
+DEFAULT_CHECK = c.LIGHTUP_CHECK
 LIGHTUP_ID_KEY = c.LIGHTUP_ID_KEY
 LIGHTUP_TAG = c.LIGHTUP_ID_KEY
 QUARANTINED_KEY = c.QUARANTINED_KEY
@@ -367,7 +367,7 @@ def build_lightup_incident_sensor(
     resource_key: str = "lightup",
     metric_uuids: Sequence[str] | None = None,
     domains: DomainsSource = None,
-    name: str = "dw_lightup_incident_sensor",
+    name: str = c.LIGHTUP_SENSOR,
     minimum_interval_seconds: int = 60,
     overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
     initial_lookback_seconds: float = 7 * 86400,

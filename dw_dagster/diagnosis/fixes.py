@@ -5,9 +5,9 @@
   dependency order (one bounded window stage per level, ``asset_levels``), capped by the domain;
   adds a test that each day of the upstream table has as many rows in the target.
 - :func:`propose_duplicate_fix` (*duplicated load*): replace the duplicated partitions in place
-  (a ``dedupe`` step, :mod:`dw_dagster.repair.dedupe`: rows after = distinct keys before), the
+  (a ``dedupe`` step, :mod:`dw_dagster.changes.dedupe`: rows after = distinct keys before), the
   window kept first for undo; adds a uniqueness test on the merge key.
-- :func:`propose_schema_fix` (*schema change*): the migration :func:`~dw_dagster.repair.migrations.generate_migration`
+- :func:`propose_schema_fix` (*schema change*): the migration :func:`~dw_dagster.changes.migrations.generate_migration`
   writes (forward and rollback) that lets the target take the changed upstream again; adds a
   schema contract test of the target's columns.
 
@@ -38,7 +38,7 @@ from dw_dagster.databases.catalog import read_table_schema
 from dw_dagster.proposals.regression_tests import (DEFAULT_TESTS_DIR, RegressionTest, duplicate_keys_test,
                                                    schema_contract_test, upstream_landed_test)
 from dw_dagster.proposals.watermark import ProposalError, partition_notes, unified_diff
-from dw_dagster.repair.dedupe import dedupe_step
+from dw_dagster.changes.dedupe import dedupe_step
 
 UPSTREAM_KIND = "upstream_not_refreshed_or_failed"
 DUPLICATE_KIND = "duplicate_load"
@@ -250,7 +250,7 @@ def _migration_changes(ctx: FixContext, finding: CauseFinding) -> list:
 
 def _changes_for_target(ctx: FixContext, entry: dict, *, refused: list | None = None, reference: FixContext | None = None) -> list:
     """The column changes of ``reference``'s (default ``ctx``'s) target that one changed table of a finding needs."""
-    from dw_dagster.repair.migrations.models import AddColumn, RetypeColumn, SetNullability
+    from dw_dagster.changes.migrations.models import AddColumn, RetypeColumn, SetNullability
 
     refused = refused if refused is not None else []
     ref = reference or ctx
@@ -284,9 +284,9 @@ def propose_schema_fix(ctx: FixContext, finding: CauseFinding, *, rerun_window: 
         ProposalError: nothing to migrate, or no safe migration (renames, changes of the target
             itself other than a tightening, a lossy retype).
     """
-    from dw_dagster.repair.migrations import generate_migration
-    from dw_dagster.repair.migrations.models import MigrationError
-    from dw_dagster.repair.steps import migration_step
+    from dw_dagster.changes.migrations import generate_migration
+    from dw_dagster.changes.migrations.models import MigrationError
+    from dw_dagster.changes.steps import migration_step
 
     schema = read_table_schema(ctx.database, ctx.target_table)
     steps, contract = [], {col.name: col.nullable for col in schema.columns}

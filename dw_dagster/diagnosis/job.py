@@ -65,7 +65,7 @@ from dw_dagster.proposals.change_sets import change_set_observation, record_prop
 from dw_dagster.proposals.watermark import DbtCountTest, ProposalError, propose_watermark_fix
 from dw_dagster.dagster_private import public
 
-DIAGNOSIS_JOB_NAME = "dw_diagnose_incident"
+DIAGNOSIS_JOB_NAME = c.DIAGNOSIS_JOB
 
 Diagnoser = Callable[[dg.OpExecutionContext, Incident], tuple[Diagnosis, ChangeSet | None]]
 
@@ -196,7 +196,7 @@ def build_diagnosis_job(
         domains: the domains (autonomy L1 proposes nothing); default ``$DW_DOMAINS_FILE``.
     """
 
-    @dg.op(name="dw_diagnose", required_resource_keys=set(required_resource_keys), tags={"kind": "dw"})
+    @dg.op(name=c.DIAGNOSE_OP, required_resource_keys=set(required_resource_keys), tags={"kind": "dw"})
     def _diagnose(context: dg.OpExecutionContext, config: IncidentConfig) -> None:
         led = ledger_for(context.instance)
         incident = claim_incident(led, config.incident_json)
@@ -251,7 +251,7 @@ def build_diagnosis_job(
             return
         led.set_incident_state(incident.id, DIAGNOSED, from_states=[DIAGNOSING], note=note)
 
-    @dg.job(name=name, tags={c.KIND_KEY: "diagnosis"}, description="Diagnose a dw_dagster incident and propose a change set.")
+    @dg.job(name=name, tags={c.KIND_KEY: c.DIAGNOSIS_KIND}, description="Diagnose a dw_dagster incident and propose a change set.")
     def _job():
         _diagnose()
 

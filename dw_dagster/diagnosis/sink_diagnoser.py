@@ -14,8 +14,8 @@ rejects). For an incident (the volume check's low day, or the dead-letter check'
    source column (e.g. one payment method from a release on, none before);
 4. maps the blast radius through the dbt manifest (models, tests, exposures and their owners);
 5. proposes one change set (:func:`propose_required_null_fix`): relax the column to NULLABLE with
-   its rollback (:func:`~dw_dagster.repair.migrations.generate_migration`), replay the parked rows
-   guarded on the key with the expected row count (:mod:`dw_dagster.repair.replay`),
+   its rollback (:func:`~dw_dagster.changes.migrations.generate_migration`), replay the parked rows
+   guarded on the key with the expected row count (:mod:`dw_dagster.changes.replay`),
    rebuild the downstream models, verify, receipt.
 """
 
@@ -38,16 +38,16 @@ from dw_dagster.diagnosis.mage_evidence import MageSource, apply_mage_evidence, 
 from dw_dagster.diagnosis.job import dbt_blast_radius
 from dw_dagster.core.domains import (ADD_TEST, REBUILD_MODELS, REPLAY_DEAD_LETTER, SCHEMA_MIGRATION, Domain, DomainsSource,
                                      resolve_domains)
-from dw_dagster.repair.replay import ReplaySpec, classify, replay_step
+from dw_dagster.changes.replay import ReplaySpec, classify, replay_step
 from dw_dagster.pipelines.sink import MISSING_REQUIRED, SinkTable
 from dw_dagster.lineage import blast_radius, load_manifest, manifest_graph, source_for_asset_key
-from dw_dagster.repair.migrations import generate_migration
-from dw_dagster.repair.migrations import SetNullability
+from dw_dagster.changes.migrations import generate_migration
+from dw_dagster.changes.migrations import SetNullability
 from dw_dagster.databases.catalog import read_table_schema
 from dw_dagster.core.models import (BlastRadius, CauseFinding, ChangeSet, Diagnosis, Evidence, FileChange, Incident, stable_hash,
                                     utcnow)
-from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step
-from dw_dagster.repair.steps import migration_step, step_stage, steps_markdown
+from dw_dagster.changes.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step
+from dw_dagster.changes.steps import migration_step, step_stage, steps_markdown
 
 LOW_STATUSES = ("low", "no_rows")
 #: metadata key of the change set's steps as markdown (next to dw/change_set_md)
@@ -78,7 +78,7 @@ def column_modes(db: Database, table: str, columns: Sequence[str]) -> Evidence:
     """The mode (REQUIRED / NULLABLE) and type of ``columns`` in ``table``'s catalog, as evidence.
 
     DuckDB and Snowflake: ``information_schema.columns``; BigQuery: the tables API
-    (:func:`~dw_dagster.repair.migrations.read_table_schema`).
+    (:func:`~dw_dagster.changes.migrations.read_table_schema`).
     """
     schema = read_table_schema(db, table)
     wanted = {x.lower() for x in columns}
@@ -309,7 +309,7 @@ def propose_required_null_fix(
     to now, with the number of rows it must insert (counted now, as the rows neither in the target
     nor replayed before). Then the rebuild of ``rebuild_assets``, the ``verify_checks``, the receipt.
     Each of ``mage_reruns`` (Mage pipelines that read the target downstream) becomes a manual step
-    for the engineer after the data steps (:func:`~dw_dagster.proposals.manual_steps.mage_rerun_step`,
+    for the engineer after the data steps (:func:`~dw_dagster.changes.manual_steps.mage_rerun_step`,
     with the ``mage-agent`` call and the link under ``mage_ui_url``); the verify stage waits for it.
 
     With ``tests_dir`` (a folder of the pipeline repository ``pipeline_root``), the change set also
@@ -319,7 +319,7 @@ def propose_required_null_fix(
 
     Raises:
         ValueError: the finding names no REQUIRED column that received NULLs.
-        dw_dagster.repair.migrations.MigrationError: the target's schema does not fit the migration.
+        dw_dagster.changes.migrations.MigrationError: the target's schema does not fit the migration.
     """
     now = now or utcnow()
     t = sink_table

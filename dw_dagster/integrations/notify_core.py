@@ -40,7 +40,7 @@ def asset_url(dagster_url: str, asset_key: Sequence[str]) -> str:
     return asset_page(dagster_url, asset_key)
 
 
-DEFAULT_SENSOR_NAME = "dw_notification_sensor"
+DEFAULT_SENSOR_NAME = c.NOTIFICATION_SENSOR
 
 
 def task_id_for(record_id: str, channel: str, action: str, sensor: str = DEFAULT_SENSOR_NAME) -> str:

@@ -52,13 +52,14 @@ import httpx
 from pydantic import Field
 
 from dw_dagster.approval.identity.slack import APPROVE_ACTION, REJECT_ACTION, button_value
+from dw_dagster.core import keys as c
 from dw_dagster.core.http import HttpApiError
 from dw_dagster.core.models import BlastRadius, ChangeSet, Receipt
 from dw_dagster.integrations.paging import _VendorResource, clip, exposure_label
 from dw_dagster.dagster_private import public
 
-APPROVAL_JOB_NAME = "dw_approve_change_set"  # dw_dagster.approval.job.APPROVAL_JOB_NAME
-APPROVAL_OP_NAME = "dw_record_decision"  # the approval job's one op (its Launchpad config key)
+APPROVAL_JOB_NAME = c.APPROVAL_JOB
+APPROVAL_OP_NAME = c.APPROVAL_OP  # the approval job's one op (its Launchpad config key)
 DEFAULT_REPOSITORY = "__repository__"  # the repository name Dagster gives a Definitions object
 
 SECTION_TEXT_MAX = 3000

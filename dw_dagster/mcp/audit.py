@@ -129,7 +129,7 @@ def get_audit_trail(state: DwState, asset: str | None, change_set_id: str | None
                              untrusted=_marks(change_set_summary=(cs.summary, RECORD),
                                               actor=(None if ours else cs.proposer, TYPED))))
         for name, s_ in sorted(led.stages(r.change_set_id, r.version).items(), key=lambda x: x[1].issued_at):
-            ev.append(AuditEvent(at=_ts(s_.issued_at), kind="stage_issued", actor="dw_remediation_sensor",
+            ev.append(AuditEvent(at=_ts(s_.issued_at), kind="stage_issued", actor=c.REMEDIATION_SENSOR,
                                  subject=f"{cs.id} {name}", summary=f"ticket issued for {s_.job_name or name}"))
             if s_.started_at:
                 ev.append(AuditEvent(at=_ts(s_.started_at), kind="stage_started", actor=f"run {s_.run_id}",
@@ -174,7 +174,7 @@ def get_audit_trail(state: DwState, asset: str | None, change_set_id: str | None
     receipts = [x for k in touched for x in records.receipts(inst, k) if x.change_set_id in cs_ids]
     checked, problems, text = receipt_check(state, touched) if receipts else (False, {}, "no receipts")
     for x in receipts:
-        ev.append(AuditEvent(at=x.created_at, kind="receipt", actor="dw_receipts", subject=f"{x.id} on {'/'.join(x.asset_key)}",
+        ev.append(AuditEvent(at=x.created_at, kind="receipt", actor=c.RECEIPT_JOB, subject=f"{x.id} on {'/'.join(x.asset_key)}",
                              run_id=x.run_ids.get("receipt"),
                              verified=(x.id not in problems) if checked else None,
                              summary=f"{'applied' if x.outcome == 'applied' else 'not applied'}; "

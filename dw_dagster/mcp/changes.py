@@ -24,7 +24,7 @@ from dw_dagster.core.models import ChangeSet, Incident
 from dw_dagster.mcp.models import ChangeSetBrief, change_set_brief
 from dw_dagster.mcp.state import DwState, asset_of, fail, parse_asset_key
 from dw_dagster.mcp.untrusted import UPSTREAM, Untrusted, untrusted
-from dw_dagster.repair.migrations import (
+from dw_dagster.changes.migrations import (
     DIALECTS,
     AddColumn,
     DropColumn,
@@ -167,7 +167,7 @@ def generate_migration(state: DwState, table: str, change: Any, dialect: str | N
 
 
 def _generate(change: Any, dialect: str) -> Migration:
-    from dw_dagster.repair.migrations import generate_migration as gen
+    from dw_dagster.changes.migrations import generate_migration as gen
 
     return gen(change, dialect)
 
@@ -225,7 +225,7 @@ def _proposal(state: DwState, incident_id: str, cs: ChangeSet, proposed_now: boo
     # ``Definitions.sensors`` (the sensors as defined) is public on every Dagster the package allows;
     # there is no ``resolve_all_sensor_defs`` in Dagster 1.13
     slack = [loc.name for loc in (state.workspace().locations_of(dg.AssetKey(cs.target_asset)) if state.workspace_path else [])
-             if "slack" in (loc.defs.resources or {}) and any(getattr(s, "name", None) == "dw_notification_sensor"
+             if "slack" in (loc.defs.resources or {}) and any(getattr(s, "name", None) == c.NOTIFICATION_SENSOR
                                                               for s in (loc.defs.sensors or ()))]
     if brief.state == PROPOSED:
         approval = (f"waiting for a listed approver of domain {cs.domain} ({', '.join(cs.approvers)}) to approve it "
@@ -256,7 +256,7 @@ def _diagnosis_job(state: DwState, key: dg.AssetKey) -> tuple[Any, dg.JobDefinit
     locs = state.workspace().locations_of(key)
     for loc in locs:
         for job in loc.defs.resolve_all_job_defs():
-            if (job.tags or {}).get(c.KIND_KEY) == "diagnosis":
+            if (job.tags or {}).get(c.KIND_KEY) == c.DIAGNOSIS_KIND:
                 return loc, job
     raise fail(f"no code location of the workspace has a diagnosis job for {key.to_user_string()} "
                "(a job tagged dw/kind: diagnosis, as build_diagnosis_job and DataOpsComponent make); restart the server "

@@ -111,7 +111,7 @@ def _incident_for_check(state: DwState, asset: str, check: str) -> tuple[dg.Asse
             inc = Incident.model_validate_json(r.body)
         except ValueError:
             continue
-        if inc.check_name == check or (check == "lightup_compare" and inc.source == "lightup"):
+        if inc.check_name == check or (check == c.LIGHTUP_CHECK and inc.source == "lightup"):
             return key, r
     return key, None
 

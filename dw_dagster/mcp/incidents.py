@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dw_dagster.core import records
+from dw_dagster.core.keys import LIGHTUP_CHECK
 from dw_dagster.core.models import Incident, PartitionNote
 from dw_dagster.diagnosis.history import IncidentHistoryEntry, incident_history, repeats
 from dw_dagster.mcp.models import (
@@ -180,7 +181,7 @@ class IncidentDetail(BaseModel):
 def detected_by(inc: Incident) -> str:
     """The incident's source in words."""
     if inc.source == "lightup":  # its id and link are Lightup's text: in the record's external_id / external_url
-        return f"a Lightup incident, reported as the failed check {inc.check_name or 'lightup_compare'}"
+        return f"a Lightup incident, reported as the failed check {inc.check_name or LIGHTUP_CHECK}"
     if inc.source == "dw_check":
         return f"the failed asset check {inc.check_name} (evaluation {inc.evaluation_id})"
     if inc.source == "volume_sensor":

@@ -107,7 +107,7 @@ def _recorded(state: DwState, asset: str | list[str], check: str) -> tuple[dict[
 
 
 def monitor_metrics(state: DwState, *, series: list[dict] | None = None, asset: str | list[str] | None = None,
-                    check: str = "daily_volume", table: str | None = None, timestamp_column: str | None = None,
+                    check: str = c.VOLUME_CHECK, table: str | None = None, timestamp_column: str | None = None,
                     dialect: str = "duckdb", evaluate_days: int = 1, training_days: int = 28, sensitivity: float = 3.0,
                     min_band_pct: float = 2.0, min_history: int = 3, method: str = "zscore") -> MetricsVerdict:
     """See the tool's docstring in :mod:`dw_dagster.mcp.server`."""

@@ -86,7 +86,7 @@ def change_set_brief(led: Ledger, cs: ChangeSet) -> ChangeSetBrief:
 
 def decision_briefs(state: DwState, change_set_id: str) -> list[DecisionBrief]:
     """Every decision recorded on ``change_set_id`` (withdrawn ones too), newest first."""
-    from dw_dagster.approval.job import signature_valid
+    from dw_dagster.core.signing import signature_valid
 
     key = state.signing_key_set()
     out = []
@@ -114,7 +114,7 @@ def receipt_check(state: DwState, asset_keys: list | None = None) -> tuple[bool,
         ``(checked, problems by receipt id, one sentence)``; ``checked`` is False without the
         deployment's signing key (nothing can be verified then).
     """
-    from dw_dagster.approval.job import ApprovalRefused
+    from dw_dagster.core.signing import ApprovalRefused
     from dw_dagster.receipts.chain import verify_receipts
 
     try:

@@ -153,7 +153,7 @@ def run_quality_check(state: DwState, asset: str, checks: list[str] | None, time
         try:
             outcome["result"] = job.execute_in_process(
                 instance=instance, run_id=run_id, raise_on_error=False,
-                tags={_keys.LAUNCHED_BY_KEY: "dw-dagster mcp run_quality_check", _keys.KIND_KEY: "check"},
+                tags={_keys.LAUNCHED_BY_KEY: "dw-dagster mcp run_quality_check", _keys.KIND_KEY: _keys.CHECK_KIND},
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
         except Exception as e:  # noqa: BLE001 - reported in the answer
             outcome["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"

@@ -26,6 +26,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from dw_dagster.mcp import access, audit, changes, cost, diagnosis, incidents, lineage, metrics, quality
+from dw_dagster.core.keys import VOLUME_CHECK
 from dw_dagster.mcp.state import DwState, ServerSettings
 from dw_dagster.version import __version__
 
@@ -484,7 +485,7 @@ def _change_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
     ) -> changes.MigrationAnswer:
         """Forward and rollback SQL for one column change, for the table's dialect. Nothing is applied.
 
-        dw_dagster.repair.migrations.generate_migration: forward statements, rollback statements, guard
+        dw_dagster.changes.migrations.generate_migration: forward statements, rollback statements, guard
         queries that must count 0 before a direction runs (NULLs before re-imposing NOT NULL, keys that
         identify rows before a drop), catalog checks after each direction, a backup table where values
         would be lost, and the dialect's limits (BigQuery rebuilds, Snowflake column swaps).
@@ -617,7 +618,7 @@ def _operations_tools(tool: Callable, guarded: Callable, st: DwState) -> None:
                                                    max_length=3700)] = None,
         asset: Annotated[Asset | None, Field(description="instead of a series: the asset whose volume check recorded "
                                              "its daily counts")] = None,
-        check: Annotated[str, Field(description="the asset's volume check", max_length=200)] = "daily_volume",
+        check: Annotated[str, Field(description="the asset's volume check", max_length=200)] = VOLUME_CHECK,
         table: Annotated[str | None, Field(description="with a series: the schema.table it counts (for the SQL)",
                                            max_length=600)] = None,
         timestamp_column: Annotated[str | None, Field(description="with a series: the column whose UTC day buckets "

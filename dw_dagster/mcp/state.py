@@ -358,7 +358,7 @@ class DwState:
 
     def signing_key_set(self) -> bool:
         """Whether the deployment's signing key is available (receipts and decisions can be verified)."""
-        from dw_dagster.approval.job import ApprovalRefused, signing_key
+        from dw_dagster.core.signing import ApprovalRefused, signing_key
 
         try:
             signing_key()

@@ -135,7 +135,7 @@ def gate_step(instance: dg.DagsterInstance, migration: MigrationConfig, wave: Wa
 def make_sign_off_runner(migrations: dict[str, MigrationConfig], *, lightup: bool = True):
     """The ``wave_sign_off`` step runner: refuse when the evidence changed since the request, else record it."""
     from dw_dagster.approval.job import active_decision
-    from dw_dagster.repair.steps import StepRefused
+    from dw_dagster.changes.steps import StepRefused
 
     def run(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db) -> dict:
         spec = step.spec

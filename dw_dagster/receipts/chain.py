@@ -32,7 +32,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import asset_str, ledger_for
 from dw_dagster.core.models import Receipt
 from dw_dagster.core import records
-from dw_dagster.approval.job import ApprovalRefused, signing_key
+from dw_dagster.core.signing import ApprovalRefused, signing_key
 from dw_dagster.dagster_private import public
 
 RECEIPT_SIG_KEY = c.RECEIPT_SIG_KEY

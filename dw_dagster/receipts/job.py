@@ -28,12 +28,12 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import CLOSED, OPEN_INCIDENT_STATES, QUARANTINED, REDIAGNOSE, SUCCEEDED, asset_str, ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, CheckOutcome, Receipt, utcnow
 from dw_dagster.core import records
-from dw_dagster.approval.job import signature_valid
+from dw_dagster.core.signing import signature_valid
 from dw_dagster.receipts.chain import RECEIPT_SIG_KEY, sign_hash
 from dw_dagster.cost.receipt import cost_line, repair_cost, saving_line
 from dw_dagster.dagster_private import public
 
-RECEIPT_JOB_NAME = "dw_receipts"
+RECEIPT_JOB_NAME = c.RECEIPT_JOB
 
 
 def check_outcomes(instance: dg.DagsterInstance, run_id: str) -> list[CheckOutcome]:
@@ -282,7 +282,7 @@ def write_receipts(instance: dg.DagsterInstance, cs: ChangeSet, approval: Approv
     # parked rows of a dead-letter replay, per recorded state (replayed, superseded, duplicate, ...)
     parked: dict[str, int] = {}
     if cs.steps:
-        from dw_dagster.repair.steps import step_results
+        from dw_dagster.changes.steps import step_results
 
         for res in step_results(instance, cs):
             for state, n in (res.get("states") or {}).items():
@@ -472,9 +472,9 @@ def record_bi_refresh(context: dg.OpExecutionContext, cs: ChangeSet, receipt: Re
 
 def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None, cost=None,
                        bi_refresh=None) -> dg.JobDefinition:
-    from dw_dagster.repair.guard import guarded_executor, hold_stage
+    from dw_dagster.guard.admission import guarded_executor, hold_stage
 
-    @dg.op(name="dw_write_receipts", tags={"kind": "dw"})
+    @dg.op(name=c.RECEIPT_OP, tags={"kind": "dw"})
     def write_receipts_op(context: dg.OpExecutionContext, config: ReceiptConfig) -> None:
         """Write the receipts of a repair that ended (fails without the ticket the sensor issued)."""
         held = hold_stage(context, expect=["receipt", "receipt-halt"], change_set_id=config.change_set_id)
@@ -500,7 +500,7 @@ def _build_receipt_job(name: str, executor: dg.ExecutorDefinition | None = None,
         context.log.info(f"Wrote {len(receipts)} receipts for change set {cs.id}: {receipts[0].outcome}, "
                          f"verified={receipts[0].verified}")
 
-    @dg.job(name=name, tags={c.KIND_KEY: "receipt"}, executor_def=executor or guarded_executor(dg.in_process_executor),
+    @dg.job(name=name, tags={c.KIND_KEY: c.RECEIPT_KIND}, executor_def=executor or guarded_executor(dg.in_process_executor),
             description="Write dw_dagster receipts on every asset a repair touched.")
     def receipt_job():
         write_receipts_op()

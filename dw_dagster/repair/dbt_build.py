@@ -17,7 +17,7 @@ import dagster as dg
 
 from dw_dagster.core.models import ChangeSet, ChangeStep
 from dw_dagster.databases import Database
-from dw_dagster.repair.steps import StepRefused, StepRunner
+from dw_dagster.changes.steps import StepRefused, StepRunner
 
 
 def _dbt() -> str:

@@ -32,7 +32,7 @@ from dw_dagster.databases import Database, sql
 from dw_dagster.pipelines.dbt_incremental import (
     DbtIncrementalError, incremental_model, read_incremental_filter, record_run, with_run_record)
 from dw_dagster.proposals.dbt_incremental import DBT_WINDOW, window_vars
-from dw_dagster.repair.steps import StepRefused, StepRunner
+from dw_dagster.changes.steps import StepRefused, StepRunner
 
 
 def _window_rows(db: Database, table: str, column: str, start: dt.datetime, end: dt.datetime) -> int:

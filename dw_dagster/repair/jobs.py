@@ -1,7 +1,7 @@
 """The asset jobs the remediation sensor runs: bounded windows, rebuilds, verification checks.
 
 Each is an ordinary ``define_asset_job`` with two additions: the ``dw/kind`` tag that marks it as a
-repair job (so :func:`~dw_dagster.repair.guard.admit_run` refuses a run of it without the
+repair job (so :func:`~dw_dagster.guard.admission.admit_run` refuses a run of it without the
 ticket the remediation sensor issued: from the Launchpad, GraphQL or ``dagster job execute``),
 and the guarded executor, so the refusal happens in the run worker too, whatever launched it.
 """
@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import dagster as dg
 from dw_dagster.dagster_private import UnresolvedAssetJobDefinition
 
-from dw_dagster.repair.guard import KIND_TAG, guarded_executor
+from dw_dagster.core import keys as c
+from dw_dagster.core.keys import KIND_KEY as KIND_TAG
+from dw_dagster.guard.admission import guarded_executor
 from dw_dagster.dagster_private import public
 
 
@@ -29,7 +31,7 @@ def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSe
     """The job that reruns an approved window of partitions (stage ``window-<n>``; assets need
     ``BackfillPolicy.single_run()`` so one run covers the range)."""
     selection = assets if isinstance(assets, dg.AssetSelection) else dg.AssetSelection.assets(*assets)
-    return _job(name, "window", selection, partitions_def,
+    return _job(name, c.WINDOW_KIND, selection, partitions_def,
                 description or "Approved reruns of a bounded window of partitions (dispatched by the remediation sensor).",
                 executor)
 
@@ -38,7 +40,7 @@ def build_window_job(name: str, assets: Sequence[dg.AssetKey | str] | dg.AssetSe
 def build_rebuild_job(name: str, selection: dg.AssetSelection, *, description: str | None = None,
                       executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The job that rebuilds the models downstream of a repaired asset (stage ``rebuild``)."""
-    return _job(name, "rebuild", selection, None,
+    return _job(name, c.REBUILD_KIND, selection, None,
                 description or "Approved rebuilds of the models downstream of a repaired asset.", executor)
 
 
@@ -47,7 +49,7 @@ def build_verify_job(name: str, check_keys: Sequence[dg.AssetCheckKey], *, descr
                      executor: dg.ExecutorDefinition | None = None) -> "UnresolvedAssetJobDefinition":
     """The checks-only job that proves a repair (stage ``verify``). It reads only, so anyone may run
     it (CI, a person checking); a receipt counts only the run the remediation sensor dispatched."""
-    return _job(name, "check", dg.AssetSelection.checks(*check_keys), None,
+    return _job(name, c.CHECK_KIND, dg.AssetSelection.checks(*check_keys), None,
                 description or "The checks that prove a repair (dispatched by the remediation sensor).", executor)
 
 

@@ -1,7 +1,7 @@
 """The verify stage's wait for the Mage reruns a change set asks of the engineer.
 
 A change set may name Mage pipelines to rerun after its data steps (manual steps of kind
-``mage_rerun``, :mod:`dw_dagster.proposals.manual_steps`). dw_dagster starts nothing in Mage: the
+``mage_rerun``, :mod:`dw_dagster.changes.manual_steps`). dw_dagster starts nothing in Mage: the
 engineer reruns them (in Mage's UI or with ``mage-agent run_pipeline``). The check built by
 :func:`build_mage_rerun_check` runs in the verify stage and, for each of those pipelines, waits
 (bounded by ``timeout_s``, shared by all of them) for a run created after the change set's last
@@ -31,9 +31,9 @@ from dw_dagster.core.models import ChangeSet
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.integrations.mage import MageClient
 from dw_dagster.integrations.mage_runs import wait_for_run_after
-from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_agent_call, mage_reruns
+from dw_dagster.changes.manual_steps import MAGE_RERUN_CHECK, mage_agent_call, mage_reruns
 from dw_dagster.repair.replay_checks import _latest_step_time, change_set_of_run
-from dw_dagster.repair.steps import step_results
+from dw_dagster.changes.steps import step_results
 from dw_dagster.core import keys as c
 
 

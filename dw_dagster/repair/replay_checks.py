@@ -17,15 +17,15 @@ from dw_dagster.checks.dead_letter import parked_rows
 from dw_dagster.databases import Database
 from dw_dagster.core.models import ChangeSet
 from dw_dagster.core import records
-from dw_dagster.repair.guard import TICKET_TAG
-from dw_dagster.repair.replay import REPLAY, ReplaySpec, parked_states, verify_replay
-from dw_dagster.repair.steps import STEP_RESULT_KEY, first_step_started, step_results
+from dw_dagster.guard.admission import TICKET_TAG
+from dw_dagster.changes.replay import REPLAY, ReplaySpec, parked_states, verify_replay
+from dw_dagster.changes.steps import STEP_RESULT_KEY, first_step_started, step_results
 from dw_dagster.pipelines.sink import SinkTable
 from dw_dagster.core import keys as c
 from dw_dagster.dagster_private import public
 
-REPLAYED_CHECK = "parked_rows_replayed"
-NO_NEW_DLQ_CHECK = "no_new_dead_letters"
+REPLAYED_CHECK = c.REPLAYED_CHECK
+NO_NEW_DLQ_CHECK = c.NO_NEW_DLQ_CHECK
 
 
 def change_set_of_run(context) -> "ChangeSet | None":

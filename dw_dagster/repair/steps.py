@@ -1,77 +1,34 @@
-"""Steps: warehouse changes a change set applies as stages of their own (schema migrations, replays).
+"""The step jobs: each runs one approved step of a change set as a stage of its repair.
 
-A partition rerun is not the only repair. When rows were rejected by the target (a REQUIRED
-column receiving NULLs, ``shared/design/DESIGN.md`` §3, orders stream), the repair is a schema
-migration with its rollback, then a guarded replay of the parked rows. A change set lists those
-as :class:`~dw_dagster.core.models.ChangeStep` s; the remediation sensor runs each as one stage, in
-order, after the window stages and before the rebuild
-(:func:`dw_dagster.repair.sensor.stage_plan`), one run at a time, each only after the
-previous succeeded, all under the change set's valid approval.
-
-Each step kind has a *runner* ``(context, change_set, step, database) -> dict`` and a job
-(:func:`build_step_jobs`) whose one op (``dw_apply_<kind>_step``, config :class:`StepConfig`) takes
-the stage its run's ticket names (:func:`dw_dagster.repair.guard.hold_stage`: no ticket, no
-step), runs the runner against the step's database resource, records the stage's end with its
-result in the ledger and shows it as an ``AssetObservation`` with ``dw/step_result`` (JSON) on the
-change set's target asset. A runner
-that refuses (a guard found the data not as the change set expected) raises :class:`StepRefused`:
-the refusal is recorded as ``dw/step_result`` with ``refused: true`` and the run fails, so the
-stages after it never run.
-
-:func:`run_migration_step` is the runner for ``migration`` steps (:func:`migration_step` builds
-one from a :class:`~dw_dagster.repair.migrations.Migration`); other kinds (``replay``) bring their own.
+A step job (:func:`build_step_jobs`) has one op (``dw_apply_<kind>_step``, config :class:`StepConfig`)
+that takes the stage its run's ticket names (:func:`dw_dagster.guard.admission.hold_stage`: no ticket,
+no step), runs the kind's runner (:mod:`dw_dagster.changes.steps`: what a step is, its runners and
+their refusals) against the step's database resource, records the stage's end with its result in
+the ledger and shows it as an ``AssetObservation`` with ``dw/step_result`` (JSON) on the change
+set's target asset. A runner that refuses raises :class:`~dw_dagster.changes.steps.StepRefused`:
+the refusal is recorded with ``refused: true`` and the run fails, so the stages after it never run.
 """
 
-import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field
 
 from dw_dagster.core import keys as c
-from dw_dagster.databases import Database
-from dw_dagster.core.domains import SCHEMA_MIGRATION
 from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
-from dw_dagster.errors import DwDagsterError
+from dw_dagster.changes.steps import (
+    MIGRATION,
+    MIGRATION_ROLLBACK,
+    STEP_JOB_PREFIX,
+    STEP_RESULT_KEY,
+    StepRefused,
+    StepRunner,
+    run_migration_rollback_step,
+    run_migration_step,
+    step_op_name,
+    step_stage,
+)
 from dw_dagster.dagster_private import public
-
-STEP_OP_PREFIX = "dw_apply_"
-STEP_RESULT_KEY = c.STEP_RESULT_KEY
-STEP_JOB_PREFIX = "dw_step_"
-MIGRATION = "migration"
-
-#: ``(context, change set, step, database) -> result`` (a JSON-serializable dict)
-StepRunner = Callable[[dg.OpExecutionContext, ChangeSet, ChangeStep, Database], dict]
-
-
-@public
-class StepRefused(DwDagsterError, RuntimeError):
-    """A step's guard found the data not as the change set expected; nothing (more) was changed.
-
-    Attributes:
-        details: JSON-serializable facts behind the refusal (counts, expected values).
-    """
-
-    def __init__(self, message: str, details: dict | None = None) -> None:
-        super().__init__(message)
-        self.details = details or {}
-
-
-def step_op_name(kind: str) -> str:
-    """The op of the ``kind`` step job: ``dw_apply_<kind>_step`` (op names are unique in a code location)."""
-    return f"{STEP_OP_PREFIX}{kind}_step"
-
-
-@public
-def step_stage(index: int, step: ChangeStep) -> str:
-    """The stage name of the ``index``-th step (0-based): ``<kind>-<index + 1>``, e.g. ``migration-1``."""
-    return f"{step.kind}-{index + 1}"
-
-
-def step_stages(cs: ChangeSet) -> dict[str, int]:
-    """Stage name → step index, in the change set's order."""
-    return {step_stage(i, s): i for i, s in enumerate(cs.steps)}
 
 
 class StepConfig(dg.Config):
@@ -79,98 +36,6 @@ class StepConfig(dg.Config):
 
     change_set_id: str = Field(description="the approved change set")
     step_index: int = Field(description="which of its steps to apply (0-based)")
-
-
-@public
-def migration_step(migration: Any, *, resource_key: str, summary: str | None = None,
-                   change_class: str = SCHEMA_MIGRATION) -> ChangeStep:
-    """A ``migration`` step from a :class:`~dw_dagster.repair.migrations.Migration`.
-
-    Args:
-        migration: from :func:`~dw_dagster.repair.migrations.generate_migration` (its dialect must be
-            the one of the database behind ``resource_key``).
-        resource_key: the database resource the migration runs on.
-        summary: the owner's sentence (default: the migration's own summary).
-        change_class: the domain class it belongs to.
-
-    Returns:
-        A :class:`~dw_dagster.core.models.ChangeStep` whose ``sql`` / ``rollback_sql`` are the
-        migration's forward and rollback statements and whose ``spec`` holds the migration.
-    """
-    return ChangeStep(kind=MIGRATION, change_class=change_class, summary=summary or migration.summary,
-                      resource_key=resource_key, spec={"migration": migration.model_dump(mode="json")},
-                      sql=list(migration.forward), rollback_sql=list(migration.rollback))
-
-
-def _apply_direction(db: Database, m, direction: str) -> bool:
-    """Run one direction of a migration unless the catalog already shows it; True when it already did (nothing ran).
-
-    Raises:
-        StepRefused: a guard counted rows, or the catalog does not show the change once it ran.
-    """
-    from dw_dagster.repair.migrations import apply_migration, verify_migration
-    from dw_dagster.repair.migrations import MigrationRefused
-
-    if not verify_migration(db, m, direction):
-        return True
-    try:
-        apply_migration(db, m, direction)
-    except MigrationRefused as e:
-        raise StepRefused(str(e), {"guard": e.guard.description, "rows": e.rows}) from e
-    after = verify_migration(db, m, direction)
-    if after:
-        what = "migration" if direction == "forward" else "rollback"
-        raise StepRefused(f"the {what} ran but the catalog does not show it: {'; '.join(after)}", {"failures": after})
-    return False
-
-
-@public
-def run_migration_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
-    """Apply a ``migration`` step forward: guards, statements, then the catalog checks.
-
-    Idempotent: when the catalog already shows the forward's effect (a re-run after a crash,
-    or someone applied it by hand), nothing is run and ``already_applied`` is true.
-
-    Returns:
-        ``{dialect, summary, already_applied, statements, rollback, notes}``.
-
-    Raises:
-        StepRefused: a forward guard counted rows (with the count), or the catalog does not show
-            the change once it ran.
-        dw_dagster.databases.DatabaseError: a statement failed.
-    """
-    from dw_dagster.repair.migrations import Migration
-
-    m = Migration.model_validate(step.spec["migration"])
-    already = _apply_direction(db, m, "forward")
-    context.log.info(f"{m.summary} ({'already applied' if already else 'applied'})")
-    return {"dialect": m.dialect, "summary": m.summary, "already_applied": already,
-            "statements": [] if already else list(m.forward), "rollback": list(m.rollback), "notes": list(m.notes)}
-
-
-MIGRATION_ROLLBACK = "migration_rollback"
-
-
-def run_migration_rollback_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeStep, db: Database) -> dict:
-    """Apply a ``migration_rollback`` step: the rollback direction of the migration in ``step.spec``
-    (an undo change set's step, :func:`dw_dagster.repair.undo.propose_undo`).
-
-    Idempotent like :func:`run_migration_step`: when the catalog already shows the rollback, nothing runs.
-
-    Returns:
-        ``{dialect, summary, already_applied, statements}``.
-
-    Raises:
-        StepRefused: a rollback guard counted rows (e.g. NULLs written since a relax: REQUIRED cannot
-            be re-imposed), or the catalog does not show the rollback once it ran.
-    """
-    from dw_dagster.repair.migrations import Migration
-
-    m = Migration.model_validate(step.spec["migration"])
-    already = _apply_direction(db, m, "rollback")
-    context.log.info(f"rolled back: {m.summary} ({'already' if already else 'now'})")
-    return {"dialect": m.dialect, "summary": f"rollback of: {m.summary}", "already_applied": already,
-            "statements": [] if already else list(m.rollback)}
 
 
 def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, description: str) -> dg.AssetObservation:
@@ -181,7 +46,7 @@ def _result_event(cs: ChangeSet, stage: str, step: ChangeStep, data: dict, descr
 
 def _step_op_fn(kind: str, runner: StepRunner):
     def _apply(context: dg.OpExecutionContext, config: StepConfig) -> None:
-        from dw_dagster.repair.guard import hold_stage
+        from dw_dagster.guard.admission import hold_stage
 
         held = hold_stage(context, change_set_id=config.change_set_id)
         cs, approval = held.change_set, held.approval
@@ -228,9 +93,9 @@ def build_step_job(kind: str, runner: StepRunner, resource_keys: Sequence[str], 
     op = dg.op(name=step_op_name(kind), required_resource_keys=set(resource_keys), tags={"kind": "dw"},
                description=f"Apply one approved {kind} step of a dw_dagster change set.")(_step_op_fn(kind, runner))
 
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.admission import guarded_executor
 
-    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={c.KIND_KEY: "step", c.STEP_KIND_KEY: kind},
+    @dg.job(name=name or f"{STEP_JOB_PREFIX}{kind}", tags={c.KIND_KEY: c.STEP_KIND, c.STEP_KIND_KEY: kind},
             executor_def=executor or guarded_executor(dg.in_process_executor),
             description=f"Apply an approved {kind} step of a dw_dagster change set (run by the remediation sensor).")
     def _job():
@@ -260,56 +125,4 @@ def build_step_jobs(runners: Mapping[str, StepRunner] | None = None, *, resource
     return {kind: build_step_job(kind, r, resource_keys, executor=executor) for kind, r in all_runners.items()}
 
 
-def steps_markdown(cs: ChangeSet) -> str:
-    """The change set's steps as markdown: per stage its summary, expected rows, forward and rollback SQL.
-
-    Empty for a change set without steps. (For the asset page next to
-    :func:`~dw_dagster.proposals.watermark.change_set_markdown`, which shows the diff.)
-    """
-    if not cs.steps:
-        return ""
-    lines = [f"### Steps of change set {cs.id} (version {cs.version}), run in this order after approval"]
-    for i, st in enumerate(cs.steps):
-        lines += ["", f"**{step_stage(i, st)}** ({st.change_class}, on resource `{st.resource_key}`): {st.summary}"]
-        if st.expected_rows is not None:
-            lines.append(f"- expected rows: {st.expected_rows:,} (any other count refuses the step)")
-        if st.sql:
-            lines += ["- forward:", "```sql", *[f"{x};" for x in st.sql], "```"]
-        if st.rollback_sql:
-            lines += ["- rollback:", "```sql", *[f"{x};" for x in st.rollback_sql], "```"]
-    stages = [step_stage(i, st) for i, st in enumerate(cs.steps)]
-    tail = (["rebuild"] if cs.rebuild_assets else []) + ["verify", "receipt"]
-    lines += ["", "Stages: " + " → ".join(stages + tail)]
-    if cs.manual_steps:
-        from dw_dagster.proposals.manual_steps import manual_steps_markdown
-
-        lines += ["", manual_steps_markdown(cs)]
-    return "\n".join(lines)
-
-
-@public
-def step_results(instance: dg.DagsterInstance, change_set: ChangeSet) -> list[dict]:
-    """The results of ``change_set``'s steps as their ops recorded them in the ledger, in step order
-    (each ``{stage, step_index, refused, started_at, ...}``); steps that did not end are absent."""
-    from dw_dagster.core.ledger import SUCCEEDED, STAGE_FAILED, ledger_for
-
-    stages = ledger_for(instance).stages(change_set.id, change_set.version)
-    out = []
-    for name, index in step_stages(change_set).items():
-        st = stages.get(name)
-        if st is not None and st.state in (SUCCEEDED, STAGE_FAILED) and st.result and "step_index" in st.result:
-            out.append(st.result)
-    return out
-
-
-def first_step_started(instance: dg.DagsterInstance, change_set: ChangeSet) -> dt.datetime | None:
-    """When the change set's first step started (aware UTC), or None when no step has run."""
-    times = [dt.datetime.fromisoformat(r["started_at"]) for r in step_results(instance, change_set) if r.get("started_at")]
-    return min(times) if times else None
-
-
-__all__ = [
-    "MIGRATION", "STEP_OP_PREFIX", "STEP_RESULT_KEY", "StepConfig", "StepRefused", "StepRunner", "build_step_job",
-    "build_step_jobs", "first_step_started", "migration_step", "run_migration_step", "step_op_name", "step_results",
-    "step_stage", "step_stages", "steps_markdown",
-]
+__all__ = ["StepConfig", "build_step_job", "build_step_jobs"]

@@ -32,8 +32,8 @@ from dw_dagster.errors import DwDagsterError
 UNDO_SCHEMA = "dw_undo"
 APPLIED_STATE = "applied"
 SNAPSHOT_KEY = c.SNAPSHOT_KEY
-SNAPSHOT_OP = "dw_snapshot_window"
-RESTORE_OP = "dw_restore_window"
+SNAPSHOT_OP = c.SNAPSHOT_OP
+RESTORE_OP = c.RESTORE_OP
 
 
 class UndoError(DwDagsterError, RuntimeError):
@@ -215,7 +215,7 @@ def _undo_steps(instance: dg.DagsterInstance, cs: ChangeSet) -> list:
     """The undo of each applied step, in reverse order: a migration's rollback, a replay's deletion."""
     from dw_dagster.core.domains import UNDO
     from dw_dagster.core.models import ChangeStep
-    from dw_dagster.repair.steps import MIGRATION, MIGRATION_ROLLBACK, step_results
+    from dw_dagster.changes.steps import MIGRATION, MIGRATION_ROLLBACK, step_results
 
     done = {r.get("step_index") for r in step_results(instance, cs) if not r.get("refused")}
     out = []
@@ -361,8 +361,8 @@ def reverse_diff(diff: str) -> str:
 def _reruns_after(cs: ChangeSet, steps) -> list:
     """The Mage reruns ``cs`` asked for, asked again after the undo's own steps (the downstream
     pipelines read the table as the undo leaves it)."""
-    from dw_dagster.proposals.manual_steps import mage_rerun_step, mage_reruns
-    from dw_dagster.repair.steps import step_stage
+    from dw_dagster.changes.manual_steps import mage_rerun_step, mage_reruns
+    from dw_dagster.changes.steps import step_stage
 
     after = [step_stage(i, st) for i, st in enumerate(steps)]
     return [mage_rerun_step(m.target, after, ui_url=m.url.split("/pipelines/")[0] if m.url else None, check=m.check)
@@ -395,7 +395,7 @@ class UndoStageConfig(dg.Config):
 
 
 def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
-    from dw_dagster.repair.guard import hold_stage
+    from dw_dagster.guard.admission import hold_stage
 
     held = hold_stage(context, expect=["snapshot"], change_set_id=config.change_set_id)
     cs = held.change_set
@@ -419,7 +419,7 @@ def _snapshot(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
 
 
 def _restore(context: dg.OpExecutionContext, config: UndoStageConfig) -> None:
-    from dw_dagster.repair.guard import hold_stage
+    from dw_dagster.guard.admission import hold_stage
 
     held = hold_stage(context, expect=["restore"], change_set_id=config.change_set_id)
     cs = held.change_set
@@ -467,16 +467,16 @@ def build_undo_jobs(resource_keys: Sequence[str], *, executor: dg.ExecutorDefini
     snapshot_op = dg.op(name=SNAPSHOT_OP, required_resource_keys=keys, tags={"kind": "dw"})(_snapshot)
     restore_op = dg.op(name=RESTORE_OP, required_resource_keys=keys, tags={"kind": "dw"})(_restore)
 
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.admission import guarded_executor
 
     executor = executor or guarded_executor(dg.in_process_executor)
 
-    @dg.job(name="dw_undo_snapshot", tags={c.KIND_KEY: "undo"}, executor_def=executor,
+    @dg.job(name=c.UNDO_SNAPSHOT_JOB, tags={c.KIND_KEY: c.UNDO_KIND}, executor_def=executor,
             description="Keep a window's rows before a rerun (dispatched by the remediation sensor only).")
     def snapshot_job():
         snapshot_op()
 
-    @dg.job(name="dw_undo_restore", tags={c.KIND_KEY: "undo"}, executor_def=executor,
+    @dg.job(name=c.UNDO_RESTORE_JOB, tags={c.KIND_KEY: c.UNDO_KIND}, executor_def=executor,
             description="Put a window back as it was before a change (an approved undo, dispatched by the sensor only).")
     def restore_job():
         restore_op()

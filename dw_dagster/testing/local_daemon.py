@@ -6,7 +6,7 @@ evaluated with ``SensorDefinition.evaluate_tick`` on a context built for the ins
 asset events it returns are stored with ``report_runless_asset_event`` (as the daemon does), the
 cursor is kept between ticks, and each run request is executed in process with the run key and
 sensor tags, skipping run keys this sensor already launched (the daemon's de-duplication). Before a
-run starts it passes dw_dagster's guard (:func:`dw_dagster.repair.guard.admit_run`) as a run
+run starts it passes dw_dagster's guard (:func:`dw_dagster.guard.admission.admit_run`) as a run
 coordinator would, and records the end of the stage it held, as the guarded executor would.
 """
 
@@ -47,7 +47,14 @@ class LocalSensorDaemon:
         from dagster._core.utils import make_new_run_id
 
         from dw_dagster.core.ledger import asset_str
-        from dw_dagster.repair.guard import TICKET_TAG, RunFacts, RunRefused, admit_run, finish_run_stage, job_tags_of
+        from dw_dagster.guard.admission import (
+            TICKET_TAG,
+            RunFacts,
+            RunRefused,
+            admit_run,
+            finish_run_stage,
+            job_tags_of,
+        )
 
         tags = {**(rr.tags or {}), SENSOR_NAME_TAG: sensor_name}
         if rr.run_key:

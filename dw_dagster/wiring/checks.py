@@ -118,6 +118,6 @@ class SinkRef:
 
     def prepare(self, db) -> None:
         """Create the replay ledger and the view of the rows still parked, when missing."""
-        from dw_dagster.repair.replay import ReplaySpec, ensure_replay_tables
+        from dw_dagster.changes.replay import ReplaySpec, ensure_replay_tables
 
         ensure_replay_tables(db, ReplaySpec.for_sink_table(self(db), expected_rows=0))

@@ -111,7 +111,7 @@ class CauseFixes:
         project inside the pipeline repository."""
         if not self.targets:
             return {}
-        from dw_dagster.repair.dedupe import DEDUPE, run_dedupe_step
+        from dw_dagster.changes.dedupe import DEDUPE, run_dedupe_step
 
         runners: dict[str, Any] = {DEDUPE: run_dedupe_step}
         if pipeline_root is not None and dbt_project_dir is not None:

@@ -39,7 +39,7 @@ def lightup_credentials_set() -> bool:
 def integration_definitions(cfg: DataOpsConfig, resources: dict, diagnosis_job_name: str, domains, status):
     """Lightup, PagerDuty and Slack as configured (their secrets read from the named env vars at run
     time); an ``optional`` one whose credentials are not in the environment now is left out."""
-    from dw_dagster.repair.control import build_expiry_sensor
+    from dw_dagster.approval.autonomy import build_expiry_sensor
 
     integ = cfg.integrations
     lightup = integ.lightup if integ.lightup and (not integ.lightup.optional or lightup_credentials_set()) else None

@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.config import DataOpsConfig, WatchedAssetConfig
+from dw_dagster.core import keys as dwk
 from dw_dagster.core.domains import DomainsFileError, DomainsSource, resolve_domains
 from dw_dagster.errors import DwConfigError
 from dw_dagster.wiring.checks import SinkRef, asset_key, check_key, checks_for
@@ -126,8 +127,8 @@ class LoopWiring:
 
     def add_asset(self, a: WatchedAssetConfig) -> None:
         """One watched asset's checks, detection and verification keys, and its pipeline's diagnoser."""
-        from dw_dagster.repair.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
-        from dw_dagster.repair.replay import run_replay_step, run_replay_undo_step
+        from dw_dagster.changes.replay import LEDGER_SUFFIX, REPLAY, REPLAY_UNDO, ReplaySpec, pending_view_name
+        from dw_dagster.changes.replay import run_replay_step, run_replay_undo_step
         from dw_dagster.repair.replay_checks import build_replay_checks
 
         key = asset_key(a.key)
@@ -238,7 +239,7 @@ class LoopWiring:
             target_asset=key, sink_table=sink_table, source_table=sink.source_table,
             source_resource_key=sink.source_database, target_resource_key=a.database,
             partition_column=sink.partition_column, group_column=sink.group_column,
-            volume_check=volume or dg.AssetCheckKey(key, "daily_volume"), manifest_path=self.manifest_fn,
+            volume_check=volume or dg.AssetCheckKey(key, dwk.VOLUME_CHECK), manifest_path=self.manifest_fn,
             dbt_asset_keys=self.keys_by_uid, domains_file=self.domains, verify_checks=own_verify, mage=mage_source)
 
     def _add_fixes_and_migration(self) -> None:
@@ -263,8 +264,8 @@ class LoopWiring:
         from dw_dagster.detection.incidents import build_check_incident_sensor
         from dw_dagster.diagnosis.job import build_diagnosis_job
         from dw_dagster.receipts.job import build_receipt_job
-        from dw_dagster.repair.control import build_control_jobs, control_asset_spec
-        from dw_dagster.repair.guard import guarded_executor
+        from dw_dagster.guard.stop import build_control_jobs, control_asset_spec
+        from dw_dagster.guard.admission import guarded_executor
         from dw_dagster.repair.jobs import build_rebuild_job, build_verify_job, build_window_job
         from dw_dagster.repair.sensor import build_remediation_sensor
         from dw_dagster.repair.steps import build_step_jobs
@@ -281,10 +282,10 @@ class LoopWiring:
         windowed += [k for k in self.fixes.upstream_assets if k not in windowed]  # an upstream fix reruns them first
         # without a partitions definition at hand, the job takes the assets' own when the location resolves
         guarded = guarded_executor(executor or dg.in_process_executor)
-        window_job = build_window_job("dw_rerun_window", windowed, partitions_def, executor=guarded) if windowed else None
+        window_job = build_window_job(dwk.WINDOW_JOB, windowed, partitions_def, executor=guarded) if windowed else None
         downstream = dg.AssetSelection.assets(*[asset_key(a.key) for a in cfg.assets]).downstream(include_self=False)
-        rebuild_job = build_rebuild_job("dw_rebuild_downstream", downstream, executor=guarded)
-        verify_job = build_verify_job("dw_verify", list(dict.fromkeys(self.verify_keys)), executor=guarded)
+        rebuild_job = build_rebuild_job(dwk.REBUILD_JOB, downstream, executor=guarded)
+        verify_job = build_verify_job(dwk.VERIFY_JOB, list(dict.fromkeys(self.verify_keys)), executor=guarded)
         from dw_dagster.wiring.bi import bi_refresh_factory
 
         receipt_job = build_receipt_job(executor=guarded if executor is not None else None,

@@ -165,7 +165,7 @@ def test_an_unverified_requester_makes_a_draft_that_asks_nobody_until_confirmed(
 def test_hand_launched_and_replayed_apply_runs_are_refused(w):
     """The Launchpad / GraphQL / `dagster job execute` door: a run of the grant job without the
     sensor's ticket, or with a ticket copied from a run that already used it, grants nothing."""
-    from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+    from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 
     req, _ = w.request(w.spec(tables=[f"{w.pg.schema}.ledger"], duration_s=600))
     grant = w.defs.resolve_job_def(c.ACCESS_GRANT_JOB)

@@ -16,7 +16,8 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import Approval, ChangeSet, FileChange, utcnow
 from dw_dagster.core import records
-from dw_dagster.approval.job import approve_in_process, sign, signature_valid, valid_approval
+from dw_dagster.approval.job import approve_in_process, valid_approval
+from dw_dagster.core.signing import sign, signature_valid
 from dw_dagster.proposals.change_sets import propose
 from dw_dagster.repair.sensor import build_remediation_sensor
 

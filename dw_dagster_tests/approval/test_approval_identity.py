@@ -25,7 +25,7 @@ from dw_dagster.core.models import ChangeSet, FileChange, utcnow
 from dw_dagster.core import records
 from dw_dagster.approval.job import approve_in_process, valid_approval
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.repair.control import active_stop, resume_nonce, set_stop
+from dw_dagster.guard.stop import active_stop, resume_nonce, set_stop
 
 OWNER = "dana.ortiz@grocer.example"
 OTHER = "sam.lee@grocer.example"
@@ -206,7 +206,7 @@ def test_only_a_verified_operator_lifts_the_stop(world, idp):
 
 
 def test_the_launchpad_resume_job_needs_a_token(world, idp):
-    from dw_dagster.repair.control import build_control_jobs
+    from dw_dagster.guard.stop import build_control_jobs
 
     instance, cs, domains, _ = world
     set_stop(instance, True, "cto@grocer.example")
@@ -220,7 +220,7 @@ def test_the_launchpad_resume_job_needs_a_token(world, idp):
 
 
 def test_lifting_a_hold_needs_a_verified_approver(world, idp):
-    from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+    from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 
     instance, cs, domains, home = world
     assert approve_in_process(instance, cs.id, id_token=_issue(idp, cs))[0]

@@ -11,7 +11,8 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from dw_dagster.approval.job import ApprovalRefused, decide
+from dw_dagster.core.signing import ApprovalRefused
+from dw_dagster.approval.job import decide
 from dw_dagster.approval.ladder import climb, ladder_history
 from dw_dagster.core import keys as c
 from dw_dagster.core import records

@@ -39,7 +39,7 @@ from dw_dagster.core.ledger import ledger_for
 from dw_dagster.core.models import (BlastRadius, ChangeSet, ChangeStep, Diagnosis, ExposureRef, FileChange, ImpactedNode,
                                utcnow)
 from dw_dagster.core import records
-from dw_dagster.approval.job import signature_valid
+from dw_dagster.core.signing import signature_valid
 from dw_dagster.proposals.change_sets import propose
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -34,7 +34,8 @@ from dw_dagster_dev.fakes.paging_server import DEFAULT_SLACK_TOKEN, start_paging
 from dw_dagster.core.ledger import PROPOSED, ledger_for
 from dw_dagster.core.models import ChangeSet, FileChange, utcnow
 from dw_dagster.core import records
-from dw_dagster.approval.job import signature_valid, valid_approval
+from dw_dagster.core.signing import signature_valid
+from dw_dagster.approval.job import valid_approval
 from dw_dagster.proposals.change_sets import propose
 from dw_dagster.integrations.slack import SlackResource, approval_request_message
 

@@ -131,7 +131,7 @@ def _bulk_ledger(led, n: int, now: float) -> list[str]:
     from dw_dagster.core.ledger import APPLIED, APPROVED, EXPIRED, PROPOSED, REJECTED, change_sets_t, decisions_t
     from dw_dagster.approval.identity import VerifiedIdentity
     from dw_dagster.core.models import Approval
-    from dw_dagster.approval.job import _signed
+    from dw_dagster.core.signing import signed as _signed
 
     rows, decisions, states = [], [], []
     base = dt.datetime.fromtimestamp(now, dt.timezone.utc)

@@ -12,7 +12,7 @@ does today, in process — the CLI command through click's runner where one exis
 --json``, ``change-sets --json``, ``receipts --asset ... --json``, ``receipts verify``, ``blast-radius
 --json``; each opens the instance, as the command does), else the record functions the tool builds
 on (:mod:`dw_dagster.core.records`, the check history, :func:`dw_dagster.lineage.lineage_graph`,
-:func:`dw_dagster.repair.migrations.generate_migration`). ``run_quality_check`` (a Dagster run) is
+:func:`dw_dagster.changes.migrations.generate_migration`). ``run_quality_check`` (a Dagster run) is
 timed too, without a goal. Goal: every read tool's median ≤ 100 ms (``ours_s`` is the slowest).
 
 Usage: ``python -m dw_dagster_tests.benchmarks.run --only mcp_tools_demo``
@@ -64,7 +64,7 @@ def bench_mcp_tools_demo(work: Path, repeat: int) -> dict:
     from dw_dagster.lineage import downstream, lineage_graph, select_nodes
     from dw_dagster.mcp.server import build_server
     from dw_dagster.mcp.state import ServerSettings
-    from dw_dagster.repair.migrations import SetNullability, generate_migration
+    from dw_dagster.changes.migrations import SetNullability, generate_migration
 
     demo = _demo(work / "demo")
     home, store_sales = demo / "dagster_home", demo / "store_sales"
@@ -122,7 +122,7 @@ def bench_mcp_tools_demo(work: Path, repeat: int) -> dict:
                                  lambda: records.refusals(instance, cs.id))),
         "generate_migration": ({"table": "store_sales_line", "change": {"kind": "nullability", "column": "region",
                                                                         "nullable": False}},
-                               "dw_dagster.repair.migrations.generate_migration",
+                               "dw_dagster.changes.migrations.generate_migration",
                                lambda: generate_migration(SetNullability(table="warehouse.pos.sales_line", column="region",
                                                                          nullable=False), "duckdb")),
     }

@@ -200,7 +200,7 @@ def test_autonomy_does_not_approve_a_version_superseded_since_the_tick_read_it(l
 
     from dw_dagster.core.domains import Domain
     from dw_dagster.core.models import ChangeSet, utcnow
-    from dw_dagster.repair.control import record_autonomous_approval
+    from dw_dagster.approval.autonomy import record_autonomous_approval
     from dw_dagster_tests.core.ledger_world import open_instance
 
     now = utcnow()

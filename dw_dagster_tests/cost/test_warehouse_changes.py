@@ -138,7 +138,7 @@ def _flow(fake_url, tmp_path, *, before_approval=None, after_setting=None):
     from dw_dagster.core import records
     from dw_dagster.definitions import build_warehouse_change_definitions
     from dw_dagster.proposals.change_sets import propose
-    from dw_dagster.repair.steps import step_results
+    from dw_dagster.changes.steps import step_results
     from dw_dagster_dev.cost_demo import schema_url
     from dw_dagster.testing.local_daemon import LocalSensorDaemon
     from dw_dagster.databases import database_from_url

@@ -101,7 +101,7 @@ def test_the_rebuild_step_refuses_a_model_without_the_approved_clause(tmp_path):
 
     from dw_dagster.databases import DuckDBDatabase
     from dw_dagster.repair.dbt_window import dbt_window_runner
-    from dw_dagster.repair.steps import StepRefused
+    from dw_dagster.changes.steps import StepRefused
 
     cs = _fix(tmp_path)
     manifest = {"nodes": {"model.p.m": {

@@ -165,7 +165,7 @@ def test_celery_snippet(shop, monkeypatch):
 def test_schema_migration_snippet(tmp_path, monkeypatch, capsys):
     """schema-migrations/migration.py: forward applied, rollback refused while NULLs exist."""
     from dw_dagster.databases import DuckDBDatabase
-    from dw_dagster.repair.migrations.models import MigrationRefused
+    from dw_dagster.changes.migrations.models import MigrationRefused
 
     db = DuckDBDatabase(tmp_path / "warehouse.duckdb")
     db.execute("CREATE SCHEMA analytics")

@@ -13,7 +13,7 @@ from dw_dagster.integrations.mail import EmailResource
 from dw_dagster.integrations.notifications import build_notification_sensor
 from dw_dagster.integrations.pagerduty import PagerDutyResource
 from dw_dagster.integrations.slack import SlackResource
-from dw_dagster.repair.control import build_expiry_sensor
+from dw_dagster.approval.autonomy import build_expiry_sensor
 from dw_dagster_dev.fakes.paging_server import (DEFAULT_PAGERDUTY_TOKEN, DEFAULT_PAGERDUTY_USERS, DEFAULT_ROUTING_KEY,
                                                     DEFAULT_SLACK_TOKEN)
 

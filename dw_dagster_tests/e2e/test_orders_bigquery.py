@@ -45,12 +45,12 @@ from dw_dagster_examples.orders import cdc
 from dw_dagster_examples.orders import generator as g
 from dw_dagster_examples.orders import sink as sk
 from dw_dagster.diagnosis.sink_diagnoser import column_modes
-from dw_dagster.repair.replay import ReplayRefused, ReplaySpec, classify, replay_dead_letter, verify_replay
+from dw_dagster.changes.replay import ReplayRefused, ReplaySpec, classify, replay_dead_letter, verify_replay
 from dw_dagster_examples.orders.source import write_source
 from dw_dagster_examples.orders.verify import gift_card_gmv_compare
-from dw_dagster.repair.migrations import generate_migration
-from dw_dagster.repair.migrations import apply_migration, check_guards
-from dw_dagster.repair.migrations import MigrationRefused, SetNullability
+from dw_dagster.changes.migrations import generate_migration
+from dw_dagster.changes.migrations import apply_migration, check_guards
+from dw_dagster.changes.migrations import MigrationRefused, SetNullability
 from dw_dagster.databases.catalog import read_table_schema
 
 pytest.importorskip("google.cloud.bigquery")

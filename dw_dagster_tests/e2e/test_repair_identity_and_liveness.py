@@ -49,7 +49,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core import records
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster_examples.store_sales import home as h
-from dw_dagster.repair.guard import TICKET_TAG, run_origin
+from dw_dagster.guard.admission import TICKET_TAG, run_origin
 from dw_dagster_dev.demo import Timeline
 from dw_dagster_tests.e2e.test_daemon_e2e import OWNER, _owner_token, _prepare, _refresh_manifest, _region_gaps
 from dw_dagster_tests.harness.dagster_dev import postgres_database, write_instance_yaml

@@ -1,5 +1,5 @@
 """A real HTTP server on loopback whose answers a test writes as a Python function: the
-vendors' behaviours the fakes of :mod:`dw_dagster.testing.fakes` do not script (a list that
+vendors' behaviours the fakes of :mod:`dw_dagster_dev.fakes` do not script (a list that
 shifts between two page requests, a total larger than the items sent)."""
 
 import http.server

@@ -4,7 +4,7 @@ before and after)."""
 
 import pytest
 
-from dw_dagster.repair.migrations import (
+from dw_dagster.changes.migrations import (
     DropColumn,
     MigrationRefused,
     RenameColumn,
@@ -15,7 +15,7 @@ from dw_dagster.repair.migrations import (
 )
 from dw_dagster_tests.field_cases.kinds import kind
 
-A = "dw_dagster/repair/migrations/apply.py"
+A = "dw_dagster/changes/migrations/apply.py"
 KINDS = [
     kind("dep-drop-column-view", "dependencies", "dropping a column a view reads", "https://github.com/stripe/pg-schema-diff/issues/181",
          A, "test_drop_of_a_column_a_view_reads_is_refused", True),

@@ -1,4 +1,4 @@
-"""Field cases of the guarded replay of parked rows (:mod:`dw_dagster.repair.replay`): changes
+"""Field cases of the guarded replay of parked rows (:mod:`dw_dagster.changes.replay`): changes
 that are not plain inserts among a key's parked changes — a delete parked after the insert, and
 stream positions that are numbers kept as text. On DuckDB, the replay's embedded warehouse (its
 SQL is transpiled to BigQuery and Snowflake, tested elsewhere); the right answer is worked out in
@@ -9,10 +9,10 @@ import json
 import pytest
 
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.repair.replay import ReplaySpec, parked_states, replay_dead_letter, verify_replay
+from dw_dagster.changes.replay import ReplaySpec, parked_states, replay_dead_letter, verify_replay
 from dw_dagster_tests.field_cases.kinds import kind
 
-R = "dw_dagster/repair/replay.py"
+R = "dw_dagster/changes/replay.py"
 KINDS = [
     kind("replay-delete-after-parked-insert", "changes", "a key whose latest parked change is a delete (the insert was "
          "parked, then the key was deleted): replaying the insert would resurrect it",

@@ -58,7 +58,7 @@ def write_instance_yaml(dagster_home: Path, postgres_url: str | None = None) -> 
     config: dict[str, Any] = {
         "telemetry": {"enabled": False},
         # dw_dagster's coordinator: Dagster's queued one that refuses runs bypassing an approval
-        "run_coordinator": {"module": "dw_dagster", "class": "GuardedRunCoordinator",
+        "run_coordinator": {"module": "dw_dagster.guard", "class": "GuardedRunCoordinator",
                             "config": {"dequeue_interval_seconds": 1}},
     }
     if postgres_url:

@@ -291,7 +291,7 @@ async def test_audit_trail_has_the_refusals_the_approval_and_four_verified_recei
 
 
 async def test_generate_migration_for_the_tables_dialect(server):
-    from dw_dagster.repair.migrations import SetNullability, generate_migration
+    from dw_dagster.changes.migrations import SetNullability, generate_migration
 
     out, err = await call(server, "generate_migration", {"table": "store_sales_line",
                                                          "change": {"kind": "nullability", "column": "region", "nullable": False}})

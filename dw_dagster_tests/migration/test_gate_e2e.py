@@ -21,7 +21,8 @@ import dagster as dg
 import pytest
 
 from dw_dagster import records
-from dw_dagster.approval.job import ApprovalRefused, approve_in_process, decide, identity_from_token
+from dw_dagster.core.signing import ApprovalRefused
+from dw_dagster.approval.job import approve_in_process, decide, identity_from_token
 from dw_dagster.core.domains import resolve_domains
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.databases import DuckDBDatabase, SqlAlchemyDatabase

@@ -1,4 +1,4 @@
-"""Manual steps (proposals/manual_steps.py): what the engineer does outside dw_dagster, named with how and where.
+"""Manual steps (changes/manual_steps.py): what the engineer does outside dw_dagster, named with how and where.
 
 A Mage pipeline that read the repaired table is named for a rerun after the data steps, with the
 ``mage-agent`` call and the pipeline's page; the step travels in the sealed change set (its hash
@@ -18,7 +18,7 @@ import pydantic
 import pytest
 
 from dw_dagster.core.models import ChangeSet, ManualStep
-from dw_dagster.proposals.manual_steps import (
+from dw_dagster.changes.manual_steps import (
     MAGE_RERUN,
     mage_agent_call,
     mage_rerun_step,

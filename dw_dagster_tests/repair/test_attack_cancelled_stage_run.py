@@ -21,7 +21,7 @@ import dagster as dg
 from dw_dagster.core.ledger import ledger_for
 from dw_dagster.testing.local_daemon import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dw_dagster.core import records
-from dw_dagster.repair.guard import RunFacts, admit_run
+from dw_dagster.guard.admission import RunFacts, admit_run
 from dw_dagster_tests.repair.test_autonomy_and_stop import gap, repair, world  # noqa: F401
 from dw_dagster_tests.repair.test_guard import _approved
 

@@ -6,7 +6,7 @@ made dw_dagster's window job look like any other job: it reran the window with n
 ticket, no undo copy and no receipt. Each test launches dw_dagster's real window and rebuild jobs
 (:mod:`dw_dagster.repair.jobs`, guarded executor included) against a real instance, through the run
 worker's door (``dagster job execute`` in a subprocess: the guarded executor) and through the
-webserver's door (:class:`~dw_dagster.repair.guard.GuardedRunCoordinator` at submission), and shows
+webserver's door (:class:`~dw_dagster.guard.admission.GuardedRunCoordinator` at submission), and shows
 that nothing ran: the assets' code never wrote a line.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dw_dagster.repair.guard import KIND_TAG
+from dw_dagster.guard.admission import KIND_TAG
 
 RANGE = {"dagster/asset_partition_range_start": "2026-11-03", "dagster/asset_partition_range_end": "2026-11-04"}
 DEFS = """\
@@ -70,7 +70,7 @@ def place(tmp_path, monkeypatch):
         telemetry:
           enabled: false
         run_coordinator:
-          module: dw_dagster
+          module: dw_dagster.guard
           class: GuardedRunCoordinator
         """))
     writes = tmp_path / "writes.log"
@@ -113,7 +113,7 @@ def _submit(place, job_name: str, tags: dict) -> tuple[dg.DagsterRun, str]:
 
     from dagster._core.run_coordinator.base import SubmitRunContext
 
-    from dw_dagster.repair.guard import GuardedRunCoordinator
+    from dw_dagster.guard.admission import GuardedRunCoordinator
 
     root, home, _ = place
     spec = importlib.util.spec_from_file_location("kind_defs", root / "defs.py")
@@ -149,7 +149,7 @@ def test_the_run_coordinator_refuses_a_repair_job_whatever_its_tags_say(place, w
 def test_an_ordinary_job_claiming_a_repair_kind_is_still_held_to_it(place):
     """The other way round: a run whose tags claim a repair kind on a job that is none is refused too
     (it asked to be a repair); the same job without that claim is admitted as usual."""
-    from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run, run_job_tags
+    from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run, run_job_tags
 
     root, home, _ = place
     (root / "defs.py").write_text(textwrap.dedent(DEFS) + textwrap.dedent("""\

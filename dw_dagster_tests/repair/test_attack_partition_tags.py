@@ -26,7 +26,7 @@ from dw_dagster.core import keys as c
 from dw_dagster.core.models import ChangeSet, utcnow
 from dw_dagster.approval.job import approve_in_process
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 from dw_dagster_tests.repair.test_autonomy_and_stop import OWNER, _domains, world  # noqa: F401
 from dw_dagster_tests.repair.test_guard import _approved
 

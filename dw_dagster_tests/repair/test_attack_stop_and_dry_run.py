@@ -12,8 +12,8 @@ while ``dw-dagster stop`` is in force ("halts every automatic dispatch at once",
 import dagster as dg
 import pytest
 
-from dw_dagster.repair.control import set_stop
-from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+from dw_dagster.guard.stop import set_stop
+from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 from dw_dagster_tests.repair.test_autonomy_and_stop import world  # noqa: F401
 from dw_dagster_tests.repair.test_guard import _approved
 

@@ -20,7 +20,8 @@ from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core.models import BlastRadius, ChangeSet, Diagnosis, utcnow
 from dw_dagster.core import records
 from dw_dagster.approval.job import approve_in_process
-from dw_dagster.repair.control import active_stop, build_expiry_sensor, expired_ids, set_stop
+from dw_dagster.guard.stop import active_stop, set_stop
+from dw_dagster.approval.autonomy import build_expiry_sensor, expired_ids
 from dw_dagster.receipts.job import build_receipt_job
 from dw_dagster.repair.sensor import build_remediation_sensor
 from dw_dagster.detection.incidents import build_check_incident_sensor
@@ -182,7 +183,7 @@ def test_l4_lowered_before_the_repair_starts_lets_the_owner_decide(world):
     daemon = detect(defs, instance)
     daemon.tick("dw_check_incident_sensor")
     (cs,) = records.change_sets(instance)
-    from dw_dagster.repair.control import record_autonomous_approval
+    from dw_dagster.approval.autonomy import record_autonomous_approval
 
     assert record_autonomous_approval(instance, cs, load_domains(domains).get("orders")) is not None
     _domains(domains, "L2")  # lowered before any stage was dispatched

@@ -47,7 +47,7 @@ from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.integrations.tableau import TableauClient
 from dw_dagster.proposals.watermark import ProposalError, apply_change_set
 from dw_dagster.receipts.job import build_receipt_job, receipt_markdown
-from dw_dagster.repair.dedupe import DEDUPE, run_dedupe_step
+from dw_dagster.changes.dedupe import DEDUPE, run_dedupe_step
 from dw_dagster.repair.new_tests import build_new_tests_check
 from dw_dagster.repair.sensor import build_remediation_sensor
 from dw_dagster.repair.steps import build_step_jobs
@@ -298,8 +298,8 @@ def test_duplicated_load_replaces_the_partitions_guarded_by_the_distinct_keys(wo
 
 def test_duplicates_whose_copies_differ_are_refused_with_what_to_do(world):
     defs, instance, wh, repo, proposals = world
-    from dw_dagster.repair.dedupe import dedupe_step
-    from dw_dagster.repair.steps import StepRefused
+    from dw_dagster.changes.dedupe import dedupe_step
+    from dw_dagster.changes.steps import StepRefused
 
     wh.execute(f"ATTACH '{repo.parent / 'src.duckdb'}' AS s (READ_ONLY); INSERT INTO app.orders SELECT * FROM s.app.src_orders")
     wh.execute(f"INSERT INTO app.orders SELECT id, ts, amount + 1, note FROM app.orders WHERE {_cond(DAYS[1])}")
@@ -392,7 +392,7 @@ def test_the_dedupe_step_and_the_new_tests_on_postgresql(postgres, tmp_path):
     import uuid
 
     from dw_dagster.proposals.regression_tests import duplicate_keys_test, not_null_test, schema_contract_test
-    from dw_dagster.repair.dedupe import dedupe_step
+    from dw_dagster.changes.dedupe import dedupe_step
     from dw_dagster.repair.new_tests import run_test_file
 
     schema = f"t_{uuid.uuid4().hex[:10]}"

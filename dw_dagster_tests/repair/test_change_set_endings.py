@@ -20,7 +20,7 @@ from dw_dagster.core import records
 from dw_dagster.core.ledger import LedgerError, ledger_for
 from dw_dagster.diagnosis.job import build_diagnosis_job
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster_tests.repair.test_autonomy_and_stop import (  # noqa: F401
     OWNER,

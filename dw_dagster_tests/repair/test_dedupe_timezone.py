@@ -17,7 +17,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from dw_dagster.repair.dedupe import dedupe_step, run_dedupe_step
+from dw_dagster.changes.dedupe import dedupe_step, run_dedupe_step
 
 NY = dg.DailyPartitionsDefinition(start_date="2026-10-30", end_date="2026-11-10", timezone="America/New_York")
 # (id, UTC instant) — the New York day 2026-11-02 is [11-02 05:00, 11-03 05:00) UTC

@@ -19,7 +19,7 @@ from dw_dagster.core.models import UndoPlan
 from dw_dagster.core import records
 from dw_dagster.approval.job import approve_in_process
 from dw_dagster.proposals.change_sets import propose
-from dw_dagster.repair.guard import RunFacts, RunRefused, admit_run
+from dw_dagster.guard.admission import RunFacts, RunRefused, admit_run
 from dw_dagster.repair.undo import build_undo_jobs, partition_checksum
 from dw_dagster_tests.repair.test_autonomy_and_stop import OWNER, _domains, change_set, detect, gap, repair, world  # noqa: F401
 
@@ -390,7 +390,7 @@ def _one() -> int:
 
 
 def _self_reading_job():
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.admission import guarded_executor
 
     @dg.job(executor_def=guarded_executor(_self_reading))
     def self_reading_job():
@@ -400,7 +400,7 @@ def _self_reading_job():
 
 
 def _window_job_on_self_reading():
-    from dw_dagster.repair.guard import guarded_executor
+    from dw_dagster.guard.admission import guarded_executor
 
     @dg.job(executor_def=guarded_executor(_self_reading), tags={"dw/kind": "window"})
     def window_on_self_reading():

@@ -37,7 +37,7 @@ from dw_dagster.databases import DatabaseResource, DuckDBDatabase
 from dw_dagster.proposals.change_sets import propose
 from dw_dagster.receipts.job import build_receipt_job
 from dw_dagster.repair import liveness
-from dw_dagster.repair.guard import RunFacts, admit_run
+from dw_dagster.guard.admission import RunFacts, admit_run
 from dw_dagster.repair.sensor import build_remediation_sensor
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 

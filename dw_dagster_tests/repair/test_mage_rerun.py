@@ -10,9 +10,9 @@ import pytest
 from dw_dagster.core.http import RetryPolicy
 from dw_dagster.core.models import ChangeSet, ChangeStep, utcnow
 from dw_dagster.integrations.mage import MageClient, MageResource
-from dw_dagster.proposals.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step, manual_steps_markdown
+from dw_dagster.changes.manual_steps import MAGE_RERUN_CHECK, mage_rerun_step, manual_steps_markdown
 from dw_dagster.repair.mage_rerun import build_mage_rerun_check, wait_for_reruns
-from dw_dagster.repair.steps import steps_markdown
+from dw_dagster.changes.steps import steps_markdown
 from dw_dagster_dev.fakes.mage_server import DEFAULT_EMAIL, DEFAULT_PASSWORD, FakeMage, FakeMageServer
 from dw_dagster_tests.harness.mage_server import MageAdmin
 

@@ -1,4 +1,4 @@
-"""Column migrations (dw_dagster.repair.migrations): rendering per dialect, lossy retypes, hostile names,
+"""Column migrations (dw_dagster.changes.migrations): rendering per dialect, lossy retypes, hostile names,
 guards, and forward-then-rollback round trips on DuckDB.
 
 The same round trips on Snowflake (fakesnow) and BigQuery (bqemulator) are in
@@ -18,10 +18,20 @@ from sqlglot import exp
 
 from dw_dagster.databases import sql
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase
-from dw_dagster.repair.migrations import generate_migration
-from dw_dagster.repair.migrations import apply_migration, verify_migration
-from dw_dagster.repair.migrations import AddColumn, DropColumn, LossyRetypeError, Migration, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
-from dw_dagster.repair.migrations import classify_retype, type_info
+from dw_dagster.changes.migrations import generate_migration
+from dw_dagster.changes.migrations import apply_migration, verify_migration
+from dw_dagster.changes.migrations import (
+    AddColumn,
+    DropColumn,
+    LossyRetypeError,
+    Migration,
+    MigrationError,
+    MigrationRefused,
+    RenameColumn,
+    RetypeColumn,
+    SetNullability,
+)
+from dw_dagster.changes.migrations import classify_retype, type_info
 from dw_dagster.databases.catalog import CatalogError, ColumnSpec, TableSchema, read_table_schema
 from dw_dagster.databases.sql import UnsafeIdentifierError
 

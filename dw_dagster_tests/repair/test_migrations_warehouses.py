@@ -41,10 +41,18 @@ from sqlglot import exp
 
 from dw_dagster.databases import sql
 from dw_dagster.databases import DatabaseError
-from dw_dagster.repair.migrations import generate_migration
-from dw_dagster.repair.migrations import apply_migration, verify_migration
-from dw_dagster.repair.migrations import AddColumn, DropColumn, MigrationError, MigrationRefused, RenameColumn, RetypeColumn, SetNullability
-from dw_dagster.repair.migrations import type_info
+from dw_dagster.changes.migrations import generate_migration
+from dw_dagster.changes.migrations import apply_migration, verify_migration
+from dw_dagster.changes.migrations import (
+    AddColumn,
+    DropColumn,
+    MigrationError,
+    MigrationRefused,
+    RenameColumn,
+    RetypeColumn,
+    SetNullability,
+)
+from dw_dagster.changes.migrations import type_info
 from dw_dagster.databases.catalog import CatalogError, ColumnSpec, TableSchema, read_table_schema
 from dw_dagster_tests.harness.emulators import FAKESNOW_DATABASE
 from dw_dagster_tests.repair.test_migrations import (

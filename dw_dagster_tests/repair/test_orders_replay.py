@@ -17,7 +17,7 @@ from dw_dagster_examples.orders import cdc
 from dw_dagster_examples.orders import generator as g
 from dw_dagster_examples.orders import sink as sk
 from dw_dagster.checks.dead_letter import parked_rows
-from dw_dagster.repair.replay import (
+from dw_dagster.changes.replay import (
     ReplayRefused,
     ReplaySpec,
     classify,

@@ -26,7 +26,7 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin
 from dagster._core.scheduler.instigation import InstigatorType, TickData, TickStatus
 
 from dw_dagster.core.ledger import ledger_for
-from dw_dagster.repair.guard import TICKET_TAG, RunFacts, RunRefused, admit_run
+from dw_dagster.guard.admission import TICKET_TAG, RunFacts, RunRefused, admit_run
 from dw_dagster_tests.repair.test_autonomy_and_stop import world  # noqa: F401
 from dw_dagster_tests.repair.test_guard import _approved
 

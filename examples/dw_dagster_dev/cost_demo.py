@@ -32,7 +32,7 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.core import records
-from dw_dagster.core.keys import WAREHOUSE_SENSOR
+from dw_dagster.core.keys import WAREHOUSE_SAVING_CHECK, WAREHOUSE_SENSOR
 from dw_dagster.core.models import utcnow
 from dw_dagster_dev import cost_workload as cw
 from dw_dagster_dev.demo import DemoError, Timeline, clip, demo_login
@@ -214,7 +214,7 @@ def _snowflake(home: Path, instance: dg.DagsterInstance, log: Timeline, result: 
     if not receipts:
         raise DemoError("receipt: none written")
     rc = receipts[0]
-    check = next((o for o in rc.checks if o.check_name == "warehouse_saving"), None)
+    check = next((o for o in rc.checks if o.check_name == WAREHOUSE_SAVING_CHECK), None)
     md = check.metadata if check else {}
     result.receipt = {"id": rc.id, "outcome": rc.outcome, "verified": rc.verified,
                       "repair_cost": rc.evidence_summary.get("repair_cost")}
@@ -241,7 +241,7 @@ def _show(db: Any, name: str):
 
 
 def _step_results(instance: dg.DagsterInstance, cs: Any) -> list[dict]:
-    from dw_dagster.repair.steps import step_results
+    from dw_dagster.changes.steps import step_results
 
     return step_results(instance, cs)
 

@@ -174,7 +174,7 @@ def run_repair_stages(daemon: LocalSensorDaemon, instance: dg.DagsterInstance, r
     """
     tick = None
     for _ in range(ticks):
-        tick = daemon.tick("dw_remediation_sensor")
+        tick = daemon.tick(c.REMEDIATION_SENSOR)
         if tick.failed_run_ids:
             raise DemoError(f"repair: run {tick.failed_run_ids[0]} failed ({tick.skip_reason})")
         if not tick.run_ids:
@@ -263,7 +263,7 @@ def demo_approvals(instance: dg.DagsterInstance, daemon: LocalSensorDaemon, chan
             raise DemoError(f"approve: {who} must be refused")
         refused.append({"approver": who, "reason": msg})
         log("approve", f"REFUSED {who}: {clip(msg, 200)}")
-    if daemon.tick("dw_remediation_sensor").run_ids:
+    if daemon.tick(c.REMEDIATION_SENSOR).run_ids:
         raise DemoError("approve: a repair ran before any approval")
     token = demo_login(domains_file, change_set_id, owner, instance)
     ok, msg = approve(change_set_id, id_token=token, comment=comment)

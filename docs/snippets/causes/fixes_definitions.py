@@ -1,6 +1,6 @@
 import dagster as dg
 
-from dw_dagster.repair.dedupe import DEDUPE, run_dedupe_step
+from dw_dagster.changes.dedupe import DEDUPE, run_dedupe_step
 from dw_dagster.repair.new_tests import build_new_tests_check
 from dw_dagster.repair.steps import build_step_jobs
 

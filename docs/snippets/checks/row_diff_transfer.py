@@ -1,6 +1,8 @@
 import os
 
-from dw_dagster import DuckDBDatabase, build_row_diff_check, database_from_url, row_diff_across
+from dw_dagster import build_row_diff_check, database_from_url
+from dw_dagster.checks.rowdiff import row_diff_across
+from dw_dagster.databases import DuckDBDatabase
 
 # As an asset check: the path is chosen each time it runs ("auto": a measured probe of the PostgreSQL side).
 orders_diff = build_row_diff_check(

@@ -5,7 +5,7 @@ from dw_dagster.integrations.mail import EmailResource
 from dw_dagster.integrations.notifications import build_notification_sensor
 from dw_dagster.integrations.servicenow import ServiceNowResource
 from dw_dagster.integrations.slack import SlackResource
-from dw_dagster.repair.control import build_expiry_sensor
+from dw_dagster.approval.autonomy import build_expiry_sensor
 
 notifications = dg.Definitions(
     sensors=[

@@ -1,5 +1,5 @@
 from dw_dagster import database_from_url
-from dw_dagster.repair.migrations import SetNullability, apply_migration, generate_migration
+from dw_dagster.changes.migrations import SetNullability, apply_migration, generate_migration
 from dw_dagster.databases.catalog import read_table_schema
 
 db = database_from_url("duckdb:///warehouse.duckdb")  # or bigquery://acme-dw/analytics, snowflake://...

@@ -101,7 +101,7 @@ def build_row_diff_check(
     compare_columns: Sequence[str] | None = None,
     source_resource_key: str = "source_db",
     target_resource_key: str = "warehouse",
-    name: str = "row_diff",
+    name: str = _keys.ROW_DIFF_CHECK,
     rel_tolerance: float = 1e-9,
     abs_tolerance: float = 1e-12,
     timestamp_precision: str | None = None,

@@ -65,7 +65,7 @@ def build_volume_sensor(
     *,
     tables: Sequence[VolumeTable],
     databases: Mapping[str, Database | Callable[[], Database]] | None = None,
-    name: str = "dw_volume_sensor",
+    name: str = c.VOLUME_SENSOR,
     method: str = "zscore",
     sensitivity: float = 3.0,
     min_history: int = 7,
@@ -159,7 +159,7 @@ def build_volume_sensor(
                 tables=[VolumeTable("pos.sales_line", "store_sales_line"),
                         VolumeTable("pos.sales_line_dlq", "store_sales_line", dead_letter=True),
                         VolumeTable("pos.sales_line", "store_sales_line", partition_column="sale_ts")],
-                diagnosis_job_name="dw_diagnose_incident",
+                diagnosis_job_name=c.DIAGNOSIS_JOB,
             )
             defs = dg.Definitions(sensors=[sensor], resources={"warehouse": DatabaseResource(url=...)})
     """

@@ -77,6 +77,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dw_dagster.core import keys as c
 from dw_dagster.detection.volume.counts import MAX_SPEC_ID_CHARS
 from dw_dagster.detection.volume.history import TableHistory
 
@@ -222,7 +223,7 @@ class VolumeHistoryStore:
         sqlalchemy.exc.SQLAlchemyError: the database refuses the table.
     """
 
-    def __init__(self, engine: Engine, sensor: str = "dw_volume_sensor") -> None:
+    def __init__(self, engine: Engine, sensor: str = c.VOLUME_SENSOR) -> None:
         if not sensor or len(sensor) > MAX_SENSOR_CHARS:
             raise ValueError(f"sensor name must be 1 to {MAX_SENSOR_CHARS} characters, got {len(sensor)}")
         self.engine = engine
@@ -367,7 +368,7 @@ class VolumeHistoryStore:
         return int(n), int(b)
 
 
-def store_for(instance, sensor: str = "dw_volume_sensor") -> VolumeHistoryStore:
+def store_for(instance, sensor: str = c.VOLUME_SENSOR) -> VolumeHistoryStore:
     """The history store of volume sensor ``sensor`` in the ledger database of a Dagster instance.
 
     Raises:

@@ -334,7 +334,7 @@ def build_schema_snapshot_check(
     asset: dg.AssetKey | str | Sequence[str],
     table: str,
     resource_key: str = "warehouse",
-    name: str = "schema_change",
+    name: str = _keys.SCHEMA_CHANGE_CHECK,
     fail_on: Sequence[str] = BREAKING,
     blocking: bool = False,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN,

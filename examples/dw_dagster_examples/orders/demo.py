@@ -29,7 +29,8 @@ import dagster as dg
 
 from dw_dagster import records
 from dw_dagster.databases import DuckDBDatabase
-from dw_dagster.repair.steps import step_results, step_stage
+from dw_dagster.changes.steps import step_results
+from dw_dagster.repair.steps import step_stage
 from dw_dagster_examples.orders import generator as gen
 from dw_dagster_examples.orders import home as h
 from dw_dagster_examples.orders import paths as p

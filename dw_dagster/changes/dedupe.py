@@ -37,7 +37,7 @@ from dw_dagster.databases import Database, sql
 from dw_dagster.databases.catalog import read_table_schema
 from dw_dagster.databases.partitions import (PartitionFilter, legacy_daily_filter, partition_filter, predicate,
                                              time_column_kind)
-from dw_dagster.repair.steps import StepRefused
+from dw_dagster.changes.steps import StepRefused
 
 DEDUPE = c.DEDUPE_STEP
 

@@ -12,7 +12,7 @@ from sqlglot.errors import ErrorLevel
 
 from dw_dagster.databases import sql
 from dw_dagster.databases.catalog import _parts
-from dw_dagster.repair.migrations.types import TypeInfo
+from dw_dagster.changes.migrations.types import TypeInfo
 
 # -- errors ------------------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ from dw_dagster.core.domains import REPLAY_DEAD_LETTER
 from dw_dagster.pipelines.sink import SinkTable
 from dw_dagster.databases.sql import check_name, check_table_name
 from dw_dagster.core.models import ChangeSet, ChangeStep
-from dw_dagster.repair.steps import StepRefused
+from dw_dagster.changes.steps import StepRefused
 
 REPLAY = "replay"
 REPLAY_UNDO = "replay_undo"
@@ -435,7 +435,7 @@ def classify(db: Database, spec: ReplaySpec, change_set_id: str, *, required_col
         spec: the replay.
         change_set_id: whose ledger rows count as "replayed here".
         required_columns: the target's REQUIRED columns; None reads them from the catalog
-            (:func:`~dw_dagster.repair.migrations.read_table_schema`).
+            (:func:`~dw_dagster.changes.migrations.read_table_schema`).
 
     Raises:
         dw_dagster.databases.DatabaseError: a table is missing or a query failed.

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from dw_dagster.core import keys as c
 from dw_dagster.core.models import ChangeSet, ManualStep
 
 MAGE_RERUN = "mage_rerun"
 #: the verification check that waits for the Mage reruns of a change set (on the repaired asset)
-MAGE_RERUN_CHECK = "mage_rerun"
+MAGE_RERUN_CHECK = c.MAGE_RERUN_CHECK
 
 
 def _steps_words(after: Sequence[str]) -> str:

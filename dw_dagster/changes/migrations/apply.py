@@ -7,8 +7,8 @@ from typing import Literal
 
 from dw_dagster.databases import Database
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
-from dw_dagster.repair.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
-from dw_dagster.repair.migrations.types import same_type
+from dw_dagster.changes.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
+from dw_dagster.changes.migrations.types import same_type
 from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def _touched_column(migration: Migration, direction: str) -> str | None:
     ch = migration.change
     kind = getattr(ch, "kind", None)
     if kind == "retype":  # within one family (a wider integer, a longer text) views read it as before
-        from dw_dagster.repair.migrations.types import type_info
+        from dw_dagster.changes.migrations.types import type_info
 
         if type_info(ch.from_type, migration.dialect).family == type_info(ch.to_type, migration.dialect).family:
             return None

@@ -75,7 +75,7 @@ from sqlglot import exp
 
 from dw_dagster.databases import sql
 from dw_dagster.databases.catalog import ColumnSpec, TableSchema, _info_schema_columns, _parts, _same_name
-from dw_dagster.repair.migrations.models import (
+from dw_dagster.changes.migrations.models import (
     DIALECTS,
     SOURCES,
     AddColumn,
@@ -89,7 +89,7 @@ from dw_dagster.repair.migrations.models import (
     RetypeColumn,
     SetNullability,
 )
-from dw_dagster.repair.migrations.statements import (
+from dw_dagster.changes.migrations.statements import (
     _add_column,
     _change_id,
     _col,
@@ -109,7 +109,7 @@ from dw_dagster.repair.migrations.statements import (
     _update_from,
     _update_set,
 )
-from dw_dagster.repair.migrations.types import TypeInfo, classify_retype, parse_type, same_type, type_info
+from dw_dagster.changes.migrations.types import TypeInfo, classify_retype, parse_type, same_type, type_info
 from dw_dagster.dagster_private import public
 
 # -- errors ------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ the catalog reader :func:`~dw_dagster.databases.catalog.read_table_schema`.
 """
 
 from dw_dagster.databases.catalog import CatalogError, ColumnSpec, TableSchema, read_table_schema
-from dw_dagster.repair.migrations.apply import apply_migration, check_guards, verify_migration
-from dw_dagster.repair.migrations.generate import generate_migration
-from dw_dagster.repair.migrations.models import (
+from dw_dagster.changes.migrations.apply import apply_migration, check_guards, verify_migration
+from dw_dagster.changes.migrations.generate import generate_migration
+from dw_dagster.changes.migrations.models import (
     DIALECTS,
     SOURCES,
     AddColumn,
@@ -29,7 +29,7 @@ from dw_dagster.repair.migrations.models import (
     RetypeColumn,
     SetNullability,
 )
-from dw_dagster.repair.migrations.types import (
+from dw_dagster.changes.migrations.types import (
     RetypeAssessment,
     TypeInfo,
     classify_retype,

@@ -1,6 +1,6 @@
 """Column types per dialect: parse them, describe them, and classify a retype as widening, narrowing or lossy.
 
-Facts per dialect come from the vendors' type documentation (:data:`~dw_dagster.repair.migrations.SOURCES`)."""
+Facts per dialect come from the vendors' type documentation (:data:`~dw_dagster.changes.migrations.SOURCES`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from dw_dagster.repair.migrations.models import MigrationError
+from dw_dagster.changes.migrations.models import MigrationError
 from dw_dagster.dagster_private import public
 
 T = exp.DataType.Type
