@@ -1,4 +1,5 @@
 import os
+import uuid
 
 import pytest
 
@@ -27,6 +28,15 @@ def postgres():
         pytest.fail(f"PostgreSQL on loopback is required for this test: {e}")
     yield db
     db.dispose()
+
+
+@pytest.fixture
+def pg_schema(postgres):
+    """A fresh schema on the loopback PostgreSQL server (its name), dropped with its tables afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:8]}"
+    postgres.execute(f"CREATE SCHEMA {schema}")
+    yield schema
+    postgres.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 # -- Snowflake and BigQuery emulators on loopback (dw_dagster_tests/emulators.py) ----------------

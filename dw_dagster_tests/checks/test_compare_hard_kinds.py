@@ -6,7 +6,6 @@ the test's comment.
 
 import contextlib
 import urllib.parse
-import uuid
 
 import pytest
 
@@ -39,14 +38,6 @@ def _pg_in(zone):
     """The loopback PostgreSQL with its session TimeZone set to ``zone``."""
     opts = urllib.parse.quote(f"-c TimeZone={zone}")
     return SqlAlchemyDatabase(f"{POSTGRES_URL}?options={opts}")
-
-
-@pytest.fixture
-def pg_schema(postgres):
-    schema = f"d14_{uuid.uuid4().hex[:8]}"
-    postgres.execute(f"CREATE SCHEMA {schema}")
-    yield schema
-    postgres.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _keys(result, status):

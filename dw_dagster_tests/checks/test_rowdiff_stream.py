@@ -6,21 +6,12 @@ reported for both; ``auto`` choosing by the measured stream rate; a type the str
 refused by ``stream`` and left to the bisect path by ``auto``."""
 
 import re
-import uuid
 
 import pytest
 
 from dw_dagster.checks.rowdiff import row_diff_across
 from dw_dagster.checks.rowdiff.stream import StreamUnavailable
 from dw_dagster.databases import DuckDBDatabase
-
-
-@pytest.fixture
-def pg_schema(postgres):
-    schema = f"st_{uuid.uuid4().hex[:8]}"
-    postgres.execute(f"CREATE SCHEMA {schema}")
-    yield schema
-    postgres.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 _COLS = ("(id BIGINT, amount NUMERIC(12, 3), ratio NUMERIC, ts TIMESTAMPTZ, label TEXT, payload BYTEA, "
