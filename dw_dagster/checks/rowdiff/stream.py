@@ -242,7 +242,29 @@ class _Local:
 
 def estimated_rows(db: Database, table: str) -> float:
     """The table's rows as the catalog estimates them (PostgreSQL ``reltuples``, DuckDB ``estimated_size``);
-    infinity when the catalog does not say (never analyzed, another engine): no reason to rule the stream out."""
+    where the catalog does not say (a table never analyzed), its rows counted up to :data:`STREAM_MIN_ROWS`
+    (a bounded read); infinity for another engine or when neither answers."""
+    if db.dialect not in ("postgres", "duckdb"):
+        return float("inf")
+    found = _catalog_rows(db, table)
+    return found if found is not None else _rows_up_to(db, table, STREAM_MIN_ROWS)
+
+
+def _rows_up_to(db: Database, table: str, cap: int) -> float:
+    """``table``'s rows counted up to ``cap`` (infinity at the cap or on an error: the stream stays possible)."""
+    from dw_dagster.databases import sql
+
+    exp = sqlglot.exp
+    inner = exp.select("1").from_(sql.table(table)).limit(cap).subquery("dw_n")
+    try:
+        (n,), = db.fetch_all(exp.select(exp.func("COUNT", exp.Star())).from_(inner).sql(dialect=db.dialect))
+    except DatabaseError:
+        return float("inf")
+    return float(n) if int(n) < cap else float("inf")
+
+
+def _catalog_rows(db: Database, table: str) -> float | None:
+    """The catalog's row estimate, or None when it does not say (never analyzed) or on an error."""
     from dw_dagster.databases import sql
 
     t = sql.table(table)
@@ -256,11 +278,11 @@ def estimated_rows(db: Database, table: str) -> float:
                 cond += f" AND schema_name = {sql.literal(t.args['db'].name).sql('duckdb')}"
             found = db.fetch_all(f"SELECT MAX(estimated_size) FROM duckdb_tables() WHERE {cond}")
         else:
-            return float("inf")
+            return None
     except DatabaseError:
-        return float("inf")
+        return None
     if not found or found[0][0] is None or int(found[0][0]) < 0:
-        return float("inf")
+        return None
     return float(found[0][0])
 
 
