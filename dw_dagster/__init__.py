@@ -20,7 +20,7 @@ from dw_dagster.access import AccessSpec
 from dw_dagster.detection.volume import VolumeTable
 
 # what a pipeline's assets call
-from dw_dagster.pipelines.incremental import load_metadata, load_partition
+from dw_dagster.pipelines.incremental import LoadResult, load_metadata, load_partition
 from dw_dagster.pipelines.dbt_incremental import dbt_incremental_build
 
 # checks and sensors
@@ -81,6 +81,7 @@ __all__ = [
     "JiraResource",
     "LightupResource",
     "LoadError",
+    "LoadResult",
     "MageResource",
     "MigrationError",
     "OpsgenieResource",

@@ -73,7 +73,7 @@ FILES = {
 
         from dw_dagster import DatabaseResource, dbt_incremental_build
 
-        PROJECT = DbtProject(project_dir=Path(__file__).resolve().parents[4] / "examples" / "dw_dagster_examples" / "dbt_project")
+        PROJECT = DbtProject(project_dir=Path(__file__).resolve().parents[4] / "dbt_project")
 
 
         @dbt_assets(manifest=PROJECT.manifest_path, project=PROJECT)

@@ -23,10 +23,11 @@ from pathlib import Path
 from dw_dagster_tests.harness.emulators import CACHE_DIR, REPO, VenvBuild, build_venv_once, run_logged
 
 LOWEST_VENV = CACHE_DIR / "dagster-lowest-venv"
-#: the extras the lowest venv holds besides the hard dependencies (the MCP server's)
-EXTRAS = ("mcp",)
+#: the extras the lowest venv holds besides the hard dependencies (the MCP server's; the review page and
+#: Slack, which the examples' demo homes use)
+EXTRAS = ("mcp", "review", "slack")
 #: bump to rebuild the venv when the way it is built changes
-BUILD = "2"
+BUILD = "3"
 #: Dagster's own libraries that a pinned ``dagster`` pulls in by exact version (pinned too, to be explicit)
 _SAME_RELEASE = ("dagster-graphql", "dagster-pipes", "dagster-shared")
 
@@ -47,6 +48,8 @@ def lowest_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
     specs = list(project["dependencies"])
     for extra in EXTRAS:
         specs += project["optional-dependencies"][extra]
+    examples = tomllib.loads((pyproject.parent / "examples" / "pyproject.toml").read_text())["project"]
+    specs += [spec for spec in examples["dependencies"] if not spec.startswith("dw-dagster")]  # the demos' own (dbt-duckdb …)
     out, dagster_version = [], None
     for spec in specs:
         name = re.split(r"[<>=!~\[ ;]", spec, maxsplit=1)[0].strip()
@@ -60,7 +63,7 @@ def lowest_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
     if dagster_version is None:
         raise ValueError("pyproject.toml names no dagster requirement")
     out += [f"{name}=={dagster_version}" for name in _SAME_RELEASE]
-    return out
+    return list(dict.fromkeys(out))
 
 
 def ensure_lowest_dagster_venv(venv: Path = LOWEST_VENV) -> VenvBuild:

@@ -36,7 +36,7 @@ def test_remediate_proposes_with_every_integration_configured(which, tmp_path):
     python = _python(which)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DW_STORE_SALES", "DW_DOMAINS", "DAGSTER_HOME",
                                                                      "LIGHTUP_", "PAGERDUTY_", "SLACK_"))}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "examples")])  # the library and the examples it runs
     proc = subprocess.run([python, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
