@@ -226,7 +226,7 @@ class ChangeStep(_Record):
     """One data change a change set applies in the warehouse, as a stage of its own.
 
     Steps run in list order after the change set's windows and before its rebuild (see
-    :func:`dw_dagster.repair.sensor.stage_plan`); each is one run of the step job for its
+    :func:`dw_dagster.repair.stages.stage_plan`); each is one run of the step job for its
     ``kind`` (:func:`dw_dagster.repair.steps.build_step_jobs`), launched only after the
     previous stage succeeded and only under a valid approval. Added for change sets that are not
     partition reruns (a schema migration, a replay of parked rows); a change set without steps

@@ -36,20 +36,6 @@ import dagster as dg
 from dw_dagster.core.domains import DomainsSource
 from dw_dagster.core import keys as c
 from dw_dagster.core.models import ChangeSet
-from dw_dagster.repair.stages import (  # noqa: F401 - the stage vocabulary, as this module named it before
-    DAEMON,
-    DRY_RUN,
-    HALT_RECEIPT,
-    IN_PROCESS,
-    RECEIPT_OP,
-    VERSION_TAG,
-    contiguous_ranges,
-    sensor_evaluation,
-    stage_plan,
-    unmerged_files,
-    window_stage,
-    window_stage_assets,
-)
 from dw_dagster.repair.tick import RemediationJobs, RemediationTick
 from dw_dagster.dagster_private import public
 

@@ -22,7 +22,7 @@ from dw_dagster_dev.demo import Timeline
 from dw_dagster.testing.local_daemon import LocalSensorDaemon
 from dw_dagster.core.models import ChangeSet, UndoPlan, utcnow
 from dw_dagster.core import records
-from dw_dagster.repair.sensor import stage_plan
+from dw_dagster.repair.stages import stage_plan
 from dw_dagster.changes.steps import step_op_name, step_results
 
 SCALE = 0.01
