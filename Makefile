@@ -30,7 +30,7 @@ SOURCE ?= duckdb
 demo-migration: install
 	$(BIN)/dw-dagster demo migration --source $(SOURCE)
 
-## Debian's Chromium and ChromeDriver for the browser test (test_browser.py), only when missing; needs root or sudo.
+## Debian's Chromium and ChromeDriver for the browser test (e2e/browser.py), only when missing; needs root or sudo.
 browser-deps:
 	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

@@ -517,6 +517,21 @@ class DataOpsConfig(dg.Model, dg.Resolvable):
     integrations: IntegrationsConfig = Field(default_factory=IntegrationsConfig)
     location_name: str = Field("dw_dagster", description="the code location's name (links in notifications)")
     sensors_running: bool = Field(False, description="start the sensors running (default: stopped until turned on)")
+    sensor_interval_seconds: int = Field(30, description="seconds between ticks of the loop's "
+                                         "incident, remediation and notification sensors (Dagster's daemon looks "
+                                         "every 5 s; each repair stage waits for one tick)")
+
+    @field_validator("sensor_interval_seconds", mode="before")
+    @classmethod
+    def _interval(cls, v: Any) -> int:
+        # checked here, not with Field(ge=...): a templated value arrives as a string (``{{ env(...) }}``)
+        try:
+            seconds = int(str(v).strip())
+        except ValueError:
+            raise ValueError(f"a whole number of seconds, not {v!r}") from None
+        if not 5 <= seconds <= 86_400:
+            raise ValueError(f"between 5 (Dagster's daemon looks every 5 s) and 86400, not {seconds}")
+        return seconds
 
     @field_validator("domains", mode="before")
     @classmethod

@@ -85,5 +85,5 @@ def integration_definitions(cfg: DataOpsConfig, resources: dict, diagnosis_job_n
             pager_resource_key="pager" if pager else None,
             slack_resource_key="slack" if slack else None, slack_channel=slack.channel if slack else None,
             email_resource_key="email" if email else None, ticket_resource_keys=tickets, domains=domains,
-            default_status=status))
+            default_status=status, minimum_interval_seconds=cfg.sensor_interval_seconds))
     return checks, sensors

@@ -295,13 +295,14 @@ class LoopWiring:
         stop_job, resume_job = build_control_jobs(domains)
         sensors = [
             build_check_incident_sensor(check_keys=list(dict.fromkeys(self.detect_keys)), diagnosis_job_name=diagnosis_job.name,
-                                        domains=domains, default_status=status),
+                                        domains=domains, default_status=status, minimum_interval_seconds=cfg.sensor_interval_seconds),
             build_remediation_sensor(partitions_def=partitions_def, partitions_of=windowed[0] if windowed else None,
                                      window_job=window_job, rebuild_job=rebuild_job,
                                      verify_job=verify_job, receipt_job=receipt_job, pipeline_root=self.pipeline_root,
                                      undo_jobs=undo_jobs if window_job is not None or self.dbt_windowed else None,
                                      step_jobs=step_jobs,
-                                     domains=domains, default_status=status, accepts=not_a_warehouse_change),
+                                     domains=domains, default_status=status, accepts=not_a_warehouse_change,
+                                     minimum_interval_seconds=cfg.sensor_interval_seconds),
         ]
         more_checks, more_sensors = integration_definitions(cfg, resources, diagnosis_job.name, domains, status)
         defs = dg.Definitions(

@@ -198,3 +198,19 @@ def test_freshness_takes_calendar_days_or_elapsed_hours(folder, freshness, ok):
         return
     defs = build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})
     assert any(dg.AssetCheckKey(dg.AssetKey("sales"), "freshness") in c.check_keys for c in defs.asset_checks)
+
+
+def test_sensor_interval_reaches_the_loop_sensors_and_is_bounded(folder, monkeypatch):
+    """``sensor_interval_seconds`` (templated from the environment, as the store-sales example does)
+    sets the incident, remediation and notification sensors' interval; below Dagster's 5 s loop it is refused."""
+    monkeypatch.setenv("TEST_DW_SLACK_TOKEN", "xoxb-test")
+    text = CONFIG + "sensor_interval_seconds: \"{{ env('TEST_DW_INTERVAL', '30') }}\"\n"
+    (folder / "dataops.yaml").write_text(text)
+    monkeypatch.setenv("TEST_DW_INTERVAL", "7")
+    repo = build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)}).get_repository_def()
+    intervals = {s.name: s.minimum_interval_seconds for s in repo.sensor_defs}
+    for name in ("dw_check_incident_sensor", "dw_remediation_sensor", "dw_notification_sensor"):
+        assert intervals[name] == 7, intervals
+    monkeypatch.setenv("TEST_DW_INTERVAL", "1")
+    with pytest.raises(DwConfigError, match="sensor_interval_seconds"):
+        build_dw_definitions(folder / "dataops.yaml", scope={"home": str(folder)})

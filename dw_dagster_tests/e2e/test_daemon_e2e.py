@@ -22,7 +22,7 @@ the way an operator does:
 
 It runs twice: on Dagster's default SQLite storage and on ``dagster-postgres`` storage in a fresh
 database on the loopback PostgreSQL server (dropped afterwards). The SQLite run also lets
-:mod:`.test_browser` look at the asset's page in the same webserver at two moments. Each run's
+:mod:`.browser` (helpers; the browser test is at the end of this file) look at the asset's page in the same webserver at two moments. Each run's
 result is computed once and shared by the tests that read it. On a failure the message carries the
 sensors' last ticks, the failed run's events and the tail of ``dagster dev``'s log.
 """
@@ -56,7 +56,7 @@ STAGES = ("window-1", "rebuild", "verify", "receipt")  # at least these; the pla
 REGIONS = ("Midwest", "Northeast", "Southeast", "Southwest", "West")
 SENSOR_TAG = "dagster/sensor_name"
 RUN_TIMEOUT = 240  # one run, launched through the queue and a run worker process
-SENSOR_TIMEOUT = 150  # a sensor tick (30 s apart) plus the run it launches
+SENSOR_TIMEOUT = 150  # a sensor tick (5 s apart here, 30 s by default) plus the run it launches
 REPAIR_TIMEOUT = 480  # four or five stages, each launched by a tick of the remediation sensor
 TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
@@ -90,7 +90,7 @@ class DaemonLoop:
     stages: list[str] = field(default_factory=list)  # repair stages in the order they succeeded
     receipts: list[Receipt] = field(default_factory=list)
     receipt_id: str = ""
-    pages: dict = field(default_factory=dict)  # moment → test_browser.PageSeen
+    pages: dict = field(default_factory=dict)  # moment → browser.PageSeen
     browser_error: str | None = None
     timeline: dict[str, float] = field(default_factory=dict)  # stage → seconds since the start
     stragglers: list[int] = field(default_factory=list)  # processes of this DAGSTER_HOME that outlived dagster dev
@@ -297,17 +297,17 @@ def _prepare(home: Path, instance: dg.DagsterInstance, log: Timeline) -> None:
 
 def _browse(res: DaemonLoop, moment: str, expected: list[str], event_ms: int | None, md_key: str, md_expected: list[str],
             log: Timeline) -> None:
-    """One look at the asset's page (see test_browser); a failure is kept for the browser test, not raised."""
+    """One look at the asset's page (see .browser); a failure is kept for the browser test, not raised."""
     if res.browser_error is not None:
         return
-    from dw_dagster_tests.e2e.test_browser import check_asset_page
+    from dw_dagster_tests.e2e.browser import check_asset_page
 
     try:
         seen = check_asset_page(res.url, expected, res.root / "screenshots" / f"{moment}.png", moment,
                                 event_time_ms=event_ms, markdown_key=md_key, markdown_expected=md_expected)
         res.pages[moment] = seen
         log("browser", f"{seen.url} shows {expected} ({seen.seconds:.1f} s); {seen.screenshot.name}")
-    except Exception as e:  # noqa: BLE001 - reported by test_browser
+    except Exception as e:  # noqa: BLE001 - reported by the browser test
         res.browser_error = f"{moment}: {type(e).__name__}: {e}"
         log("browser", f"FAILED {res.browser_error[:300]}")
 
@@ -339,7 +339,11 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
                                 clients={"dw-dagster": {"redirect_uris": ["http://127.0.0.1/callback"]}})
         stack.callback(idp.stop)
         res.issuer = idp.url
-        dev = stack.enter_context(dagster_dev(dagster_home, _dev_env(home, idp.url), root))
+        # the store-sales location alone (the repository's workspace.yaml adds orders, which this loop never uses)
+        workspace = root / "workspace.yaml"
+        workspace.write_text("load_from:\n  - python_module:\n      module_name: dw_dagster_examples.store_sales.definitions\n"
+                             "      attribute: defs\n      location_name: store_sales\n")
+        dev = stack.enter_context(dagster_dev(dagster_home, _dev_env(home, idp.url), root, workspace=workspace))
         res.url, res.log_path = dev.url, dev.log_path
         mark("dagster dev", f"{dev.url} (pid {dev.proc.pid}); code location loaded, sensor daemon healthy")
 
@@ -391,10 +395,13 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
 
         # attacks first: the proposer; a colleague typing the owner's email (the Launchpad forgery); a
         # listed-looking token for another change set's decision; a logged-in person who is not listed
-        for who, attempt in ((c.PROPOSER, dict(approver=c.PROPOSER)), ("typed owner", dict(approver=OWNER)),
-                             ("token for a reject", dict(id_token=_owner_token(idp.url, cs, decision="reject"))),
-                             ("not listed", dict(id_token=_owner_token(idp.url, cs, email="sam.lee@grocer.example")))):
-            run = _wait_run(dev, instance, decide(**attempt), f"refused approval ({who})")
+        # (launched together, as colleagues at four desks could; each is refused on its own)
+        attempts = ((c.PROPOSER, dict(approver=c.PROPOSER)), ("typed owner", dict(approver=OWNER)),
+                    ("token for a reject", dict(id_token=_owner_token(idp.url, cs, decision="reject"))),
+                    ("not listed", dict(id_token=_owner_token(idp.url, cs, email="sam.lee@grocer.example"))))
+        launched = [(who, decide(**attempt)) for who, attempt in attempts]
+        for who, run_id in launched:
+            run = _wait_run(dev, instance, run_id, f"refused approval ({who})")
             res.runs[f"refused {who}"] = _run_summary(instance, run.run_id)
         res.refusals = records.refusals(instance, cs.id)
         mark("approve", f"{len(res.refusals)} approvals refused through GraphQL: "
@@ -641,3 +648,28 @@ def test_dagster_dev_stopped_cleanly(loop):
     if loop.storage == "postgres":
         assert loop.database_dropped is True
     print(f"\n{loop.storage}: {loop.seconds:.0f} s in all; timeline {loop.timeline}")
+
+
+# -- the browser: in this file, so the SQLite loop runs once (xdist --dist loadfile keeps a file on one worker) --
+
+
+def test_browser_asset_page_shows_pending_change_set_then_receipt(tmp_path, tmp_path_factory):
+    """Chromium sees the change set waiting for approval, then the verified receipt, in dagster dev's UI."""
+    loop = daemon_loop("sqlite", tmp_path_factory)
+    assert loop.browser_error is None, f"{loop.browser_error}\n(dagster dev log: {loop.log_path})"
+    pending, receipt = loop.pages["change_set"], loop.pages["receipt"]
+    # the change set's observation, selected in Assets → store_sales_line → Events, and its markdown (the diff)
+    assert loop.change_set_id in pending.event_text and "waiting for approval" in pending.event_text
+    assert f"Change set {loop.change_set_id}" in pending.markdown_text and "+watermark_column: posted_ts" in pending.markdown_text
+    # after the repair: the receipt's observation and its markdown
+    assert loop.receipt_id in receipt.event_text and "(verified)" in receipt.event_text
+    assert f"Receipt {loop.receipt_id} - change set {loop.change_set_id} (verified)" in receipt.markdown_text
+    assert "NOT verified" not in receipt.event_text + receipt.markdown_text
+    for seen in (pending, receipt):
+        for shot in (seen.screenshot, seen.markdown_screenshot):
+            png = tmp_path / shot.name
+            shutil.copy(shot, png)
+            data = png.read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, f"{png} is not a real screenshot"
+        print(f"\n{seen.moment}: {seen.url} showed {seen.expected} in {seen.seconds:.1f} s; "
+              f"screenshots {tmp_path / seen.screenshot.name}, {tmp_path / seen.markdown_screenshot.name}")

@@ -106,7 +106,7 @@ def _group_members(pgid: int) -> dict[int, str]:
 def _start(name: str, args: list[str], env: Mapping[str, str], root: Path) -> Proc:
     log_path = root / f"{name}.log"
     log = log_path.open("w")
-    proc = subprocess.Popen(args, env=dict(env), cwd=str(root), stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(args, env={"DW_SENSOR_INTERVAL_SECONDS": "5", **env}, cwd=str(root), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     log.close()
     return Proc(name, proc, log_path)

@@ -314,7 +314,8 @@ def dagster_dev(dagster_home: Path, env: Mapping[str, str], cwd: Path, *, worksp
     """
     port = free_port()
     log_path = cwd / "dagster_dev.log"
-    full_env = {**env, "DAGSTER_HOME": str(dagster_home)}
+    # the loop sensors tick every 5 s instead of 30 (the example reads it; each repair stage waits for a tick)
+    full_env = {"DW_SENSOR_INTERVAL_SECONDS": "5", **env, "DAGSTER_HOME": str(dagster_home)}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],

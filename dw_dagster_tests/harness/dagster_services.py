@@ -45,7 +45,7 @@ class Location:
 
 def _start(argv: list[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> subprocess.Popen:
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(argv, cwd=cwd, env={"DW_SENSOR_INTERVAL_SECONDS": "5", **env}, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 

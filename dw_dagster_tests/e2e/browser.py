@@ -1,4 +1,4 @@
-"""The Dagster UI shows the pending change set, then the receipt, on the asset's page.
+"""Helpers for the browser test: the Dagster UI shows the pending change set, then the receipt, on the asset's page.
 
 Headless Debian Chromium (``/usr/bin/chromium`` driven through ``/usr/bin/chromedriver`` by
 Selenium; ``make test`` installs both with apt, nothing downloads a browser) opens
@@ -7,7 +7,8 @@ the real ``dagster dev`` that :mod:`dw_dagster_tests.e2e.test_daemon_e2e` runs o
 moments: when the diagnosis has proposed the change set, and after the repair wrote its receipt.
 Each visit selects the observation (``&time=<ms>``, what clicking its row in the events list
 does), waits for the React app to render its description, opens its ``[Show Markdown]`` entry,
-and saves two PNG screenshots (the event, the markdown); the test copies them into its ``tmp_path``.
+and saves two PNG screenshots (the event, the markdown); ``test_browser_asset_page_shows_pending_change_set_then_receipt`` (in
+:mod:`.test_daemon_e2e`, so the loop it looks at runs once) copies them into its ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -182,30 +183,3 @@ def _show_markdown(driver, seen: PageSeen, key: str, expected: list[str], deadli
     if not all(t in seen.markdown_text for t in expected):
         raise PageCheckError(f"{seen.moment}: [Show Markdown] of {key} did not show {expected}; "
                              f"dialog text:\n{seen.markdown_text[:3000]}")
-
-
-# -- the test ------------------------------------------------------------------------------------
-
-
-def test_browser_asset_page_shows_pending_change_set_then_receipt(tmp_path, tmp_path_factory):
-    """Chromium sees the change set waiting for approval, then the verified receipt, in dagster dev's UI."""
-    from dw_dagster_tests.e2e.test_daemon_e2e import daemon_loop
-
-    loop = daemon_loop("sqlite", tmp_path_factory)
-    assert loop.browser_error is None, f"{loop.browser_error}\n(dagster dev log: {loop.log_path})"
-    pending, receipt = loop.pages["change_set"], loop.pages["receipt"]
-    # the change set's observation, selected in Assets → store_sales_line → Events, and its markdown (the diff)
-    assert loop.change_set_id in pending.event_text and "waiting for approval" in pending.event_text
-    assert f"Change set {loop.change_set_id}" in pending.markdown_text and "+watermark_column: posted_ts" in pending.markdown_text
-    # after the repair: the receipt's observation and its markdown
-    assert loop.receipt_id in receipt.event_text and "(verified)" in receipt.event_text
-    assert f"Receipt {loop.receipt_id} - change set {loop.change_set_id} (verified)" in receipt.markdown_text
-    assert "NOT verified" not in receipt.event_text + receipt.markdown_text
-    for seen in (pending, receipt):
-        for shot in (seen.screenshot, seen.markdown_screenshot):
-            png = tmp_path / shot.name
-            shutil.copy(shot, png)
-            data = png.read_bytes()
-            assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, f"{png} is not a real screenshot"
-        print(f"\n{seen.moment}: {seen.url} showed {seen.expected} in {seen.seconds:.1f} s; "
-              f"screenshots {tmp_path / seen.screenshot.name}, {tmp_path / seen.markdown_screenshot.name}")
