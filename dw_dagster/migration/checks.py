@@ -52,6 +52,14 @@ _DESCRIBE = {
 }
 
 
+class _CatalogReader:
+    """The database's name, dialect and ``fetch_all`` only (read_table_schema asks a database with a
+    ``table_schema`` of its own, such as the cache, to answer itself)."""
+
+    def __init__(self, db) -> None:
+        self.dialect, self.name, self.fetch_all = db.dialect, db.name, db.fetch_all
+
+
 class CatalogCache:
     """A database whose catalog is read once per table for one pair's evaluation: schema parity, the
     reconciliation's name resolution and the key diff's plan all take the same read (each kind would
@@ -111,7 +119,10 @@ class CatalogCache:
         from dw_dagster.databases.catalog import read_table_schema
 
         if table not in self._schemas:
-            self._schemas[table] = read_table_schema(self._db, table)
+            # a DuckDB file's catalog read over the pair's open connection (opening the file per query costs ms)
+            reader = self if self._duck() is not None else self._db
+            self._schemas[table] = read_table_schema(_CatalogReader(reader), table) if reader is self else \
+                read_table_schema(self._db, table)
         return self._schemas[table]
 
     def column_types(self, table: str):

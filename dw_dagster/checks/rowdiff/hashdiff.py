@@ -333,7 +333,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows, pass_rows, opts,
                              sample_limit)
     finally:
-        local.con.close()
+        local.close()
     result.bytes_fetched = fetched.bytes
     result.bytes_sent = sum(len(q.encode()) for q in result.queries)
     result.transfer_probe_mbps = None if probe is None else round(probe, 1)
@@ -433,7 +433,7 @@ def _download_all(source: Database, target: Database, plan, n_s: int, n_t: int, 
             downloaded.append(fetched.batches(db, q))
         _diff_pass(result, local, downloaded, plan, opts, sample_limit)
     finally:
-        local.con.close()
+        local.close()
     result.bytes_fetched = fetched.bytes
     result.bytes_sent = sum(len(q.encode()) for q in result.queries)
     return _relabel(result, plan.labels)
