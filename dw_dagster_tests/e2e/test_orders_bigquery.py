@@ -103,7 +103,7 @@ def bq(bqemulator_server, tmp_path_factory):
     client = bigquery_client(bqemulator_server)
     client.delete_dataset("analytics", delete_contents=True, not_found_ok=True)
     client.create_dataset("analytics")
-    db = BigQueryDatabase(client, dataset="analytics")
+    db = BigQueryDatabase(client, dataset="analytics", retry_deadline_s=10)  # bqemulator: see conftest
     out = SimpleNamespace(db=db, started=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(minutes=1))
     try:
         out.source = DuckDBDatabase(tmp_path_factory.mktemp("orders_bq") / "shop_source.duckdb")

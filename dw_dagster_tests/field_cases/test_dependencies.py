@@ -80,3 +80,22 @@ def test_retype_across_families_under_a_view_is_refused(orders):
     before = orders.fetch_all("SELECT * FROM big_orders ORDER BY id")
     _migrate(orders, RetypeColumn(table="orders", column="amount", from_type="INTEGER", to_type="BIGINT", key_columns=["id"]))
     assert orders.fetch_all("SELECT * FROM big_orders ORDER BY id") == before
+
+
+def test_bigquery_lists_views_from_the_tables_dataset():
+    """BigQuery has no unqualified ``information_schema.views`` (a query naming it fails, and the
+    migration then ran as if no view existed): the views of the table's dataset are read from
+    ``project.dataset.INFORMATION_SCHEMA.VIEWS``
+    (https://cloud.google.com/bigquery/docs/information-schema-views). The query must parse as BigQuery SQL."""
+    import sqlglot
+
+    from dw_dagster.changes.migrations.apply import _views_query
+
+    class _BQ:
+        dialect, project, dataset = "bigquery", "acme-dw", "sales"
+
+    assert _views_query(_BQ(), "orders").endswith("FROM `acme-dw`.`sales`.INFORMATION_SCHEMA.VIEWS")
+    assert _views_query(_BQ(), "shop.orders").endswith("FROM `acme-dw`.`shop`.INFORMATION_SCHEMA.VIEWS")
+    assert _views_query(_BQ(), "p2.shop.orders").endswith("FROM `p2`.`shop`.INFORMATION_SCHEMA.VIEWS")
+    for q in (_views_query(_BQ(), "orders"), _views_query(_BQ(), "p2.shop.orders")):
+        sqlglot.parse_one(q, read="bigquery")

@@ -55,8 +55,7 @@ def dependent_views(db: Database, table: str, column: str) -> list[str]:
     from sqlglot import exp
 
     name = table.split(".")[-1].strip('"`').lower()
-    q = ("SELECT table_schema, table_name, view_definition FROM information_schema.views "
-         "WHERE table_schema NOT IN ('information_schema', 'pg_catalog')")
+    q = _views_query(db, table)
     try:
         rows = db.fetch_all(q)
     except Exception:  # an engine without the view (the migration then runs as before)
@@ -76,6 +75,20 @@ def dependent_views(db: Database, table: str, column: str) -> list[str]:
         if uses:
             found.append(f"{schema}.{view}")
     return found
+
+
+def _views_query(db: Database, table: str) -> str:
+    """The query listing views and their definitions: ``information_schema.views``, or on BigQuery the
+    ``INFORMATION_SCHEMA.VIEWS`` of the table's dataset (BigQuery has no unqualified one; views in other
+    datasets are not seen)."""
+    cols = "SELECT table_schema, table_name, view_definition FROM "
+    if db.dialect != "bigquery":
+        return cols + "information_schema.views WHERE table_schema NOT IN ('information_schema', 'pg_catalog')"
+    parts = [x.strip("`") for x in table.split(".")]
+    dataset = parts[-2] if len(parts) >= 2 else getattr(db, "dataset", None)
+    project = parts[-3] if len(parts) == 3 else getattr(db, "project", None)
+    where = ".".join(f"`{x}`" for x in (project, dataset) if x)
+    return cols + (f"{where}.INFORMATION_SCHEMA.VIEWS" if where else "INFORMATION_SCHEMA.VIEWS")
 
 
 def _touched_column(migration: Migration, direction: str) -> str | None:
