@@ -118,6 +118,44 @@ def read_runs(instance: Any, runs: Iterable[Any], out: Timings | None = None) ->
     return out
 
 
+class RunTimingsCache:
+    """:func:`read_runs` with each finished run read from the event log once (a finished run's steps and
+    events do not change); a run still going is read again each time. Thread-safe, at most ``size`` runs kept.
+
+    A long-lived reader (the MCP server answering ``explain_table`` again and again) pays for the runs it
+    has not seen yet only.
+    """
+
+    def __init__(self, size: int = 2048) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._runs: OrderedDict[str, Timings] = OrderedDict()
+        self._lock, self._size = threading.Lock(), size
+
+    def read(self, instance: Any, runs: Iterable[Any]) -> Timings:
+        """The timings of ``runs``, as :func:`read_runs` gives them."""
+        out = Timings()
+        for run in runs:
+            with self._lock:
+                part = self._runs.get(run.run_id)
+                if part is not None:
+                    self._runs.move_to_end(run.run_id)
+            if part is None:
+                part = read_runs(instance, [run])
+                if run.is_finished:
+                    with self._lock:
+                        self._runs[run.run_id] = part
+                        while len(self._runs) > self._size:
+                            self._runs.popitem(last=False)
+            out.steps += part.steps
+            out.nodes += part.nodes
+            out.assets += part.assets
+            out.invocations |= part.invocations
+            out.unfinished += part.unfinished
+        return out
+
+
 def read_run_results(paths: Sequence[str | Path], node_assets: dict[str, str], out: Timings) -> Timings:
     """dbt nodes of ``run_results.json`` files (``execution_time``), unless their invocation was already
     read from a Dagster run.
@@ -215,4 +253,4 @@ def _batch(columns: list[tuple[str, str]], rows: list[tuple]):
                                       names=[c for c, _ in columns])
 
 
-__all__ = ["DagsterTimingCost", "TEMPLATE", "Timings", "read_run_results", "read_runs", "report_from_timings", "runs_in"]
+__all__ = ["DagsterTimingCost", "RunTimingsCache", "TEMPLATE", "Timings", "read_run_results", "read_runs", "report_from_timings", "runs_in"]

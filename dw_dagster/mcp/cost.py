@@ -96,6 +96,22 @@ def asset_cost(state: DwState, key: dg.AssetKey, days: int = 30) -> AssetCost | 
     inst = state.instance()
     period = Period.last_days(days, dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1))
     start = period.start.replace(tzinfo=dt.timezone.utc).timestamp()
+    # the answer changes only with a new observation or materialization of the asset (or another period):
+    # two one-record reads say whether the last answer still holds
+    flt = dg.AssetRecordsFilter(asset_key=key, after_timestamp=start)
+    stamp = (key, period.since, period.until, *(tuple(r.storage_id for r in fetch(flt, limit=1).records)
+                                                for fetch in (inst.fetch_observations, inst.fetch_materializations)))
+    cached = state.answers.get(("asset_cost", stamp))
+    if cached is not None:
+        return cached[0]
+    answer, final = _asset_cost(state, inst, key, period, start, days)
+    if final:  # not while a run that materialized it is still going (its steps' seconds still change)
+        state.answers.put(("asset_cost", stamp), (answer,))
+    return answer
+
+
+def _asset_cost(state: DwState, inst, key: dg.AssetKey, period: Period, start: float,
+                days: int) -> tuple[AssetCost | None, bool]:
     res = inst.fetch_observations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=start), limit=4 * days)
     by_day: dict[str, dict] = {}
     for rec in res.records:  # newest first: the latest observation of each day
@@ -111,19 +127,21 @@ def asset_cost(state: DwState, key: dg.AssetKey, days: int = 30) -> AssetCost | 
         amount = sum(float(getattr(md.get(unit_key), "value", md.get(unit_key)) or 0) for md in by_day.values())
         queries = sum(int(getattr(md.get(c.COST_QUERIES_KEY), "value", md.get(c.COST_QUERIES_KEY)) or 0) for md in by_day.values())
         return AssetCost(engine=str(engine), unit=unit, since=period.since.isoformat(), until=period.until.isoformat(),
-                         amount=amount, queries=queries, days_recorded=len(by_day), source="recorded daily cost observations")
+                         amount=amount, queries=queries, days_recorded=len(by_day),
+                         source="recorded daily cost observations"), True
     mats = inst.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=start), limit=200)
     run_ids = sorted({r.run_id for r in mats.records if r.run_id})
     if not run_ids:
-        return None
-    from dw_dagster.cost.timings import read_runs, report_from_timings
+        return None, True
+    from dw_dagster.cost.timings import report_from_timings
 
-    runs = [r for r in (inst.get_run_by_id(rid) for rid in run_ids) if r is not None]
-    report = report_from_timings(read_runs(inst, runs), period)
+    runs = list(inst.get_runs(filters=dg.RunsFilter(run_ids=run_ids)))
+    report = report_from_timings(state.run_timings.read(inst, runs), period)
     name = key.to_user_string()
     return AssetCost(engine="duckdb", unit="seconds", since=period.since.isoformat(), until=period.until.isoformat(),
                      amount=report.by_asset.get(name, 0.0), queries=int(report.queries_by.get("asset", {}).get(name, 0)),
-                     days_recorded=0, source=f"step and dbt node seconds of the {len(runs)} run(s) that materialized it")
+                     days_recorded=0, source=f"step and dbt node seconds of the {len(runs)} run(s) that materialized it"), \
+        all(r.is_finished for r in runs)
 
 
 By = Literal["model", "asset", "run", "warehouse"]

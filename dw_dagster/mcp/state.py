@@ -159,6 +159,29 @@ class CallSnapshot:
         return self._fetch("materializations", records_filter, limit, cursor, ascending)
 
 
+class Answers:
+    """A small thread-safe LRU of answers, each keyed by everything it was computed from (so a hit is never stale)."""
+
+    def __init__(self, size: int = 512) -> None:
+        from collections import OrderedDict
+
+        self._items: OrderedDict = OrderedDict()
+        self._lock, self._size = threading.Lock(), size
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
 class DwState:
     """The instance, workspace and domains one server answers from; opened lazily, then kept.
 
@@ -175,6 +198,10 @@ class DwState:
         self._workspace = None
         self._workspace_error: str | None = None
         self._manifests: list[tuple[str, Any]] | None = None
+        from dw_dagster.cost.timings import RunTimingsCache
+
+        self.run_timings = RunTimingsCache()  # finished runs' step and dbt node seconds, read once (explain_table's cost)
+        self.answers = Answers()  # answers keyed by what they were computed from (e.g. the asset's latest event ids)
         home = settings.dagster_home or os.environ.get("DAGSTER_HOME")
         self.home = str(Path(home).resolve()) if home else None
         ws = settings.workspace

@@ -119,3 +119,40 @@ def test_a_range_run_splits_its_step_over_the_partitions_and_dbt_invocations_map
     step = _step_seconds(inst, res.run_id)["sales"]
     assert r.by_partition["sales"] == pytest.approx({d: step / 3 for d in ("2026-10-01", "2026-10-02", "2026-10-03")})
     assert invocation_runs(inst, runs_in(inst, _today())) == {INVOCATION: dbt_run}
+
+
+def test_run_timings_cache_reads_a_finished_run_once_and_equals_read_runs(instance, monkeypatch):
+    """The MCP server's explain_table asks for an asset's cost again and again: finished runs are read
+    from the event log once (RunTimingsCache), and the answer is the same as reading them afresh."""
+    from dw_dagster.cost import timings
+    from dw_dagster.cost.timings import RunTimingsCache, read_runs
+
+    inst, run_ids = instance
+    runs = [inst.get_run_by_id(r) for r in run_ids]
+    cache = RunTimingsCache()
+    first = cache.read(inst, runs)
+    fresh = read_runs(inst, runs)
+    assert (sorted(first.steps), sorted(first.nodes), sorted(first.assets), first.invocations) == \
+        (sorted(fresh.steps), sorted(fresh.nodes), sorted(fresh.assets), fresh.invocations)
+    reads = []
+    monkeypatch.setattr(timings, "read_runs", lambda i, rs, out=None: reads.append(rs) or fresh)
+    again = cache.read(inst, runs)
+    assert reads == [] and sorted(again.steps) == sorted(first.steps)  # both runs finished: nothing read again
+
+
+def test_mcp_asset_cost_follows_a_new_materialization(tmp_path):
+    """The cost answer is kept only while the asset has no newer observation or materialization: a new
+    run that materializes it is counted at once."""
+    from dw_dagster.mcp.cost import asset_cost
+    from dw_dagster.mcp.state import DwState, ServerSettings
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as inst:
+        dg.materialize([load], instance=inst)
+        state = DwState(ServerSettings(dagster_home=str(tmp_path)))
+        state._instance = inst
+        one = asset_cost(state, dg.AssetKey("load"))
+        assert one is not None and "1 run(s)" in one.source
+        assert asset_cost(state, dg.AssetKey("load")) == one  # unchanged: the kept answer
+        dg.materialize([load], instance=inst)
+        two = asset_cost(state, dg.AssetKey("load"))
+        assert "2 run(s)" in two.source and two.amount > one.amount
