@@ -101,6 +101,16 @@ def claim_demo_dir(path: Path) -> Path:
     return path
 
 
+def mark_new_home(path: Path) -> None:
+    """Create ``path`` with the demo's :data:`MARKER` when it does not exist yet: a home an example's code
+    location makes on load (``dagster definitions validate``, ``dagster dev``) is then the demo's to clear,
+    and ``dw-dagster demo`` does not refuse it as someone's data. An existing folder is left as it is."""
+    path = Path(path)
+    if not path.exists():
+        path.mkdir(parents=True)
+        (path / MARKER).write_text("made by a dw_dagster example's code location; cleared at the next demo run\n")
+
+
 class Timeline:
     """Prints the timeline with elapsed seconds (to stderr when JSON goes to stdout).
 

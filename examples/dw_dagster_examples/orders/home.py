@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dw_dagster_dev.demo import mark_new_home
+
 HOME_ENV = "DW_ORDERS_HOME"
 SOURCE_URL_ENV = "DW_ORDERS_SOURCE_URL"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -41,5 +43,6 @@ def warehouse_path(home: Path) -> Path:
 def ensure_home(home: Path | None = None) -> Path:
     """Create the home's folders if missing; returns the home."""
     home = home or home_dir()
+    mark_new_home(home)
     data_dir(home).mkdir(parents=True, exist_ok=True)
     return home

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dw_dagster_dev.demo import example_dbt_project, write_dbt_profile
+from dw_dagster_dev.demo import example_dbt_project, mark_new_home, write_dbt_profile
 
 HOME_ENV = "DW_STORE_SALES_HOME"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -90,6 +90,7 @@ def _git(root: Path, *args: str) -> None:
 def ensure_home(home: Path) -> Path:
     """Create the working copy (a git repository with the pipeline file and the dbt project), the dbt
     profile and the domains file if missing; returns ``home``."""
+    mark_new_home(home)
     repo = repo_dir(home)
     if not (repo / ".git").exists():
         repo.mkdir(parents=True, exist_ok=True)
