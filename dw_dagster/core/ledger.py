@@ -268,7 +268,8 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
     def record_decision(self, *, approval_id: str, change_set_id: str, version: str, decision: str, approver: str,
                         method: str, decided_at: float, body: str, credential_id: str | None = None,
                         credential_purpose: str = "") -> bool:
-        """Record the single active decision of a version, atomically; False when one exists already.
+        """Record the single active decision of a version, atomically; False when one exists already
+        (and then a ``credential_id`` given is not consumed).
 
         A ``credential_id`` (ID token or Slack request digest) is consumed in the same
         transaction: a credential used before raises :class:`LedgerError` and nothing is recorded; so
@@ -280,13 +281,9 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
                                  change_sets_t.c.version == version).with_for_update()).scalar()
             if state is not None and state not in ACTIVE_STATES:
                 raise LedgerError(f"change set {change_set_id} version {version[:12]}… is {state}; a new proposal is needed")
-            if credential_id is not None:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(credentials_t.insert().values(credential_id=credential_id,
-                                                                   purpose=credential_purpose[:512], used_at=time.time()))
-                except sa.exc.IntegrityError:
-                    raise LedgerError("this credential was already used for a decision; each is accepted once") from None
+            # the decision first: when the version is decided already, False and the credential stays unspent
+            # (the person may use it on what they meant); a spent credential then raises and the
+            # transaction, the decision row with it, rolls back
             try:
                 with conn.begin_nested():
                     conn.execute(decisions_t.insert().values(
@@ -295,6 +292,13 @@ class Ledger(IncidentsMixin, AccessMixin, LadderMixin, FinishMixin):
                         body=body))
             except sa.exc.IntegrityError:
                 return False
+            if credential_id is not None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(credentials_t.insert().values(credential_id=credential_id,
+                                                                   purpose=credential_purpose[:512], used_at=time.time()))
+                except sa.exc.IntegrityError:
+                    raise LedgerError("this credential was already used for a decision; each is accepted once") from None
             moved = conn.execute(change_sets_t.update().where(
                 change_sets_t.c.change_set_id == change_set_id, change_sets_t.c.version == version,
                 change_sets_t.c.state.in_([PROPOSED, HALTED])).values(

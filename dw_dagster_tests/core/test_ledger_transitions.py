@@ -182,6 +182,16 @@ def test_a_credential_is_accepted_once(led):
     assert led.use_credential("tok-2", "resume") and not led.use_credential("tok-2", "resume")
 
 
+def test_a_version_decided_already_answers_false_and_leaves_the_credential_unspent(led):
+    """A second decision on a decided version is "not this time" (False), and the second person's ID token is
+    not spent by it: they can still use it on the change set they meant (it was spent before this fix)."""
+    change_set(led)
+    assert approve(led, approval="ap-first", credential_id="tok-first")
+    assert not approve(led, approval="ap-second", approver="colleague@example.com", credential_id="tok-second")
+    assert [d["approval_id"] for d in led.decisions("cs-1")] == ["ap-first"]
+    assert led.use_credential("tok-second", "still unspent") and not led.use_credential("tok-first", "spent")
+
+
 @pytest.mark.parametrize("ending", [L.SUPERSEDED, L.EXPIRED, L.REJECTED, L.APPLIED, L.FAILED])
 def test_a_version_that_ended_is_not_decided(led, ending):
     """The approval job looks at the state before it records; a version that ended in between (superseded by a
