@@ -29,6 +29,7 @@ from dw_dagster.core.domains import DomainsSource, domain_for
 from dw_dagster.core.ledger import (
     DIAGNOSIS_FAILED,
     OPEN,
+    OPEN_INCIDENT_STATES,
     REDIAGNOSE,
     UNREPAIRED,
     IncidentRow,
@@ -155,6 +156,62 @@ def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg
             break
         cursor = res.cursor
     return False
+
+
+#: seconds after it opened during which an incident missing from the event log is not shown again: the
+#: tick of another process that opened it may still be storing its result
+SHOWN_GRACE_S = 120.0
+
+
+def unshown_incident_observations(instance: dg.DagsterInstance, asset_keys: Iterable[str], sources: Sequence[str],
+                                  confirmed: set[str], *, skip: Iterable[str] = (),
+                                  kept: Callable[[IncidentRow], bool | None] | None = None,
+                                  grace_s: float = SHOWN_GRACE_S) -> list[dg.AssetObservation]:
+    """The ``dw/incident`` observations a detection sensor still owes, looked for on every tick.
+
+    A tick records an incident in the ledger, but Dagster stores the tick's observation only with
+    its result: an incident opened by a "Test sensor" evaluation (or a tick whose daemon died before
+    storing it) is open with nothing shown, and the notification sensor never pages it. Each open,
+    unlinked incident of ``sources`` on ``asset_keys`` is settled once: found in the event log
+    (:func:`incident_shown`), or ``kept(row)`` says True (the tick that showed it was kept), and it
+    is added to ``confirmed`` and never looked at again; missing, and either ``kept(row)`` says
+    False (this process showed it in a tick that was not kept) or it opened more than ``grace_s``
+    seconds ago (the ledger's clock), its observation is returned to be shown now (and confirmed the
+    next time); missing, unknown to this process and younger, it is looked at again next tick. One ledger query per tick plus
+    an event-log read per incident not settled yet.
+
+    Args:
+        instance: the Dagster instance (ledger and event log).
+        asset_keys: the assets the sensor watches (ledger text form, ``a/b``).
+        sources: the incident sources the sensor owns.
+        confirmed: incident ids known to be shown (the sensor's memory; updated).
+        skip: incidents this tick shows or looked at already.
+        kept: for incidents this process showed: whether the tick that showed them was kept (True/False);
+            None for the others.
+        grace_s: see above.
+
+    Returns:
+        The observations to show, one per incident.
+    """
+    watched, skipped, out = set(asset_keys), set(skip), []
+    for row in ledger_for(instance).incidents(states=OPEN_INCIDENT_STATES):
+        if (row.source not in sources or row.linked_to is not None or row.asset_key not in watched
+                or row.incident_id in confirmed or row.incident_id in skipped):
+            continue
+        key = dg.AssetKey(row.asset_key.split("/"))
+        ours = kept(row) if kept is not None else None
+        if ours or incident_shown(instance, row.incident_id, key):
+            confirmed.add(row.incident_id)
+            continue
+        if ours is None and time.time() - row.opened_at < grace_s:
+            continue  # another process opened it moments ago: its tick may still be storing the observation
+        try:
+            inc = Incident.model_validate_json(row.body)
+        except ValueError as e:
+            records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
+            continue
+        out.append(incident_observation(inc, f"incident {inc.id}: {inc.summary} (the tick that opened it was not kept)"))
+    return out
 
 
 def diagnosis_run_key(incident_id: str, attempts: int) -> str:
@@ -354,6 +411,7 @@ def build_check_incident_sensor(
     """
     keys = list(check_keys)
     hwm_key = f"check_incident_sensor:{name}"
+    confirmed: set[str] = set()  # incidents whose dw/incident observation this process found stored
 
     @dg.sensor(name=name, job_name=diagnosis_job_name, minimum_interval_seconds=minimum_interval_seconds,
                default_status=default_status,
@@ -416,8 +474,8 @@ def build_check_incident_sensor(
                 errors.append(f"{skey}: {type(e).__name__}: {e}")
                 context.log.exception(f"incident sensor failed on {skey}")
         led.set_control(hwm_key, cursor)
+        assets = sorted({asset_str(k.asset_key) for k in keys})
         try:
-            assets = sorted({asset_str(k.asset_key) for k in keys})
             again, notes = rediagnosis_requests(context.instance, assets, diagnosis_job_name, evidence,
                                                 sources=CHECK_SOURCES, may_diagnose=lambda a: _diagnoses(a, domains),
                                                 already={r.run_key for r in requests})
@@ -425,6 +483,12 @@ def build_check_incident_sensor(
             events += notes
         except Exception as e:  # noqa: BLE001 - never crash the tick
             errors.append(f"re-diagnosis: {type(e).__name__}: {e}")
+        try:  # incidents opened by a tick Dagster did not keep ("Test sensor"): shown now (one sensor ticks them;
+            # no other process stores a tick of it, so no grace is waited)
+            events += unshown_incident_observations(context.instance, assets, CHECK_SOURCES, confirmed,
+                                                    skip=[i.id for i in opened.values()], grace_s=0.0)
+        except Exception as e:  # noqa: BLE001 - never crash the tick
+            errors.append(f"incidents never shown: {type(e).__name__}: {e}")
         if errors and not requests:
             return dg.SensorResult(skip_reason="; ".join(errors)[:1000], cursor=json.dumps(cursor, sort_keys=True),
                                    asset_events=events)

@@ -90,6 +90,7 @@ from dw_dagster.detection.incidents import (
     incident_observation,
     record_unless_open,
     rediagnosis_requests,
+    unshown_incident_observations,
 )
 from dw_dagster.dagster_private import public
 
@@ -421,6 +422,7 @@ def build_lightup_incident_sensor(
         diagnosis_job_name=diagnosis_job_name, check_name=check_name, resource_key=resource_key,
         metric_uuids=metric_uuids, domains=domains, overlap_seconds=overlap_seconds,
         initial_lookback_seconds=initial_lookback_seconds, max_attempts=max_attempts)
+    confirmed: set[str] = set()  # incidents whose dw/incident observation this process found stored
 
     @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
                required_resource_keys={resource_key},
@@ -429,7 +431,7 @@ def build_lightup_incident_sensor(
                "their diagnosis; never loses or repeats an incident.")
     def _sensor(context: dg.SensorEvaluationContext):
         try:
-            return _LightupTick(settings, context).run()
+            return _LightupTick(settings, context, confirmed).run()
         except Exception as e:  # noqa: BLE001 - a tick never raises; the cursor stays where it was
             context.log.exception("Lightup incident sensor tick failed")
             return dg.SkipReason(f"Lightup incident sensor failed; cursor kept: {type(e).__name__}: {e}"[:1000])
@@ -458,8 +460,10 @@ class _LightupTick:
     and record each new one (or count its failure, quarantining it after ``max_attempts``), advance
     the cursor past what is done, and ask for the re-diagnoses due."""
 
-    def __init__(self, settings: _LightupSensorSettings, context: dg.SensorEvaluationContext) -> None:
+    def __init__(self, settings: _LightupSensorSettings, context: dg.SensorEvaluationContext,
+                 confirmed: set[str] | None = None) -> None:
         self.s, self.context, self.instance = settings, context, context.instance
+        self.confirmed = confirmed if confirmed is not None else set()
         self.events: list = []
         self.requests: list[dg.RunRequest] = []
         self.done: list[tuple[str, float]] = []
@@ -498,6 +502,7 @@ class _LightupTick:
         cursor.advance(self.done, self.failed, ceiling=now)
         if s.diagnosis_job_name:
             self._rediagnose()
+        self._show_unshown()
         if not self.events and not self.requests:
             reason = "; ".join(self.problems) if self.problems else "no new Lightup incidents"
             return dg.SensorResult(skip_reason=reason[:1000], cursor=cursor.dumps())
@@ -611,6 +616,21 @@ class _LightupTick:
             context.log.info(f"Lightup incident {uid} recorded; domain {domain.name} is at L0: no diagnosis")
             return shown, []
         return shown, [diagnosis_request(incident, diagnosis_run_key(incident.id, 0), diagnosis_job_name, {LIGHTUP_TAG: uid})]
+
+    def _show_unshown(self) -> None:
+        """Incidents recorded by a tick Dagster did not keep ("Test sensor"): their ``dw/incident`` observation
+        now (one sensor ticks them; no other process stores a tick of it, so no grace is waited)."""
+        shown_now = {str(getattr(e.metadata.get(c.INCIDENT_ID_KEY), "value", "")) for e in self.events
+                     if isinstance(e, dg.AssetObservation) and c.INCIDENT_ID_KEY in e.metadata}
+        try:
+            for obs in unshown_incident_observations(self.instance, [asset_str(k) for k in self.s.mapped_assets],
+                                                     ["lightup"], self.confirmed, skip=shown_now, grace_s=0.0):
+                uid = (getattr(obs.metadata[c.INCIDENT_KEY], "value", None) or {}).get("external_id")
+                self.events.append(dg.AssetObservation(asset_key=obs.asset_key, description=obs.description,
+                                                       metadata={**obs.metadata, **({LIGHTUP_ID_KEY: uid} if uid else {})}))
+        except Exception as e:  # noqa: BLE001 - never crash the tick
+            self.problems.append(f"incidents never shown: {type(e).__name__}: {e}")
+            self.context.log.exception("Lightup incident sensor: looking for incidents never shown failed")
 
     def _rediagnose(self) -> None:
         """The re-diagnoses due on the mapped assets (their domains diagnosing)."""

@@ -105,10 +105,11 @@ def test_two_dry_runs_then_a_tick_show_the_incident_and_the_count_once(wh):
     assert counts(instance) == [1000, 1001, 1002, 10]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume sensor.py: an open volume incident with no opened_in token and younger than SHOWN_GRACE_S is "
-    "taken as shown (incident_shown(min_age_s=120) is True) and put in shown_ids for good; the count is unchanged "
-    "on later ticks, so nothing looks again: the incident a dry run opened before a restart is never shown"))
+# fixed (every tick shows the open incidents never shown: detection.incidents.unshown_incident_observations);
+# it failed with:
+# "volume sensor.py: an open volume incident with no opened_in token and younger than SHOWN_GRACE_S is "
+# "taken as shown (incident_shown(min_age_s=120) is True) and put in shown_ids for good; the count is unchanged "
+# "on later ticks, so nothing looks again: the incident a dry run opened before a restart is never shown"
 def test_a_dry_run_then_a_restart_within_two_minutes_shows_the_incident(wh):
     """The dry run opened the incident; the restarted process reads the store row as it was
     before (its counts are recorded again, as promised), finds the incident open, has no
@@ -153,9 +154,10 @@ def test_a_dry_run_then_a_restart_after_two_minutes_shows_the_incident_once(wh, 
     assert counts(instance) == ([1000, 1001, 1002, 10] if observations == "every_count" else [1000, 1002, 10])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume sensor.py: the daemon process finds the incident another process's dry run opened < 120 s ago, "
-    "has no token for it, takes it as shown (SHOWN_GRACE_S) and adds it to shown_ids: never shown, never paged"))
+# fixed (every tick shows the open incidents never shown: detection.incidents.unshown_incident_observations);
+# it failed with:
+# "volume sensor.py: the daemon process finds the incident another process's dry run opened < 120 s ago, "
+# "has no token for it, takes it as shown (SHOWN_GRACE_S) and adds it to shown_ids: never shown, never paged"
 def test_a_dry_run_in_another_process_while_the_daemon_ticks_shows_the_incident(wh):
     """The "Test sensor" evaluation runs in another process (a webserver loading the code in
     process) with the daemon's cursor; the daemon's process still holds its history snapshot.
@@ -262,9 +264,10 @@ def test_a_dry_run_then_a_deleted_cursor_loses_nothing(wh):
     assert shown(instance) == [inc.id]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume sensor.py: an open incident is looked at only for an anomalous changed (or due) count; once the "
-    "table recovers, the incident a dry run opened stays open (and is diagnosed) with no dw/incident observation"))
+# fixed (every tick shows the open incidents never shown: detection.incidents.unshown_incident_observations);
+# it failed with:
+# "volume sensor.py: an open incident is looked at only for an anomalous changed (or due) count; once the "
+# "table recovers, the incident a dry run opened stays open (and is diagnosed) with no dw/incident observation"
 def test_an_incident_a_dry_run_opened_is_shown_when_the_count_recovers_before_the_next_tick(wh):
     """The dry run saw the drop and opened the incident; the table is reloaded before the next
     real tick, which scores an ok count and never looks at the open incident: it stays open (and
@@ -439,9 +442,10 @@ def _check_world(instance, names=("rows",)):
     return defs, sensors
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "build_check_incident_sensor: the dry run moves the ledger high-water mark and records the incident; later "
-    "ticks never show its dw/incident observation (only its diagnosis is re-requested)"))
+# fixed (every tick shows the open incidents never shown: detection.incidents.unshown_incident_observations);
+# it failed with:
+# "build_check_incident_sensor: the dry run moves the ledger high-water mark and records the incident; later "
+# "ticks never show its dw/incident observation (only its diagnosis is re-requested)"
 def test_a_dry_run_of_the_check_incident_sensor_does_not_swallow_the_incident_observation():
     """The check-failure sensor keeps its high-water marks in the ledger, so a "Test sensor"
     evaluation moves them past the failing evaluation and records the incident; the next real
@@ -461,9 +465,10 @@ def test_a_dry_run_of_the_check_incident_sensor_does_not_swallow_the_incident_ob
     assert shown(instance, "orders") == [inc.incident_id]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "build_lightup_incident_sensor._record: an incident the ledger knows by its Lightup uuid returns no events, "
-    "so the dw/incident observation a dry run threw away is never shown"))
+# fixed (every tick shows the open incidents never shown: detection.incidents.unshown_incident_observations);
+# it failed with:
+# "build_lightup_incident_sensor._record: an incident the ledger knows by its Lightup uuid returns no events, "
+# "so the dw/incident observation a dry run threw away is never shown"
 def test_a_dry_run_of_the_lightup_sensor_does_not_swallow_the_incident_observation(tmp_path):
     """The Lightup sensor records the incident during a "Test sensor" evaluation; the next real
     tick finds it known by its Lightup uuid and returns no ``dw/incident`` observation for it."""

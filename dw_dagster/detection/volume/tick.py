@@ -27,6 +27,7 @@ from dw_dagster.core.ledger import asset_str
 from dw_dagster.core.links import describe
 from dw_dagster.core.models import Incident, stable_hash, utcnow
 from dw_dagster.databases import Database
+from dw_dagster.detection.incidents import SHOWN_GRACE_S as _INCIDENT_GRACE_S
 from dw_dagster.detection.incidents import (
     diagnosis_request,
     diagnosis_run_key,
@@ -35,6 +36,7 @@ from dw_dagster.detection.incidents import (
     open_incident,
     record_unless_open,
     rediagnosis_requests,
+    unshown_incident_observations,
 )
 from dw_dagster.detection.volume import store as history_store
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, TableCount, VolumeTable, _first_line, fetch_row_counts
@@ -71,7 +73,7 @@ _NOT_RECORDED = ("unchanged", "missing", "error", "unconfirmed", "history_pendin
 
 #: seconds after which an open incident another process opened, with no ``dw/incident`` observation in
 #: the event log, is shown by this sensor (that process's tick was not kept); before, it may still be storing it
-SHOWN_GRACE_S = 120.0
+SHOWN_GRACE_S = _INCIDENT_GRACE_S
 
 #: metadata key: counts recorded since the table's previous observation and not shown one by one
 VOLUME_UNOBSERVED_KEY = c.VOLUME_UNOBSERVED_KEY
@@ -517,16 +519,14 @@ class VolumeTicker:
             if existing.source != "volume_sensor" or existing.id in self.shown_ids:
                 return detail, False, existing.id
             tok = self.opened_in.get(existing.id)  # shown by a tick of this process: was it kept?
-            previous_key = t.previous_key
-            if tok is not None and previous_key is not None and tok[0] == previous_key[0]:
-                # a tick not kept by this cursor may still have had its events stored (the
-                # daemon died before the cursor), or another sensor showed it since: the event log
-                kept = tok[1] <= previous_key[1] or incident_shown(context.instance, existing.id, s.asset_key)
-            else:
-                kept = incident_shown(context.instance, existing.id, s.asset_key,
-                                      min_age_s=0.0 if tok else SHOWN_GRACE_S)
-            if kept:
+            # a tick not kept by this cursor may still have had its events stored (the daemon died before
+            # the cursor), or another sensor showed it since: the event log
+            if self._kept(t, existing.id) or incident_shown(context.instance, existing.id, s.asset_key):
                 self.shown_ids.add(existing.id)
+                return detail, False, existing.id
+            if tok is None and incident_shown(context.instance, existing.id, s.asset_key, min_age_s=SHOWN_GRACE_S):
+                # opened moments ago by another process, whose tick may still be storing it: not shown now and
+                # not taken as shown either (looked at again each tick: _show_unshown)
                 return detail, False, existing.id
             # opened by a tick whose result was not kept (a "Test sensor" evaluation)
             t.events.append(incident_observation(existing, f"incident {existing.id}: "
@@ -559,6 +559,28 @@ class VolumeTicker:
         return dg.AssetObservation(asset_key=s.asset_key, metadata=md, description=(
             f"{s.id}: {rows:,} rows" + (f" in partition {part}" if part else "")
             + f", {h.last_status}; unchanged since {since}"))
+
+    def _kept(self, t: _Tick, incident_id: str) -> bool:
+        """Whether a tick of this process showed ``incident_id`` and the cursor says that tick was kept."""
+        tok, previous_key = self.opened_in.get(incident_id), t.previous_key
+        return tok is not None and previous_key is not None and tok[0] == previous_key[0] and tok[1] <= previous_key[1]
+
+    def _show_unshown(self, t: _Tick) -> None:
+        """Open incidents whose ``dw/incident`` observation was never stored (opened by a "Test sensor"
+        evaluation, or a tick whose result was lost), whatever their table's count does now."""
+        try:
+            events = unshown_incident_observations(t.context.instance, self.watched, ["volume_sensor"], self.shown_ids,
+                                                   skip=t.opened_ids, kept=lambda row: self._kept(t, row.incident_id)
+                                                   if row.incident_id in self.opened_in else None,
+                                                   grace_s=SHOWN_GRACE_S)
+        except Exception as e:  # noqa: BLE001 - the counts of this tick are kept; looked at again next tick
+            t.context.log.exception(f"{self.s.name}: looking for incidents never shown failed")
+            t.wh_errors.append(f"incidents never shown not looked for: {type(e).__name__}: {_first_line(e)}")
+            return
+        for ev in events:
+            t.events.append(ev)
+            t.opened_assets.add(ev.asset_key)
+            t.opened_ids.append(str(getattr(ev.metadata[c.INCIDENT_ID_KEY], "value", ev.metadata[c.INCIDENT_ID_KEY])))
 
     def _rediagnose(self, t: _Tick) -> None:
         """Incidents still waiting for their diagnosis (a lost tick, a dry run) and new evidence."""
@@ -610,6 +632,7 @@ class VolumeTicker:
         self._begin(t)
         self._count(t)
         self._score_all(t)
+        self._show_unshown(t)
         self._rediagnose(t)
         self._show_waiting(t)
         self._save(t)
