@@ -113,11 +113,31 @@ WRITE_WAIT_S = 10.0
 _created: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
+def _upgrade(engine: Engine) -> None:
+    """A ``dw_volume_history`` from before the store was keyed by sensor (no ``sensor`` column, ``spec_id``
+    alone the key) is renamed aside, ``dw_volume_history_before_sensor_<time>``, and a new one created: the
+    store is a cache of what the volume observations hold, rebuilt from them (module docstring), and the old
+    rows are kept. One without ``previous`` (and with ``sensor``) gains the column."""
+    inspector = sa.inspect(engine)
+    if not inspector.has_table(history_t.name):
+        return
+    have = {col["name"] for col in inspector.get_columns(history_t.name)}
+    quote = engine.dialect.identifier_preparer.quote
+    with engine.begin() as conn:
+        if "sensor" not in have:
+            aside = f"{history_t.name}_before_sensor_{int(time.time())}"
+            conn.exec_driver_sql(f"ALTER TABLE {quote(history_t.name)} RENAME TO {quote(aside)}")
+        elif "previous" not in have:
+            conn.exec_driver_sql(f"ALTER TABLE {quote(history_t.name)} ADD COLUMN previous "
+                                 f"{history_t.c.previous.type.compile(dialect=engine.dialect)}")
+
+
 def _ensure(engine: Engine) -> None:
     if engine in _created:
         return
     for attempt in range(5):
         try:
+            _upgrade(engine)
             _meta.create_all(engine, checkfirst=True)
             break
         except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError):
