@@ -23,6 +23,9 @@ KINDS = [
          "https://github.com/cockroachdb/cockroach/pull/17280", A, "test_rename_of_a_column_a_view_reads_is_refused", True),
     kind("dep-retype-column-view", "dependencies", "retyping a column a view compares to another family of types",
          "https://github.com/stripe/pg-schema-diff/issues/280", A, "test_retype_across_families_under_a_view_is_refused", True),
+    kind("dep-bigquery-dataset-views", "dependencies", "views of a BigQuery table (no unqualified information_schema there)",
+         "https://cloud.google.com/bigquery/docs/information-schema-views", A,
+         "test_bigquery_lists_views_from_the_tables_dataset", True),
 ]
 
 

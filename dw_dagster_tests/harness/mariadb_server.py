@@ -8,7 +8,7 @@
     mariadbd --no-defaults --user=root --datadir=D --port=P --bind-address=127.0.0.1
              --socket=D/mariadb.sock --pid-file=D/mariadb.pid --log-error=D/error.log
              --log-bin=D/binlog --binlog-format=ROW --binlog-row-image=FULL
-             --binlog-row-metadata=FULL --server-id=1 --skip-name-resolve ...
+             --binlog-row-metadata=FULL --server-id=1 --skip-name-resolve --tmpdir=D/tmp ...
 
 ``--no-defaults`` keeps Debian's ``/etc/mysql`` files (``user=mysql``, ``/var/log/mysql``) out;
 ``--user=root`` is needed when the tests run as root; ``--binlog-row-metadata=FULL`` puts column
@@ -108,11 +108,16 @@ def private_server(timeout: float = 60.0) -> Iterator[MariaDBServer]:
     datadir = Path(tempfile.mkdtemp(prefix="dw-mariadb-"))
     port = free_port()
     proc = None
+    # its own temporary directory: a mariadbd starting up deletes every #sql* file in its tmpdir (/tmp by
+    # default), the in-flight temporary tables of the shared server on :3306 included, whose queries then
+    # fail with "Error on delete of '/tmp/#sql-temptable-….MAI'" (seen in a full run)
+    tmp = datadir / "tmp"
+    tmp.mkdir()
     try:
         init = subprocess.run(
             [install, "--no-defaults", f"--datadir={datadir / 'data'}", f"--user={user}",
              "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
-             "--innodb-log-file-size=8M"],
+             "--innodb-log-file-size=8M", f"--tmpdir={tmp}"],
             capture_output=True, text=True, timeout=timeout)
         if init.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed ({init.returncode}):\n{init.stdout[-2000:]}\n{init.stderr[-2000:]}")
@@ -123,7 +128,7 @@ def private_server(timeout: float = 60.0) -> Iterator[MariaDBServer]:
              f"--log-error={log}", f"--log-bin={datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
              "--binlog-row-metadata=FULL", "--server-id=1", "--skip-name-resolve", "--innodb-log-file-size=8M",
              "--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
-             "--performance-schema=OFF", "--max-connections=50"],
+             "--performance-schema=OFF", "--max-connections=50", f"--tmpdir={tmp}"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
