@@ -43,6 +43,8 @@ class LocalDuckDB:
         self._db = f"dw_local_{uuid.uuid4().hex}"
         self.con = _shared_instance().cursor()
         self.con.execute(f"ATTACH ':memory:' AS {self._db}")
+        # detached when closed, or when this object is collected unclosed (the shared instance outlives it)
+        self._finalizer = __import__("weakref").finalize(self, _detach, self.con, self._db)
         self.con.execute(f"USE {self._db}")
         self.con.execute("SET TimeZone = 'UTC'")
 
@@ -94,12 +96,16 @@ class LocalDuckDB:
         """Drop the private database (its tables' memory) and the connection; safe to call twice."""
         if self.con is None:
             return
-        try:
-            self.con.execute("USE memory")
-            self.con.execute(f"DETACH DATABASE IF EXISTS {self._db}")
-        finally:
-            self.con.close()
-            self.con = None
+        self._finalizer()
+        self.con = None
+
+
+def _detach(con, name: str) -> None:
+    try:
+        con.execute("USE memory")
+        con.execute(f"DETACH DATABASE IF EXISTS {name}")
+    finally:
+        con.close()
 
 
 _SHARED: tuple[int, object] | None = None

@@ -50,10 +50,11 @@ def test_close_detaches_the_private_database_and_is_idempotent():
 
 
 def test_locals_in_threads_at_once_each_count_their_own_rows():
-    errors, counts = [], {}
+    errors, counts, names = [], {}, []
 
     def work(i: int) -> None:
         local = LocalDuckDB()
+        names.append(local._db)
         try:
             for _ in range(20):
                 local.execute("CREATE OR REPLACE TABLE dw_d AS SELECT range AS v FROM range(?)".replace("?", str(100 + i)))
@@ -70,4 +71,15 @@ def test_locals_in_threads_at_once_each_count_their_own_rows():
     for t in threads:
         t.join()
     assert not errors and counts == {i: 100 + i for i in range(6)}
-    assert not any(n.startswith("dw_local_") for n in _attached())
+    assert not set(names) & _attached()  # (other tests' LocalDuckDBs may be open in this process)
+
+
+def test_a_local_collected_unclosed_gives_its_database_back():
+    import gc
+
+    local = LocalDuckDB()
+    name = local._db
+    local.execute("CREATE TABLE t AS SELECT range AS v FROM range(1000)")
+    del local
+    gc.collect()
+    assert name not in _attached()
