@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -44,7 +46,7 @@ class LocalDuckDB:
         self.con = _shared_instance().cursor()
         self.con.execute(f"ATTACH ':memory:' AS {self._db}")
         # detached when closed, or when this object is collected unclosed (the shared instance outlives it)
-        self._finalizer = __import__("weakref").finalize(self, _detach, self.con, self._db)
+        self._finalizer = weakref.finalize(self, _detach, self.con, self._db)
         self.con.execute(f"USE {self._db}")
         self.con.execute("SET TimeZone = 'UTC'")
 
@@ -109,7 +111,7 @@ def _detach(con, name: str) -> None:
 
 
 _SHARED: tuple[int, object] | None = None
-_SHARED_LOCK = __import__("threading").Lock()
+_SHARED_LOCK = threading.Lock()
 
 
 def _shared_instance():

@@ -23,7 +23,7 @@ import dagster as dg
 
 from dw_dagster.checks.volume import BaselineScore, score_against_baseline
 from dw_dagster.core import keys as c
-from dw_dagster.core.ledger import asset_str
+from dw_dagster.core.ledger import asset_str, ledger_for
 from dw_dagster.core.links import describe
 from dw_dagster.core.models import Incident, stable_hash, utcnow
 from dw_dagster.databases import Database
@@ -524,7 +524,8 @@ class VolumeTicker:
             if self._kept(t, existing.id) or incident_shown(context.instance, existing.id, s.asset_key):
                 self.shown_ids.add(existing.id)
                 return detail, False, existing.id
-            if tok is None and incident_shown(context.instance, existing.id, s.asset_key, min_age_s=SHOWN_GRACE_S):
+            row = ledger_for(context.instance).incident(existing.id) if tok is None else None
+            if row is not None and time.time() - row.opened_at < SHOWN_GRACE_S:
                 # opened moments ago by another process, whose tick may still be storing it: not shown now and
                 # not taken as shown either (looked at again each tick: _show_unshown)
                 return detail, False, existing.id
