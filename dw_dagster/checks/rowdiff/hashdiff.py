@@ -368,10 +368,9 @@ def _stream(source: Database, target: Database, plan, opts, transfer: str, min_m
             for (db, rel), (_, stream_s, rows) in zip(remote, probes):
                 h = _hashes(db, plan.keys, plan.columns, native, plan.st if db is source else plan.tt,
                             plan.tt if db is source else plan.st, opts.case_insensitive_keys)
-                t0 = time.perf_counter()
-                db.fetch_all(_bucket_sql(db, f"(SELECT * FROM {rel} AS dw_l LIMIT {int(rows)})", h, 1024))
+                q = _bucket_sql(db, f"(SELECT * FROM {rel} AS dw_l LIMIT {int(rows)})", h, 1024)
                 # the bisect path reads the source at least twice (counts, bucket sums) and hashes it once
-                if stream_s > 2 * (time.perf_counter() - t0):
+                if stream_s > 2 * st.probe_hash_s(db, lambda db=db, q=q: db.fetch_all(q)):
                     return None, mbps
     try:
         result = stream_diff(source, target, plan, opts, sample_limit=sample_limit, pass_rows=pass_rows,
