@@ -242,7 +242,10 @@ def first_tick(sensor, instance):
     import dagster as dg
 
     def tick(cursor):
-        return sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name))
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name)
+        for handler in _KEEP:  # the context's logger is its own Logger, outside logging's hierarchy
+            context.log.addHandler(handler)
+        return sensor.evaluate_tick(context)
 
     t = time.perf_counter()
     first = tick(None)
@@ -251,6 +254,10 @@ def first_tick(sensor, instance):
     for ev in first.asset_events:
         instance.report_runless_asset_event(ev)
     return tick, first, rebuild_tick_s, time.perf_counter() - t
+
+
+#: handlers :func:`first_tick`'s ``tick`` adds to each sensor context's logger (:func:`_tick_log_lines`)
+_KEEP: list = []
 
 
 @contextlib.contextmanager
@@ -266,12 +273,12 @@ def _tick_log_lines():
             if " queries, " in msg and "catalog " in msg:
                 lines.append(msg)
 
-    handler, root = _Keep(), logging.getLogger("dagster")  # where a sensor context logs
-    root.addHandler(handler)
+    handler = _Keep()
+    _KEEP.append(handler)
     try:
         yield lines
     finally:
-        root.removeHandler(handler)
+        _KEEP.remove(handler)
 
 
 def _phases(line: str) -> dict[str, float]:

@@ -242,9 +242,10 @@ def test_two_sensors_on_one_asset_and_a_dry_run_page_once(wh):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "volume store.load(kept_until=None): with no cursor there is no 'at', every row is read as written, so the "
-    "dry run's count is taken as recorded (its observation lost) and the count never changes again to reach "
-    "the open incident (not shown until the daily re-record)"))
+    "volume store: with no cursor, the rows of a 'Test sensor' run right before the cursor was deleted look "
+    "exactly like those of the last kept tick (both started from a kept tick, neither confirmed by a later "
+    "cursor); the rebuild reads them as written (else a deleted cursor would drop the last kept count from "
+    "every history), so the dry run's count is taken as recorded and its observation is not shown"))
 def test_a_dry_run_then_a_deleted_cursor_loses_nothing(wh):
     """The cursor deleted after a dry run (an operator's "reset cursor"): the rebuild has no
     ``at`` and reads every store row as written, so the dry run's count is taken as recorded and
@@ -306,10 +307,10 @@ def test_a_dry_run_and_a_tick_at_the_same_or_an_earlier_sensor_time_show_the_inc
     assert counts(instance) == [1000, 1001, 1002, 10]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume store: 'kept' compares the store row's updated_at with the cursor's at, the real clocks of two "
-    "processes; a dry run whose clock is behind writes rows that read as kept, so its count and its incident are "
-    "never shown after a restart"))
+# fixed (the store names each row's writer; a tick's cursor marks its writer kept); it failed with:
+# "volume store: 'kept' compares the store row's updated_at with the cursor's at, the real clocks of two "
+# "processes; a dry run whose clock is behind writes rows that read as kept, so its count and its incident are "
+# "never shown after a restart"
 def test_a_dry_run_on_a_host_whose_clock_is_behind_loses_nothing_after_a_restart(wh, monkeypatch):
     """The store's ``updated_at`` and the cursor's ``at`` come from the real clocks of two
     processes: a dry run in a process whose clock is 30 s behind (another host, an NTP step back)
@@ -374,9 +375,9 @@ def test_a_restart_does_not_page_again_when_the_asset_has_many_observations_per_
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume store.load(kept_until=None): the sensor's first real tick has no cursor, so it reads the rows a "
-    "'Test sensor' evaluation before it wrote (no cursor either) as kept: the first counts are never shown"))
+# fixed (the store names each row's writer; a tick's cursor marks its writer kept); it failed with:
+# "volume store.load(kept_until=None): the sensor's first real tick has no cursor, so it reads the rows a "
+# "'Test sensor' evaluation before it wrote (no cursor either) as kept: the first counts are never shown"
 def test_a_dry_run_before_the_first_tick_loses_no_count_observation(wh):
     """"Test sensor" before the sensor is turned on (the usual way to try one): the dry run has no
     cursor, records the first counts in the store and is thrown away; the first real tick has no
@@ -391,10 +392,10 @@ def test_a_dry_run_before_the_first_tick_loses_no_count_observation(wh):
     assert counts(instance) == [1000]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "volume store: a row a dry run wrote is read as kept once a later kept tick has ended, even when that "
-    "tick did not write it (the table was back at its kept count): after a restart the dry run's count is in "
-    "the history (recorded again, and in every later baseline) though no kept tick recorded it"))
+# fixed (the store names each row's writer; a tick's cursor marks its writer kept); it failed with:
+# "volume store: a row a dry run wrote is read as kept once a later kept tick has ended, even when that "
+# "tick did not write it (the table was back at its kept count): after a restart the dry run's count is in "
+# "the history (recorded again, and in every later baseline) though no kept tick recorded it"
 def test_a_dry_run_count_a_kept_tick_did_not_rewrite_stays_out_of_the_history(wh):
     instance, clock = dg.DagsterInstance.ephemeral(), Clock()
     daemon = build(wh, instance, clock)

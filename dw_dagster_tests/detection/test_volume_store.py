@@ -87,6 +87,40 @@ def test_rows_written_after_the_last_kept_tick_are_read_as_their_previous_histor
         VolumeHistoryStore(engine, "x" * 129)
 
 
+def test_rows_of_a_tick_a_later_cursor_never_named_are_read_by_who_wrote_them(engine, monkeypatch):
+    """Each row names its writer (a tick) and the tick that one started from; a tick's cursor marks the tick it
+    comes from as kept. The sensor's rebuild with a cursor reads only marked writers' rows as written; without
+    one, also a row whose tick started from a marked one with no sibling marked; a reader, every row but those
+    of a tick whose sibling was marked. No clock is compared (two hosts' clocks may disagree). Marks no row
+    names any more are pruned."""
+    st = VolumeHistoryStore(engine, "east")
+    h = lambda *n: TableHistory(entries=tuple((None, x) for x in n), recorded_at=1.0, last_status="ok")  # noqa: E731
+    st.save({"wh:a": h(1), "wh:b": h(1)}, writer="aa01", parent=None)  # the first tick
+    st.save({"wh:a": h(1, 2)}, previous={"wh:a": h(1)}, writer="dd01", parent=None)  # a "Test sensor" before it
+    st.mark_kept("aa01", None)  # the second tick's cursor named the first
+    assert st.load(["wh:a", "wh:b"], reader="cursor") == {"wh:a": h(1), "wh:b": h(1)}
+    assert st.load(["wh:a", "wh:b"], reader="no_cursor") == {"wh:a": h(1), "wh:b": h(1)}
+    st.save({"wh:b": h(1, 3)}, previous={"wh:b": h(1)}, writer="bb01", parent="aa01")  # the second tick, not yet named
+    st.save({"wh:a": h(1, 4)}, previous={"wh:a": h(1)}, writer="dd02", parent="bb01")  # a dry run from its cursor
+    assert st.load(["wh:a", "wh:b"], reader="cursor") == {"wh:a": h(1), "wh:b": h(1)}  # neither confirmed
+    assert st.load(["wh:a", "wh:b"], reader="no_cursor") == {"wh:a": h(1), "wh:b": h(1, 3)}
+    assert st.load(["wh:a", "wh:b"]) == {"wh:a": h(1, 4), "wh:b": h(1, 3)}  # a reader: the newest rows
+    st.mark_kept("bb01", "aa01")
+    st.save({"wh:b": h(1, 3, 5)}, previous={"wh:b": h(1, 3)}, writer="cc01", parent="bb01")  # a sibling of dd02
+    st.mark_kept("cc01", "bb01")
+    for reader in ("latest", "cursor", "no_cursor"):  # dd02's sibling was kept: dd02 was thrown away
+        assert st.load(["wh:a", "wh:b"], reader=reader) == {"wh:a": h(1), "wh:b": h(1, 3, 5)}, reader
+    with pytest.raises(ValueError, match="reader must be"):
+        st.load(["wh:a"], reader="all")
+    monkeypatch.setattr(store_mod, "PRUNE_EVERY", 1)
+    st.save({"wh:a": h(1, 6)}, previous={"wh:a": h(1)}, writer="ee01", parent="cc01")
+    st.mark_kept("ee01", "cc01")  # no row needs aa01 any more; bb01 started cc01's row
+    with engine.connect() as conn:
+        left = sorted(conn.execute(sa.select(store_mod.kept_t.c.writer)).scalars())
+    assert left == ["bb01", "cc01", "ee01"]
+    assert st.load(["wh:a", "wh:b"], reader="cursor") == {"wh:a": h(1, 6), "wh:b": h(1, 3, 5)}
+
+
 def test_the_store_stays_bounded_whatever_the_number_of_ticks(wh):
     instance = dg.DagsterInstance.ephemeral()
     clock = Clock()

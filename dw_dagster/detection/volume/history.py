@@ -231,8 +231,27 @@ def _cursor_at(text: str | None) -> float | None:
     return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None
 
 
-def _cursor_text(key: tuple[str, int], tables: int) -> str:
-    """The cursor: the history snapshot's token, the table count and when this tick ended (``at``,
-    epoch seconds: store rows written after it come from a tick whose result was not kept)."""
-    return json.dumps({"v": _CURSOR_VERSION, "epoch": key[0], "tick": key[1], "tables": tables,
-                       "at": math.ceil(time.time() * 1000) / 1000}, sort_keys=True)
+def _cursor_writer(text: str | None, field: str = "writer") -> str | None:
+    """The id of the tick that wrote the cursor (``field="parent"``: of the tick it started from), None when
+    it does not say."""
+    try:
+        w = json.loads(text or "").get(field)
+    except (ValueError, AttributeError):
+        return None
+    ok = isinstance(w, str) and 0 < len(w) <= 32 and all(ch in "0123456789abcdef" for ch in w)
+    return w if ok else None
+
+
+def _cursor_text(key: tuple[str, int], tables: int, writer: str | None = None, parent: str | None = None) -> str:
+    """The cursor: the history snapshot's token, the table count, when this tick ended (``at``, epoch
+    seconds: a store row from before the store named its writers, written after it, comes from a tick
+    whose result was not kept), the id of this tick (``writer``: the next tick marks it kept,
+    :meth:`~dw_dagster.detection.volume.store.VolumeHistoryStore.mark_kept`) and of the tick it started
+    from (``parent``)."""
+    data = {"v": _CURSOR_VERSION, "epoch": key[0], "tick": key[1], "tables": tables,
+            "at": math.ceil(time.time() * 1000) / 1000}
+    if writer is not None:
+        data["writer"] = writer
+    if parent is not None:
+        data["parent"] = parent
+    return json.dumps(data, sort_keys=True)

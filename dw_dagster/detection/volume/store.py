@@ -28,6 +28,8 @@ column                    what it holds
 ``previous``              JSON of the history the writing tick started from (all of the above), or
                           null: what a rebuild reads when that tick's result was not kept
 ``updated_at``            epoch seconds of the write
+``writer``                the id of the tick that wrote the row (its cursor names it)
+``parent``                the id of the tick that tick started from (null: it had no cursor)
 ========================  ==========================================================================
 
 One row per watched table, rewritten when its history changes: the store's size is bounded by
@@ -43,10 +45,14 @@ compiled once and executed for the rows in batches of 1,000, so a restarted code
 nothing. A tick the daemon evaluates again with the previous cursor (it failed to store the
 result) scores from the in-process snapshot that cursor names, not from the store, and writes the
 same tables again. A tick whose result Dagster never keeps (a "Test sensor" evaluation in the UI,
-a daemon that died before storing the result) has written the store all the same: each row keeps
-the history its tick started from (``previous``), and the sensor's cursor says when the last kept
-tick ended. A rebuild reads a row written after that (``updated_at``) as its ``previous``, so the
-next kept tick records and shows those counts again instead of taking them as already shown. A store that cannot be written (a lock another session holds for more than
+a daemon that died before storing the result) has written the store all the same:
+each row keeps the history its tick started from (``previous``) and names its tick (``writer``) and
+the tick that one started from (``parent``, the writer its input cursor named). Each tick's cursor
+names the tick itself; the next tick marks that one kept (``dw_volume_kept``: Dagster stored its
+result). A rebuild reads the row of a tick no cursor named as its ``previous``, so the next kept
+tick records and shows those counts again; no clock is compared (see :meth:`VolumeHistoryStore.load`
+for the rebuild without a cursor). Rows written before the store named its writers are judged by
+the cursor's ``at`` against their ``updated_at``, as before. A store that cannot be written (a lock another session holds for more than
 :data:`WRITE_WAIT_S` seconds, a dropped table is created again first) is logged and named in the
 tick's summary; the in-process history keeps the counts and the next tick writes them. A
 hand-edited row that is not what this module writes is left out when read, and the tick's
@@ -67,6 +73,7 @@ summary).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -98,7 +105,23 @@ history_t = sa.Table(
     sa.Column("last_status", sa.String(32), nullable=True),
     sa.Column("previous", sa.Text, nullable=True),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("writer", sa.String(32), nullable=True),
+    sa.Column("parent", sa.String(32), nullable=True),
 )
+
+#: ticks whose result Dagster kept (a later tick's cursor named them), each with the tick it started from
+#: (``parent``, "" for none): a row whose writer is not here but a sibling of it is was written by a tick
+#: Dagster threw away
+kept_t = sa.Table(
+    "dw_volume_kept", _meta,
+    sa.Column("sensor", sa.String(MAX_SENSOR_CHARS), primary_key=True),
+    sa.Column("writer", sa.String(32), primary_key=True),
+    sa.Column("parent", sa.String(32), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
+#: marks between two prunings of the writers no store row names any more (per process and database)
+PRUNE_EVERY = 200
 
 #: spec ids per SELECT / rows per upsert statement
 CHUNK = 1000
@@ -111,13 +134,14 @@ REBUILD_BUDGET_S = 20.0
 WRITE_WAIT_S = 10.0
 
 _created: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_marks: "weakref.WeakKeyDictionary[Engine, int]" = weakref.WeakKeyDictionary()
 
 
 def _upgrade(engine: Engine) -> None:
     """A ``dw_volume_history`` from before the store was keyed by sensor (no ``sensor`` column, ``spec_id``
     alone the key) is renamed aside, ``dw_volume_history_before_sensor_<time>``, and a new one created: the
     store is a cache of what the volume observations hold, rebuilt from them (module docstring), and the old
-    rows are kept. One without ``previous`` (and with ``sensor``) gains the column."""
+    rows are kept. One without ``previous``, ``writer`` or ``parent`` (and with ``sensor``) gains the column."""
     inspector = sa.inspect(engine)
     if not inspector.has_table(history_t.name):
         return
@@ -127,9 +151,11 @@ def _upgrade(engine: Engine) -> None:
         if "sensor" not in have:
             aside = f"{history_t.name}_before_sensor_{int(time.time())}"
             conn.exec_driver_sql(f"ALTER TABLE {quote(history_t.name)} RENAME TO {quote(aside)}")
-        elif "previous" not in have:
-            conn.exec_driver_sql(f"ALTER TABLE {quote(history_t.name)} ADD COLUMN previous "
-                                 f"{history_t.c.previous.type.compile(dialect=engine.dialect)}")
+            return
+        for column in ("previous", "writer", "parent"):
+            if column not in have:
+                conn.exec_driver_sql(f"ALTER TABLE {quote(history_t.name)} ADD COLUMN {column} "
+                                     f"{history_t.c[column].type.compile(dialect=engine.dialect)}")
 
 
 def _ensure(engine: Engine) -> None:
@@ -221,6 +247,39 @@ def _history(r) -> TableHistory:
                         last_status=_text(r.last_status, "last_status"))
 
 
+class _Kept:
+    """Whether a store row comes from a tick whose result Dagster kept (:meth:`VolumeHistoryStore.load`)."""
+
+    def __init__(self, writers: set[str], parents: set[str], kept_until: float | None, reader: str) -> None:
+        if reader not in ("latest", "cursor", "no_cursor"):
+            raise ValueError(f"reader must be 'latest', 'cursor' or 'no_cursor', got {reader!r}")
+        self.writers, self.parents, self.kept_until, self.reader = writers, parents, kept_until, reader
+
+    def __call__(self, r) -> bool:
+        if r.writer is None:  # written before the store named its writers: by time
+            return self.kept_until is None or (_time(r.updated_at, "updated_at") or 0.0) <= self.kept_until
+        if r.writer in self.writers:
+            return True
+        # a tick that started where it did was kept instead (ticks with no cursor are no siblings of each other)
+        sibling_kept = bool(r.parent) and r.parent in self.parents
+        if self.reader == "latest":
+            return not sibling_kept
+        if self.reader == "no_cursor":
+            return bool(r.parent) and r.parent in self.writers and not sibling_kept
+        return False
+
+
+def _insert(engine: Engine):
+    """The dialect's ``insert`` (with ``ON CONFLICT``): SQLite's or PostgreSQL's."""
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif engine.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    else:
+        raise ValueError(f"the volume history store needs SQLite or PostgreSQL, not {engine.dialect.name}")
+    return insert
+
+
 def _missing(error: sa.exc.DBAPIError) -> bool:
     """True when ``error`` says the store's table is not there (dropped while this process had
     created it): SQLite's "no such table", PostgreSQL's SQLSTATE 42P01. Read from the error, never
@@ -251,7 +310,7 @@ class VolumeHistoryStore:
         _ensure(engine)
 
     def load(self, spec_ids: Iterable[str], on_error: Callable[[str], None] | None = None, *,
-             kept_until: float | None = None) -> dict[str, TableHistory]:
+             kept_until: float | None = None, reader: str = "latest") -> dict[str, TableHistory]:
         """This sensor's stored history of each of ``spec_ids`` the store holds (absent ids are left out).
 
         One ``SELECT`` per :data:`CHUNK` ids. A row that is not what :meth:`save` writes (a
@@ -263,21 +322,35 @@ class VolumeHistoryStore:
         Args:
             spec_ids: the tables' spec ids.
             on_error: told (one line) about each row left out and about rows read as their ``previous``.
-            kept_until: epoch seconds the last tick whose result Dagster kept ended (the cursor's);
-                a row written after it is read as the history its tick started from (left out
-                when that tick started from none). None: every row as written.
+            kept_until: for a row written before the store named its writers (``writer`` null): epoch
+                seconds the last tick whose result Dagster kept ended (the cursor's); such a row
+                written after it is read as its ``previous``. None: such rows as written.
+
+            reader: which rows whose writer no later tick's cursor has named yet (:meth:`mark_kept`)
+                are read as written. ``"latest"`` (a reader such as the CLI): those of the newest
+                ticks, unless a tick that started where they did was kept instead. ``"cursor"`` (the
+                sensor's rebuild, its cursor's tick marked first): none. ``"no_cursor"`` (the sensor's
+                rebuild with no cursor to say which tick was kept): those of a tick that started from a
+                kept one, unless a sibling was kept instead - the last kept tick's, or a "Test sensor"
+                run's right before the cursor was deleted, which cannot be told apart - and never
+                those of a tick that started from none (a "Test sensor" before the first tick).
+
+        A row read as not kept is read as the history its tick started from (left out when it
+        started from none).
         """
         ids = list(dict.fromkeys(spec_ids))
         out: dict[str, TableHistory] = {}
         unkept = 0
         try:
             with self.engine.connect() as conn:
+                marks = conn.execute(sa.select(kept_t.c.writer, kept_t.c.parent).where(kept_t.c.sensor == self.sensor)).all()
+                kept = _Kept({w for w, _ in marks}, {p for _, p in marks}, kept_until, reader)
                 for start in range(0, len(ids), CHUNK):
                     chunk = ids[start:start + CHUNK]
                     for r in conn.execute(sa.select(history_t).where(history_t.c.sensor == self.sensor,
                                                                      history_t.c.spec_id.in_(chunk))):
                         try:
-                            if kept_until is not None and _time(r.updated_at, "updated_at") > kept_until:
+                            if not kept(r):
                                 unkept += 1
                                 if r.previous is not None:
                                     out[r.spec_id] = _decode_whole(r.previous)
@@ -298,8 +371,41 @@ class VolumeHistoryStore:
             return {}
         return out
 
+    def mark_kept(self, writer: str, parent: str | None) -> None:
+        """Record that the tick ``writer`` (started from tick ``parent``) was kept: a tick's cursor named it,
+        so Dagster stored its result. Every :data:`PRUNE_EVERY` marks, the marks no row of this sensor
+        needs any more (its writer writes no row and starts none, its parent starts none) are forgotten.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database refuses the write."""
+        stmt = _insert(self.engine)(kept_t).values(sensor=self.sensor, writer=writer, parent=parent or "", at=time.time())
+        stmt = stmt.on_conflict_do_nothing(index_elements=[kept_t.c.sensor, kept_t.c.writer])
+        n = _marks[self.engine] = _marks.get(self.engine, 0) + 1
+        with self._writing() as conn:
+            conn.execute(stmt)
+            if n % PRUNE_EVERY == 0:
+                mine = history_t.c.sensor == self.sensor
+                writers = sa.select(history_t.c.writer).where(mine, history_t.c.writer.is_not(None))
+                parents = sa.select(history_t.c.parent).where(mine, history_t.c.parent.is_not(None))
+                conn.execute(sa.delete(kept_t).where(kept_t.c.sensor == self.sensor, kept_t.c.writer != writer,
+                                                     kept_t.c.writer.not_in(writers), kept_t.c.writer.not_in(parents),
+                                                     kept_t.c.parent.not_in(parents)))
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A transaction that waits at most :data:`WRITE_WAIT_S` for another session's lock."""
+        with self.engine.connect() as conn:
+            wait_ms = int(WRITE_WAIT_S * 1000)
+            if self.engine.dialect.name == "sqlite":  # before BEGIN, which is where SQLite waits
+                conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
+            with conn.begin():
+                if self.engine.dialect.name == "postgresql":  # PostgreSQL waits for a row lock forever
+                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
+                yield conn
+
     def save(self, histories: Mapping[str, TableHistory],
-             previous: Mapping[str, TableHistory | None] | None = None) -> int:
+             previous: Mapping[str, TableHistory | None] | None = None, writer: str | None = None,
+             parent: str | None = None) -> int:
         """Upsert this sensor's ``histories`` (spec id → history); one statement per :data:`CHUNK` rows, one transaction.
 
         A store table dropped while the process runs is created again and written.
@@ -308,6 +414,8 @@ class VolumeHistoryStore:
             histories: spec id → the history to store.
             previous: spec id → the history the writing tick started from (kept beside it, read by
                 :meth:`load` when that tick's result was not kept); missing ids keep none.
+            writer: the writing tick's id (the one its cursor names; :meth:`mark_kept`).
+            parent: the id of the tick it started from (its input cursor's ``writer``).
 
         Returns:
             Rows written.
@@ -322,30 +430,19 @@ class VolumeHistoryStore:
         before = previous or {}
         rows = [{"sensor": self.sensor, "spec_id": sid, "entries": _encode(h), "previous": _encode_whole(before.get(sid)), "recorded_at": h.recorded_at, "observed_at": h.observed_at,
                  "observed_status": h.observed_status, "unobserved": h.unobserved, "last_status": h.last_status,
-                 "updated_at": now}
+                 "updated_at": now, "writer": writer, "parent": parent}
                 for sid, h in histories.items()]
-        if self.engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        elif self.engine.dialect.name == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        else:
-            raise ValueError(f"the volume history store needs SQLite or PostgreSQL, not {self.engine.dialect.name}")
-        stmt = insert(history_t)
+        stmt = _insert(self.engine)(history_t)
         stmt = stmt.on_conflict_do_update(
             index_elements=[history_t.c.sensor, history_t.c.spec_id],
             set_={c: stmt.excluded[c] for c in ("entries", "recorded_at", "observed_at", "observed_status",
-                                                "unobserved", "last_status", "previous", "updated_at")})
+                                                "unobserved", "last_status", "previous", "updated_at", "writer",
+                                                "parent")})
         for attempt in (0, 1):
             try:
-                with self.engine.connect() as conn:
-                    wait_ms = int(WRITE_WAIT_S * 1000)
-                    if self.engine.dialect.name == "sqlite":  # before BEGIN, which is where SQLite waits
-                        conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
-                    with conn.begin():  # one statement compiled once, executed for many rows (executemany)
-                        if self.engine.dialect.name == "postgresql":  # PostgreSQL waits for a row lock forever
-                            conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
-                        for start in range(0, len(rows), CHUNK):
-                            conn.execute(stmt, rows[start:start + CHUNK])
+                with self._writing() as conn:  # one statement compiled once, executed for many rows (executemany)
+                    for start in range(0, len(rows), CHUNK):
+                        conn.execute(stmt, rows[start:start + CHUNK])
                 return len(rows)
             except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
                 if attempt or not _missing(e):

@@ -58,6 +58,7 @@ from dw_dagster.detection.volume.history import (
     _append,
     _cursor_at,
     _cursor_text,
+    _cursor_writer,
     _HistoryCache,
     _observed,
     _parse_cursor,
@@ -211,6 +212,9 @@ class _Tick:
     previous_key: tuple[str, int] | None = None
     history: dict[str, TableHistory] = dataclasses.field(default_factory=dict)
     new_history: dict[str, TableHistory] = dataclasses.field(default_factory=dict)
+    # this evaluation's id (its store rows and its cursor name it) and the id of the tick it started from
+    writer: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
+    parent: str | None = None
 
     @property
     def now_ts(self) -> float:
@@ -232,6 +236,7 @@ class VolumeTicker:
         self.unread: set[str] = set()  # tables whose history is still to be read from observations (after a rebuild)
         self.empties: dict[tuple[str, str | None], float] = {}  # (table, partition) -> when it first read empty
         self.unsaved: set[str] = set()  # spec ids whose changed history a tick could not write (written next tick)
+        self.marked: str | None = None  # the writer this process last marked kept in the store
         self.opened_in: dict[str, tuple[str, int]] = {}  # incident id -> the cursor token of the tick that showed it
         self.shown_ids: set[str] = set()  # open incidents whose dw/incident observation is known to be stored
         self.watched = sorted({asset_str(sp.asset_key) for sp in settings.specs})
@@ -314,7 +319,8 @@ class VolumeTicker:
         if store is not None:
             try:
                 from_store = store.load(history, on_error=lambda m: (context.log.warning(f"{name}: {m}"), notes.append(m)),
-                                        kept_until=_cursor_at(context.cursor))
+                                        kept_until=_cursor_at(context.cursor),
+                                        reader="cursor" if _cursor_writer(context.cursor) else "no_cursor")
             except Exception as e:  # noqa: BLE001
                 context.log.error(f"{name}: reading the row-count history store failed: {_first_line(e)}")
         history.update(from_store)
@@ -346,6 +352,17 @@ class VolumeTicker:
                 break
         return done
 
+    def _mark_kept(self, t: _Tick) -> None:
+        """The tick the cursor comes from was kept: its store rows are read as written from now on (once per writer)."""
+        w = t.parent
+        if t.store is None or w is None or w == self.marked:
+            return
+        try:
+            t.store.mark_kept(w, _cursor_writer(t.context.cursor, "parent"))
+            self.marked = w
+        except Exception as e:  # noqa: BLE001 - marked by the next tick; a rebuild before then records its counts again
+            t.context.log.warning(f"{self.s.name}: row-count history store: tick {w} not marked kept: {_first_line(e)}")
+
     def _begin(self, t: _Tick) -> None:
         """The tick's history: the cached snapshot its cursor names, or rebuilt (store, observations)."""
         t0 = time.perf_counter()
@@ -356,6 +373,8 @@ class VolumeTicker:
             context.log.warning(why)
             t.notes.append(why)
         t.store = self.store(context, t.notes)
+        t.parent = _cursor_writer(context.cursor)
+        self._mark_kept(t)
         if history is None:
             reason = "no cursor" if context.cursor is None or context.cursor == "" else (
                 "unreadable cursor" if key is None else "history cache not in this process")
@@ -615,7 +634,8 @@ class VolumeTicker:
         if t.store is not None and (t.touched or self.unsaved):
             dirty = (t.touched | self.unsaved) & t.new_history.keys()
             try:
-                t.store.save({sid: t.new_history[sid] for sid in dirty}, previous={sid: t.history.get(sid) for sid in dirty})
+                t.store.save({sid: t.new_history[sid] for sid in dirty}, previous={sid: t.history.get(sid) for sid in dirty},
+                             writer=t.writer, parent=t.parent)
                 self.unsaved.clear()
             except Exception as e:  # noqa: BLE001 - the in-process history still has them; written next tick
                 self.unsaved.update(dirty)
@@ -644,7 +664,7 @@ class VolumeTicker:
         summary = self._summary(t)
         phases = ", ".join(f"{p} {t.timings.get(p, 0.0):.2f} s" for p in ("history", "catalog", "counting", "scoring", "storing"))
         context.log.info(f"{self.s.name}: {summary} ({t.queries} queries, {time.perf_counter() - t.started:.2f} s: {phases})")
-        cursor = _cursor_text(new_key, len(self.s.specs))
+        cursor = _cursor_text(new_key, len(self.s.specs), t.writer, t.parent)
         if t.requests:
             return dg.SensorResult(run_requests=t.requests, asset_events=t.events, cursor=cursor)
         return dg.SensorResult(skip_reason=summary[:4000], asset_events=t.events, cursor=cursor)
