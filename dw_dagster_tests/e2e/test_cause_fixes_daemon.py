@@ -7,10 +7,13 @@ code server; :mod:`dw_dagster_tests.harness.dagster_dev`) once, on the code loca
 :mod:`.cause_location`: five worlds of :mod:`dw_dagster_tests.repair.cause_world` side by side (their
 own DuckDB files and git pipeline repositories), so the five incidents go through the same daemon ticks.
 
-The test process tells each world's story (loads run on the instance of the same ``DAGSTER_HOME``)
-and launches its ``compare`` check in process; from there the daemon's incident sensor opens the
+The test process tells each world's story (loads run on the instance of the same ``DAGSTER_HOME``,
+while ``dagster dev`` starts; the loads run no checks) and then runs its ``compare`` check in process; from there the daemon's incident sensor opens the
 incident and launches the diagnosis, which proposes the change set with its new test; the owner
-approves through the approval job launched through GraphQL; the world's remediation sensor waits for
+approves through the approval job (``approve_in_process``, what ``dw-dagster approve`` runs: the
+decision is checked against the domains file and recorded in the ledger the daemon reads; launching
+it through GraphQL costs a run worker process a decision, and the main daemon test does that
+already); the world's remediation sensor waits for
 the owner's merge, then launches the repair stages, the verify stage (the new test runs, and passes)
 and the receipt, which names the test. Each test reads one cause's records back from the instance.
 
@@ -34,14 +37,17 @@ Failures from the field, one per cause:
 import os
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from dw_dagster.approval.job import approve_in_process
 from dw_dagster.core import keys as c
 from dw_dagster.core import records
+from dw_dagster.core.ledger import ledger_for
 from dw_dagster.proposals.watermark import apply_change_set
 from dw_dagster_dev.fakes.tableau_server import FakeTableau, FakeTableauServer
 from dw_dagster_tests.e2e import cause_location as cl
@@ -61,7 +67,7 @@ class Drive:
     dev: object
     instance: dg.DagsterInstance
     worlds: dict
-    approval_runs: dict = field(default_factory=dict)  # cause → the approval run launched through GraphQL
+    approval_runs: dict = field(default_factory=dict)  # cause → the approval job's run
     before_merge: dict = field(default_factory=dict)  # cause → stage runs that existed before the owner's merge
     seconds: dict = field(default_factory=dict)  # moment → seconds since dagster dev was up
 
@@ -92,13 +98,11 @@ def _until(drive: Drive, cond, what: str, timeout: float = TIMEOUT):
     raise AssertionError(drive.explain(f"{what} did not happen within {timeout} s"))
 
 
-def _finished(drive: Drive, run_id: str) -> bool:
-    run = drive.instance.get_run_by_id(run_id)
-    return run is not None and run.is_finished
-
-
-def _prepare(instance: dg.DagsterInstance, root: Path, domains: Path, tableau_url: str, worlds: dict) -> None:
-    """Each world's story, then its compare check, in this process on the shared instance: five failing checks."""
+def _prepare(instance: dg.DagsterInstance, root: Path, worlds: dict, domains: Path, tableau_url: str) -> None:
+    """The worlds, each world's story, then its compare check, in this process on the shared instance: five failing checks."""
+    for w in worlds.values():
+        w.root.mkdir(parents=True)
+        (cw.create_contract_world if isinstance(w, cw.ContractWorld) else cw.create_orders_world)(w)
     defs = cl.cause_definitions(root, domains, tableau_url)
     for cause, story in cw.STORIES.items():
         story(defs, instance, worlds[cause])
@@ -110,10 +114,10 @@ def _prepare(instance: dg.DagsterInstance, root: Path, domains: Path, tableau_ur
 
 
 def _approve(drive: Drive, cs) -> str:
-    """The owner's decision through the approval job, launched through GraphQL (the domain takes a typed email)."""
-    return drive.dev.submit_job(c.APPROVAL_JOB, location=LOCATION, tags={c.CHANGE_SET_TAG: cs.id}, run_config={
-        "ops": {c.APPROVAL_OP: {"config": {"change_set_id": cs.id, "approver": OWNER, "id_token": "", "decision": "approve",
-                                           "comment": "reviewed in the daemon test"}}}})
+    """The owner's decision through the approval job (the domain takes a typed email); its run's id."""
+    recorded, message = approve_in_process(drive.instance, cs.id, approver=OWNER, comment="reviewed in the daemon test")
+    assert recorded, message
+    return records.approvals(drive.instance, cs.id)[0].run_id
 
 
 def _ticked_since(drive: Drive, cause: str, since: float) -> bool:
@@ -129,7 +133,6 @@ def _drive(drive: Drive) -> None:
                   "a change set for each of the five incidents")
     drive.seconds["proposed"] = round(time.monotonic() - t0, 1)
     drive.approval_runs = {k: _approve(drive, cs) for k, cs in sets.items()}
-    _until(drive, lambda: all(_finished(drive, r) for r in drive.approval_runs.values()), "the approval runs")
     approved = time.time()
     drive.seconds["approved"] = round(time.monotonic() - t0, 1)
     # approved, not merged: each world's remediation sensor ticks (twice) and launches nothing
@@ -155,9 +158,6 @@ def _drive(drive: Drive) -> None:
 def causes(tmp_path_factory):
     root = tmp_path_factory.mktemp("causes")
     worlds = cl.worlds(root / "worlds")
-    for w in worlds.values():
-        w.root.mkdir(parents=True)
-        (cw.create_contract_world if isinstance(w, cw.ContractWorld) else cw.create_orders_world)(w)
     domains = cw.domains_file(root / "domains.yaml", worlds.values())
     workspace = root / "workspace.yaml"
     workspace.write_text(textwrap.dedent(f"""\
@@ -176,9 +176,10 @@ def causes(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, tableau:
         for k in (c.SIGNING_KEY_ENV, "DW_DOMAINS_FILE"):
             mp.setenv(k, env[k])
-        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-            _prepare(instance, root / "worlds", domains, tableau.url, worlds)
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance, ThreadPoolExecutor(1) as pool:
+            prepared = pool.submit(_prepare, instance, root / "worlds", worlds, domains, tableau.url)  # while dagster dev starts
             with dagster_dev(dagster_home, env, root, workspace=workspace, locations=(LOCATION,)) as dev:
+                prepared.result()
                 drive = Drive(dev, instance, worlds)
                 _drive(drive)
                 yield drive
@@ -203,9 +204,8 @@ def _assert_diagnosed_by_the_daemon(drive: Drive, cause: str):
 def _assert_approved_through_the_job(drive: Drive, cs, cause: str) -> None:
     (approval,) = records.approvals(drive.instance, cs.id)
     assert (approval.approver, approval.decision, approval.change_set_version) == (OWNER, "approve", cs.version)
-    assert approval.run_id == drive.approval_runs[cause]
-    run = drive.instance.get_run_by_id(approval.run_id)
-    assert run.job_name == c.APPROVAL_JOB and SENSOR_TAG not in run.tags and run.status == dg.DagsterRunStatus.SUCCESS
+    run = drive.instance.get_run_by_id(drive.approval_runs[cause])
+    assert run.job_name == c.APPROVAL_JOB and run.tags[c.CHANGE_SET_TAG] == cs.id and run.status == dg.DagsterRunStatus.SUCCESS
     assert drive.before_merge[cause] == []  # the new test is part of the diff: nothing changes data before the merge
 
 
@@ -219,10 +219,12 @@ def _assert_stages_launched_by_the_daemon(drive: Drive, cs, cause: str) -> list[
         assert r.tags[SENSOR_TAG] == cl.remediation_sensor_name(cause), (stage, r.tags)
         assert r.tags[RUN_KEY_TAG].startswith(f"{cs.id}:{cs.version[:16]}:{stage}:") and r.tags["dw/ticket"]
         assert r.tags[c.APPROVAL_TAG] == records.approvals(drive.instance, cs.id)[0].id
-    records_of = {r.run_id: drive.instance.get_run_record_by_id(r.run_id) for r in runs}
-    for before, after in zip(runs, runs[1:]):  # one stage after the other
-        assert records_of[after.run_id].create_timestamp.timestamp() >= records_of[before.run_id].end_time
-    return [r.tags[c.STAGE_TAG] for r in runs]
+    stages = [r.tags[c.STAGE_TAG] for r in runs]
+    ledger = ledger_for(drive.instance).stages(cs.id, cs.version)
+    assert all(ledger[s].run_id == r.run_id and ledger[s].state == "succeeded" for s, r in zip(stages, runs))
+    for before, after in zip(stages, stages[1:]):  # one stage after the other: issued once the previous one ended
+        assert ledger[after].issued_at >= ledger[before].finished_at, (before, after)
+    return stages
 
 
 def _assert_verify_ran_the_new_test(drive: Drive, cs, receipt) -> None:
