@@ -51,6 +51,7 @@ from dw_dagster.repair.new_tests import build_new_tests_check
 OWNER = "dana.ortiz@grocer.example"
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-06")
 DAYS = DAILY.get_partition_keys()
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # a run's own log, on the console
 STATE_DEFAULTS = {"fail_raw": [], "append": False, "max_age_s": None, "needed_by": None}
 CONTRACT_SCHEMA = """\
 version: 2
@@ -90,16 +91,41 @@ def init_repo(repo: Path) -> None:
 
 
 @dataclass
-class OrdersWorld:
-    """One partitioned world (see the module docstring); ``prefix`` keys its assets, ``name`` is its
-    domain and the suffix of its job names."""
+class World:
+    """What both kinds of world have: a folder, a domain (``name``, also the suffix of its job names),
+    a warehouse DuckDB and its resource key, a pipeline repository."""
 
     root: Path
     name: str = "orders"
-    prefix: tuple[str, ...] = ()
     wh_key: str = "warehouse"
-    src_key: str = "source"
     seen: dict = field(default_factory=dict)  # what the diagnoser acted on, in the process that ran it
+
+    @cached_property
+    def wh(self) -> DuckDBDatabase:
+        return DuckDBDatabase(self.root / "wh.duckdb")
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+    def job(self, base: str) -> str:
+        return f"{base}_{self.name}"
+
+    def domain_keys(self) -> list[dg.AssetKey]:
+        raise NotImplementedError
+
+    def domain_yaml(self, extra: str = "") -> str:
+        assets = ", ".join(json.dumps(list(k.path)) for k in self.domain_keys())
+        return textwrap.indent(f"- name: {self.name}\n  assets: [{assets}]\n  approvers: [{OWNER}]\n  autonomy: L2\n"
+                               f"  identity: unverified\n{extra}", "  ")
+
+
+@dataclass
+class OrdersWorld(World):
+    """One partitioned world (see the module docstring); ``prefix`` keys its assets."""
+
+    prefix: tuple[str, ...] = ()
+    src_key: str = "source"
 
     @property
     def raw(self) -> dg.AssetKey:
@@ -117,17 +143,6 @@ class OrdersWorld:
     def src(self) -> DuckDBDatabase:
         return DuckDBDatabase(self.root / "src.duckdb")
 
-    @cached_property
-    def wh(self) -> DuckDBDatabase:
-        return DuckDBDatabase(self.root / "wh.duckdb")
-
-    @property
-    def repo(self) -> Path:
-        return self.root / "repo"
-
-    def job(self, base: str) -> str:
-        return f"{base}_{self.name}"
-
     def state(self) -> dict:
         path = self.root / "state.json"
         return {**STATE_DEFAULTS, **(json.loads(path.read_text()) if path.exists() else {})}
@@ -135,15 +150,11 @@ class OrdersWorld:
     def set_state(self, **changes) -> None:
         (self.root / "state.json").write_text(json.dumps({**self.state(), **changes}))
 
-    def domain_yaml(self) -> str:
-        return textwrap.indent(textwrap.dedent(f"""\
-            - name: {self.name}
-              assets: [{json.dumps(list(self.orders.path))}, {json.dumps(list(self.raw.path))}]
-              approvers: [{OWNER}]
-              autonomy: L2
-              identity: unverified
-              max_window_partitions: 5
-            """), "  ")
+    def domain_keys(self) -> list[dg.AssetKey]:
+        return [self.orders, self.raw]
+
+    def domain_yaml(self, extra: str = "") -> str:
+        return super().domain_yaml("  max_window_partitions: 5\n" + extra)
 
     def rows(self, pk: str) -> int:
         return self.wh.fetch_all(f"SELECT count(*) FROM app.orders WHERE {cond(pk)}")[0][0]
@@ -276,23 +287,11 @@ def orders_parts(w: OrdersWorld, domains: Path, graph: Callable) -> WorldParts:
 
 
 @dataclass
-class ContractWorld:
+class ContractWorld(World):
     """The dbt-contract world (module docstring)."""
 
-    root: Path
-    name: str = "orders"
-    wh_key: str = "warehouse"
-    seen: dict = field(default_factory=dict)
     raw: dg.AssetKey = dg.AssetKey("raw_orders")
     model: dg.AssetKey = dg.AssetKey("orders_contracted")
-
-    @cached_property
-    def wh(self) -> DuckDBDatabase:
-        return DuckDBDatabase(self.root / "wh.duckdb")
-
-    @property
-    def repo(self) -> Path:
-        return self.root / "repo"
 
     @property
     def project(self) -> Path:
@@ -302,17 +301,8 @@ class ContractWorld:
     def compare(self) -> dg.AssetCheckKey:
         return dg.AssetCheckKey(self.model, "compare")
 
-    def job(self, base: str) -> str:
-        return f"{base}_{self.name}"
-
-    def domain_yaml(self) -> str:
-        return textwrap.indent(textwrap.dedent(f"""\
-            - name: {self.name}
-              assets: [[orders_contracted], [raw_orders]]
-              approvers: [{OWNER}]
-              autonomy: L2
-              identity: unverified
-            """), "  ")
+    def domain_keys(self) -> list[dg.AssetKey]:
+        return [self.model, self.raw]
 
     def dbt_build(self) -> subprocess.CompletedProcess:
         return subprocess.run([str(Path(sys.executable).parent / "dbt"), "build", "--project-dir", str(self.project),
@@ -383,7 +373,7 @@ def load(defs: dg.Definitions, instance: dg.DagsterInstance, w: OrdersWorld, par
     job = defs.resolve_job_def(w.job("load")).get_subset(asset_selection=set(assets or (w.raw, w.orders)),
                                                          asset_check_selection=set())
     tags = {"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[-1]}
-    res = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+    res = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False, run_config=QUIET)
     assert res.success is ok, partitions
 
 
