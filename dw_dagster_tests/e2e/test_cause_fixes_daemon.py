@@ -70,7 +70,7 @@ class Drive:
     instance: dg.DagsterInstance
     worlds: dict
     approval_runs: dict = field(default_factory=dict)  # cause → the approval job's run
-    before_merge: dict = field(default_factory=dict)  # cause → stage runs that existed before the owner's merge
+    before_merge: dict = field(default_factory=dict)  # cause → (stage runs, the sensor's skip reason) before the merge
     seconds: dict = field(default_factory=dict)  # moment → seconds since the five checks failed and dagster dev was up
 
     def key(self, cause: str) -> dg.AssetKey:
@@ -123,9 +123,12 @@ def _approve(drive: Drive, cs) -> str:
     return records.approvals(drive.instance, cs.id)[0].run_id
 
 
-def _ticked_since(drive: Drive, cause: str, since: float) -> bool:
+def _waiting_since(drive: Drive, cause: str, since: float) -> str | None:
+    """The skip reason of the world's remediation sensor's newest tick, if that tick began after ``since``."""
     ticks = drive.dev.sensor_ticks(cl.remediation_sensor_name(cause), limit=1, location=LOCATION)
-    return bool(ticks) and ticks[0].get("timestamp", 0) > since and ticks[0].get("status") != "STARTED"
+    if ticks and ticks[0].get("timestamp", 0) > since and ticks[0].get("status") == "SKIPPED":
+        return ticks[0].get("skipReason") or ""
+    return None
 
 
 def _drive(drive: Drive) -> None:
@@ -138,9 +141,16 @@ def _drive(drive: Drive) -> None:
     drive.approval_runs = {k: _approve(drive, cs) for k, cs in sets.items()}
     approved = time.time()
     drive.seconds["approved"] = round(time.monotonic() - t0, 1)
-    # approved, not merged: each world's remediation sensor ticks (twice) and launches nothing
-    _until(drive, lambda: all(_ticked_since(drive, k, approved + 1.5) for k in causes), "a remediation tick after the approvals")
-    drive.before_merge = {k: drive.stage_runs(cs) for k, cs in sets.items()}
+    # approved, not merged: each world's remediation sensor ticks, waits for the merge and launches nothing
+    waiting: dict = dict.fromkeys(causes)
+
+    def all_waiting() -> bool:
+        for k in causes:
+            waiting[k] = waiting[k] if waiting[k] is not None else _waiting_since(drive, k, approved + 1.0)
+        return all(v is not None for v in waiting.values())
+
+    _until(drive, all_waiting, "a remediation tick after the approvals")
+    drive.before_merge = {k: (drive.stage_runs(cs), waiting[k]) for k, cs in sets.items()}
     for k, cs in sets.items():
         apply_change_set(cs, drive.worlds[k].repo, OWNER)
     drive.seconds["merged"] = round(time.monotonic() - t0, 1)
@@ -209,7 +219,8 @@ def _assert_approved_through_the_job(drive: Drive, cs, cause: str) -> None:
     assert (approval.approver, approval.decision, approval.change_set_version) == (OWNER, "approve", cs.version)
     run = drive.instance.get_run_by_id(drive.approval_runs[cause])
     assert run.job_name == c.APPROVAL_JOB and run.tags[c.CHANGE_SET_TAG] == cs.id and run.status == dg.DagsterRunStatus.SUCCESS
-    assert drive.before_merge[cause] == []  # the new test is part of the diff: nothing changes data before the merge
+    runs, waiting = drive.before_merge[cause]  # the new test is part of the diff: nothing changes data before the merge
+    assert runs == [] and "waiting for the owner to merge " in waiting and cs.new_tests[0] in waiting, waiting
 
 
 def _assert_stages_launched_by_the_daemon(drive: Drive, cs, cause: str) -> list[str]:
