@@ -14,6 +14,7 @@ POSTGRES_URL = os.environ.get("DW_TEST_POSTGRES_URL", "postgresql+psycopg://post
 SLOW_FIRST = (
     "e2e/test_daemon_e2e.py", "e2e/test_repair_identity_and_liveness.py", "e2e/test_celery.py",
     "cli/test_cli.py", "e2e/test_code_locations.py", "e2e/test_store_sales_e2e.py", "e2e/test_wheel.py",
+    "e2e/test_cause_fixes_daemon.py",
     "mcp/test_remediate_versions.py", "lineage/test_review_dbt_oracle.py", "repair/test_migrations_warehouses.py",
     "integrations/test_mage_real.py", "lineage/test_lineage_dbt_oracle.py",
 )
