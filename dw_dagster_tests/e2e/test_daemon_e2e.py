@@ -48,6 +48,7 @@ from dw_dagster.core import records
 from dw_dagster.proposals.watermark import apply_change_set
 from dw_dagster.core.windows import RANGE_END_TAG, RANGE_START_TAG
 from dw_dagster_dev.demo import Timeline
+from dw_dagster.core.ledger import ledger_for
 from dw_dagster_tests.harness.dagster_dev import DagsterDev, dagster_dev, postgres_database, write_instance_yaml
 
 SCALE = 0.002
@@ -87,6 +88,7 @@ class DaemonLoop:
     refused_launches: dict[str, str] = field(default_factory=dict)  # attack → the guard's failure message
     cli_refusals: dict[str, str] = field(default_factory=dict)  # attack → what the CLI printed
     runs: dict[str, dict] = field(default_factory=dict)  # stage → {run_id, status, job, tags, created, start, end}
+    ledger_stages: dict[str, tuple] = field(default_factory=dict)  # stage → (issued_at, finished_at), the ledger's
     stages: list[str] = field(default_factory=list)  # repair stages in the order they succeeded
     receipts: list[Receipt] = field(default_factory=list)
     receipt_id: str = ""
@@ -474,6 +476,8 @@ def _run_loop(storage: str, root: Path, browse: bool) -> DaemonLoop:
         res.refused_launches["window job, copied tags"] = _refused_at_submit(dev, instance, again, "copied tags")
         res.gap_after, _ = _region_gaps(instance, seen["verify"])
         res.receipts = [r for r in records.receipts(instance) if r.change_set_id == cs.id]
+        res.ledger_stages = {name: (st.issued_at, st.finished_at)
+                             for name, st in ledger_for(instance).stages(cs.id, cs.version).items()}
         mine = [r for r in res.receipts if r.asset_key == ["store_sales_line"]]
         res.receipt_id = mine[0].id if mine else ""
         mark("receipt", f"{len(res.receipts)} receipts on {', '.join(sorted('/'.join(r.asset_key) for r in res.receipts))}; "
@@ -622,9 +626,11 @@ def test_daemon_remediation_sensor_ran_every_stage_in_order(loop):
         assert tags[SENSOR_TAG] == "dw_remediation_sensor" and tags[c.STAGE_TAG] == stage
         assert tags["dagster/run_key"] == f"{loop.change_set_id}:{loop.change_set.version[:16]}:{stage}:{tags['dw/ticket'][:10]}"
         assert run["status"] == "SUCCESS" and line.run_ids.get(stage, run["run_id"]) == run["run_id"]
-    for before, after in zip(runs, runs[1:]):  # each stage was launched only after the previous one ended
-        assert after["created"] >= before["end"], (before, after)
-    assert runs[0]["created"] >= loop.runs["approval"]["end"]
+    # each stage was issued only after the previous one ended, by the ledger's clock: it records a stage's end when
+    # its steps end, a moment before Dagster records the run's (a 1 s tick once launched the next 26 ms before that)
+    for before, after in zip(loop.stages, loop.stages[1:]):
+        assert loop.ledger_stages[after][0] >= loop.ledger_stages[before][1], (before, after, loop.ledger_stages)
+    assert loop.ledger_stages[loop.stages[0]][0] >= loop.approval.decided_at.timestamp()
     window = loop.runs["window-1"]
     assert (window["job"], window["tags"][RANGE_START_TAG], window["tags"][RANGE_END_TAG]) == (
         "dw_rerun_window", "2026-11-26", "2026-11-27")
