@@ -34,6 +34,10 @@ from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
 from dw_dagster.dagster_private import public
 
 
+#: rows (both sides) the bisect path downloads and diffs per pass by default (held in Python and the local DuckDB)
+DOWNLOAD_PASS_ROWS = 2_000_000
+
+
 def _row_string(exprs: Sequence[str]) -> str:
     """Per expression: 'N' for NULL, else 'V' + length + ':' + text; joined with '|' (DuckDB dialect)."""
     parts = []
@@ -165,7 +169,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
                     trim_trailing_blanks: bool = False, source_char_columns: Sequence[str] | None = None,
                     target_char_columns: Sequence[str] | None = None, buckets: int | None = None,
                     max_download_rows: int = 20_000_000, sample_limit: int = 100, portable: bool = False,
-                    pass_rows: int = 2_000_000, sample: tuple[int, int] | None = None, transfer: str = "auto",
+                    pass_rows: int | None = None, sample: tuple[int, int] | None = None, transfer: str = "auto",
                     stream_min_mbps: float | None = None) -> RowDiffResult:
     """Diff two tables in different databases: by bucketed checksums (see the module docstring), or
     by streaming every row once into a local DuckDB (:mod:`.stream`), as ``transfer`` says.
@@ -215,7 +219,9 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
         portable: use the md5 row hash even between two DuckDB databases.
         pass_rows: rows (both sides together) downloaded and diffed per pass, about; bounds the
             memory of step 3 (about 50 bytes a row for a key and three short columns, plus the
-            local join over them).
+            local join over them). Default: :data:`DOWNLOAD_PASS_ROWS` for the bisect path's
+            download, :data:`~.stream.STREAM_PASS_ROWS` for the stream, whose rows are in the local
+            DuckDB already (it spills beyond its memory limit): each pass reads both tables again.
         transfer: ``"auto"``, ``"stream"`` or ``"bisect"`` (above).
         stream_min_mbps: with ``"auto"``, the probe's rate at or above which the stream runs; None (the
             default) compares the probe's seconds with the source's own time to hash the same rows
@@ -250,7 +256,7 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     """
     import pyarrow as pa
 
-    if pass_rows < 1:
+    if pass_rows is not None and pass_rows < 1:
         raise ValueError(f"pass_rows must be at least 1, got {pass_rows}")
     if transfer not in TRANSFERS:
         raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
@@ -265,7 +271,10 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     if transfer != "bisect":
         share = 1.0 if sample is None else sample[0] / sample[1]
         tables = {"source": (source, source_table), "target": (target, target_table)}
-        streamed, probe = _stream(source, target, plan, opts, transfer, stream_min_mbps, sample_limit, pass_rows,
+        from dw_dagster.checks.rowdiff.stream import STREAM_PASS_ROWS
+
+        streamed, probe = _stream(source, target, plan, opts, transfer, stream_min_mbps, sample_limit,
+                                  pass_rows or STREAM_PASS_ROWS,
                                   timestamp_precision, timestamp_rounding,
                                   plan.warnings + ([sample_note] if sample_note else []), tables, share)
         if streamed is not None:
@@ -330,7 +339,8 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
             size = int(all_rows_n if all_rows else diff_rows)
             if size > max_download_rows:
                 raise DatabaseError(f"{n_diff} differing buckets hold {size} rows, over max_download_rows={max_download_rows}")
-            _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows, pass_rows, opts,
+            _download_passes(result, local, fetched, source, target, plan, hs, ht, buckets, all_rows,
+                             pass_rows or DOWNLOAD_PASS_ROWS, opts,
                              sample_limit)
     finally:
         local.close()

@@ -51,6 +51,11 @@ _hashed: dict[str, float] = {}
 _probe_lock = threading.Lock()
 #: the local DuckDB's memory limit (it spills to its temporary directory beyond)
 LOCAL_MEMORY = "512MB"
+#: rows (both sides together) diffed per pass by default: each pass reads both local tables again (its share
+#: of keys by hash), while the join spills beyond :data:`LOCAL_MEMORY` by itself. Measured at 10M rows a
+#: side (PostgreSQL 15 on loopback against DuckDB, 2 cores): one pass 17.5 s, passes of 2M rows 29.9 s (ten
+#: passes), the same peak memory (940 MB)
+STREAM_PASS_ROWS = 20_000_000
 # PostgreSQL types the stream reads into the same local types as the bisect path's download
 _PG_TYPES = {"int2", "int4", "int8", "float4", "float8", "numeric", "text", "varchar", "bpchar", "name", "bool",
              "date", "timestamp", "timestamptz", "bytea"}
