@@ -8,7 +8,7 @@ code server; :mod:`dw_dagster_tests.harness.dagster_dev`) once, on the code loca
 own DuckDB files and git pipeline repositories), so the five incidents go through the same daemon ticks.
 
 The test process tells each world's story (loads run on the instance of the same ``DAGSTER_HOME``,
-while ``dagster dev`` starts; the loads run no checks) and then runs its ``compare`` check in process; from there the daemon's incident sensor opens the
+before ``dagster dev`` starts; the loads run no checks) and then runs its ``compare`` check in process; from there the daemon's incident sensor opens the
 incident and launches the diagnosis, which proposes the change set with its new test; the owner
 approves through the approval job (``approve_in_process``, what ``dw-dagster approve`` runs: the
 decision is checked against the domains file and recorded in the ledger the daemon reads; launching
@@ -38,7 +38,6 @@ schema change, contract   the same, fixed in the dbt model's enforced contract; 
 import os
 import textwrap
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,10 +188,11 @@ def causes(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, tableau:
         for k in (c.SIGNING_KEY_ENV, "DW_DOMAINS_FILE"):
             mp.setenv(k, env[k])
-        with dg.DagsterInstance.from_config(str(dagster_home)) as instance, ThreadPoolExecutor(1) as pool:
-            prepared = pool.submit(_prepare, instance, root / "worlds", worlds, domains, tableau.url)  # while dagster dev starts
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            # the stories before dagster dev starts: told while it ran, they competed with its seven sensors'
+            # ticks for the 2 cores (11 minutes in a full run, against one alone)
+            _prepare(instance, root / "worlds", worlds, domains, tableau.url)
             with dagster_dev(dagster_home, env, root, workspace=workspace, locations=(LOCATION,)) as dev:
-                prepared.result()
                 drive = Drive(dev, instance, worlds)
                 _drive(drive)
                 yield drive
