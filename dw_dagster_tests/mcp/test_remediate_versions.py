@@ -37,10 +37,14 @@ def test_remediate_proposes_with_every_integration_configured(which, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DW_STORE_SALES", "DW_DOMAINS", "DAGSTER_HOME",
                                                                      "LIGHTUP_", "PAGERDUTY_", "SLACK_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "examples")])  # the library and the examples it runs
-    proc = subprocess.run([python, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # output to files, not pipes: Dagster's compute-log capture in the script leaves `tail -F` children that
+    # outlive it holding the pipes, and communicate() then waited for them until the timeout (a full run)
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.run([python, str(SCRIPT), str(tmp_path)], stdout=out, stderr=err, text=True, env=env, cwd=tmp_path,
+                              timeout=900)
+    stdout, stderr = (tmp_path / "stdout.txt").read_text(), (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == 0, stderr[-4000:]
+    got = json.loads(stdout.strip().splitlines()[-1])
     if which == "lowest":
         assert got["dagster"] == "1.13.0"
     assert got["error"] is None, got["error"]
