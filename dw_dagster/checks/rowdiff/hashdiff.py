@@ -28,7 +28,7 @@ from dw_dagster.checks.rowdiff.joindiff import (
     _diff_typed,
     native_hash_parts,
 )
-from dw_dagster.checks.rowdiff.stream import TRANSFERS
+from dw_dagster.checks.rowdiff.stream import STREAM_PASS_ROWS, TRANSFERS
 from dw_dagster.checks.rowdiff.rules import RowDiffResult, _key_expr, _options, _plan, _relabel, _utc, timestamp_rule
 from dw_dagster.databases import Database, DatabaseError, LocalDuckDB, sql
 from dw_dagster.dagster_private import public
@@ -48,8 +48,9 @@ def _row_string(exprs: Sequence[str]) -> str:
 
 
 def _md5_hex_sql(dialect: str, duck_expr: str) -> str:
-    if dialect not in _HEX48:
-        raise NotImplementedError(f"no 48-bit row hash for dialect {dialect!r}; supported: {sorted(_HEX48)}")
+    """The md5 hex digest of ``duck_expr`` (DuckDB SQL, transpiled) in ``dialect``."""
+    if dialect not in _MD5_HEX:
+        raise NotImplementedError(f"no md5 for dialect {dialect!r}; supported: {sorted(_MD5_HEX)}")
     s = sqlglot.transpile(f"SELECT {duck_expr}", read="duckdb", write=dialect)[0][len("SELECT "):]
     return _MD5_HEX[dialect].format(s=s)
 
@@ -80,6 +81,8 @@ def _hashes(db: Database, key_columns: Sequence[str], columns: Sequence[str], na
         # those bits packed a pass's rows (a narrow range of buckets) into 1 % of the slots: a 100k-row
         # join took 11 s instead of 0.03 s
         return _Hashes(f"(hash({', '.join(keys)}) >> 20)", f"(hash({', '.join(row)}) >> 16)", "{h}")
+    if db.dialect not in _HEX48:
+        raise NotImplementedError(f"no 48-bit row hash for dialect {db.dialect!r}; supported: {sorted(_HEX48)}")
     return _Hashes(_md5_hex_sql(db.dialect, _row_string(keys)), _md5_hex_sql(db.dialect, _row_string(row)), _HEX48[db.dialect])
 
 
@@ -271,8 +274,6 @@ def row_diff_across(source: Database, target: Database, source_table: str, targe
     if transfer != "bisect":
         share = 1.0 if sample is None else sample[0] / sample[1]
         tables = {"source": (source, source_table), "target": (target, target_table)}
-        from dw_dagster.checks.rowdiff.stream import STREAM_PASS_ROWS
-
         streamed, probe = _stream(source, target, plan, opts, transfer, stream_min_mbps, sample_limit,
                                   pass_rows or STREAM_PASS_ROWS,
                                   timestamp_precision, timestamp_rounding,

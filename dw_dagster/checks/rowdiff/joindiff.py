@@ -417,7 +417,8 @@ def _diff_typed(db: Database, src: str, tgt: str, key_columns: Sequence[str],
 # ---- across two databases: bucketed checksums -------------------------------------------------
 
 # md5 as lower-case hex text, per dialect (``{s}``: the row string).
-_MD5_HEX = {"duckdb": "MD5({s})", "postgres": "MD5({s})", "snowflake": "MD5({s})", "bigquery": "TO_HEX(MD5({s}))"}
+_MD5_HEX = {"duckdb": "MD5({s})", "postgres": "MD5({s})", "snowflake": "MD5({s})", "bigquery": "TO_HEX(MD5({s}))",
+            "mysql": "MD5({s})"}  # MySQL/MariaDB: lower-case hex too (the undo checksum; no 48-bit bucket hash there)
 
 # The first 12 hex digits (48 bits) of an md5 hex column ``{h}`` as an integer, the same number on
 # every engine. Snowflake's ``TO_NUMBER(h, 'XXXXXXXXXXXX')`` would do, but fakesnow (the test

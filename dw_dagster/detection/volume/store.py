@@ -325,7 +325,6 @@ class VolumeHistoryStore:
             kept_until: for a row written before the store named its writers (``writer`` null): epoch
                 seconds the last tick whose result Dagster kept ended (the cursor's); such a row
                 written after it is read as its ``previous``. None: such rows as written.
-
             reader: which rows whose writer no later tick's cursor has named yet (:meth:`mark_kept`)
                 are read as written. ``"latest"`` (a reader such as the CLI): those of the newest
                 ticks, unless a tick that started where they did was kept instead. ``"cursor"`` (the
