@@ -40,10 +40,11 @@ browser-deps:
 	fi
 
 ## Install what the tests need and run them: two pytest-xdist workers, each test file on one worker
-## (a file's tests share their servers and fixtures); PYTEST_WORKERS=0 runs them in one process.
+## (a file's tests share their servers and fixtures), handed out slowest first in conftest.py's order
+## (--no-loadscope-reorder: xdist would sort them by their number of tests); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 test: install browser-deps
-	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest dw_dagster_tests -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## Benchmarks against peers measured in the same run; writes bench_results.json (BENCH_ARGS="--scale 10" for 100M rows).
 ## rowdiff_crossdb_100m (memory curve up to 100M rows per side) runs only by hand:

@@ -69,8 +69,11 @@ def test_stream_and_bisect_give_the_same_answer(tables):
     assert (stream.missing, stream.extra, stream.changed, stream.duplicated_target) == (1, 1, 3, 1)
     assert stream.changed_columns == {"label": 1, "payload": 1, "amount": 1, "ts": 1}
     assert (stream.download_passes, several.download_passes) == (1, 6)  # 17 rows, 3 a pass
-    assert stream.rows_downloaded == len(_SOURCE) + len(_TARGET) and stream.bytes_fetched > 0 and bisect.bytes_fetched > 0
-    assert stream.queries[0].startswith("COPY (SELECT") and "TO STDOUT (FORMAT binary)" in stream.queries[0]
+    # only PostgreSQL's rows travel: the DuckDB target is diffed where it is, beside the streamed rows
+    assert stream.rows_downloaded == len(_SOURCE) and stream.bytes_fetched > 0 and bisect.bytes_fetched > 0
+    assert len(stream.queries) == 1 and stream.queries[0].startswith("COPY (SELECT")
+    assert "TO STDOUT (FORMAT binary)" in stream.queries[0]
+    assert 'CAST(dwcol0 AS TEXT)' in stream.queries[0]  # numeric sent as the server's text (the driver's decode is slow)
     # the other way round: DuckDB the source, PostgreSQL the target
     back_b = row_diff_across(duck, pg, "t", src, ["id"], transfer="bisect")
     back_s = row_diff_across(duck, pg, "t", src, ["id"], transfer="stream")
@@ -167,3 +170,64 @@ def test_auto_times_the_bisect_hash_once_per_probe(tables, monkeypatch):
     monkeypatch.setattr(stream, "_probed", {})  # the probe expired: both are measured again
     row_diff_across(pg, duck, src, "t", ["id"])
     assert sum("dw_l LIMIT" in q for q in sent) == 2
+
+
+# Exact decimals through the stream, which has PostgreSQL send each numeric as its text: digits beyond a
+# double (Google DVT #900: a NUMERIC(25) differing in its last digit passed as equal), values between -1
+# and 1 (DVT #1201: Oracle and PostgreSQL spell 0.71 differently), the widest DuckDB decimal, and
+# unconstrained numeric; and a negative zero, which PostgreSQL's numeric does not keep (data-diff #883).
+# https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/900
+# https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/1201
+# https://github.com/datafold/data-diff/issues/883
+_WIDE = [(1, "1234567890123456789012345", "0.71", "12345678901234567890123456.123456789012", "1.5"),
+         (2, "1234567890123456789012340", "-0.71", "-0.000000000001", "0.000000000000000000000000001"),
+         (3, "-9999999999999999999999999", "-0.00", "99999999999999999999999999.999999999999", "-7")]
+
+
+def test_numeric_digits_survive_the_stream(tmp_path, postgres, pg_schema):
+    cols = "(id INT, big NUMERIC(25, 0), small NUMERIC(4, 2), widest NUMERIC(38, 12), free NUMERIC)"
+    rows = ", ".join(f"({i}, {b}, {s_}, {w}, {f})" for i, b, s_, w, f in _WIDE)
+    postgres.execute(f"CREATE TABLE {pg_schema}.w {cols}; INSERT INTO {pg_schema}.w VALUES {rows}")
+    duck = DuckDBDatabase(tmp_path / "w.duckdb")
+    duck.execute("CREATE TABLE w (id INT, big DECIMAL(25, 0), small DECIMAL(4, 2), widest DECIMAL(38, 12), "
+                 f"free DECIMAL(38, 27)); INSERT INTO w VALUES {rows}")
+    same = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
+    assert same.transfer == "stream" and same.identical, same.sample
+    # one unit in the last digit of each wide column, on a different row each
+    duck.execute("UPDATE w SET big = big + 1 WHERE id = 1; UPDATE w SET widest = widest - 0.000000000001 WHERE id = 3; "
+                 "UPDATE w SET free = free + 0.000000000000000000000000001 WHERE id = 2")
+    s = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
+    b = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="bisect")
+    assert _answer(s) == _answer(b)
+    assert {int(e.key[0]): e.columns for e in s.sample} == {1: ["big"], 2: ["free"], 3: ["widest"]}
+
+
+def test_the_duckdb_side_is_left_as_it_was(tmp_path, postgres, pg_schema):
+    """Diffed where it is, the DuckDB file keeps no trace (no attached database, table or view of the diff's),
+    opens for writing at once; four diffs at once on the one file each keep their own streamed rows."""
+    import concurrent.futures
+
+    import duckdb
+
+    postgres.execute(f"CREATE TABLE {pg_schema}.k (id INT, v TEXT); INSERT INTO {pg_schema}.k "
+                     "SELECT g, 'v' || g FROM generate_series(1, 5000) g")
+    path = tmp_path / "k.duckdb"
+    duck = DuckDBDatabase(path, memory_limit="256MB")
+    duck.execute("CREATE TABLE k AS SELECT range::INT AS id, 'v' || range AS v FROM range(2, 5002)")
+    before = duck.fetch_all("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY ALL")
+    for passes in (None, 1000):  # one pass, and several (each pass a share of the keys)
+        r = row_diff_across(postgres, duck, f"{pg_schema}.k", "k", ["id"], transfer="stream", pass_rows=passes)
+        assert (r.missing, r.extra, r.changed) == (1, 1, 0) and r.rows_downloaded == 5000
+    # four at once on the one file (a wave's pairs on a thread pool): one DuckDB instance, four diffs beside it
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        many = list(pool.map(lambda _: row_diff_across(postgres, duck, f"{pg_schema}.k", "k", ["id"], transfer="stream"),
+                             range(4)))
+    assert [(r.missing, r.extra) for r in many] == [(1, 1)] * 4
+    assert duck.fetch_all("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY ALL") == before
+    assert duck.fetch_all("SELECT COUNT(*) FROM duckdb_views() WHERE NOT internal") == [(0,)]
+    con = duckdb.connect(str(path))  # no lock left behind
+    try:
+        assert con.execute("SELECT COUNT(*) FROM k").fetchone() == (5000,)
+        assert [d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal").fetchall()] == ["k"]
+    finally:
+        con.close()

@@ -7,9 +7,10 @@ the differing buckets' rows: few bytes on the wire, but every row is hashed by t
 every row of each side once and compares them locally: a PostgreSQL side with
 ``COPY (SELECT key, columns FROM t [WHERE sample]) TO STDOUT (FORMAT binary)`` (the ADBC PostgreSQL
 driver decodes the binary COPY into Arrow in C; the ``SELECT`` is built with sqlglot from the
-diff's projection), a DuckDB side through its own Arrow reader. The rows land in a local DuckDB
-database (``memory_limit`` :data:`LOCAL_MEMORY`, spilling to a temporary directory), and
-are diffed there by the same typed comparison the bisect path runs on the rows it downloads
+diff's projection, and sends each ``numeric`` column as the server's text, cast back to the exact
+decimal locally). The rows land in a local DuckDB database (``memory_limit`` :data:`LOCAL_MEMORY`,
+spilling to a temporary directory); when the other side is a DuckDB file, that database is attached to
+the file's own connection and the file's table is diffed where it is, not copied. They are diffed there by the same typed comparison the bisect path runs on the rows it downloads
 (:func:`~.joindiff._diff_typed`), in passes of about ``pass_rows`` rows split by the hash of the
 key (each pass a full outer join of its share of keys), so the memory held stays bounded however
 large the tables are. Same rules, same result shape: identical key sets.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import sqlglot
@@ -108,6 +110,8 @@ class _Reader:
     def __init__(self, db: Database, select: str, types: dict[str, str]) -> None:
         self.db, self.select, self.types, self.bytes, self.rows = db, select, types, 0, 0
         self._con = None
+        #: PostgreSQL numeric columns read as text -> their (precision, scale), None when unconstrained
+        self.numeric: dict[str, tuple[int, int] | None] = {}
         self.started = 0.0  # when the query was sent (after the connection opened)
 
     @property
@@ -129,14 +133,14 @@ class _Reader:
             cur = self._cur = self._con.cursor()  # held: the reader closes with its cursor
             self.started = time.perf_counter()
             try:
+                self._plan_numeric(cur)
                 cur.execute(self.select)  # the driver reads it with COPY (...) TO STDOUT (FORMAT binary)
                 src = cur.fetch_record_batch()
+            except StreamUnavailable:
+                raise
             except Exception as e:  # the driver's errors
                 raise DatabaseError(f"{self.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {self.select[:300]}") from e
             schema = src.schema
-            bad = [f"{f.name} ({_pg_type(f)})" for f in schema if _pg_type(f) not in _PG_TYPES]
-            if bad:
-                raise StreamUnavailable(f"{self.db.name}: no stream reader for column type(s) {', '.join(bad)}")
             batches: Iterator = iter(src)
         else:
             first = self.db.fetch_batches(self.select)
@@ -154,6 +158,24 @@ class _Reader:
                 yield b
 
         return pa.RecordBatchReader.from_batches(schema, counted())
+
+    def _plan_numeric(self, cur) -> None:
+        """Read the result's schema first (no rows): refuse a type the stream cannot read, and have PostgreSQL send
+        each ``numeric`` column as its text (kept in :attr:`numeric` with its precision and scale). The driver
+        decodes a binary ``numeric`` into text itself, about 0.5 µs a value: at 10M rows that read took 8.8 s
+        against 4.9 s for the server's own text (measured on loopback, PostgreSQL 15, 2 cores)."""
+        from dw_dagster.databases import sql
+
+        schema = cur.adbc_execute_schema(self.select)
+        bad = [f"{f.name} ({_pg_type(f)})" for f in schema if _pg_type(f) not in _PG_TYPES]
+        if bad:
+            raise StreamUnavailable(f"{self.db.name}: no stream reader for column type(s) {', '.join(bad)}")
+        self.numeric = {f.name: _numeric(f) for f in schema if _pg_type(f) == "numeric"}
+        if self.numeric:
+            q = lambda n: sql.identifier(n).sql("postgres")  # noqa: E731
+            cols = ", ".join(f"CAST({q(f.name)} AS TEXT) AS {q(f.name)}" if f.name in self.numeric else q(f.name)
+                             for f in schema)
+            self.select = f"SELECT {cols} FROM ({self.select}) AS dw_n"
 
     def close(self) -> None:
         if self._con is not None:
@@ -187,21 +209,23 @@ def _numeric(field) -> tuple[int, int] | None:
 
 
 def _load(local, name: str, side: _Reader) -> None:
-    """Create local table ``name`` from one side's stream (PostgreSQL ``numeric`` cast back from its exact text)."""
+    """Create local table ``name`` (in ``local``'s :attr:`~_Local.schema`) from one side's stream
+    (PostgreSQL ``numeric`` cast back from its exact text)."""
     from dw_dagster.databases import sql
 
     con = local.con.cursor()
+    table = f"{local.schema}.{name}"
     try:
         rdr = side.reader()
         if rdr is None:  # a DuckDB side with no rows: an empty table of its catalog's types
             defs = ", ".join(f"{sql.identifier(c).sql('duckdb')} {t}" for c, t in side.types.items())
-            con.execute(f"CREATE TABLE {name} ({defs})")
+            con.execute(f"CREATE TABLE {table} ({defs})")
             return
         cols, unconstrained = [], []
         for f in rdr.schema:
             q = sql.identifier(f.name).sql("duckdb")
-            if side.db.dialect == "postgres" and _pg_type(f) == "numeric":
-                ps = _numeric(f)
+            if f.name in side.numeric:
+                ps = side.numeric[f.name]
                 if ps is not None and ps[0] <= 38:
                     cols.append(f"CAST({q} AS DECIMAL({ps[0]}, {ps[1]})) AS {q}")
                     continue
@@ -209,16 +233,16 @@ def _load(local, name: str, side: _Reader) -> None:
             cols.append(q)
         con.register(f"{name}_arrow", rdr)
         try:
-            con.execute(f"CREATE TABLE {name} AS SELECT {', '.join(cols)} FROM {name}_arrow")
+            con.execute(f"CREATE TABLE {table} AS SELECT {', '.join(cols)} FROM {name}_arrow")
         except Exception as e:  # duckdb's error classes; a numeric NaN or Infinity is no DuckDB decimal
             if "Conversion Error" in str(e):
                 raise StreamUnavailable(f"{side.db.name}: a value the stream cannot hold locally: {str(e).splitlines()[0]}") from e
             raise DatabaseError(f"{side.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {side.statement[:300]}") from e
         con.unregister(f"{name}_arrow")
         for q in unconstrained:  # numeric without a typmod: the exact decimal of the widest scale read
-            (scale,) = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0) FROM {name}").fetchone()
+            (scale,) = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0) FROM {table}").fetchone()
             try:
-                con.execute(f"ALTER TABLE {name} ALTER {q} TYPE DECIMAL(38, {min(int(scale), 37)})")
+                con.execute(f"ALTER TABLE {table} ALTER {q} TYPE DECIMAL(38, {min(int(scale), 37)})")
             except Exception as e:  # NaN, Infinity or more than 38 digits: not a DuckDB decimal
                 raise StreamUnavailable(f"{side.db.name}: numeric column {q} does not fit DECIMAL(38): {e}") from e
     finally:
@@ -227,17 +251,38 @@ def _load(local, name: str, side: _Reader) -> None:
 
 
 class _Local:
-    """The local DuckDB of the stream: in memory up to :data:`LOCAL_MEMORY`, spilling to a temporary directory."""
+    """The local DuckDB of the stream: in memory up to :data:`LOCAL_MEMORY`, spilling to a temporary directory.
 
-    def __init__(self, directory: str) -> None:
+    With ``beside`` (a DuckDB side with :meth:`~dw_dagster.databases.DuckDBDatabase.connect`), the
+    streamed tables are held in an in-memory database attached to that side's own connection
+    (``dw_stream_<id>``, detached by :meth:`close`), so its table is diffed where it is rather than
+    copied first (at 10M rows a side: 7.9 s against 10.2 s).
+    """
+
+    def __init__(self, directory: str, beside=None) -> None:
         import duckdb
 
         from dw_dagster.databases import LocalDuckDB
 
-        # in memory, its blocks evicted to the temporary directory beyond the memory limit
-        self.con = duckdb.connect(":memory:",
-                                  config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
-                                          "preserve_insertion_order": False})
+        self._ctx = None
+        if beside is None:
+            # in memory, its blocks evicted to the temporary directory beyond the memory limit
+            self.con = duckdb.connect(":memory:",
+                                      config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
+                                              "preserve_insertion_order": False})
+            self.schema = "main"
+        else:
+            self._ctx = beside.connect()
+            self.con = self._ctx.__enter__()
+            # the settings are the instance's (perhaps shared with another connection of this process): changed
+            # only where the diff needs it, put back by close(); spilling goes to the side's own temporary directory
+            self._restore = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchone()[0]
+                             for k in ("preserve_insertion_order", "memory_limit")}
+            self.con.execute("SET preserve_insertion_order = false")
+            if getattr(beside, "memory_limit", None) is None:  # the side's own limit when it has one
+                self.con.execute(f"SET memory_limit = '{LOCAL_MEMORY}'")
+            self.schema = f"dw_stream_{uuid.uuid4().hex[:12]}"  # two diffs on one instance never meet
+            self.con.execute(f"ATTACH ':memory:' AS {self.schema}")
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute("SET enable_progress_bar = false")
         self.dialect, self.name = "duckdb", LocalDuckDB.name
@@ -246,6 +291,19 @@ class _Local:
 
     def fetch_batches(self, query: str, batch_rows: int = 100_000):
         yield from self.con.sql(query).to_arrow_reader(batch_rows)
+
+    def close(self) -> None:
+        from dw_dagster.databases import sql
+
+        if self._ctx is None:
+            self.con.close()
+            return
+        try:
+            self.con.execute(f"DETACH {self.schema}")
+            for k, v in self._restore.items():
+                self.con.execute(f"SET {k} = {sql.literal(str(v)).sql('duckdb')}")
+        finally:
+            self._ctx.__exit__(None, None, None)
 
 
 def estimated_rows(db: Database, table: str) -> float:
@@ -358,65 +416,95 @@ def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit:
         StreamUnavailable: a side cannot be streamed (its engine, a column type).
         DatabaseError: a query or the stream failed.
     """
-    from dw_dagster.checks.rowdiff.joindiff import _collision_warning, _collisions, _counts_and_null_keys, _diff_typed
-    from dw_dagster.checks.rowdiff.rules import _key_expr
-    from dw_dagster.databases import sql
-
     for db in (source, target):
         why = streamable(db)
         if why:
             raise StreamUnavailable(why)
+    home = _home(source, target)
     sides = [_Reader(source, _select(source, plan.source_rel), _aliased(plan, plan.st)),
              _Reader(target, _select(target, plan.target_rel), _aliased(plan, plan.tt))]
-    result = RowDiffResult(queries=[s.statement for s in sides], warnings=list(warnings), buckets_compared=None,
+    streamed = [i for i in (0, 1) if i != home]
+    result = RowDiffResult(queries=[], warnings=list(warnings), buckets_compared=None,
                            buckets_downloaded=None, rows_downloaded=0, download_passes=0, transfer="stream",
                            timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
     with tempfile.TemporaryDirectory(prefix="dw_rowdiff_stream_") as tmp:
-        local = _Local(tmp)
+        local = _Local(tmp, beside=None if home is None else (source, target)[home])
         try:
-            errors: list[BaseException] = []
-
-            def load_target():
-                try:
-                    _load(local, "dw_t", sides[1])
-                except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
-                    errors.append(e)
-
-            worker = threading.Thread(target=load_target, name="dw-rowdiff-stream-target")
-            worker.start()  # the target loads while the source streams
-            try:
-                _load(local, "dw_s", sides[0])
-            finally:
-                worker.join()
-            if errors:
-                raise errors[0]
-            result.rows_downloaded = sides[0].rows + sides[1].rows
-            n = {}
-            for name, side, label in (("dw_s", "source", "source"), ("dw_t", "target", "target")):
-                n[side], warn, _ = _counts_and_null_keys(local, name, plan.keys, label, plan.labels)
-                result.warnings += warn
-            for name, side, own, other in (("dw_s", "source", plan.st, plan.tt), ("dw_t", "target", plan.tt, plan.st)):
-                found, total, _ = _collisions(local, name, plan.keys, side, own, other, opts.case_insensitive_keys)
-                result.collisions += found
-                setattr(result, f"collided_{side}", total)
-                result.warnings += [_collision_warning(c) for c in found]
-            passes = max(1, -(-(n["source"] + n["target"]) // max(1, int(pass_rows))))
-            q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
-            for k in range(passes):
-                if passes == 1:
-                    s_rel, t_rel = "dw_s", "dw_t"
-                else:
-                    for name, own, other, view in (("dw_s", plan.st, plan.tt, "dw_sp"), ("dw_t", plan.tt, plan.st, "dw_tp")):
-                        key = ", ".join(_key_expr(q(c), c, own, other, opts.case_insensitive_keys) for c in plan.keys)
-                        local.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {name} "
-                                      f"WHERE hash({key}) % {passes} = {k}")
-                    s_rel, t_rel = "dw_sp", "dw_tp"
-                part, _ = _diff_typed(local, s_rel, t_rel, plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
-                part.warnings = [w for w in part.warnings if "NULL(s) on the" not in w]  # counted above, whole table
-                merge(result, part, sample_limit)
-                result.download_passes += 1
+            _load_sides(local, sides, streamed)
+            result.queries = [sides[i].statement for i in streamed]  # as sent (numeric columns as text)
+            rels = [f"{local.schema}.{('dw_s', 'dw_t')[i]}" if i in streamed else (plan.source_rel, plan.target_rel)[i]
+                    for i in (0, 1)]
+            result.rows_downloaded = sum(sides[i].rows for i in streamed)
+            _diff_loaded(local, rels, plan, opts, result, sample_limit=sample_limit, pass_rows=pass_rows, merge=merge)
         finally:
-            local.con.close()
-    result.bytes_fetched = sides[0].bytes + sides[1].bytes
+            local.close()
+    result.bytes_fetched = sum(sides[i].bytes for i in streamed)
     result.bytes_sent = sum(len(s.encode()) for s in result.queries)
     return result
+
+
+def _home(source: Database, target: Database) -> int | None:
+    """The side (0 source, 1 target) diffed where it is, not streamed: a DuckDB side whose own connection can
+    hold the streamed table beside its own (the target first), or None."""
+    if source.dialect == target.dialect:  # two DuckDB files (perhaps one): both streamed into a local one
+        return None
+    for i in (1, 0):
+        db = (source, target)[i]
+        if db.dialect == "duckdb" and callable(getattr(db, "connect", None)):
+            return i
+    return None
+
+
+def _load_sides(local: _Local, sides: list[_Reader], streamed: list[int]) -> None:
+    """The streamed sides loaded into ``local`` (``dw_s``, ``dw_t``); two at once, the second in a thread."""
+    names = ("dw_s", "dw_t")
+    if len(streamed) == 1:
+        _load(local, names[streamed[0]], sides[streamed[0]])
+        return
+    errors: list[BaseException] = []
+
+    def load_target():
+        try:
+            _load(local, "dw_t", sides[1])
+        except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+            errors.append(e)
+
+    worker = threading.Thread(target=load_target, name="dw-rowdiff-stream-target")
+    worker.start()  # the target loads while the source streams
+    try:
+        _load(local, "dw_s", sides[0])
+    finally:
+        worker.join()
+    if errors:
+        raise errors[0]
+
+
+def _diff_loaded(local: _Local, rels: list[str], plan, opts, result: RowDiffResult, *, sample_limit: int,
+                 pass_rows: int, merge) -> None:
+    """Counts, NULL keys, collisions, then the typed diff of ``rels`` (source, target) in passes by key hash."""
+    from dw_dagster.checks.rowdiff.joindiff import _collision_warning, _collisions, _counts_and_null_keys, _diff_typed
+    from dw_dagster.checks.rowdiff.rules import _key_expr
+    from dw_dagster.databases import sql
+
+    n = {}
+    for rel, side in zip(rels, ("source", "target")):
+        n[side], warn, _ = _counts_and_null_keys(local, rel, plan.keys, side, plan.labels)
+        result.warnings += warn
+    for rel, side, own, other in ((rels[0], "source", plan.st, plan.tt), (rels[1], "target", plan.tt, plan.st)):
+        found, total, _ = _collisions(local, rel, plan.keys, side, own, other, opts.case_insensitive_keys)
+        result.collisions += found
+        setattr(result, f"collided_{side}", total)
+        result.warnings += [_collision_warning(c) for c in found]
+    passes = max(1, -(-(n["source"] + n["target"]) // max(1, int(pass_rows))))
+    q = lambda c: sql.identifier(c).sql("duckdb")  # noqa: E731
+    for k in range(passes):
+        parts = rels
+        if passes > 1:
+            parts = []
+            for rel, own, other in ((rels[0], plan.st, plan.tt), (rels[1], plan.tt, plan.st)):
+                key = ", ".join(_key_expr(q(c), c, own, other, opts.case_insensitive_keys) for c in plan.keys)
+                parts.append(f"(SELECT * FROM {rel} AS dw_v WHERE hash({key}) % {passes} = {k})")
+        part, _ = _diff_typed(local, parts[0], parts[1], plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
+        part.warnings = [w for w in part.warnings if "NULL(s) on the" not in w]  # counted above, whole table
+        merge(result, part, sample_limit)
+        result.download_passes += 1
