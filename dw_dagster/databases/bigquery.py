@@ -49,6 +49,9 @@ class BigQueryDatabase:
         project: the project jobs run in and two-part names resolve in; defaults to the
             client's (or the resource's) project.
         location: the job location; defaults to the client's.
+        retry_deadline_s: seconds a failed API request (a server error, a rate limit) is retried for.
+        request_timeout_s: seconds one API request may take before it is given up (and retried while
+            the deadline allows); a query that takes longer still runs: the job is polled until it ends.
 
     Raises:
         ImportError: google-cloud-bigquery is not installed (the message names the
@@ -73,9 +76,13 @@ class BigQueryDatabase:
         project: str | None = None,
         location: str | None = None,
         retry_deadline_s: float = 60.0,
+        request_timeout_s: float = 120.0,
     ) -> None:
         _import_bigquery()
-        self.retry_deadline_s = retry_deadline_s
+        for name, v in (("retry_deadline_s", retry_deadline_s), ("request_timeout_s", request_timeout_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be a number of seconds above 0, got {v!r}")
+        self.retry_deadline_s, self.request_timeout_s = retry_deadline_s, request_timeout_s
         self._client_or_resource = client
         self._is_resource = hasattr(client, "get_client") and not hasattr(client, "query")
         self.project = project or getattr(client, "project", None)
@@ -164,10 +171,13 @@ class BigQueryDatabase:
 
         # Inside a Dagster step: the step's tag as job labels and an appended comment (databases.tags).
         sql, tag = tagged(sql)
-        # Bounded retries: a server error must surface as a DatabaseError, not retry for minutes.
+        # Bounded retries: a server error must surface as a DatabaseError, not retry for minutes. The request's own
+        # timeout is not the retry deadline: a server that takes 12 s to accept a job (an emulator running a MERGE
+        # in the request, a loaded endpoint) is slow, not failing; the job's id is the client's, so a retried
+        # request never starts the job twice.
         kwargs: dict[str, Any] = {"job_config": self._job_config(bigquery_labels(tag)),
                                   "retry": Retry(deadline=self.retry_deadline_s),
-                                  "job_retry": None, "timeout": self.retry_deadline_s}
+                                  "job_retry": None, "timeout": self.request_timeout_s}
         if self.project:
             kwargs["project"] = self.project
         if self.location:

@@ -9,6 +9,7 @@ import datetime as dt
 import importlib
 import re
 import sys
+import time
 from decimal import Decimal
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from sqlglot import exp
 from dw_dagster.databases import sql
 from dw_dagster.checks.reconcile import reconcile
 from dw_dagster.databases import Database, DatabaseError, DuckDBDatabase, database_from_url
-from dw_dagster_tests.harness.emulators import BQEMULATOR_PROJECT, FAKESNOW_DATABASE, make_table
+from dw_dagster_tests.harness.emulators import BQEMULATOR_PROJECT, FAKESNOW_DATABASE, bigquery_client, make_table
 
 SALES_COLUMNS = {"k": "INTEGER", "amt": "DECIMAL(18,2)", "name": "VARCHAR", "ts": "TIMESTAMP"}
 # fakesnow reads a NULL TIMESTAMP_NTZ back as 1970-01-01, so no row has a NULL ts.
@@ -257,3 +258,65 @@ def test_missing_optional_package_names_the_extra(monkeypatch, blocked, build, e
     engine = importlib.import_module(module)  # importable without the extras
     with pytest.raises(ImportError, match=re.escape(f"pip install 'dw-dagster[{extra}]'")):
         build(engine)
+
+
+class _SlowJobs:
+    """A loopback proxy in front of the BigQuery emulator that answers each ``jobs.insert`` after ``delay`` s:
+    a slow endpoint (a loaded one, or an emulator running a MERGE inside the request), not a failing one."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        import http.server
+        import threading
+
+        import httpx
+
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "POST" and self.path.split("?")[0].endswith("/jobs"):
+                    outer.slowed += 1
+                    time.sleep(delay)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                r = httpx.request(self.command, upstream + self.path, content=body, headers=headers, timeout=60)
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _forward
+
+            def log_message(self, *a):
+                pass
+
+        self.slowed = 0
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_slow_bigquery_endpoint_is_waited_for_not_failed(bqemulator_server):
+    """The request's timeout is its own setting, not the retry deadline: with a 10 s deadline (the tests') a
+    jobs.insert answered after 12 s failed every BigQuery e2e fixture of a loaded full run (ReadTimeout)."""
+    from dw_dagster.databases.bigquery import BigQueryDatabase
+
+    slow = _SlowJobs(bqemulator_server, delay=2.0)
+    try:
+        client = bigquery_client(slow.url)
+        patient = BigQueryDatabase(client, retry_deadline_s=1)
+        assert patient.fetch_all("SELECT 40 + 2") == [(42,)] and slow.slowed >= 1
+        hasty = BigQueryDatabase(client, retry_deadline_s=1, request_timeout_s=0.5)
+        with pytest.raises(DatabaseError, match="Timeout"):
+            hasty.fetch_all("SELECT 1")
+    finally:
+        slow.close()
+    with pytest.raises(ValueError, match="request_timeout_s must be a number of seconds above 0"):
+        BigQueryDatabase(bigquery_client(bqemulator_server), request_timeout_s=0)
