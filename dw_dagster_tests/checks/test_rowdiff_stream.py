@@ -172,36 +172,6 @@ def test_auto_times_the_bisect_hash_once_per_probe(tables, monkeypatch):
     assert sum("dw_l LIMIT" in q for q in sent) == 2
 
 
-# Exact decimals through the stream, which has PostgreSQL send each numeric as its text: digits beyond a
-# double (Google DVT #900: a NUMERIC(25) differing in its last digit passed as equal), values between -1
-# and 1 (DVT #1201: Oracle and PostgreSQL spell 0.71 differently), the widest DuckDB decimal, and
-# unconstrained numeric; and a negative zero, which PostgreSQL's numeric does not keep (data-diff #883).
-# https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/900
-# https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/1201
-# https://github.com/datafold/data-diff/issues/883
-_WIDE = [(1, "1234567890123456789012345", "0.71", "12345678901234567890123456.123456789012", "1.5"),
-         (2, "1234567890123456789012340", "-0.71", "-0.000000000001", "0.000000000000000000000000001"),
-         (3, "-9999999999999999999999999", "-0.00", "99999999999999999999999999.999999999999", "-7")]
-
-
-def test_numeric_digits_survive_the_stream(tmp_path, postgres, pg_schema):
-    cols = "(id INT, big NUMERIC(25, 0), small NUMERIC(4, 2), widest NUMERIC(38, 12), free NUMERIC)"
-    rows = ", ".join(f"({i}, {b}, {s_}, {w}, {f})" for i, b, s_, w, f in _WIDE)
-    postgres.execute(f"CREATE TABLE {pg_schema}.w {cols}; INSERT INTO {pg_schema}.w VALUES {rows}")
-    duck = DuckDBDatabase(tmp_path / "w.duckdb")
-    duck.execute("CREATE TABLE w (id INT, big DECIMAL(25, 0), small DECIMAL(4, 2), widest DECIMAL(38, 12), "
-                 f"free DECIMAL(38, 27)); INSERT INTO w VALUES {rows}")
-    same = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
-    assert same.transfer == "stream" and same.identical, same.sample
-    # one unit in the last digit of each wide column, on a different row each
-    duck.execute("UPDATE w SET big = big + 1 WHERE id = 1; UPDATE w SET widest = widest - 0.000000000001 WHERE id = 3; "
-                 "UPDATE w SET free = free + 0.000000000000000000000000001 WHERE id = 2")
-    s = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
-    b = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="bisect")
-    assert _answer(s) == _answer(b)
-    assert {int(e.key[0]): e.columns for e in s.sample} == {1: ["big"], 2: ["free"], 3: ["widest"]}
-
-
 def test_the_duckdb_side_is_left_as_it_was(tmp_path, postgres, pg_schema):
     """Diffed where it is, the DuckDB file keeps no trace (no attached database, table or view of the diff's),
     opens for writing at once; four diffs at once on the one file each keep their own streamed rows."""

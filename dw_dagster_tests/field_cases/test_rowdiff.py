@@ -18,6 +18,10 @@ from dw_dagster_tests.field_cases.tables import answer, expected, load, same
 
 H = "dw_dagster/checks/rowdiff/rules.py"
 KINDS = [
+    kind("rd-stream-numeric-digits", "types", "exact decimals through the stream (numeric sent as text): a NUMERIC(25) "
+         "differing in its last digit, NUMERIC(38, 12), unconstrained numeric, values between -1 and 1",
+         "https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/900",
+         "dw_dagster/checks/rowdiff/stream.py", "test_numeric_digits_survive_the_stream", False),
     kind("rd-json-key-order", "types", "JSON documents equal as data but not as text (key order, white space)",
          "https://github.com/datafold/data-diff/pull/383", "dw_dagster/checks/rowdiff/joindiff.py",
          "test_json_key_order", True),
@@ -385,3 +389,37 @@ def test_null_against_empty_nested_values(request, mode):
     source = [(1, None, None), (2, [], {"a": None}), (3, [1], {"a": 1})]
     target = [(1, [], {"a": None}), (2, None, None), (3, [1], {"a": 1})]
     assert answer(r) == expected(source, target, ["xs", "st"]) == (0, 0, 2, {"xs": 2, "st": 2})
+
+
+_WIDE = [(1, "1234567890123456789012345", "0.71", "12345678901234567890123456.123456789012", "1.5"),
+         (2, "1234567890123456789012340", "-0.71", "-0.000000000001", "0.000000000000000000000000001"),
+         (3, "-9999999999999999999999999", "-0.00", "99999999999999999999999999.999999999999", "-7")]
+
+
+def test_numeric_digits_survive_the_stream(tmp_path, postgres, pg_schema):
+    """Exact decimals through the stream, which has PostgreSQL send each numeric as its text: digits beyond a
+    double (DVT #900: a NUMERIC(25) differing in its last digit passed as equal), values between -1 and 1
+    (DVT #1201: Oracle and PostgreSQL spell 0.71 differently), the widest DuckDB decimal, unconstrained
+    numeric, and a negative zero, which PostgreSQL's numeric does not keep (data-diff #883).
+
+    https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/900
+    https://github.com/GoogleCloudPlatform/professional-services-data-validator/issues/1201
+    https://github.com/datafold/data-diff/issues/883
+    """
+    from dw_dagster.databases import DuckDBDatabase
+
+    cols = "(id INT, big NUMERIC(25, 0), small NUMERIC(4, 2), widest NUMERIC(38, 12), free NUMERIC)"
+    rows = ", ".join(f"({i}, {b}, {s_}, {w}, {f})" for i, b, s_, w, f in _WIDE)
+    postgres.execute(f"CREATE TABLE {pg_schema}.w {cols}; INSERT INTO {pg_schema}.w VALUES {rows}")
+    duck = DuckDBDatabase(tmp_path / "w.duckdb")
+    duck.execute("CREATE TABLE w (id INT, big DECIMAL(25, 0), small DECIMAL(4, 2), widest DECIMAL(38, 12), "
+                 f"free DECIMAL(38, 27)); INSERT INTO w VALUES {rows}")
+    same = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
+    assert same.transfer == "stream" and same.identical, same.sample
+    # one unit in the last digit of each wide column, on a different row each
+    duck.execute("UPDATE w SET big = big + 1 WHERE id = 1; UPDATE w SET widest = widest - 0.000000000001 WHERE id = 3; "
+                 "UPDATE w SET free = free + 0.000000000000000000000000001 WHERE id = 2")
+    s = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="stream")
+    b = row_diff_across(postgres, duck, f"{pg_schema}.w", "w", ["id"], transfer="bisect")
+    assert (s.missing, s.extra, s.changed, s.changed_columns) == (b.missing, b.extra, b.changed, b.changed_columns)
+    assert {int(e.key[0]): e.columns for e in s.sample} == {1: ["big"], 2: ["free"], 3: ["widest"]}
