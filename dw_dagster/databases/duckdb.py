@@ -18,9 +18,10 @@ from dw_dagster.dagster_private import public
 
 
 def _is_lock_conflict(e: BaseException) -> bool:
-    """True for DuckDB's "Could not set lock on file" (another process holds the file)."""
+    """True for DuckDB's "Could not set lock on file" (another process holds the file) and its "Unique file
+    handle conflict" (another DuckDB instance of this process has it attached: the stream diff's, for a while)."""
     text = str(e).lower()
-    return "could not set lock" in text or "conflicting lock" in text
+    return "could not set lock" in text or "conflicting lock" in text or "unique file handle conflict" in text
 
 
 class LocalDuckDB:

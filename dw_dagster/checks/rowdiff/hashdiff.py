@@ -159,7 +159,8 @@ def _merge(result: RowDiffResult, part: RowDiffResult, sample_limit: int) -> Non
     for c, n in part.changed_columns.items():
         result.changed_columns[c] = result.changed_columns.get(c, 0) + n
     result.sample += part.sample
-    result.warnings += [w for w in part.warnings if w not in result.warnings]
+    # a pass's NULL-key counts are its share's: the whole table's were counted before the passes
+    result.warnings += [w for w in part.warnings if w not in result.warnings and "NULL(s) on the" not in w]
     if len(result.sample) > 2 * sample_limit:
         result.sample = sorted(result.sample, key=_sort_key)[:sample_limit]
 

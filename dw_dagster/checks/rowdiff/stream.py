@@ -28,10 +28,10 @@ from the two databases, the same measure on both paths).
 
 from __future__ import annotations
 
+import re
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import sqlglot
@@ -203,12 +203,15 @@ def _pg_type(field) -> str:
 
 
 def _numeric(field) -> tuple[int, int] | None:
-    """(precision, scale) of a PostgreSQL ``numeric(p, s)`` column from its typmod, None when unconstrained."""
+    """(precision, scale) of a PostgreSQL ``numeric(p, s)`` column from its typmod, None when unconstrained or
+    when the scale is outside ``0..p`` (PostgreSQL 15 allows ``numeric(5, -2)`` and ``numeric(3, 5)``: its
+    typmod holds the scale as 11 signed bits); such a column is read like an unconstrained one."""
     raw = (field.metadata or {}).get(b"POSTGRESQL:typmod")
     mod = int(raw) if raw else -1
     if mod < 4:
         return None
-    return ((mod - 4) >> 16) & 0xFFFF, (mod - 4) & 0xFFFF
+    precision, scale = ((mod - 4) >> 16) & 0xFFFF, (((mod - 4) & 0x7FF) ^ 0x400) - 0x400
+    return (precision, scale) if 0 <= scale <= precision else None
 
 
 def _load(local, name: str, side: _Reader) -> None:
@@ -242,24 +245,43 @@ def _load(local, name: str, side: _Reader) -> None:
                 raise StreamUnavailable(f"{side.db.name}: a value the stream cannot hold locally: {str(e).splitlines()[0]}") from e
             raise DatabaseError(f"{side.db.name}: stream failed: {str(e).splitlines()[0]}\n  SQL: {side.statement[:300]}") from e
         con.unregister(f"{name}_arrow")
-        for q in unconstrained:  # numeric without a typmod: the exact decimal of the widest scale read
-            (scale,) = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0) FROM {table}").fetchone()
-            try:
-                con.execute(f"ALTER TABLE {table} ALTER {q} TYPE DECIMAL(38, {min(int(scale), 37)})")
-            except Exception as e:  # NaN, Infinity or more than 38 digits: not a DuckDB decimal
-                raise StreamUnavailable(f"{side.db.name}: numeric column {q} does not fit DECIMAL(38): {e}") from e
+        for q in unconstrained:  # numeric without a usable typmod: the exact decimal of the widest scale read
+            _exact_decimal(con, table, q, side.db.name)
     finally:
         con.close()
         side.close()
 
 
-class _Local:
-    """The local DuckDB of the stream: in memory up to :data:`LOCAL_MEMORY`, spilling to a temporary directory.
+def _exact_decimal(con, table: str, q: str, db_name: str) -> None:
+    """Column ``q`` (numeric text) of ``table`` as ``DECIMAL(38, s)``, ``s`` the widest scale read; refused
+    (:class:`StreamUnavailable`) when a value would not fit exactly: more than 38 digits or a scale above 37
+    would be rounded without a word, and NaN or Infinity is no decimal."""
+    (scale, whole), = con.execute(f"SELECT COALESCE(MAX(LENGTH(SPLIT_PART({q}, '.', 2))), 0), "
+                                  f"COALESCE(MAX(LENGTH(SPLIT_PART(LTRIM({q}, '-'), '.', 1))), 0) FROM {table}").fetchall()
+    if int(scale) > 37 or int(whole) + int(scale) > 38:
+        raise StreamUnavailable(f"{db_name}: numeric column {q} holds values of {int(whole)} integer and {int(scale)} "
+                                "decimal digits, beyond DuckDB's DECIMAL(38): compared exactly only by the bisect path")
+    try:
+        con.execute(f"ALTER TABLE {table} ALTER {q} TYPE DECIMAL(38, {int(scale)})")
+    except Exception as e:  # NaN or Infinity: not a DuckDB decimal
+        raise StreamUnavailable(f"{db_name}: numeric column {q} does not fit DECIMAL(38): {str(e).splitlines()[0]}") from e
 
-    With ``beside`` (a DuckDB side with :meth:`~dw_dagster.databases.DuckDBDatabase.connect`), the
-    streamed tables are held in an in-memory database attached to that side's own connection
-    (``dw_stream_<id>``, detached by :meth:`close`), so its table is diffed where it is rather than
-    copied first (at 10M rows a side: 7.9 s against 10.2 s).
+
+class _OpenHere(Exception):
+    """The DuckDB file is open in this process already (not retried as a lock held by another process)."""
+
+
+class _Local:
+    """The local DuckDB of the stream: a private in-memory instance (``memory_limit`` the lower of
+    :data:`LOCAL_MEMORY` and the DuckDB side's own, spilling to a temporary directory), so no setting of
+    another connection is touched.
+
+    With ``beside`` (a DuckDB side), that side's file is attached read-only as the default catalog
+    (:attr:`attached`), and its table is diffed where it is rather than copied first (at 10M rows a side:
+    7.9 s against 10.2 s); the streamed tables live in ``memory.main``. Read-only, the file is locked
+    against writers for the diff, so every step reads the same rows. When this process already has the
+    file open (DuckDB attaches a file once per process), :attr:`attached` is False and the side is
+    streamed like the other.
     """
 
     def __init__(self, directory: str, beside=None) -> None:
@@ -267,45 +289,94 @@ class _Local:
 
         from dw_dagster.databases import LocalDuckDB
 
-        self._ctx = None
-        if beside is None:
-            # in memory, its blocks evicted to the temporary directory beyond the memory limit
-            self.con = duckdb.connect(":memory:",
-                                      config={"threads": 2, "memory_limit": LOCAL_MEMORY, "temp_directory": directory,
-                                              "preserve_insertion_order": False})
-            self.schema = "main"
-        else:
-            self._ctx = beside.connect()
-            self.con = self._ctx.__enter__()
-            # the settings are the instance's (perhaps shared with another connection of this process): changed
-            # only where the diff needs it, put back by close(); spilling goes to the side's own temporary directory
-            self._restore = {k: self.con.execute(f"SELECT current_setting('{k}')").fetchone()[0]
-                             for k in ("preserve_insertion_order", "memory_limit")}
-            self.con.execute("SET preserve_insertion_order = false")
-            self.con.execute(f"SET memory_limit = '{LOCAL_MEMORY}'")  # the diff's bound, whatever the file's own
-            self.schema = f"dw_stream_{uuid.uuid4().hex[:12]}"  # two diffs on one instance never meet
-            self.con.execute(f"ATTACH ':memory:' AS {self.schema}")
+        # in memory, its blocks evicted to the temporary directory beyond the memory limit
+        self.con = duckdb.connect(":memory:",
+                                  config={"threads": 2, "memory_limit": _memory_limit(beside), "temp_directory": directory,
+                                          "preserve_insertion_order": False})
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute("SET enable_progress_bar = false")
+        self.schema = "memory.main"
         self.dialect, self.name = "duckdb", LocalDuckDB.name
-        self.fetch_all = lambda q: self.con.execute(q).fetchall()
-        self.execute = lambda q: self.con.execute(q)
+        try:
+            self.attached = beside is not None and self._attach(beside)
+        except BaseException:
+            self.con.close()
+            raise
+        if self.attached:
+            self.name = beside.name
+
+    def _attach(self, beside) -> bool:
+        import duckdb
+        import tenacity
+
+        from dw_dagster.databases import sql
+        from dw_dagster.databases.duckdb import _is_lock_conflict
+
+        path = str(getattr(beside, "path", ":memory:"))
+        if path == ":memory:":
+            return False
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(
+                                         lambda e: not isinstance(e, _OpenHere) and _is_lock_conflict(e)),
+                                     wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
+                                     stop=tenacity.stop_after_delay(float(getattr(beside, "lock_wait_s", 120.0))),
+                                     reraise=True)
+        attach = f"ATTACH {sql.literal(path).sql('duckdb')} AS dw_side (READ_ONLY)"
+        try:  # another process writing the file: waited for as DuckDBDatabase does
+            retrying(lambda: self._attach_here(attach))
+        except _OpenHere:  # open in this process already: streamed instead
+            return False
+        except duckdb.Error as e:
+            raise DatabaseError(f"{beside.name}: could not be opened for the diff: {str(e).splitlines()[0]}") from e
+        self.con.execute("USE dw_side")
+        return True
+
+    def _attach_here(self, statement: str) -> None:
+        try:
+            self.con.execute(statement)
+        except Exception as e:  # duckdb's error classes
+            if "unique file handle conflict" in str(e).lower():
+                raise _OpenHere(str(e)) from e
+            raise
+
+    def _run(self, query: str):
+        try:
+            return self.con.execute(query)
+        except Exception as e:  # duckdb's error classes
+            raise DatabaseError(f"{self.name}: query failed: {str(e).splitlines()[0]}\n  SQL: {query[:300]}") from e
+
+    def fetch_all(self, query: str) -> list[tuple]:
+        return self._run(query).fetchall()
+
+    def execute(self, query: str) -> None:
+        self._run(query)
 
     def fetch_batches(self, query: str, batch_rows: int = 100_000):
-        yield from self.con.sql(query).to_arrow_reader(batch_rows)
+        try:
+            reader = self.con.sql(query).to_arrow_reader(batch_rows)
+        except Exception as e:  # duckdb's error classes
+            raise DatabaseError(f"{self.name}: query failed: {str(e).splitlines()[0]}\n  SQL: {query[:300]}") from e
+        yield from reader
 
     def close(self) -> None:
-        from dw_dagster.databases import sql
+        self.con.close()
 
-        if self._ctx is None:
-            self.con.close()
-            return
-        try:
-            self.con.execute(f"DETACH {self.schema}")
-            for k, v in self._restore.items():
-                self.con.execute(f"SET {k} = {sql.literal(str(v)).sql('duckdb')}")
-        finally:
-            self._ctx.__exit__(None, None, None)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|bytes|kb|mb|gb|tb|kib|mib|gib|tib)?\s*$", re.IGNORECASE)
+_UNIT = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _memory_limit(side) -> str:
+    """:data:`LOCAL_MEMORY`, or the DuckDB side's own ``memory_limit`` when that is lower (a limit set to fit a
+    small container is kept); an own limit this cannot read leaves :data:`LOCAL_MEMORY`."""
+    own = getattr(side, "memory_limit", None) if side is not None else None
+    sizes = [(_bytes(v), v) for v in (LOCAL_MEMORY, own) if isinstance(v, str) and _bytes(v) is not None]
+    return min(sizes)[1] if sizes else LOCAL_MEMORY
+
+
+def _bytes(text: str) -> int | None:
+    m = _SIZE.match(text)
+    return None if m is None else int(float(m.group(1)) * _UNIT[(m.group(2) or "b").lower()])
 
 
 def estimated_rows(db: Database, table: str) -> float:
@@ -425,12 +496,13 @@ def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit:
     home = _home(source, target)
     sides = [_Reader(source, _select(source, plan.source_rel), _aliased(plan, plan.st)),
              _Reader(target, _select(target, plan.target_rel), _aliased(plan, plan.tt))]
-    streamed = [i for i in (0, 1) if i != home]
     result = RowDiffResult(queries=[], warnings=list(warnings), buckets_compared=None,
                            buckets_downloaded=None, rows_downloaded=0, download_passes=0, transfer="stream",
                            timestamp_rule=timestamp_rule(timestamp_precision, timestamp_rounding))
     with tempfile.TemporaryDirectory(prefix="dw_rowdiff_stream_") as tmp:
         local = _Local(tmp, beside=None if home is None else (source, target)[home])
+        home = home if local.attached else None
+        streamed = [i for i in (0, 1) if i != home]
         try:
             _load_sides(local, sides, streamed)
             result.queries = [sides[i].statement for i in streamed]  # as sent (numeric columns as text)
@@ -446,13 +518,13 @@ def stream_diff(source: Database, target: Database, plan, opts, *, sample_limit:
 
 
 def _home(source: Database, target: Database) -> int | None:
-    """The side (0 source, 1 target) diffed where it is, not streamed: a DuckDB side whose own connection can
-    hold the streamed table beside its own (the target first), or None."""
+    """The side (0 source, 1 target) diffed where it is, not streamed: a DuckDB file the local instance can
+    attach (the target first), or None."""
     if source.dialect == target.dialect:  # two DuckDB files (perhaps one): both streamed into a local one
         return None
     for i in (1, 0):
         db = (source, target)[i]
-        if db.dialect == "duckdb" and callable(getattr(db, "connect", None)):
+        if db.dialect == "duckdb" and isinstance(getattr(db, "path", None), str):
             return i
     return None
 
