@@ -9,8 +9,8 @@ every row of each side once and compares them locally: a PostgreSQL side with
 driver decodes the binary COPY into Arrow in C; the ``SELECT`` is built with sqlglot from the
 diff's projection, and sends each ``numeric`` column as the server's text, cast back to the exact
 decimal locally). The rows land in a local DuckDB database (``memory_limit`` :data:`LOCAL_MEMORY`,
-spilling to a temporary directory); when the other side is a DuckDB file, that database is attached to
-the file's own connection and the file's table is diffed where it is, not copied. They are diffed there by the same typed comparison the bisect path runs on the rows it downloads
+spilling to a temporary directory); when the other side is a DuckDB file, the file is attached to it
+read-only and its table diffed where it is, not copied. They are diffed there by the same typed comparison the bisect path runs on the rows it downloads
 (:func:`~.joindiff._diff_typed`), in passes of about ``pass_rows`` rows split by the hash of the
 key (each pass a full outer join of its share of keys), so the memory held stays bounded however
 large the tables are. Same rules, same result shape: identical key sets.
