@@ -201,3 +201,14 @@ def test_the_duckdb_side_is_left_as_it_was(tmp_path, postgres, pg_schema):
         assert [d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal").fetchall()] == ["k"]
     finally:
         con.close()
+
+
+def test_a_duckdb_table_named_with_its_catalog(tmp_path, postgres, pg_schema):
+    """The DuckDB side is attached under its file's own catalog name, so a three-part name written as in the
+    file (``warehouse.main.t``) resolves; a file whose stem is a reserved catalog name (``memory``) too."""
+    postgres.execute(f"CREATE TABLE {pg_schema}.t (id INT, v TEXT); INSERT INTO {pg_schema}.t VALUES (1, 'a'), (2, 'b')")
+    for stem, name in (("warehouse", "warehouse.main.t"), ("memory", "main.t")):
+        duck = DuckDBDatabase(tmp_path / f"{stem}.duckdb")
+        duck.execute("CREATE TABLE t (id INT, v TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'c')")
+        r = row_diff_across(postgres, duck, f"{pg_schema}.t", name, ["id"], transfer="stream")
+        assert (r.transfer, r.rows_downloaded, r.changed, [e.key for e in r.sample]) == ("stream", 2, 1, [[2]]), stem

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import sqlglot
 
@@ -320,14 +321,17 @@ class _Local:
                                      wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
                                      stop=tenacity.stop_after_delay(float(getattr(beside, "lock_wait_s", 120.0))),
                                      reraise=True)
-        attach = f"ATTACH {sql.literal(path).sql('duckdb')} AS dw_side (READ_ONLY)"
+        # under the file's own catalog name (its stem, as DuckDB names it), so a three-part name resolves as in the file
+        stem = Path(path).stem
+        alias = sql.identifier(stem if stem.lower() not in ("memory", "temp", "system", "main") else "dw_side").sql("duckdb")
+        attach = f"ATTACH {sql.literal(path).sql('duckdb')} AS {alias} (READ_ONLY)"
         try:  # another process writing the file: waited for as DuckDBDatabase does
             retrying(lambda: self._attach_here(attach))
         except _OpenHere:  # open in this process already: streamed instead
             return False
         except duckdb.Error as e:
             raise DatabaseError(f"{beside.name}: could not be opened for the diff: {str(e).splitlines()[0]}") from e
-        self.con.execute("USE dw_side")
+        self.con.execute(f"USE {alias}")
         return True
 
     def _attach_here(self, statement: str) -> None:
