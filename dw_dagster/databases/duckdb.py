@@ -17,11 +17,30 @@ from dw_dagster.dagster_private import public
 # SQLAlchemy dialect name -> sqlglot dialect name
 
 
-def _is_lock_conflict(e: BaseException) -> bool:
-    """True for DuckDB's "Could not set lock on file" (another process holds the file) and its "Unique file
-    handle conflict" (another DuckDB instance of this process has it attached: the stream diff's, for a while)."""
+def _is_held_elsewhere(e: BaseException) -> bool:
+    """True for DuckDB's "Could not set lock on file" (another process holds the file)."""
     text = str(e).lower()
-    return "could not set lock" in text or "conflicting lock" in text or "unique file handle conflict" in text
+    return "could not set lock" in text or "conflicting lock" in text
+
+
+def _is_open_here(e: BaseException) -> bool:
+    """True for DuckDB's "Unique file handle conflict" (another DuckDB instance of this process has the file
+    attached: the stream diff's, for a while)."""
+    return "unique file handle conflict" in str(e).lower()
+
+
+def _is_lock_conflict(e: BaseException) -> bool:
+    return _is_held_elsewhere(e) or _is_open_here(e)
+
+
+def _lock_retrying(seconds: float, when=_is_lock_conflict):
+    """A ``tenacity.Retrying`` that retries a DuckDB open while ``when(error)`` (by default a lock held by
+    another process or instance), with jittered exponential back-off, for up to ``seconds``."""
+    import tenacity
+
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(when),
+                             wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
+                             stop=tenacity.stop_after_delay(seconds), reraise=True)
 
 
 class LocalDuckDB:
@@ -167,16 +186,9 @@ class DuckDBDatabase:
 
     def _open(self):
         import duckdb
-        import tenacity
 
         config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_is_lock_conflict),
-            wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
-            stop=tenacity.stop_after_delay(self.lock_wait_s),
-            reraise=True,
-        )
-        return retrying(duckdb.connect, self.path, config=config)
+        return _lock_retrying(self.lock_wait_s)(duckdb.connect, self.path, config=config)
 
     def fetch_all(self, sql: str) -> list[tuple]:
         with self.connect() as con:

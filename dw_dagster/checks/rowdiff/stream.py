@@ -268,10 +268,6 @@ def _exact_decimal(con, table: str, q: str, db_name: str) -> None:
         raise StreamUnavailable(f"{db_name}: numeric column {q} does not fit DECIMAL(38): {str(e).splitlines()[0]}") from e
 
 
-class _OpenHere(Exception):
-    """The DuckDB file is open in this process already (not retried as a lock held by another process)."""
-
-
 class _Local:
     """The local DuckDB of the stream: a private in-memory instance (``memory_limit`` the lower of
     :data:`LOCAL_MEMORY` and the DuckDB side's own, spilling to a temporary directory), so no setting of
@@ -308,45 +304,34 @@ class _Local:
 
     def _attach(self, beside) -> bool:
         import duckdb
-        import tenacity
 
         from dw_dagster.databases import sql
-        from dw_dagster.databases.duckdb import _is_lock_conflict
+        from dw_dagster.databases.duckdb import _is_held_elsewhere, _is_open_here, _lock_retrying
 
         path = str(getattr(beside, "path", ":memory:"))
         if path == ":memory:":
             return False
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(
-                                         lambda e: not isinstance(e, _OpenHere) and _is_lock_conflict(e)),
-                                     wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
-                                     stop=tenacity.stop_after_delay(float(getattr(beside, "lock_wait_s", 120.0))),
-                                     reraise=True)
         # under the file's own catalog name (its stem, as DuckDB names it), so a three-part name resolves as in the file
         stem = Path(path).stem
         alias = sql.identifier(stem if stem.lower() not in ("memory", "temp", "system", "main") else "dw_side").sql("duckdb")
         attach = f"ATTACH {sql.literal(path).sql('duckdb')} AS {alias} (READ_ONLY)"
-        try:  # another process writing the file: waited for as DuckDBDatabase does
-            retrying(lambda: self._attach_here(attach))
-        except _OpenHere:  # open in this process already: streamed instead
-            return False
+        try:  # another process writing the file: waited for as DuckDBDatabase does (not one of this process)
+            _lock_retrying(float(getattr(beside, "lock_wait_s", 120.0)), when=_is_held_elsewhere)(self.con.execute, attach)
         except duckdb.Error as e:
+            if _is_open_here(e):  # open in this process already: streamed instead
+                return False
             raise DatabaseError(f"{beside.name}: could not be opened for the diff: {str(e).splitlines()[0]}") from e
         self.con.execute(f"USE {alias}")
         return True
 
-    def _attach_here(self, statement: str) -> None:
-        try:
-            self.con.execute(statement)
-        except Exception as e:  # duckdb's error classes
-            if "unique file handle conflict" in str(e).lower():
-                raise _OpenHere(str(e)) from e
-            raise
+    def _failed(self, e: Exception, query: str) -> DatabaseError:
+        return DatabaseError(f"{self.name}: query failed: {str(e).splitlines()[0]}\n  SQL: {query[:300]}")
 
     def _run(self, query: str):
         try:
             return self.con.execute(query)
         except Exception as e:  # duckdb's error classes
-            raise DatabaseError(f"{self.name}: query failed: {str(e).splitlines()[0]}\n  SQL: {query[:300]}") from e
+            raise self._failed(e, query) from e
 
     def fetch_all(self, query: str) -> list[tuple]:
         return self._run(query).fetchall()
@@ -358,7 +343,7 @@ class _Local:
         try:
             reader = self.con.sql(query).to_arrow_reader(batch_rows)
         except Exception as e:  # duckdb's error classes
-            raise DatabaseError(f"{self.name}: query failed: {str(e).splitlines()[0]}\n  SQL: {query[:300]}") from e
+            raise self._failed(e, query) from e
         yield from reader
 
     def close(self) -> None:
@@ -374,7 +359,7 @@ def _memory_limit(side) -> str:
     """:data:`LOCAL_MEMORY`, or the DuckDB side's own ``memory_limit`` when that is lower (a limit set to fit a
     small container is kept); an own limit this cannot read leaves :data:`LOCAL_MEMORY`."""
     own = getattr(side, "memory_limit", None) if side is not None else None
-    sizes = [(_bytes(v), v) for v in (LOCAL_MEMORY, own) if isinstance(v, str) and _bytes(v) is not None]
+    sizes = [(n, v) for v in (LOCAL_MEMORY, own) if isinstance(v, str) and (n := _bytes(v)) is not None]
     return min(sizes)[1] if sizes else LOCAL_MEMORY
 
 
@@ -583,6 +568,5 @@ def _diff_loaded(local: _Local, rels: list[str], plan, opts, result: RowDiffResu
                 key = ", ".join(_key_expr(q(c), c, own, other, opts.case_insensitive_keys) for c in plan.keys)
                 parts.append(f"(SELECT * FROM {rel} AS dw_v WHERE hash({key}) % {passes} = {k})")
         part, _ = _diff_typed(local, parts[0], parts[1], plan.keys, plan.columns, plan.st, plan.tt, opts, sample_limit)
-        part.warnings = [w for w in part.warnings if "NULL(s) on the" not in w]  # counted above, whole table
         merge(result, part, sample_limit)
         result.download_passes += 1
