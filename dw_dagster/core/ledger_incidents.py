@@ -17,7 +17,7 @@ So two processes that see the same drop at the same moment (two replicas of a co
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,6 +31,19 @@ OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED =
 #: failed or did not verify) and no other version is live: diagnosed again on new evidence
 UNREPAIRED = "unrepaired"
 OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
+#: assets per look of :meth:`IncidentsMixin.record_incidents_unless_open` (bound parameters per statement)
+LOOK_CHUNK = 500
+_ITEM_KEYS = ("incident_id", "asset_key", "source", "external_id", "body")
+
+
+def _lock_name(asset_key: str) -> str:
+    """The text whose ``hashtext`` keys an asset's advisory lock on PostgreSQL."""
+    return f"dw_incident:{asset_key}"
+
+
+def _pending_row(values: Mapping[str, Any]) -> IncidentRow:
+    """The row an insert of ``values`` makes (what a later item of the same batch finds open on its asset)."""
+    return IncidentRow(**{f: values.get(f) for f in IncidentRow.__dataclass_fields__})
 
 
 class IncidentsMixin:
@@ -76,7 +89,7 @@ class IncidentsMixin:
                     # read committed whatever the database's default: under repeatable read the look would
                     # read the snapshot taken before the lock was granted, missing the incident just recorded
                     conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(f"dw_incident:{asset_key}"))))
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(_lock_name(asset_key)))))
                 found = self._open_incident(conn, asset_key)
                 if found is not None and not link:
                     return False, found
@@ -85,6 +98,77 @@ class IncidentsMixin:
                                              linked_to=found.incident_id if found is not None else None), found
         except sa.exc.IntegrityError:  # the same id recorded at the same moment by another process
             return False, self.open_incident(asset_key)
+
+    def record_incidents_unless_open(self, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, IncidentRow | None]]:
+        """:meth:`record_incident_unless_open` for many incidents in one transaction (a sensor tick's anomalies).
+
+        The transaction holds every named asset's lock first: on PostgreSQL one advisory lock per
+        asset, taken in the order of the locks' keys, so two batches (or a batch and a single
+        call) never wait on each other in a cycle. Then one look per :data:`LOOK_CHUNK` assets and
+        one insert for all the incidents to record. When two items name the same asset, only the
+        first is recorded; the others find it open. Should another process record the same id at
+        the same moment, the batch rolls back and every item is recorded on its own.
+
+        Args:
+            items: mappings with the keyword arguments of :meth:`record_incident_unless_open`
+                (``incident_id``, ``asset_key``, ``source``, ``external_id``, ``body``); ``link``
+                is False for all.
+
+        Returns:
+            ``(recorded, open_incident)`` per item, in order, as :meth:`record_incident_unless_open` returns.
+        """
+        if not items:
+            return []
+        try:
+            with self._tx() as conn:
+                return self._record_batch(conn, items)
+        except sa.exc.IntegrityError:  # an id recorded at the same moment by another process: one by one
+            return [self.record_incident_unless_open(**{k: it[k] for k in _ITEM_KEYS}) for it in items]
+
+    @classmethod
+    def _record_batch(cls, conn: Any, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, IncidentRow | None]]:
+        keys = sorted({it["asset_key"] for it in items})
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            locks = conn.execute(sa.text("SELECT DISTINCT hashtext(k) FROM unnest(CAST(:keys AS text[])) AS u(k)"),
+                                 {"keys": [_lock_name(k) for k in keys]}).scalars()
+            for lock in sorted(locks):
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))
+        found = cls._open_incidents(conn, keys)
+        out: list[tuple[bool, IncidentRow | None]] = []
+        now, rows, externals = time.time(), [], set()
+        for it in items:
+            existing, external = found.get(it["asset_key"]), (it["source"], it["external_id"])
+            if existing is not None or (it["external_id"] is not None
+                                        and (external in externals or cls._known_external(conn, it))):
+                out.append((False, existing))
+                continue
+            externals.add(external)
+            rows.append({**{k: it[k] for k in _ITEM_KEYS}, "state": OPEN, "linked_to": None, "opened_at": now,
+                         "updated_at": now, "attempts": 0, "note": ""})
+            found[it["asset_key"]] = _pending_row(rows[-1])
+            out.append((True, None))
+        if rows:
+            conn.execute(incidents_t.insert(), rows)
+        return out
+
+    @staticmethod
+    def _open_incidents(conn: Any, asset_keys: Sequence[str]) -> dict[str, IncidentRow]:
+        """Asset key → its newest open unlinked incident, for those of ``asset_keys`` that have one."""
+        out: dict[str, IncidentRow] = {}
+        for start in range(0, len(asset_keys), LOOK_CHUNK):
+            q = sa.select(incidents_t).where(
+                incidents_t.c.asset_key.in_(asset_keys[start:start + LOOK_CHUNK]),
+                incidents_t.c.state.in_(OPEN_INCIDENT_STATES), incidents_t.c.linked_to.is_(None)
+            ).order_by(incidents_t.c.opened_at.desc())
+            for r in conn.execute(q):
+                out.setdefault(r.asset_key, _row(IncidentRow, r))
+        return out
+
+    @staticmethod
+    def _known_external(conn: Any, item: Mapping[str, Any]) -> bool:
+        return conn.execute(sa.select(incidents_t.c.incident_id).where(
+            incidents_t.c.source == item["source"], incidents_t.c.external_id == item["external_id"])).first() is not None
 
     @staticmethod
     def _insert_incident(conn: Any, *, incident_id: str, asset_key: str, source: str, external_id: str | None,

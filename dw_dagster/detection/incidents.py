@@ -104,13 +104,31 @@ def record_unless_open(instance: dg.DagsterInstance, inc: Incident, *,
     recorded, row = ledger_for(instance).record_incident_unless_open(
         incident_id=inc.id, asset_key=asset_str(inc.asset_key), source=inc.source, external_id=inc.external_id,
         body=inc.model_dump_json(), link=link)
+    return recorded, _parsed(instance, row)
+
+
+def record_all_unless_open(instance: dg.DagsterInstance, incs: Sequence[Incident]) -> list[tuple[bool, Incident | None]]:
+    """:func:`record_unless_open` for many incidents, in one ledger transaction (a tick's anomalies).
+
+    Returns:
+        ``(recorded, open_incident)`` per incident, in order; an incident whose asset an earlier one
+        of ``incs`` names is not recorded and finds that one open.
+    """
+    rows = ledger_for(instance).record_incidents_unless_open([
+        {"incident_id": inc.id, "asset_key": asset_str(inc.asset_key), "source": inc.source,
+         "external_id": inc.external_id, "body": inc.model_dump_json()} for inc in incs])
+    return [(recorded, _parsed(instance, row)) for recorded, row in rows]
+
+
+def _parsed(instance: dg.DagsterInstance, row) -> Incident | None:
+    """The incident a ledger row holds; None for no row, or a body that no longer parses (quarantined)."""
     if row is None:
-        return recorded, None
+        return None
     try:
-        return recorded, Incident.model_validate_json(row.body)
+        return Incident.model_validate_json(row.body)
     except ValueError as e:
         records.quarantine(instance, f"incident:{row.incident_id}", "incident", row.asset_key, str(e))
-        return recorded, None
+        return None
 
 
 def incident_shown(instance: dg.DagsterInstance, incident_id: str, asset_key: dg.AssetKey, *, min_age_s: float = 0.0,

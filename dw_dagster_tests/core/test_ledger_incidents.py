@@ -87,3 +87,67 @@ def test_a_known_id_is_not_recorded_twice(ledger):
     ledger.set_incident_state("inc-a", "closed")
     assert ledger.record_incident_unless_open(incident_id="inc-b", **args) == (False, None)  # same external id
     assert ledger.record_incident_unless_open(incident_id="inc-a", **{**args, "external_id": None}) == (False, None)
+
+
+# -- many incidents in one transaction (a volume tick's anomalies) ---------------------------------
+
+
+def _item(i: int, asset: str, external: str | None = None) -> dict:
+    return {"incident_id": f"inc-{i}", "asset_key": asset, "source": "volume_sensor", "external_id": external, "body": "{}"}
+
+
+def test_a_batch_records_each_asset_once_and_finds_what_is_open(ledger):
+    ledger.record_incident_unless_open(**_item(0, "shop/a"))
+    out = ledger.record_incidents_unless_open([_item(1, "shop/a"), _item(2, "shop/b"), _item(3, "shop/b"),
+                                               _item(4, "shop/c", "x"), _item(5, "shop/d", "x")])
+    assert [(ok, found.incident_id if found else None) for ok, found in out] == [
+        (False, "inc-0"), (True, None), (False, "inc-2"), (True, None), (False, None)]
+    assert sorted(r.incident_id for r in ledger.incidents()) == ["inc-0", "inc-2", "inc-4"]
+
+
+def test_a_batch_whose_id_is_known_records_the_others_one_by_one(ledger):
+    """An id already in the ledger (a closed incident) makes the batch's insert fail: nothing of it is
+    half-written, and every item is recorded on its own."""
+    ledger.record_incident_unless_open(**_item(1, "shop/a"))
+    ledger.set_incident_state("inc-1", "closed")
+    out = ledger.record_incidents_unless_open([_item(2, "shop/b"), _item(1, "shop/a"), _item(3, "shop/c")])
+    assert [ok for ok, _ in out] == [True, False, True]
+    assert sorted(r.incident_id for r in ledger.incidents()) == ["inc-1", "inc-2", "inc-3"]
+
+
+def test_a_batch_of_more_assets_than_one_look_holds(ledger):
+    from dw_dagster.core.ledger_incidents import LOOK_CHUNK
+
+    n = LOOK_CHUNK * 2 + 3
+    ledger.record_incident_unless_open(**_item(n, f"a/{n - 1:05d}"))
+    out = ledger.record_incidents_unless_open([_item(i, f"a/{i:05d}") for i in range(n)])
+    assert sum(ok for ok, _ in out) == n - 1 and out[-1][1].incident_id == f"inc-{n}"
+
+
+def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each(ledger, monkeypatch):
+    """Two ticks (two replicas of a code location) record incidents on the same 40 assets at the same
+    moment, each in its own order: no deadlock (PostgreSQL's asset locks are taken in one order),
+    and one incident per asset between them."""
+    barrier = threading.Barrier(2, timeout=1.0)
+    real = IncidentsMixin._open_incidents
+
+    def look_then_wait(conn, asset_keys):
+        found = real(conn, asset_keys)
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return found
+
+    monkeypatch.setattr(IncidentsMixin, "_open_incidents", staticmethod(look_then_wait))
+    assets = [f"shop/t{i:02d}" for i in range(40)]
+
+    def batch(k: int):
+        order = assets if k == 0 else assets[::-1]
+        return ledger.record_incidents_unless_open([_item(100 * k + i, a) for i, a in enumerate(order)])
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(batch, range(2))
+    assert sum(ok for ok, _ in a + b) == len(assets)
+    rows = ledger.incidents()
+    assert sorted(r.asset_key for r in rows) == assets

@@ -660,31 +660,44 @@ def shared_instance(request, tmp_path):
             ledger_for(instance).engine.dispose()
 
 
-def _together(fns, monkeypatch, module, name: str) -> list:
+def _together(fns, monkeypatch, module, name: str, before: bool = False) -> list:
     """Run ``fns`` in threads (each with its own connections), each stopping after its first call of
-    ``module.name`` (the sensor's look for an open incident, outside the ledger's lock) until all
-    have looked; the ledger's look under its lock dawdles 0.3 s before the insert."""
+    ``module.name`` (the sensor's look for an open incident, outside the ledger's lock; ``before``:
+    before it, the volume tick's batch of incidents, whose look is under the lock) until all have
+    got there; the ledger's look under its lock dawdles 0.3 s before the insert."""
     barrier, real = threading.Barrier(len(fns), timeout=5), getattr(module, name)
 
-    def look_then_wait(*a, **kw):
-        found = real(*a, **kw)
+    def wait():
         try:
             barrier.wait()
         except threading.BrokenBarrierError:
             pass
+
+    def look_then_wait(*a, **kw):
+        if before:
+            wait()
+        found = real(*a, **kw)
+        if not before:
+            wait()
         return found
 
     monkeypatch.setattr(module, name, look_then_wait)
     from dw_dagster.core.ledger_incidents import IncidentsMixin
 
-    ledger_look = IncidentsMixin._open_incident
+    ledger_look, ledger_looks = IncidentsMixin._open_incident, IncidentsMixin._open_incidents
 
     def look_then_dawdle(conn, asset_key):  # the ledger's own look, then a slow moment before the insert
         found = ledger_look(conn, asset_key)
         time.sleep(0.3)
         return found
 
+    def looks_then_dawdle(conn, asset_keys):
+        found = ledger_looks(conn, asset_keys)
+        time.sleep(0.3)
+        return found
+
     monkeypatch.setattr(IncidentsMixin, "_open_incident", staticmethod(look_then_dawdle))
+    monkeypatch.setattr(IncidentsMixin, "_open_incidents", staticmethod(looks_then_dawdle))
     out: list = [None] * len(fns)
     errors: list = []
 
@@ -715,7 +728,8 @@ def test_two_volume_sensor_processes_seeing_one_drop_open_one_incident_and_show_
     fill(wh, "pos.t0", 10)
     clock.advance(hours=1)
     clock_b.t = clock.t + dt.timedelta(seconds=1)  # its tick a second later: another incident id
-    _together([lambda: a.tick(SENSOR), lambda: b.tick(SENSOR)], monkeypatch, sensor_mod, "open_incident")
+    _together([lambda: a.tick(SENSOR), lambda: b.tick(SENSOR)], monkeypatch, sensor_mod, "record_all_unless_open",
+              before=True)
     (inc,) = records.incidents(instance)
     assert shown(instance) == [inc.id]  # both ticks kept: shown by the one that opened it only
 

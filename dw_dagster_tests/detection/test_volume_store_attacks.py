@@ -316,16 +316,15 @@ def test_two_processes_ticking_at_once_open_one_incident(wh, monkeypatch):
     fill(wh, "pos.t0", 10)
     clock.advance(hours=1)
     clock_b.t = clock.t + dt.timedelta(seconds=1)
-    real, raced = sensor_mod.open_incident, []
+    real, raced = sensor_mod.record_all_unless_open, []
 
-    def open_then_race(instance_, key):
-        found = real(instance_, key)
-        if not raced:  # process A has looked; process B ticks to the end before A records
+    def race_then_record(instance_, incs):
+        if not raced:  # process A has scored the drop; process B ticks to the end before A records
             raced.append(True)
             b.tick(SENSOR)
-        return found
+        return real(instance_, incs)
 
-    monkeypatch.setattr(sensor_mod, "open_incident", open_then_race)
+    monkeypatch.setattr(sensor_mod, "record_all_unless_open", race_then_record)
     a.tick(SENSOR)
     assert raced and len(records.incidents(instance)) == 1
 

@@ -34,7 +34,7 @@ from dw_dagster.detection.incidents import (
     incident_observation,
     incident_shown,
     open_incident,
-    record_unless_open,
+    record_all_unless_open,
     rediagnosis_requests,
     unshown_incident_observations,
 )
@@ -130,6 +130,18 @@ class _Outcome:
 
 
 @dataclasses.dataclass
+class _Scored:
+    """A count scored as an anomaly: recorded once the tick's incidents are (one ledger transaction)."""
+
+    spec: VolumeTable
+    cnt: TableCount
+    h: TableHistory
+    status: str
+    sc: BaselineScore | None
+    change: int | None
+
+
+@dataclasses.dataclass
 class _Waiting:
     """A count that may be shown in ``observations="summary"``, within the tick's budget."""
 
@@ -202,6 +214,7 @@ class _Tick:
     queries: int = 0
     events: list[dg.AssetObservation] = dataclasses.field(default_factory=list)
     waiting: list[_Waiting] = dataclasses.field(default_factory=list)
+    anomalies: list[_Scored] = dataclasses.field(default_factory=list)  # recorded after the tick's incidents
     requests: list[dg.RunRequest] = dataclasses.field(default_factory=list)
     opened_assets: set[dg.AssetKey] = dataclasses.field(default_factory=set)
     opened_ids: list[str] = dataclasses.field(default_factory=list)  # incidents this tick shows first
@@ -449,6 +462,7 @@ class VolumeTicker:
                 t.outcomes.append(_Outcome(s, "missing" if cnt.missing else "error", detail=cnt.error or ""))
                 continue
             self._record(t, s, cnt)
+        self._anomalies(t)
         t.timed("scoring", t0)
 
     def _record(self, t: _Tick, s: VolumeTable, cnt: TableCount) -> None:
@@ -479,9 +493,17 @@ class VolumeTicker:
                 return
         self.empties.pop((s.id, part), None)
         status, sc, change = self.score(s, rows, part, h, t.now)
-        detail, opened_now, open_id = "", False, None
-        if status in ANOMALY_STATUSES:
-            detail, opened_now, open_id = self._anomaly(t, s, h, rows, part, status, sc, change)
+        if status in ANOMALY_STATUSES:  # its incident first, with the tick's others (_anomalies)
+            t.anomalies.append(_Scored(s, cnt, h, status, sc, change))
+            return
+        self._keep(t, _Scored(s, cnt, h, status, sc, change))
+
+    def _keep(self, t: _Tick, a: _Scored, detail: str = "", opened_now: bool = False, open_id: str | None = None) -> None:
+        """Record a scored count: its observation (shown now, or waiting for the budget) and its new history."""
+        cfg, s, cnt, h, status, sc, change = self.s, a.spec, a.cnt, a.h, a.status, a.sc, a.change
+        rows, part, summary_mode = cnt.rows, cnt.partition, cfg.summary_mode
+        assert rows is not None
+        show_due = summary_mode and (h.observed_at is None or t.now_ts - h.observed_at >= cfg.record_unchanged_every_seconds)
         # summary: an anomaly that opens an incident is always shown; one an open incident already
         # covers is shown like any count (on a status change, or once a day), not on every tick
         shown = not summary_mode or opened_now
@@ -514,23 +536,35 @@ class VolumeTicker:
                 t.events.append(event)
             else:
                 t.waiting.append(_Waiting(rank, s.id, status, event))  # type: ignore[arg-type]
-        t.new_history[s.id] = _append(h, part, rows, now_ts, cfg.history_length, s.partition_column is not None,
+        t.new_history[s.id] = _append(h, part, rows, t.now_ts, cfg.history_length, s.partition_column is not None,
                                       status, observed=shown)
         t.touched.add(s.id)
         t.outcomes.append(_Outcome(s, status, rows, detail))
 
-    def _anomaly(self, t: _Tick, s: VolumeTable, h: TableHistory, rows: int, part: str | None, status: str,
-                 sc: BaselineScore | None, change: int | None) -> tuple[str, bool, str | None]:
-        """Open an incident for an anomalous count, or name the asset's open one; (detail, shown now,
-        the open incident's id for the count's ``dw/volume_open_incident``)."""
-        context = t.context
+    def _anomalies(self, t: _Tick) -> None:
+        """Record the tick's anomalous counts: their incidents in one ledger transaction (one open incident
+        per asset: the first anomaly of an asset is its candidate), then each count as :meth:`_keep` does."""
+        if not t.anomalies:
+            return
+        candidates: dict[dg.AssetKey, Incident] = {}
+        for a in t.anomalies:
+            if a.spec.asset_key not in candidates:
+                assert a.cnt.rows is not None
+                candidates[a.spec.asset_key] = self.incident(a.spec, a.cnt.rows, a.cnt.partition, a.status, a.sc,
+                                                             a.change, a.h, t.now)
+        results = dict(zip(candidates, record_all_unless_open(t.context.instance, list(candidates.values()))))
+        for a in t.anomalies:
+            key = a.spec.asset_key
+            self._keep(t, a, *self._anomaly(t, a, candidates[key], *results[key]))
+
+    def _anomaly(self, t: _Tick, a: _Scored, inc: Incident, new: bool,
+                 existing: Incident | None) -> tuple[str, bool, str | None]:
+        """The incident of an anomalous count: the one its asset's candidate opened, or the asset's open one;
+        (detail, shown now, the open incident's id for the count's ``dw/volume_open_incident``)."""
+        context, s, rows, status = t.context, a.spec, a.cnt.rows, a.status
+        assert rows is not None
         if s.asset_key in t.opened_assets:
             return "incident opened this tick for the same asset", False, None
-        existing = open_incident(context.instance, s.asset_key)
-        new, inc = False, None
-        if existing is None:  # the ledger: one open incident per asset (looked up again under its lock)
-            inc = self.incident(s, rows, part, status, sc, change, h, t.now)
-            new, existing = record_unless_open(context.instance, inc)
         if existing is not None:
             detail = f"incident {existing.id} still open"
             t.evidence[asset_str(s.asset_key)] = f"{s.id} {status} again ({rows:,} rows)"
@@ -554,8 +588,6 @@ class VolumeTicker:
             t.opened_assets.add(s.asset_key)
             t.opened_ids = [*t.opened_ids, existing.id]
             return detail, True, existing.id
-        if inc is None:
-            return "", False, None
         t.opened_assets.add(s.asset_key)
         t.opened_ids.append(inc.id)
         t.events.append(dg.AssetObservation(
