@@ -170,25 +170,39 @@ class DuckDBDatabase:
         self.memory_limit = memory_limit
 
     @contextlib.contextmanager
-    def connect(self):
+    def connect(self, threads: int | None = None):
         """A DuckDB connection, closed on exit.
 
         DuckDB lets one process at a time hold a file open for writing; when another process
         (a parallel Dagster step, dbt) holds the lock, opening is retried with jittered
         exponential back-off for up to :attr:`lock_wait_s` seconds before the lock error is raised.
+
+        Args:
+            threads: DuckDB's ``threads`` for the instance this opens (a caller that runs its own
+                statements side by side on cursors needs no worker threads of DuckDB's beside
+                them). Ignored when this process has the file open already: that instance keeps
+                its own setting.
         """
-        con = self._open()
+        con = self._open(threads)
         try:
             con.execute("SET TimeZone = 'UTC'")
             yield con
         finally:
             con.close()
 
-    def _open(self):
+    def _open(self, threads: int | None = None):
         import duckdb
 
-        config = {"memory_limit": self.memory_limit} if self.memory_limit else {}
-        return _lock_retrying(self.lock_wait_s)(duckdb.connect, self.path, config=config)
+        config: dict[str, object] = {"memory_limit": self.memory_limit} if self.memory_limit else {}
+        opening = _lock_retrying(self.lock_wait_s)
+        if threads is None:
+            return opening(duckdb.connect, self.path, config=config)
+        try:
+            return opening(duckdb.connect, self.path, config={**config, "threads": threads})
+        except duckdb.ConnectionException as e:
+            if "different configuration" not in str(e):
+                raise
+            return opening(duckdb.connect, self.path, config=config)  # open in this process: its instance as it is
 
     def fetch_all(self, sql: str) -> list[tuple]:
         with self.connect() as con:

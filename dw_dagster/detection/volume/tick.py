@@ -33,7 +33,6 @@ from dw_dagster.detection.incidents import (
     diagnosis_run_key,
     incident_observation,
     incident_shown,
-    open_incident,
     record_all_unless_open,
     rediagnosis_requests,
     unshown_incident_observations,
