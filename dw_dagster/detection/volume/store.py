@@ -129,6 +129,9 @@ CHUNK = 1000
 #: seconds a tick spends at most rebuilding histories from observations (the rest wait for later ticks)
 REBUILD_BUDGET_S = 20.0
 
+#: KiB of SQLite page cache for a store write (the connection's, freed when it closes)
+WRITE_CACHE_KIB = 65536
+
 #: seconds a store write waits at most for a lock another session holds (then it fails and is retried
 #: next tick): well inside Dagster's 60 s sensor evaluation timeout
 WRITE_WAIT_S = 10.0
@@ -396,7 +399,11 @@ class VolumeHistoryStore:
         with self.engine.connect() as conn:
             wait_ms = int(WRITE_WAIT_S * 1000)
             if self.engine.dialect.name == "sqlite":  # before BEGIN, which is where SQLite waits
-                conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                driver = conn.connection.driver_connection
+                driver.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                # a page cache the size of a large tick's rows: with SQLite's 2 MB default, an upsert of 50,000
+                # rows re-read its pages from the file (13.4 against 8.5 us a row at 5,000; 9.8 with this)
+                driver.execute(f"PRAGMA cache_size = {-WRITE_CACHE_KIB}")
             with conn.begin():
                 if self.engine.dialect.name == "postgresql":  # PostgreSQL waits for a row lock forever
                     conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
