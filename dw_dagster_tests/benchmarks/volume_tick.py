@@ -184,22 +184,34 @@ def bench_volume_tick_50000(work: Path, repeat: int, tables: int = 50_000) -> di
 def bench_volume_tick_curve(work: Path, repeat: int, sizes: tuple[int, ...] = (5_000, 15_000, 50_000)) -> dict:
     """``volume_tick_50000`` with its curve: the tick at each of ``sizes`` tables, in ms per table.
 
-    Each size runs in a fresh child process (its own peak memory); the result is the largest
-    size's, with ``curve``: ``[{"tables", "ours_s", "peer_s", "ms_per_table", "peer_ms_per_table",
-    "peak_rss_mb", "events_per_tick"}, ...]``."""
+    Each size lives in a child process of its own (its own peak memory), set up one after the other;
+    then the timed ticks run round by round, one tick of each size per round, and so do the peer's
+    runs, so a machine that slows down for a minute slows every size alike. The result is the
+    largest size's, with ``curve``: ``[{"tables", "ours_s", "peer_s", "ms_per_table",
+    "peer_ms_per_table", "ticks_s", "peak_rss_mb", "events_per_tick", "tick_phases_s"}, ...]``."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    curve, last = [], None
-    for n in sizes:
-        q = ctx.Queue()
-        p = ctx.Process(target=_curve_child, args=(str(work / f"n{n}"), repeat, n, q))
+    children = []
+    for n in sizes:  # set up one at a time: writing tables is not what is measured
+        parent_end, child_end = ctx.Pipe()
+        p = ctx.Process(target=_curve_child, args=(str(work / f"n{n}"), n, child_end))
         p.start()
-        last = q.get()
+        assert parent_end.recv() == "ready"
+        children.append((n, p, parent_end))
+    for step in ("tick", "peer"):
+        for _ in range(repeat):
+            for _, _, conn in children:
+                conn.send(step)
+                conn.recv()
+    curve, last = [], None
+    for n, p, conn in children:
+        conn.send("finish")
+        last = conn.recv()
         p.join()
         curve.append({"tables": n, "ours_s": last["ours_s"], "peer_s": last["peer_s"],
                       "ms_per_table": round(last["ours_s"] / n * 1000, 3),
-                      "peer_ms_per_table": round(last["peer_s"] / n * 1000, 3),
+                      "peer_ms_per_table": round(last["peer_s"] / n * 1000, 3), "ticks_s": last["ticks_s"],
                       "peak_rss_mb": last["peak_rss_mb"], "events_per_tick": last["events_per_tick"],
                       "tick_phases_s": last["tick_phases_s"], "load_average": last["load_average"]})
         print(f"  curve: {n:>6,} tables  {last['ours_s']:.2f} s  {curve[-1]['ms_per_table']} ms/table  "
@@ -208,13 +220,25 @@ def bench_volume_tick_curve(work: Path, repeat: int, sizes: tuple[int, ...] = (5
     return {**last, "curve": curve}
 
 
-def _curve_child(work: str, repeat: int, tables: int, q) -> None:
+def _curve_child(work: str, tables: int, conn) -> None:
+    """One size of :func:`bench_volume_tick_curve`: set up, then run what the parent sends ("tick", "peer",
+    "finish": the result dict with the process's peak memory, and exit)."""
     import resource
 
     Path(work).mkdir(parents=True)
-    out = bench_volume_tick_50000(Path(work), repeat, tables=tables)
-    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    q.put(out)
+    bench = _TickBench(Path(work), tables, goal_s=15.0, measure_storage=True)
+    conn.send("ready")
+    while True:
+        step = conn.recv()
+        if step == "tick":
+            conn.send(bench.tick())
+        elif step == "peer":
+            conn.send(bench.peer())
+        else:
+            out = bench.finish(len(bench.times))
+            out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+            conn.send(out)
+            return
 
 
 def _seed_store(instance, specs, yesterday: dt.date) -> None:
@@ -316,111 +340,130 @@ def _close_incidents(instance) -> None:
 def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: float = GOAL_S,
                       measure_storage: bool = False) -> dict:
     """One volume-sensor tick over ``tables`` DuckDB tables against ``tables`` single ``COUNT(*)`` (module docstring)."""
-    import dagster as dg
-    import duckdb
+    bench = _TickBench(work, tables, goal_s, measure_storage)
+    for _ in range(repeat):
+        bench.tick()
+    for _ in range(repeat):
+        bench.peer()
+    return bench.finish(repeat)
 
-    from dw_dagster.databases import DuckDBDatabase
-    from dw_dagster.detection.volume import build_volume_sensor
-    from dw_dagster.detection.volume import fetch_row_counts
 
-    yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date()
-    path = work / f"volume_{tables}.duckdb"
-    t = time.perf_counter()
-    rows = _in_child(_make, path, yesterday, tables)
-    make_s = time.perf_counter() - t
+class _TickBench:
+    """The benchmark in steps, so a curve can interleave its sizes (:func:`bench_volume_tick_curve`): set up
+    (not timed), then timed ticks and peer runs in any order, then :meth:`finish` (the result dict)."""
 
-    specs = specs_for(tables)
-    stack = contextlib.ExitStack()
-    if measure_storage:  # Dagster's default storage, SQLite files (and the store in dw_ledger.db beside them)
-        home = work / "dagster_home"
-        home.mkdir()
-        instance = stack.enter_context(dg.instance_for_test(temp_dir=str(home)))
-    else:
-        instance = dg.DagsterInstance.ephemeral()
-    t = time.perf_counter()
-    _seed_store(instance, specs, yesterday)
-    seed_s = time.perf_counter() - t
+    def __init__(self, work: Path, tables: int, goal_s: float, measure_storage: bool) -> None:
+        import dagster as dg
 
-    db = DuckDBDatabase(path)
-    sensor = build_volume_sensor(tables=specs, databases={"warehouse": db}, min_history=3)
+        from dw_dagster.databases import DuckDBDatabase
+        from dw_dagster.detection.volume import build_volume_sensor
 
-    tick, first, rebuild_tick_s, store_first_tick_s = first_tick(sensor, instance)
-
-    _in_child(_change, path, yesterday, tables)
-    times, last, phases = [], None, []
-    with _tick_log_lines() as lines:
-        for i in range(repeat):
-            if i:
-                _close_incidents(instance)
-            t = time.perf_counter()
-            last = tick(first.cursor)
-            times.append(time.perf_counter() - t)
-            phases.append(_phases(lines[-1]) if lines else {})
-    ours_s = statistics.median(times)
-    load = _load()
-    count_times = []
-    for _ in range(repeat):  # the warehouse part alone: catalog query + COUNT(*) batches
+        self.tables, self.goal_s, self.measure_storage = tables, goal_s, measure_storage
+        yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date()
+        self.path = work / f"volume_{tables}.duckdb"
         t = time.perf_counter()
-        fetch_row_counts(db, specs)
-        count_times.append(time.perf_counter() - t)
-    volume_events = [e for e in last.asset_events if "dw/volume_table" in e.metadata]
-    incidents = [e for e in last.asset_events if "dw/incident" in e.metadata]
-    statuses: dict[str, int] = {}
-    for e in volume_events:
-        st = e.metadata["dw/volume_status"].value
-        statuses[st] = statuses.get(st, 0) + 1
+        self.rows = _in_child(_make, self.path, yesterday, tables)
+        self.make_s = time.perf_counter() - t
+        self.specs = specs_for(tables)
+        self.stack = contextlib.ExitStack()
+        if measure_storage:  # Dagster's default storage, SQLite files (and the store in dw_ledger.db beside them)
+            self.home = work / "dagster_home"
+            self.home.mkdir()
+            self.instance = self.stack.enter_context(dg.instance_for_test(temp_dir=str(self.home)))
+        else:
+            self.instance = dg.DagsterInstance.ephemeral()
+        t = time.perf_counter()
+        _seed_store(self.instance, self.specs, yesterday)
+        self.seed_s = time.perf_counter() - t
+        self.db = DuckDBDatabase(self.path)
+        sensor = build_volume_sensor(tables=self.specs, databases={"warehouse": self.db}, min_history=3)
+        self._tick, self.first, self.rebuild_tick_s, self.store_first_tick_s = first_tick(sensor, self.instance)
+        _in_child(_change, self.path, yesterday, tables)
+        self.times: list[float] = []
+        self.phases: list[dict[str, float]] = []
+        self.peer_times: list[float] = []
+        self.last = None
 
-    names = [table for _, table in _names(tables)]
+    def tick(self) -> float:
+        """One timed tick from the first tick's cursor (the previous timed tick's incidents closed first, not timed)."""
+        if self.times:
+            _close_incidents(self.instance)
+        with _tick_log_lines() as lines:
+            t = time.perf_counter()
+            self.last = self._tick(self.first.cursor)
+            self.times.append(time.perf_counter() - t)
+        self.phases.append(_phases(lines[-1]) if lines else {})
+        return self.times[-1]
 
-    def peer():
-        con = duckdb.connect(str(path))
+    def peer(self) -> float:
+        """One run of the peer: ``SELECT COUNT(*)`` per table on one connection."""
+        import duckdb
+
+        con = duckdb.connect(str(self.path))
+        t = time.perf_counter()
         try:
-            for table in names:
+            for _, table in _names(self.tables):
                 con.execute(f"SELECT COUNT(*) FROM {table}").fetchall()
         finally:
             con.close()
+        self.peer_times.append(time.perf_counter() - t)
+        return self.peer_times[-1]
 
-    peer_times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        peer()
-        peer_times.append(time.perf_counter() - t)
-    peer_s = statistics.median(peer_times)
-    out = {
-        "name": f"volume_tick_{tables}",
-        "tables": tables,
-        "rows": rows,
-        "ours_s": round(ours_s, 3),
-        "peer": f"{tables:,} SELECT COUNT(*) statements on one connection",
-        "peer_s": round(peer_s, 3),
-        "ratio": round(ours_s / peer_s, 3) if peer_s else None,
-        "goal": goal_s,
-        "goal_unit": "s",
-        "meets_goal": ours_s <= goal_s,
-        "observations_per_tick": len(volume_events),
-        "incidents_per_tick": len(incidents),
-        "statuses": statuses,
-        "counts_only_s": round(statistics.median(count_times), 3),
-        "tick_phases_s": {k: round(statistics.median(p.get(k, 0.0) for p in phases), 2)
-                          for k in ("history", "catalog", "counting", "scoring", "storing")},
-        "load_average": load,
-        "cursor_bytes": len(last.cursor or ""),
-        "rebuild_tick_s": round(rebuild_tick_s, 3),
-        "store_first_tick_s": round(store_first_tick_s, 3),
-        "setup_s": {"make_tables": round(make_s, 1),
-                    f"seed_{3 * tables}_counts_in_the_store": round(seed_s, 1)},
-    }
-    if measure_storage:  # what the daemon writes for this tick, on Dagster's default SQLite storage
+    def finish(self, repeat: int) -> dict:
+        """The result dict (module docstring), with the storage figures when ``measure_storage``."""
+        from dw_dagster.detection.volume import fetch_row_counts
+
+        assert self.last is not None
+        ours_s, peer_s, load = statistics.median(self.times), statistics.median(self.peer_times), _load()
+        count_times = []
+        for _ in range(repeat):  # the warehouse part alone: catalog query + COUNT(*) batches
+            t = time.perf_counter()
+            fetch_row_counts(self.db, self.specs)
+            count_times.append(time.perf_counter() - t)
+        volume_events = [e for e in self.last.asset_events if "dw/volume_table" in e.metadata]
+        incidents = [e for e in self.last.asset_events if "dw/incident" in e.metadata]
+        statuses: dict[str, int] = {}
+        for e in volume_events:
+            st = e.metadata["dw/volume_status"].value
+            statuses[st] = statuses.get(st, 0) + 1
+        tables, goal_s = self.tables, self.goal_s
+        out = {
+            "name": f"volume_tick_{tables}", "tables": tables, "rows": self.rows, "ours_s": round(ours_s, 3),
+            "peer": f"{tables:,} SELECT COUNT(*) statements on one connection", "peer_s": round(peer_s, 3),
+            "ratio": round(ours_s / peer_s, 3) if peer_s else None, "goal": goal_s, "goal_unit": "s",
+            "meets_goal": ours_s <= goal_s, "observations_per_tick": len(volume_events),
+            "incidents_per_tick": len(incidents), "statuses": statuses,
+            "ticks_s": [round(x, 3) for x in self.times], "peer_runs_s": [round(x, 3) for x in self.peer_times],
+            "counts_only_s": round(statistics.median(count_times), 3),
+            "tick_phases_s": {k: round(statistics.median(p.get(k, 0.0) for p in self.phases), 2)
+                              for k in ("history", "catalog", "counting", "scoring", "storing")},
+            "load_average": load, "cursor_bytes": len(self.last.cursor or ""),
+            "rebuild_tick_s": round(self.rebuild_tick_s, 3), "store_first_tick_s": round(self.store_first_tick_s, 3),
+            "setup_s": {"make_tables": round(self.make_s, 1), f"seed_{3 * tables}_counts_in_the_store": round(self.seed_s, 1)},
+        }
+        if self.measure_storage:
+            out.update(self._storage(incidents))
+        self.stack.close()
+        print(f"{out['name']:<28} tables {tables:>6,}  ours {out['ours_s']:>7.3f} s  {out['peer']}: {out['peer_s']} s  "
+              f"ratio {out['ratio']}  (goal ours ≤ {goal_s} s: {'met' if out['meets_goal'] else 'NOT met'}); "
+              f"{len(volume_events)} observations, {len(incidents)} incidents per tick; first tick with history rebuild "
+              f"{out['rebuild_tick_s']} s; storing its {len(self.first.asset_events):,} events {out['store_first_tick_s']} s", flush=True)
+        return out
+
+    def _storage(self, incidents: list) -> dict:
+        """What the daemon writes for the last tick, on Dagster's default SQLite storage."""
         from dw_dagster.detection.volume.store import store_for
 
+        home, last, tables = self.home, self.last, self.tables
+        assert last is not None
         ledger_file = home / "history" / "dw_ledger.db"
         before, ledger_before = _dir_bytes(home) - _file_bytes(ledger_file), _file_bytes(ledger_file)
         t = time.perf_counter()
         for ev in last.asset_events:
-            instance.report_runless_asset_event(ev)
-        out["store_tick_s"] = round(time.perf_counter() - t, 2)
+            self.instance.report_runless_asset_event(ev)
+        store_tick_s = round(time.perf_counter() - t, 2)
         grown = _dir_bytes(home) - _file_bytes(ledger_file) - before
-        rows_stored, store_bytes = store_for(instance).size()
+        rows_stored, store_bytes = store_for(self.instance).size()
         per_day = 86_400 // 30
         recorded = int(re.search(r": (\d+) recorded", last.skip_message or "").group(1))  # the tick's own summary
         per_event = grown / max(1, len(last.asset_events))
@@ -430,19 +473,14 @@ def bench_volume_tick(work: Path, repeat: int, tables: int = TABLES, goal_s: flo
         # one incident per table
         steady = tables + 3 * len(incidents)
         bound = 1000 * per_day + 2 * tables
-        out.update(events_per_tick=len(last.asset_events), event_log_bytes_per_tick=grown,
-                   bytes_per_event=round(per_event), history_store_rows=rows_stored, history_store_bytes=store_bytes,
-                   ledger_file_bytes=_file_bytes(ledger_file), ledger_file_growth_in_timed_ticks=_file_bytes(ledger_file) - ledger_before,
-                   events_per_day_every_30s=steady, bytes_per_day_every_30s=round(steady * per_event),
-                   events_per_day_bound=bound, bytes_per_day_bound=round(bound * per_event),
-                   every_count_events_per_day_every_30s=recorded * per_day,
-                   every_count_bytes_per_day_every_30s=round(recorded * per_day * per_event))
-    stack.close()
-    print(f"{out['name']:<28} tables {tables:>6,}  ours {out['ours_s']:>7.3f} s  {out['peer']}: {out['peer_s']} s  "
-          f"ratio {out['ratio']}  (goal ours ≤ {goal_s} s: {'met' if out['meets_goal'] else 'NOT met'}); "
-          f"{len(volume_events)} observations, {len(incidents)} incidents per tick; first tick with history rebuild "
-          f"{out['rebuild_tick_s']} s; storing its {len(first.asset_events):,} events {out['store_first_tick_s']} s", flush=True)
-    return out
+        return dict(store_tick_s=store_tick_s, events_per_tick=len(last.asset_events), event_log_bytes_per_tick=grown,
+                    bytes_per_event=round(per_event), history_store_rows=rows_stored, history_store_bytes=store_bytes,
+                    ledger_file_bytes=_file_bytes(ledger_file),
+                    ledger_file_growth_in_timed_ticks=_file_bytes(ledger_file) - ledger_before,
+                    events_per_day_every_30s=steady, bytes_per_day_every_30s=round(steady * per_event),
+                    events_per_day_bound=bound, bytes_per_day_bound=round(bound * per_event),
+                    every_count_events_per_day_every_30s=recorded * per_day,
+                    every_count_bytes_per_day_every_30s=round(recorded * per_day * per_event))
 
 
 def main() -> None:
