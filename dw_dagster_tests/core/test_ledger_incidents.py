@@ -127,7 +127,9 @@ def test_a_batch_of_more_assets_than_one_look_holds(ledger):
 def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each(ledger, monkeypatch):
     """Two ticks (two replicas of a code location) record incidents on the same 40 assets at the same
     moment, each in its own order: no deadlock (PostgreSQL's asset locks are taken in one order),
-    and one incident per asset between them."""
+    and one incident per asset between them. The failure kind, advisory locks taken in whatever order
+    the rows came and two sessions deadlocking on shared members:
+    https://github.com/cyrilgdn/terraform-provider-postgresql/pull/640 (and #639)."""
     barrier = threading.Barrier(2, timeout=1.0)
     real = IncidentsMixin._open_incidents
 

@@ -50,7 +50,10 @@ def test_gives_up_after_lock_wait(tmp_path):
 def test_threads_set_for_a_fresh_open_and_left_alone_when_this_process_has_the_file_open(tmp_path):
     """``connect(threads=1)`` (the volume sensor's count session) sets the instance's threads when it opens
     the file; when this process has the file open already (a resource's own connection), DuckDB refuses a
-    second configuration, and the connection is made to that instance, its setting untouched."""
+    second configuration, and the connection is made to that instance, its setting untouched. DuckDB
+    refuses a connection whose user-provided settings differ from the open instance's since
+    https://github.com/duckdb/duckdb/pull/13129; the same refusal hit duckdb_engine's pooled
+    connections: https://github.com/Mause/duckdb_engine/issues/1127."""
     import duckdb
 
     db = DuckDBDatabase(tmp_path / "w.duckdb")
