@@ -122,34 +122,3 @@ def test_a_batch_of_more_assets_than_one_look_holds(ledger):
     ledger.record_incident_unless_open(**_item(n, f"a/{n - 1:05d}"))
     out = ledger.record_incidents_unless_open([_item(i, f"a/{i:05d}") for i in range(n)])
     assert sum(ok for ok, _ in out) == n - 1 and out[-1][1].incident_id == f"inc-{n}"
-
-
-def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each(ledger, monkeypatch):
-    """Two ticks (two replicas of a code location) record incidents on the same 40 assets at the same
-    moment, each in its own order: no deadlock (PostgreSQL's asset locks are taken in one order),
-    and one incident per asset between them. The failure kind, advisory locks taken in whatever order
-    the rows came and two sessions deadlocking on shared members:
-    https://github.com/cyrilgdn/terraform-provider-postgresql/pull/640 (and #639)."""
-    barrier = threading.Barrier(2, timeout=1.0)
-    real = IncidentsMixin._open_incidents
-
-    def look_then_wait(conn, asset_keys):
-        found = real(conn, asset_keys)
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            pass
-        return found
-
-    monkeypatch.setattr(IncidentsMixin, "_open_incidents", staticmethod(look_then_wait))
-    assets = [f"shop/t{i:02d}" for i in range(40)]
-
-    def batch(k: int):
-        order = assets if k == 0 else assets[::-1]
-        return ledger.record_incidents_unless_open([_item(100 * k + i, a) for i, a in enumerate(order)])
-
-    with ThreadPoolExecutor(2) as pool:
-        a, b = pool.map(batch, range(2))
-    assert sum(ok for ok, _ in a + b) == len(assets)
-    rows = ledger.incidents()
-    assert sorted(r.asset_key for r in rows) == assets

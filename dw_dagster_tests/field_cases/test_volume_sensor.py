@@ -1,7 +1,8 @@
 """Field cases of the volume sensor's partition counts (:func:`~dw_dagster.detection.volume.counts.fetch_row_counts`,
 what every tick of :func:`~dw_dagster.detection.volume.build_volume_sensor` runs): a partition
 column that is an absolute time read in a session far from UTC, and partition columns named like
-keywords; on DuckDB, PostgreSQL and MariaDB, against the count worked out in Python."""
+keywords; on DuckDB, PostgreSQL and MariaDB, against the count worked out in Python. And the
+ledger's batch of a tick's incidents, two ticks at once naming the same assets in opposite orders."""
 
 import datetime as dt
 import urllib.parse
@@ -11,6 +12,7 @@ import pytest
 from dw_dagster.databases import SqlAlchemyDatabase
 from dw_dagster.detection.volume.counts import VolumeTable, fetch_row_counts
 from dw_dagster_tests.conftest import POSTGRES_URL
+from dw_dagster_tests.core.test_ledger_incidents import _item, ledger  # noqa: F401 - the SQLite and PostgreSQL ledgers
 from dw_dagster_tests.field_cases.kinds import kind
 from dw_dagster_tests.field_cases.tables import load
 
@@ -19,6 +21,9 @@ KINDS = [
     kind("vol-partition-aware-session", "time", "the volume sensor's UTC-day partition count over a TIMESTAMPTZ "
          "column, read in a session far from UTC", "https://github.com/pgpartman/pg_partman/issues/36", C,
          "test_partition_count_of_an_aware_column_is_the_utc_day_in_any_session", True),
+    kind("vol-incident-lock-order", "vendors", "two ticks recording incidents on the same assets at once, each "
+         "taking PostgreSQL advisory locks in its own order, deadlock", "https://github.com/cyrilgdn/terraform-provider-postgresql/pull/640",
+         "dw_dagster/core/ledger_incidents.py", "test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each", True),
     kind("vol-keyword-partition-column", "types", "a partition column named like a keyword (at, order) in the volume "
          "sensor's count", "https://github.com/sodadata/soda-core/issues/1022", C,
          "test_partition_columns_named_like_keywords_are_counted", True),
@@ -71,3 +76,42 @@ def test_partition_columns_named_like_keywords_are_counted(engine):
     got = fetch_row_counts(engine.db, specs, now=NOW, row_counts="count").counts
     want = _utc_day(dt.date(2024, 3, 9))
     assert [(c.rows, c.error) for c in got.values()] == [(want, None)] * 2
+
+
+# -- the ledger's batch of a tick's incidents (record_incidents_unless_open) -------------------------
+
+
+def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each(ledger, monkeypatch):  # noqa: F811
+    """Two ticks (two replicas of a code location) record incidents on the same 40 assets at the same
+    moment, each in its own order: no deadlock (PostgreSQL's asset locks are taken in one order),
+    and one incident per asset between them. The failure kind, advisory locks taken in whatever order
+    the rows came and two sessions deadlocking on shared members:
+    https://github.com/cyrilgdn/terraform-provider-postgresql/pull/640 (and #639)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dw_dagster.core.ledger_incidents import IncidentsMixin
+
+    barrier = threading.Barrier(2, timeout=1.0)
+    real = IncidentsMixin._open_incidents
+
+    def look_then_wait(conn, asset_keys):
+        found = real(conn, asset_keys)
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return found
+
+    monkeypatch.setattr(IncidentsMixin, "_open_incidents", staticmethod(look_then_wait))
+    assets = [f"shop/t{i:02d}" for i in range(40)]
+
+    def batch(k: int):
+        order = assets if k == 0 else assets[::-1]
+        return ledger.record_incidents_unless_open([_item(100 * k + i, a) for i, a in enumerate(order)])
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(batch, range(2))
+    assert sum(ok for ok, _ in a + b) == len(assets)
+    rows = ledger.incidents()
+    assert sorted(r.asset_key for r in rows) == assets
