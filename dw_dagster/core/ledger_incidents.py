@@ -31,7 +31,9 @@ OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, CLOSED, QUARANTINED =
 #: failed or did not verify) and no other version is live: diagnosed again on new evidence
 UNREPAIRED = "unrepaired"
 OPEN_INCIDENT_STATES = (OPEN, DIAGNOSING, DIAGNOSED, DIAGNOSIS_FAILED, REDIAGNOSE, UNREPAIRED)
-#: assets per look of :meth:`IncidentsMixin.record_incidents_unless_open` (bound parameters per statement)
+#: incidents per transaction of :meth:`IncidentsMixin.record_incidents_unless_open` (and advisory locks held at once)
+BATCH = 200
+#: assets per look (bound parameters per statement)
 LOOK_CHUNK = 500
 _ITEM_KEYS = ("incident_id", "asset_key", "source", "external_id", "body")
 
@@ -102,12 +104,15 @@ class IncidentsMixin:
     def record_incidents_unless_open(self, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, IncidentRow | None]]:
         """:meth:`record_incident_unless_open` for many incidents in one transaction (a sensor tick's anomalies).
 
-        The transaction holds every named asset's lock first: on PostgreSQL one advisory lock per
-        asset, taken in the order of the locks' keys, so two batches (or a batch and a single
-        call) never wait on each other in a cycle. Then one look per :data:`LOOK_CHUNK` assets and
-        one insert for all the incidents to record. When two items name the same asset, only the
-        first is recorded; the others find it open. Should another process record the same id at
-        the same moment, the batch rolls back and every item is recorded on its own.
+        One transaction per :data:`BATCH` items (PostgreSQL keeps every advisory lock of a
+        transaction in a shared table of ``max_locks_per_transaction`` × connections slots: a
+        warehouse-wide reload that makes 50,000 tables anomalous at once would run out of it). Each
+        holds its items' asset locks first: on PostgreSQL one advisory lock per asset, taken in the
+        order of the locks' keys, so two batches (or a batch and a single call) never wait on each
+        other in a cycle. Then one look for the assets and one insert for the incidents to record.
+        When two items name the same asset, only the first is recorded; the others find it open.
+        Should another process record the same id at the same moment, that transaction rolls back
+        and each of its items is recorded on its own.
 
         Args:
             items: mappings with the keyword arguments of :meth:`record_incident_unless_open`
@@ -117,23 +122,26 @@ class IncidentsMixin:
         Returns:
             ``(recorded, open_incident)`` per item, in order, as :meth:`record_incident_unless_open` returns.
         """
-        if not items:
-            return []
-        try:
-            with self._tx() as conn:
-                return self._record_batch(conn, items)
-        except sa.exc.IntegrityError:  # an id recorded at the same moment by another process: one by one
-            return [self.record_incident_unless_open(**{k: it[k] for k in _ITEM_KEYS}) for it in items]
+        out: list[tuple[bool, IncidentRow | None]] = []
+        for start in range(0, len(items), BATCH):
+            chunk = items[start:start + BATCH]
+            try:
+                with self._tx() as conn:
+                    out += self._record_batch(conn, chunk)
+            except sa.exc.IntegrityError:  # an id recorded at the same moment by another process: one by one
+                out += [self.record_incident_unless_open(**{k: it[k] for k in _ITEM_KEYS}) for it in chunk]
+        return out
 
     @classmethod
     def _record_batch(cls, conn: Any, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, IncidentRow | None]]:
         keys = sorted({it["asset_key"] for it in items})
         if conn.dialect.name == "postgresql":
             conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            locks = conn.execute(sa.text("SELECT DISTINCT hashtext(k) FROM unnest(CAST(:keys AS text[])) AS u(k)"),
-                                 {"keys": [_lock_name(k) for k in keys]}).scalars()
-            for lock in sorted(locks):
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))
+            # one statement, the locks taken in key order (PostgreSQL evaluates a volatile output
+            # expression after the ORDER BY's sort)
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h "
+                                 "FROM unnest(CAST(:keys AS text[])) AS u(k)) AS locks ORDER BY h"),
+                         {"keys": [_lock_name(k) for k in keys]}).all()
         found = cls._open_incidents(conn, keys)
         out: list[tuple[bool, IncidentRow | None]] = []
         now, rows, externals = time.time(), [], set()

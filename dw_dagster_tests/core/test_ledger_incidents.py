@@ -122,3 +122,16 @@ def test_a_batch_of_more_assets_than_one_look_holds(ledger):
     ledger.record_incident_unless_open(**_item(n, f"a/{n - 1:05d}"))
     out = ledger.record_incidents_unless_open([_item(i, f"a/{i:05d}") for i in range(n)])
     assert sum(ok for ok, _ in out) == n - 1 and out[-1][1].incident_id == f"inc-{n}"
+
+
+def test_a_warehouse_wide_reload_records_every_incident(ledger):
+    """Every watched table anomalous at once (a reload): 20,000 incidents, the last naming the first's asset
+    again. In one transaction PostgreSQL would hold 20,000 advisory locks, past its shared lock table
+    (``max_locks_per_transaction`` 64 × 100 connections by default; "out of shared memory", as in
+    https://github.com/NixOS/nix-security-tracker/issues/1153 after a change that took a lock per row).
+    The batch commits every BATCH incidents; the repeated asset finds the incident an earlier
+    transaction recorded."""
+    n = 20_000
+    out = ledger.record_incidents_unless_open([_item(i, f"wh/t{i:05d}") for i in range(n)] + [_item(n, "wh/t00000")])
+    assert sum(ok for ok, _ in out) == n and out[-1][1].incident_id == "inc-0"
+    assert len(ledger.incidents(states=["open"])) == n
