@@ -102,9 +102,11 @@ class IncidentsMixin:
             return False, self.open_incident(asset_key)
 
     def record_incidents_unless_open(self, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, IncidentRow | None]]:
-        """:meth:`record_incident_unless_open` for many incidents in one transaction (a sensor tick's anomalies).
+        """:meth:`record_incident_unless_open` for many incidents (a sensor tick's anomalies), in few transactions.
 
-        One transaction per :data:`BATCH` items (PostgreSQL keeps every advisory lock of a
+        An item whose asset has an open incident at a first plain read (no lock, as a look before
+        :meth:`record_incident_unless_open` would be) finds it; the others are recorded in one
+        transaction per :data:`BATCH` items (PostgreSQL keeps every advisory lock of a
         transaction in a shared table of ``max_locks_per_transaction`` × connections slots: a
         warehouse-wide reload that makes 50,000 tables anomalous at once would run out of it). Each
         holds its items' asset locks first: on PostgreSQL one advisory lock per asset, taken in the
@@ -122,14 +124,19 @@ class IncidentsMixin:
         Returns:
             ``(recorded, open_incident)`` per item, in order, as :meth:`record_incident_unless_open` returns.
         """
-        out: list[tuple[bool, IncidentRow | None]] = []
-        for start in range(0, len(items), BATCH):
-            chunk = items[start:start + BATCH]
+        with self.engine.connect() as conn:  # a plain read first: most anomalies of a tick find theirs still open
+            found = self._open_incidents(conn, sorted({it["asset_key"] for it in items}))
+        out: list[tuple[bool, IncidentRow | None]] = [(False, found.get(it["asset_key"])) for it in items]
+        rest = [i for i, it in enumerate(items) if it["asset_key"] not in found]
+        for start in range(0, len(rest), BATCH):
+            chunk = rest[start:start + BATCH]
             try:
                 with self._tx() as conn:
-                    out += self._record_batch(conn, chunk)
+                    results = self._record_batch(conn, [items[i] for i in chunk])
             except sa.exc.IntegrityError:  # an id recorded at the same moment by another process: one by one
-                out += [self.record_incident_unless_open(**{k: it[k] for k in _ITEM_KEYS}) for it in chunk]
+                results = [self.record_incident_unless_open(**{k: items[i][k] for k in _ITEM_KEYS}) for i in chunk]
+            for i, result in zip(chunk, results):
+                out[i] = result
         return out
 
     @classmethod

@@ -108,7 +108,7 @@ def record_unless_open(instance: dg.DagsterInstance, inc: Incident, *,
 
 
 def record_all_unless_open(instance: dg.DagsterInstance, incs: Sequence[Incident]) -> list[tuple[bool, Incident | None]]:
-    """:func:`record_unless_open` for many incidents, in one ledger transaction (a tick's anomalies).
+    """:func:`record_unless_open` for many incidents (a tick's anomalies), 200 to a ledger transaction.
 
     Returns:
         ``(recorded, open_incident)`` per incident, in order; an incident whose asset an earlier one

@@ -130,7 +130,7 @@ class _Outcome:
 
 @dataclasses.dataclass
 class _Scored:
-    """A count scored as an anomaly: recorded once the tick's incidents are (one ledger transaction)."""
+    """A count scored as an anomaly: recorded once the tick's incidents are (together, :meth:`VolumeTicker._anomalies`)."""
 
     spec: VolumeTable
     cnt: TableCount
@@ -541,7 +541,7 @@ class VolumeTicker:
         t.outcomes.append(_Outcome(s, status, rows, detail))
 
     def _anomalies(self, t: _Tick) -> None:
-        """Record the tick's anomalous counts: their incidents in one ledger transaction (one open incident
+        """Record the tick's anomalous counts: their incidents together (``record_all_unless_open``; one open incident
         per asset: the first anomaly of an asset is its candidate), then each count as :meth:`_keep` does."""
         if not t.anomalies:
             return
