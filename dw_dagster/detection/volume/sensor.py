@@ -38,6 +38,7 @@ status of its own: neither a pass nor an incident.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 

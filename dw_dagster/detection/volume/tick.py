@@ -38,6 +38,7 @@ from dw_dagster.detection.incidents import (
     unshown_incident_observations,
 )
 from dw_dagster.detection.volume import store as history_store
+from dw_dagster.detection.volume.collector import collector_paused
 from dw_dagster.detection.volume.counts import ROW_COUNT_KEY, TableCount, VolumeTable, _first_line, fetch_row_counts
 from dw_dagster.detection.volume.history import (
     VOLUME_BASELINE_N_KEY,
@@ -679,7 +680,12 @@ class VolumeTicker:
     # -- the tick -------------------------------------------------------------------------------
 
     def evaluate(self, context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        """One tick (see the sensor module's docstring); raises only for an unexpected error."""
+        """One tick (see the sensor module's docstring), with the cyclic collector paused
+        (:func:`~dw_dagster.detection.volume.collector.collector_paused`); raises only for an unexpected error."""
+        with collector_paused():
+            return self._evaluate(context)
+
+    def _evaluate(self, context: dg.SensorEvaluationContext) -> dg.SensorResult:
         t = _Tick(context=context, now=(self.s.clock or utcnow)(), started=time.perf_counter())
         self._begin(t)
         self._count(t)
