@@ -5,7 +5,8 @@ ticks (0.3-0.6 s walking the whole code server on the 2-core machine; ``volume_t
 ``bench_results.json``). These tests hold the rules the pause must keep in a code server that runs other
 things beside the sensor: enabled again when the tick ends, even when it raises; left disabled when the
 process had disabled it; and two sensors ticking at once in one process share the pause, so the first to
-end does not resume collection under the second.
+end does not resume collection under the second. The field case (no collection starts inside a tick;
+sglang #9241) is ``field_cases/test_volume_sensor.py::test_no_garbage_collection_runs_inside_a_tick``.
 """
 
 import gc

@@ -1,10 +1,12 @@
 """Field cases of the volume sensor's partition counts (:func:`~dw_dagster.detection.volume.counts.fetch_row_counts`,
 what every tick of :func:`~dw_dagster.detection.volume.build_volume_sensor` runs): a partition
 column that is an absolute time read in a session far from UTC, and partition columns named like
-keywords; on DuckDB, PostgreSQL and MariaDB, against the count worked out in Python. And the
-ledger's batch of a tick's incidents, two ticks at once naming the same assets in opposite orders."""
+keywords; on DuckDB, PostgreSQL and MariaDB, against the count worked out in Python. The
+ledger's batch of a tick's incidents, two ticks at once naming the same assets in opposite orders.
+And the code server's garbage collector, which must not walk the whole process during a tick."""
 
 import datetime as dt
+import gc
 import urllib.parse
 
 import pytest
@@ -24,6 +26,10 @@ KINDS = [
     kind("vol-incident-lock-order", "vendors", "two ticks recording incidents on the same assets at once, each "
          "taking PostgreSQL advisory locks in its own order, deadlock", "https://github.com/cyrilgdn/terraform-provider-postgresql/pull/640",
          "dw_dagster/core/ledger_incidents.py", "test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_each", True),
+    kind("vol-tick-full-collection", "dependencies", "a large tick's live objects start full garbage collections "
+         "that walk the whole serving process (stalls of 100-300 ms, found nothing to free)",
+         "https://github.com/sgl-project/sglang/pull/9241", "dw_dagster/detection/volume/collector.py",
+         "test_no_garbage_collection_runs_inside_a_tick", True),
     kind("vol-keyword-partition-column", "types", "a partition column named like a keyword (at, order) in the volume "
          "sensor's count", "https://github.com/sodadata/soda-core/issues/1022", C,
          "test_partition_columns_named_like_keywords_are_counted", True),
@@ -115,3 +121,49 @@ def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_eac
     assert sum(ok for ok, _ in a + b) == len(assets)
     rows = ledger.incidents()
     assert sorted(r.asset_key for r in rows) == assets
+
+
+def test_no_garbage_collection_runs_inside_a_tick(tmp_path, monkeypatch):
+    """sglang #9241 and ROCm/ATOM #1991 (https://github.com/ROCm/ATOM/pull/1991): a serving process stalled
+    100 ms to 1 s at a time in full collections over its whole heap that reclaimed nothing. The volume tick at
+    50,000 tables started one on almost every tick (``volume_tick_50000``). With the collector set to run at
+    every allocation, not one collection of any generation may start while a tick evaluates."""
+    import dagster as dg
+
+    from dw_dagster.databases import DuckDBDatabase
+    from dw_dagster.detection.volume import build_volume_sensor
+    from dw_dagster.detection.volume.tick import VolumeTicker
+
+    db = DuckDBDatabase(tmp_path / "wh.duckdb")
+    db.execute("CREATE SCHEMA pos")
+    specs = []
+    for i in range(3):
+        db.execute(f"CREATE TABLE pos.t{i} AS SELECT range AS id FROM range({10 + i})")
+        specs.append(VolumeTable(f"pos.t{i}", ["wh", f"pos_t{i}"], database="wh"))
+    sensor = build_volume_sensor(tables=specs, databases={"wh": db}, name="vol_gc")
+    inside, collections, original = [False], [], VolumeTicker._evaluate
+
+    def spied(self, context):
+        inside[0] = True
+        try:
+            return original(self, context)
+        finally:
+            inside[0] = False
+
+    def seen(phase, info):
+        if phase == "start" and inside[0]:
+            collections.append(info["generation"])
+
+    monkeypatch.setattr(VolumeTicker, "_evaluate", spied)
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    gc.callbacks.append(seen)
+    gc.enable()
+    gc.set_threshold(1, 1, 1)
+    try:
+        result = sensor.evaluate_tick(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), sensor_name="vol_gc"))
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(seen)
+        (gc.enable if enabled else gc.disable)()
+    assert "3 recorded" in (result.skip_message or "")
+    assert collections == [], f"{len(collections)} collections ran inside the tick"
