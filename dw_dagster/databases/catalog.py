@@ -66,9 +66,10 @@ class TableSchema(BaseModel):
         return next((c for c in self.columns if _same_name(c.name, name, dialect)), None)
 
 
-def _catalog_name(name: str, dialect: str) -> str:
-    """The name the catalog stores for ``name`` (Snowflake upper-cases unquoted names)."""
-    if dialect == "snowflake" and not sql.identifier(name).quoted:
+def _catalog_name(name: str, dialect: str, quoted: bool = False) -> str:
+    """The name the catalog stores for ``name`` (Snowflake upper-cases unquoted names; ``quoted``: written in
+    double quotes, kept as it is)."""
+    if dialect == "snowflake" and not quoted and not sql.identifier(name).quoted:
         return name.upper()
     return name
 
@@ -85,7 +86,7 @@ def _same_name(reported: str, given: str, dialect: str) -> bool:
 
 
 def _parts(table: str) -> list[str]:
-    return table.split(".")
+    return [part for part, _ in sql.split_table(table)]
 
 
 def _info_schema_columns(table: str, dialect: str, column: str | None = None) -> exp.Select:
@@ -97,10 +98,13 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
     standard's ``information_schema`` are read there: an unqualified name means the current schema
     (``current_schema()``; ``DATABASE()`` on MySQL).
     """
-    parts = _parts(table)
+    split = sql.split_table(table)
+    parts = [part for part, _ in split]
     name = parts[-1]
     schema = parts[-2] if len(parts) >= 2 else None
     catalog = parts[-3] if len(parts) == 3 else None
+    stored = [_catalog_name(part, dialect, quoted) for part, quoted in split]  # Snowflake's spelling
+    written = sql.table(table).args  # the parts as nodes, quoted where the name quoted them
     cols = ["column_name", "data_type", "is_nullable"]
     if dialect not in ("duckdb", "bigquery"):
         cols += ["numeric_precision", "numeric_scale", "character_maximum_length"]
@@ -119,11 +123,11 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
             conds.append(exp.EQ(this=lower(exp.column("column_name")), expression=sql.literal(column.lower())))
     elif dialect == "snowflake":
         src = exp.Table(this=ident("COLUMNS"), db=ident("INFORMATION_SCHEMA"),
-                        catalog=sql.identifier(catalog) if catalog else None)
+                        catalog=written["catalog"].copy() if catalog else None)
         conds = [
-            exp.EQ(this=exp.column("table_name"), expression=sql.literal(_catalog_name(name, dialect))),
+            exp.EQ(this=exp.column("table_name"), expression=sql.literal(stored[-1])),
             exp.EQ(this=exp.column("table_schema"),
-                   expression=sql.literal(_catalog_name(schema, dialect)) if schema else exp.func("CURRENT_SCHEMA")),
+                   expression=sql.literal(stored[-2]) if schema else exp.func("CURRENT_SCHEMA")),
         ]
         if column:
             conds.append(exp.EQ(this=exp.column("column_name"), expression=sql.literal(_catalog_name(column, dialect))))
@@ -132,7 +136,7 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
             raise CatalogError(f"name BigQuery tables with their dataset (dataset.table), got {table!r}")
         # sqlglot's own form of `project.dataset.INFORMATION_SCHEMA.COLUMNS`
         src = exp.Table(this=exp.Identifier(this="INFORMATION_SCHEMA.COLUMNS", quoted=True),
-                        db=sql.identifier(schema), catalog=sql.identifier(catalog) if catalog else None)
+                        db=written["db"].copy(), catalog=written["catalog"].copy() if catalog else None)
         conds = [exp.EQ(this=exp.column("table_name"), expression=sql.literal(name))]
         if column:
             conds.append(exp.EQ(this=lower(exp.column("column_name")), expression=sql.literal(column.lower())))
@@ -175,12 +179,12 @@ _BQ_API_TYPES = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
 def _bigquery_ref(db: Any, table: str) -> str:
     parts = _parts(table)
     if len(parts) == 3:
-        return table
+        return ".".join(parts)
     if len(parts) == 2:
-        return f"{db.project}.{table}"
+        return ".".join([db.project, *parts])
     if not getattr(db, "dataset", None):
         raise CatalogError(f"name BigQuery tables with their dataset (dataset.table), got {table!r}")
-    return f"{db.project}.{db.dataset}.{table}"
+    return ".".join([db.project, db.dataset, *parts])
 
 
 def _read_bigquery_schema(db: Any, table: str) -> TableSchema:

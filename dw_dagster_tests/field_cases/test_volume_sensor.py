@@ -124,7 +124,8 @@ def test_batches_naming_the_same_assets_in_opposite_orders_open_one_incident_eac
 
 
 def test_no_garbage_collection_runs_inside_a_tick(tmp_path, monkeypatch):
-    """sglang #9241 and ROCm/ATOM #1991 (https://github.com/ROCm/ATOM/pull/1991): a serving process stalled
+    """sglang #9241 (https://github.com/sgl-project/sglang/pull/9241) and ROCm/ATOM #1991
+    (https://github.com/ROCm/ATOM/pull/1991): a serving process stalled
     100 ms to 1 s at a time in full collections over its whole heap that reclaimed nothing. The volume tick at
     50,000 tables started one on almost every tick (``volume_tick_50000``). With the collector set to run at
     every allocation, not one collection of any generation may start while a tick evaluates."""

@@ -1,0 +1,93 @@
+"""Field cases of table names written with SQL quotes: a part in double quotes is that name exactly, its dots,
+hyphens, spaces and case included. Before, a name string was split on every dot and a quoted part kept its
+quotes as part of the name, so ``'"my-dw".main."Order Lines"'`` was found by neither diff path."""
+
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from dw_dagster.checks.rowdiff import row_diff, row_diff_across
+from dw_dagster.databases import DuckDBDatabase, SqlAlchemyDatabase, sql
+from dw_dagster.databases.sql import UnsafeIdentifierError
+from dw_dagster.databases.catalog import read_table_schema
+from dw_dagster_tests.conftest import POSTGRES_URL
+from dw_dagster_tests.field_cases.kinds import kind
+
+S = "dw_dagster/databases/sql.py"
+KINDS = [
+    kind("rd-quoted-table-name", "vendors", "a table named with quoted parts (a catalog with a hyphen, a schema with a "
+         "dot, a table with a space) in a diff", "https://github.com/pavlospt/rust-pgdatadiff/issues/69", S,
+         "test_quoted_table_names_diff_on_every_path", True),
+    kind("rd-quoted-mixed-case-snowflake", "vendors", "a mixed-case table created quoted on Snowflake, looked up "
+         "upper-cased in the catalog and reported missing", "https://github.com/datafold/data-diff/issues/640",
+         "dw_dagster/databases/catalog.py", "test_a_quoted_mixed_case_snowflake_table_is_found_as_written", True),
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    source, target = DuckDBDatabase(tmp_path / "my-dw.duckdb"), DuckDBDatabase(tmp_path / "copy.duckdb")
+    for db, n in ((source, 100), (target, 99)):
+        db.execute('CREATE SCHEMA "Sales.EU"')
+        db.execute(f'CREATE TABLE "Sales.EU"."Order Lines" AS SELECT range AS id, range * 2 AS v FROM range({n})')
+    return source, target
+
+
+@pytest.fixture
+def pg_schema():
+    name = f"Sales.EU {uuid.uuid4().hex[:6]}"
+    engine = sa.create_engine(POSTGRES_URL)
+    with engine.begin() as c:
+        c.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+        c.exec_driver_sql(f'CREATE TABLE "{name}"."Order Lines" AS SELECT g AS id, g * 2 AS v FROM generate_series(0, 99) g')
+    yield name
+    with engine.begin() as c:
+        c.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
+    engine.dispose()
+
+
+def test_quoted_table_names_diff_on_every_path(files, pg_schema):
+    """rust-pgdatadiff #69 (https://github.com/pavlospt/rust-pgdatadiff/issues/69): a table with a dash reported
+    as missing; here a catalog with a hyphen, a schema
+    with a dot and a table with a space, on the in-database diff, DuckDB to DuckDB, and PostgreSQL to DuckDB
+    on the stream and the bisect paths: one key missing, every time."""
+    source, target = files
+    full = '"my-dw"."Sales.EU"."Order Lines"'
+    assert row_diff(source, full, '"Sales.EU"."Order Lines"', ["id"]).missing == 0
+    assert row_diff_across(source, target, full, '"Sales.EU"."Order Lines"', ["id"]).missing == 1
+    pg = SqlAlchemyDatabase(POSTGRES_URL)
+    for transfer in ("stream", "bisect"):
+        result = row_diff_across(pg, target, f'"{pg_schema}"."Order Lines"', '"Sales.EU"."Order Lines"', ["id"],
+                                 transfer=transfer)
+        assert (result.missing, result.extra, result.transfer) == (1, 0, transfer)
+
+
+def test_quotes_that_do_not_make_whole_parts_are_part_of_the_name(tmp_path):
+    """A name such as ``a"b`` (a table literally named so) is split on its dots as written, as before; only
+    double quotes that open and close whole parts are SQL quoting."""
+    assert sql.split_table('"a""b".c') == [('a"b', True), ("c", False)]
+    assert sql.split_table('a"b.c') == [('a"b', False), ("c", False)]
+    assert sql.split_table('"a"b.c') == [('"a"b', False), ("c", False)]
+    db = DuckDBDatabase(tmp_path / "odd.duckdb")
+    db.execute('CREATE TABLE "a""b" AS SELECT range AS id FROM range(3)')
+    assert row_diff(db, 'a"b', '"a""b"', ["id"]).missing == 0
+    with pytest.raises(UnsafeIdentifierError):
+        sql.table('"a".')
+
+
+def test_a_quoted_mixed_case_snowflake_table_is_found_as_written(fakesnow_server):
+    """data-diff #640 (https://github.com/datafold/data-diff/issues/640): with dbt's quoting on, Snowflake tables named ``"DimUser"`` were looked up as
+    ``DIMUSER`` in ``information_schema`` and reported as having no columns."""
+    from dw_dagster.databases.snowflake import SnowflakeDatabase
+    from dw_dagster_tests.harness.emulators import FAKESNOW_DATABASE
+
+    db = SnowflakeDatabase(**fakesnow_server, database=FAKESNOW_DATABASE)
+    schema = f"T_{uuid.uuid4().hex[:8].upper()}"
+    db.execute(f"CREATE SCHEMA {schema}")
+    try:
+        db.execute(f'CREATE TABLE {schema}."DimUser" ("UserId" INT, name VARCHAR)')
+        found = read_table_schema(db, f'{schema}."DimUser"')
+        assert [c.name for c in found.columns] == ["UserId", "NAME"]
+    finally:
+        db.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
