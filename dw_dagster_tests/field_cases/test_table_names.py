@@ -91,3 +91,23 @@ def test_a_quoted_mixed_case_snowflake_table_is_found_as_written(fakesnow_server
         assert [c.name for c in found.columns] == ["UserId", "NAME"]
     finally:
         db.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_the_dedupe_repair_runs_on_a_quoted_table_name(files):
+    """The repair after the diff: a dedupe of a window of ``"Sales.EU"."Order Lines"`` keeps its copy beside the
+    table (``Order Lines__dw_dedupe_<id>`` in ``Sales.EU``) and removes the second load, not the table's name."""
+    import types
+
+    import dagster as dg
+
+    from dw_dagster.changes.dedupe import dedupe_step, run_dedupe_step
+
+    db, _ = files
+    table = '"Sales.EU"."Order Lines"'
+    db.execute(f"ALTER TABLE {table} ADD COLUMN day DATE DEFAULT DATE '2026-11-02'")
+    db.execute(f"INSERT INTO {table} SELECT * FROM {table} WHERE id < 10")
+    step = dedupe_step(table=table, key_columns=["id"], partition_column="day", window=["2026-11-02"],
+                       resource_key="warehouse", dialect="duckdb")
+    out = run_dedupe_step(dg.build_op_context(), types.SimpleNamespace(id="cs-q1", undo_plan=None), step, db)
+    assert (out["rows_before"], out["rows_after"], out["removed_rows"]) == (110, 100, 10)
+    assert db.fetch_all(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {table}") == [(100, 100)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from dw_dagster.databases import Database
+from dw_dagster.databases import Database, sql
 from dw_dagster.databases.catalog import TableSchema, read_table_schema
 from dw_dagster.changes.migrations.models import Guard, Migration, MigrationCheck, MigrationError, MigrationRefused
 from dw_dagster.changes.migrations.types import same_type
@@ -54,7 +54,7 @@ def dependent_views(db: Database, table: str, column: str) -> list[str]:
     import sqlglot
     from sqlglot import exp
 
-    name = table.split(".")[-1].strip('"`').lower()
+    name = sql.split_table(table)[-1][0].strip('`').lower()
     q = _views_query(db, table)
     try:
         rows = db.fetch_all(q)

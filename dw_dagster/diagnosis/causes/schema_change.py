@@ -110,13 +110,13 @@ def _nullable(v: Any) -> bool | None:
 
 
 def _bigquery_snapshot(db: Any, table: str) -> tuple[list[ColumnInfo], str]:
-    parts = table.split(".")
+    parts = [part for part, _ in sql.split_table(table)]
     if len(parts) == 3:
-        ref = table
+        ref = ".".join(parts)
     elif len(parts) == 2:
-        ref = f"{db.project}.{table}" if db.project else table
+        ref = ".".join([db.project, *parts] if db.project else parts)
     else:
-        ref = ".".join(p for p in (db.project, db.dataset, table) if p)
+        ref = ".".join(p for p in (db.project, db.dataset, *parts) if p)
     try:
         with db.client() as client:
             fields = client.get_table(ref).schema
