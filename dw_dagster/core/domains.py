@@ -100,6 +100,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
+from dw_dagster.core.table_names import split_table
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.dagster_private import public
 
@@ -219,21 +220,24 @@ class Domain(BaseModel):
     @classmethod
     def _tables(cls, v: list[str]) -> list[str]:
         for t in v:
-            parts = t.split(".") if isinstance(t, str) else []
+            parts = [part for part, _ in split_table(t)] if isinstance(t, str) else []
             if not 1 <= len(parts) <= 3 or any(not p.strip() for p in parts):
                 raise ValueError(f"a table is schema.table (or database.schema.table), wildcards * and ?, got {t!r}")
         return v
 
     def owns_table(self, table: str) -> bool:
         """Whether ``table`` (``schema.table`` or ``database.schema.table``) matches one of :attr:`tables`
-        (case-insensitively; a two-part pattern matches a three-part name on its last two parts)."""
+        (case-insensitively; a two-part pattern matches a three-part name on its last two parts). Name and
+        patterns are read part by part (:func:`~dw_dagster.core.table_names.split_table`): ``dw."sales".orders``
+        and ``"my-dw"."Sales.EU"."Order Lines"`` have the owner they have written without needless quotes."""
         import fnmatch
 
-        name = table.casefold()
-        short = ".".join(name.split(".")[-2:])
+        parts = [part.casefold() for part, _ in split_table(table)]
         for pattern in self.tables:
-            p = pattern.casefold()
-            if fnmatch.fnmatchcase(name, p) or (p.count(".") == 1 and fnmatch.fnmatchcase(short, p)):
+            want = [part.casefold() for part, _ in split_table(pattern)]
+            if fnmatch.fnmatchcase("\x00".join(parts), "\x00".join(want)):  # a part boundary matches "." did
+                return True
+            if len(want) == 2 and len(parts) == 3 and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts[1:], want)):
                 return True
         return False
 

@@ -67,11 +67,12 @@ class TableSchema(BaseModel):
 
 
 def _catalog_name(name: str, dialect: str, quoted: bool = False) -> str:
-    """The name the catalog stores for ``name`` (Snowflake upper-cases unquoted names; ``quoted``: written in
-    double quotes, kept as it is)."""
-    if dialect == "snowflake" and not quoted and not sql.identifier(name).quoted:
-        return name.upper()
-    return name
+    """The name the catalog stores for ``name`` written without quotes (Snowflake upper-cases it, PostgreSQL
+    lower-cases it: :data:`_FOLDING`); ``quoted`` (written in double quotes) or a name sqlglot must quote: as it is."""
+    fold = _FOLDING.get(dialect)
+    if fold is None or quoted or sql.identifier(name).quoted:
+        return name
+    return fold(name)
 
 
 def _same_name(reported: str, given: str, dialect: str) -> bool:
@@ -103,7 +104,7 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
     name = parts[-1]
     schema = parts[-2] if len(parts) >= 2 else None
     catalog = parts[-3] if len(parts) == 3 else None
-    stored = [_catalog_name(part, dialect, quoted) for part, quoted in split]  # Snowflake's spelling
+    stored = [_catalog_name(part, dialect, quoted) for part, quoted in split]  # as the catalog stores each part
     written = sql.table(table).args  # the parts as nodes, quoted where the name quoted them
     cols = ["column_name", "data_type", "is_nullable"]
     if dialect not in ("duckdb", "bigquery"):
@@ -143,12 +144,12 @@ def _info_schema_columns(table: str, dialect: str, column: str | None = None) ->
     else:
         src = exp.Table(this=ident("columns"), db=ident("information_schema"))
         current = exp.func("DATABASE") if dialect == "mysql" else exp.func("current_schema")
-        conds = [
-            exp.EQ(this=exp.column("table_name"), expression=sql.literal(name)),
-            exp.EQ(this=exp.column("table_schema"), expression=sql.literal(schema) if schema else current),
+        conds = [  # as the engine stores them: PostgreSQL folds a name written without quotes to lower case
+            exp.EQ(this=exp.column("table_name"), expression=sql.literal(stored[-1])),
+            exp.EQ(this=exp.column("table_schema"), expression=sql.literal(stored[-2]) if schema else current),
         ]
         if catalog:
-            conds.append(exp.EQ(this=exp.column("table_catalog"), expression=sql.literal(catalog)))
+            conds.append(exp.EQ(this=exp.column("table_catalog"), expression=sql.literal(stored[-3])))
         if column:
             conds.append(exp.EQ(this=lower(exp.column("column_name")), expression=sql.literal(column.lower())))
     q = exp.select(*cols).from_(src).where(exp.and_(*conds))

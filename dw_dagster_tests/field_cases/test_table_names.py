@@ -111,3 +111,41 @@ def test_the_dedupe_repair_runs_on_a_quoted_table_name(files):
     out = run_dedupe_step(dg.build_op_context(), types.SimpleNamespace(id="cs-q1", undo_plan=None), step, db)
     assert (out["rows_before"], out["rows_after"], out["removed_rows"]) == (110, 100, 10)
     assert db.fetch_all(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {table}") == [(100, 100)]
+
+
+def test_postgres_folds_a_name_written_without_quotes(pg_schema):
+    """PostgreSQL stores ``Orders_MC`` written without quotes as ``orders_mc``, and the statements dw_dagster builds
+    read it so: the catalog lookup folds it the same way, and a table created quoted (``"Orders_Q"``) is that
+    table only when named quoted (as in data-diff #640, with PostgreSQL's folding)."""
+    pg = SqlAlchemyDatabase(POSTGRES_URL)
+    pg.execute(f'CREATE TABLE "{pg_schema}".orders_mc (id INT); CREATE TABLE "{pg_schema}"."Orders_Q" (Id INT, "Qty" INT)')
+    assert [c.name for c in read_table_schema(pg, f'"{pg_schema}".Orders_MC').columns] == ["id"]
+    assert [c.name for c in read_table_schema(pg, f'"{pg_schema}"."Orders_Q"').columns] == ["id", "Qty"]
+    with pytest.raises(Exception, match="not found"):
+        read_table_schema(pg, f'"{pg_schema}".Orders_Q')
+
+
+def test_a_table_has_the_same_owner_however_its_name_is_quoted():
+    """A domain's table patterns are read part by part: quoting a part that needs no quotes, or naming the
+    catalog of a schema with a dot, does not take a table out of its owner's domain (and so out of the
+    owner's approval)."""
+    from dw_dagster.core.domains import Domain
+
+    sales = Domain(name="sales", tables=["sales.*"], approvers=["owner@example.com"])
+    eu = Domain(name="eu", tables=['"Sales.EU".*'], approvers=["owner@example.com"])
+    for name in ("dw.sales.orders", 'dw."sales".orders', '"SALES".orders', '"dw"."sales"."orders"'):
+        assert sales.owns_table(name), name
+    assert not sales.owns_table("dw.other.sales")
+    assert eu.owns_table('"my-dw"."Sales.EU"."Order Lines"') and eu.owns_table('"Sales.EU".t')
+    assert not eu.owns_table("sales.eu")
+
+
+def test_a_bigquery_view_lookup_reads_the_project_the_catalog_reads():
+    """The migration's dependent-view guard and the catalog agree on a quoted project (it looked in a project
+    literally named with its quotes and found no views, so the guard was skipped without a word)."""
+    import types
+
+    from dw_dagster.changes.migrations.apply import _views_query
+
+    db = types.SimpleNamespace(dialect="bigquery", project="other", dataset=None)
+    assert _views_query(db, '"my-proj".sales.orders').endswith("`my-proj`.`sales`.INFORMATION_SCHEMA.VIEWS")
