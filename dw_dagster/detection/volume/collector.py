@@ -60,10 +60,12 @@ def collector_paused():
     try:
         yield
     finally:
+        collect = False
         with _gc_lock:
             _gc_pausers -= 1
             if _gc_pausers == 0 and _gc_resume:
                 gc.enable()
             elif _gc_pausers and _gc_resume and time.monotonic() - _gc_since > MAX_PAUSE_S:
-                gc.collect(1)  # ticks that keep overlapping never resume it: collect what the pause left
-                _gc_since = time.monotonic()
+                collect, _gc_since = True, time.monotonic()
+        if collect:  # ticks that keep overlapping never resume it: collect what the pause left (outside the
+            gc.collect(1)  # lock: a finalizer the collection runs may start a tick)
