@@ -123,7 +123,7 @@ def run_dedupe_step(context: dg.OpExecutionContext, cs: ChangeSet, step: ChangeS
             f"{', '.join(str(list(r)) for r in conflicts)}); no copy can be chosen safely: a person must decide which "
             "row to keep (nothing was changed)", {"differing_keys": n, "sample": [[str(v) for v in r] for r in conflicts]})
     columns = [sql.column(col.name) for col in read_table_schema(db, table).columns]
-    parts = [part for part, _ in sql.split_table(table)]  # a quoted part keeps its dots
+    parts = sql.table_parts(table)  # a quoted part keeps its dots
     kept = [*parts[:-1], f"{parts[-1]}__dw_dedupe_{cs.id.replace('-', '_')}"[:60]]
     keep = exp.select(*columns).distinct().from_(t.copy()).where(where.copy())
     tmp = sql.table(kept).sql(dialect=db.dialect)

@@ -100,7 +100,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from dw_dagster.core.config_files import read_yaml_model
 from dw_dagster.core.identity import IdentityError, canonical_email
-from dw_dagster.core.table_names import split_table
+from dw_dagster.core.table_names import table_parts
 from dw_dagster.errors import DwDagsterError
 from dw_dagster.dagster_private import public
 
@@ -220,7 +220,7 @@ class Domain(BaseModel):
     @classmethod
     def _tables(cls, v: list[str]) -> list[str]:
         for t in v:
-            parts = [part for part, _ in split_table(t)] if isinstance(t, str) else []
+            parts = table_parts(t) if isinstance(t, str) else []
             if not 1 <= len(parts) <= 3 or any(not p.strip() for p in parts):
                 raise ValueError(f"a table is schema.table (or database.schema.table), wildcards * and ?, got {t!r}")
         return v
@@ -232,9 +232,9 @@ class Domain(BaseModel):
         and ``"my-dw"."Sales.EU"."Order Lines"`` have the owner they have written without needless quotes."""
         import fnmatch
 
-        parts = [part.casefold() for part, _ in split_table(table)]
+        parts = table_parts(table.casefold())
         for pattern in self.tables:
-            want = [part.casefold() for part, _ in split_table(pattern)]
+            want = table_parts(pattern.casefold())
             if fnmatch.fnmatchcase("\x00".join(parts), "\x00".join(want)):  # a part boundary matches "." did
                 return True
             if len(want) == 2 and len(parts) == 3 and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts[1:], want)):

@@ -27,6 +27,11 @@ def split_table(name: str) -> list[tuple[str, bool]]:
         return [(p, False) for p in name.split(".")]
 
 
+def table_parts(name: str) -> list[str]:
+    """The parts' names of :func:`split_table` (``'"Sales.EU".t'`` is ``["Sales.EU", "t"]``)."""
+    return [part for part, _ in split_table(name)]
+
+
 def _split_quoted(name: str) -> list[tuple[str, bool]]:
     """:func:`split_table` of a name with double quotes; ``ValueError`` when one does not open or close a whole part."""
     out, i = [], 0

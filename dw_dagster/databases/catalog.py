@@ -86,10 +86,6 @@ def _same_name(reported: str, given: str, dialect: str) -> bool:
     return reported.lower() == given.lower()
 
 
-def _parts(table: str) -> list[str]:
-    return [part for part, _ in sql.split_table(table)]
-
-
 def _info_schema_columns(table: str, dialect: str, column: str | None = None) -> exp.Select:
     """``information_schema`` query for the columns of ``table`` (or just ``column``), in order.
 
@@ -178,7 +174,7 @@ _BQ_API_TYPES = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}
 
 
 def _bigquery_ref(db: Any, table: str) -> str:
-    parts = _parts(table)
+    parts = sql.table_parts(table)
     if len(parts) == 3:
         return ".".join(parts)
     if len(parts) == 2:

@@ -87,7 +87,7 @@ def column_modes(db: Database, table: str, columns: Sequence[str]) -> Evidence:
     if db.dialect == "bigquery":
         how = f"tables.get({table}).schema -- the BigQuery tables API (INFORMATION_SCHEMA may lag a schema change)"
     else:
-        parts = [part for part, _ in sql.split_table(table)]
+        parts = sql.table_parts(table)
         how = sql.render("SELECT column_name, data_type, is_nullable FROM information_schema.columns "
                          "WHERE table_schema = :s AND table_name = :t ORDER BY ordinal_position", db.dialect,
                          s=parts[-2], t=parts[-1])

@@ -54,7 +54,7 @@ def dependent_views(db: Database, table: str, column: str) -> list[str]:
     import sqlglot
     from sqlglot import exp
 
-    name = sql.split_table(table)[-1][0].strip('`').lower()
+    name = sql.table_parts(table)[-1].strip('`').lower()
     q = _views_query(db, table)
     try:
         rows = db.fetch_all(q)
@@ -84,7 +84,7 @@ def _views_query(db: Database, table: str) -> str:
     cols = "SELECT table_schema, table_name, view_definition FROM "
     if db.dialect != "bigquery":
         return cols + "information_schema.views WHERE table_schema NOT IN ('information_schema', 'pg_catalog')"
-    parts = [x.strip("`") for x, _ in sql.split_table(table)]
+    parts = [x.strip("`") for x in sql.table_parts(table)]
     dataset = parts[-2] if len(parts) >= 2 else getattr(db, "dataset", None)
     project = parts[-3] if len(parts) == 3 else getattr(db, "project", None)
     where = ".".join(f"`{x}`" for x in (project, dataset) if x)

@@ -74,7 +74,8 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster.databases import sql
-from dw_dagster.databases.catalog import ColumnSpec, TableSchema, _info_schema_columns, _parts, _same_name
+from dw_dagster.databases.catalog import ColumnSpec, TableSchema, _info_schema_columns, _same_name
+from dw_dagster.databases.sql import table_parts
 from dw_dagster.changes.migrations.models import (
     DIALECTS,
     SOURCES,
@@ -305,7 +306,7 @@ def _gen_drop(c: DropColumn, d: str, schema: TableSchema | None, p: _Plan) -> No
         or any(_same_name(x, c.column, d) for x in schema.cluster_columns)
     ):
         raise MigrationError(f"BigQuery cannot drop a partitioning or clustering column ({SOURCES['bigquery_ddl']})")
-    backup = _sibling(c.table, f"{_parts(c.table)[-1]}__dw_backup_{_change_id(c)}")
+    backup = _sibling(c.table, f"{table_parts(c.table)[-1]}__dw_backup_{_change_id(c)}")
     p.backup_table = backup
     p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
     p.forward.append(_backup_statements(c.table, backup, c.key_columns, c.column))
@@ -469,7 +470,7 @@ def _gen_retype(c: RetypeColumn, d: str, schema: TableSchema | None, p: _Plan) -
     tmp = f"{c.column}__dw_retype_{cid}"
     backup = None
     if fwd.lossy:
-        backup = _sibling(c.table, f"{_parts(c.table)[-1]}__dw_backup_{cid}")
+        backup = _sibling(c.table, f"{table_parts(c.table)[-1]}__dw_backup_{cid}")
         p.backup_table = backup
         p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
         # values the new type cannot take at all make the forward fail half-way on some dialects
@@ -602,7 +603,7 @@ def generate_migration(change: AddColumn | DropColumn | RenameColumn | RetypeCol
         raise MigrationError(f"not a column change: {type(change).__name__}")
     sql.table(change.table)
     sql.identifier(change.column)
-    if dialect == "bigquery" and len(_parts(change.table)) < 2:
+    if dialect == "bigquery" and len(table_parts(change.table)) < 2:
         raise MigrationError(f"name BigQuery tables with their dataset (dataset.table), got {change.table!r}")
     plan = _new_plan(_summary(change, dialect))
     gen(change, dialect, current_schema, plan)

@@ -11,7 +11,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from dw_dagster.databases import sql
-from dw_dagster.databases.catalog import _parts
+from dw_dagster.databases.sql import table_parts
 from dw_dagster.changes.migrations.types import TypeInfo
 
 # -- errors ------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ from dw_dagster.changes.migrations.types import TypeInfo
 
 def _sibling(table: str, name: str) -> str:
     """A table in the same schema as ``table`` called ``name``."""
-    return ".".join([*_parts(table)[:-1], name])
+    return ".".join([*table_parts(table)[:-1], name])
 
 
 def _change_id(change: BaseModel) -> str:

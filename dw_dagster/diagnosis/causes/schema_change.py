@@ -110,7 +110,7 @@ def _nullable(v: Any) -> bool | None:
 
 
 def _bigquery_snapshot(db: Any, table: str) -> tuple[list[ColumnInfo], str]:
-    parts = [part for part, _ in sql.split_table(table)]
+    parts = sql.table_parts(table)
     if len(parts) == 3:
         ref = ".".join(parts)
     elif len(parts) == 2:
