@@ -32,6 +32,20 @@ def table_parts(name: str) -> list[str]:
     return [part for part, _ in split_table(name)]
 
 
+def join_table(parts: list[tuple[str, bool]]) -> str:
+    """The name :func:`split_table` reads back as ``parts``: a part written in quotes, or holding a dot or a
+    double quote, is written in quotes again (``[("Sales.EU", True), ("t", False)]`` is ``'"Sales.EU".t'``)."""
+    return ".".join('"' + p.replace('"', '""') + '"' if quoted or "." in p or '"' in p else p for p, quoted in parts)
+
+
+def sibling_table(name: str, suffix: str) -> str:
+    """A table beside ``name``, in its schema, called its last part's name plus ``suffix``, quoted as that part
+    was (``sibling_table('"Sales.EU"."Orders"', "__bak")`` is ``'"Sales.EU"."Orders__bak"'``)."""
+    parts = split_table(name)
+    last, quoted = parts[-1]
+    return join_table([*parts[:-1], (last + suffix, quoted)])
+
+
 def _split_quoted(name: str) -> list[tuple[str, bool]]:
     """:func:`split_table` of a name with double quotes; ``ValueError`` when one does not open or close a whole part."""
     out, i = [], 0

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
-from dw_dagster.core.table_names import split_table, table_parts  # noqa: F401 - table_parts for the callers of sql
+from dw_dagster.core.table_names import sibling_table, split_table, table_parts  # noqa: F401 - the last two for the callers of sql
 from dw_dagster.errors import DwDagsterError
 
 

@@ -113,6 +113,26 @@ def test_the_dedupe_repair_runs_on_a_quoted_table_name(files):
     assert db.fetch_all(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {table}") == [(100, 100)]
 
 
+def test_a_migration_keeps_its_backup_in_the_schema_of_a_quoted_table(files):
+    """A column dropped from ``"Sales.EU"."Order Lines"`` is kept in ``"Sales.EU"."Order Lines__dw_backup_<id>"``,
+    beside the table: before, the backup's name joined the parts with dots again and named a schema ``Sales``."""
+    from dw_dagster.changes.migrations import DropColumn, apply_migration, generate_migration, verify_migration
+    from dw_dagster.core.table_names import split_table
+
+    db, _ = files
+    table = '"Sales.EU"."Order Lines"'
+    m = generate_migration(DropColumn(table=table, column="v", key_columns=["id"]), "duckdb",
+                           current_schema=read_table_schema(db, table))
+    assert [p for p, _ in split_table(m.backup_table)][:1] == ["Sales.EU"]
+    apply_migration(db, m)
+    assert verify_migration(db, m) == []
+    assert db.fetch_all(f"SELECT COUNT(*) FROM {m.backup_table}") == [(100,)]
+    apply_migration(db, m, "rollback")
+    assert db.fetch_all(f"SELECT SUM(v) FROM {table}") == [(9900,)]
+    assert db.fetch_all("SELECT table_schema, table_name FROM information_schema.tables ORDER BY 2") == [
+        ("Sales.EU", "Order Lines")]
+
+
 def test_postgres_folds_a_name_written_without_quotes(pg_schema):
     """PostgreSQL stores ``Orders_MC`` written without quotes as ``orders_mc``, and the statements dw_dagster builds
     read it so: the catalog lookup folds it the same way, and a table created quoted (``"Orders_Q"``) is that

@@ -306,7 +306,7 @@ def _gen_drop(c: DropColumn, d: str, schema: TableSchema | None, p: _Plan) -> No
         or any(_same_name(x, c.column, d) for x in schema.cluster_columns)
     ):
         raise MigrationError(f"BigQuery cannot drop a partitioning or clustering column ({SOURCES['bigquery_ddl']})")
-    backup = _sibling(c.table, f"{table_parts(c.table)[-1]}__dw_backup_{_change_id(c)}")
+    backup = _sibling(c.table, f"__dw_backup_{_change_id(c)}")
     p.backup_table = backup
     p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
     p.forward.append(_backup_statements(c.table, backup, c.key_columns, c.column))
@@ -470,7 +470,7 @@ def _gen_retype(c: RetypeColumn, d: str, schema: TableSchema | None, p: _Plan) -
     tmp = f"{c.column}__dw_retype_{cid}"
     backup = None
     if fwd.lossy:
-        backup = _sibling(c.table, f"{table_parts(c.table)[-1]}__dw_backup_{cid}")
+        backup = _sibling(c.table, f"__dw_backup_{cid}")
         p.backup_table = backup
         p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
         # values the new type cannot take at all make the forward fail half-way on some dialects
