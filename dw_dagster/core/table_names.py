@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 _QUOTED_PART = re.compile(r'"((?:[^"]|"")*)"')
+_UNSAFE_IN_SLUG = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def split_table(name: str) -> list[tuple[str, bool]]:
@@ -44,6 +45,13 @@ def sibling_table(name: str, suffix: str) -> str:
     parts = split_table(name)
     last, quoted = parts[-1]
     return join_table([*parts[:-1], (last + suffix, quoted)])
+
+
+def table_slug(name: str) -> str:
+    """The table's parts joined by ``__``, lower case, for file and node names (``dw_<kind>__<slug>.sql``):
+    ``analytics.orders`` is ``analytics__orders``; ``'"Sales.EU"."Order Lines"'`` is ``sales_eu__order_lines``
+    (a character other than a letter, a digit, ``_`` or ``-`` becomes ``_``)."""
+    return "__".join(_UNSAFE_IN_SLUG.sub("_", part) for part in table_parts(name)).lower()
 
 
 def _split_quoted(name: str) -> list[tuple[str, bool]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dw_dagster.core.table_names import table_slug
 from dw_dagster.databases import sql
 
 #: the folder of the pipeline repository the tests go to, unless the diagnoser names another
@@ -46,7 +47,7 @@ class RegressionTest:
 
 
 def _name(kind: str, table: str) -> str:
-    return f"dw_{kind}__{table.replace('.', '__')}".lower()
+    return f"dw_{kind}__{table_slug(table)}"
 
 
 def _test(kind: str, table: str, asserts: str, tree: exp.Expression, dialect: str, tests_dir: str) -> RegressionTest:

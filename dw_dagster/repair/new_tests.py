@@ -19,6 +19,7 @@ import dagster as dg
 
 from dw_dagster.core import keys as c
 from dw_dagster.core.records import load_change_set
+from dw_dagster.core.table_names import table_slug
 from dw_dagster.proposals.regression_tests import DEFAULT_TESTS_DIR, runnable_sql
 
 NEW_TESTS_CHECK, NEW_TESTS_KEY = c.NEW_TESTS_CHECK, c.NEW_TESTS_KEY
@@ -78,7 +79,7 @@ def build_new_tests_check(asset: dg.AssetKey | Sequence[str] | str, *, resource_
 def table_tests(root: Path, tests_dir: str, table: str) -> list[str]:
     """The tests a fix added for ``table`` in the tests folder (``dw_<kind>__<schema>__<table>.sql``), sorted."""
     folder = root / tests_dir
-    suffix = "__" + table.replace(".", "__").lower() + ".sql"
+    suffix = "__" + table_slug(table) + ".sql"
     return sorted(p.relative_to(root).as_posix() for p in folder.glob("dw_*.sql")
                   if p.name.lower().endswith(suffix)) if folder.exists() else []
 

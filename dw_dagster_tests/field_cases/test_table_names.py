@@ -169,3 +169,17 @@ def test_a_bigquery_view_lookup_reads_the_project_the_catalog_reads():
 
     db = types.SimpleNamespace(dialect="bigquery", project="other", dataset=None)
     assert _views_query(db, '"my-proj".sales.orders').endswith("`my-proj`.`sales`.INFORMATION_SCHEMA.VIEWS")
+
+
+def test_a_regression_test_file_of_a_quoted_table_is_named_by_its_parts(tmp_path):
+    """The dbt test a fix adds for ``"Sales.EU"."Order Lines"`` is ``dw_<kind>__sales_eu__order_lines.sql`` (no quote,
+    space or dot in the file's name, which dbt makes the test's name), and the new-tests check finds it again."""
+    from dw_dagster.core.table_names import table_slug
+    from dw_dagster.repair.new_tests import table_tests
+
+    assert table_slug("analytics.orders") == "analytics__orders"
+    assert table_slug('"Sales.EU"."Order Lines"') == "sales_eu__order_lines"
+    assert table_slug("my-dw.main.t") == "my-dw__main__t"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / f"dw_not_null__{table_slug(chr(34) + 'Sales.EU' + chr(34) + '.t')}.sql").write_text("select 1")
+    assert table_tests(tmp_path, "tests", '"Sales.EU".t') == ["tests/dw_not_null__sales_eu__t.sql"]
