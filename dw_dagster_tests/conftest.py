@@ -34,6 +34,43 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = sorted(items, key=key)
 
 
+#: ``DW_TEST_CPU_REPORT=<dir>``: each test process writes ``cpu-<worker>.json`` there, the seconds of CPU every test
+#: file used (the process's own and its finished child processes': dagster dev, code servers, run workers, dbt) and
+#: its wall seconds. On 2 cores the suite is bound by the CPU, so this, not ``--durations``, says where time goes.
+_CPU: dict[str, list[float]] = {}
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get("DW_TEST_CPU_REPORT"):
+        yield
+        return
+    import time
+
+    cpu0, wall0 = _cpu_seconds(), time.monotonic()
+    yield
+    spent = _CPU.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0])
+    spent[0] += _cpu_seconds() - cpu0
+    spent[1] += time.monotonic() - wall0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("DW_TEST_CPU_REPORT")
+    if out and _CPU:
+        import json
+        from pathlib import Path
+
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(out).mkdir(parents=True, exist_ok=True)
+        rows = {f: {"cpu_s": round(c, 1), "wall_s": round(w, 1)} for f, (c, w) in sorted(_CPU.items(), key=lambda kv: -kv[1][0])}
+        (Path(out) / f"cpu-{worker}.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
 @pytest.fixture
 def duck(tmp_path):
     from dw_dagster.databases import DuckDBDatabase
