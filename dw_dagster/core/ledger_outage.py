@@ -18,6 +18,10 @@ import sqlalchemy as sa
 
 #: how long a ledger call keeps retrying while the database is unreachable (a restart, a failover)
 OUTAGE_SECONDS = 60.0
+#: how long it keeps retrying PostgreSQL's "out of shared memory" (SQLSTATE 53200): other sessions' locks
+#: filling the shared lock table clear in moments, a transaction that needs more locks than the table holds
+#: never fits, and retrying it for :data:`OUTAGE_SECONDS` would only delay its error
+SQUEEZE_SECONDS = 5.0
 _CONNECTION_WORDS = ("could not connect", "connection refused", "server closed the connection", "terminating connection",
                      "connection to server", "database is locked", "ssl syscall", "broken pipe", "connection reset",
                      "connection timed out", "connection already closed", "the database system is starting up",
@@ -40,17 +44,31 @@ def transient_storage_error(e: BaseException) -> bool:
     return any(w in text for w in _CONNECTION_WORDS)
 
 
+def _out_of_shared_memory(e: BaseException | None) -> bool:
+    orig = getattr(e, "orig", None)
+    code = str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+    return code == "53200" or (not code and "out of shared memory" in str(e).lower())
+
+
+def _stop(retry_state) -> bool:
+    """Stop after :data:`OUTAGE_SECONDS`, or :data:`SQUEEZE_SECONDS` when the last error was "out of shared memory"."""
+    elapsed = retry_state.seconds_since_start or 0.0
+    last = retry_state.outcome.exception() if retry_state.outcome is not None else None
+    return elapsed >= (SQUEEZE_SECONDS if _out_of_shared_memory(last) else OUTAGE_SECONDS)
+
+
 def _riding_out_outages(fn):
     """Retry ``fn`` (a ledger call: one transaction, or a read) while the database is unreachable, with
-    exponential backoff, for up to :data:`OUTAGE_SECONDS`; any other error is raised at once."""
+    exponential backoff, for up to :data:`OUTAGE_SECONDS` (:data:`SQUEEZE_SECONDS` for "out of shared memory");
+    any other error is raised at once."""
     import functools
 
-    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+    from tenacity import Retrying, retry_if_exception, wait_exponential
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         for attempt in Retrying(retry=retry_if_exception(transient_storage_error), reraise=True,
-                                wait=wait_exponential(multiplier=0.25, max=5), stop=stop_after_delay(OUTAGE_SECONDS)):
+                                wait=wait_exponential(multiplier=0.25, max=5), stop=_stop):
             with attempt:
                 return fn(*args, **kwargs)
 
@@ -72,4 +90,4 @@ def wrap_public_methods(cls: type) -> None:
 
 
 
-__all__ = ["OUTAGE_SECONDS", "transient_storage_error", "wrap_public_methods"]
+__all__ = ["OUTAGE_SECONDS", "SQUEEZE_SECONDS", "transient_storage_error", "wrap_public_methods"]
