@@ -87,15 +87,75 @@ def prepare_if_dev(project) -> None:
     """``DbtProject.prepare_if_dev`` with :func:`dbt_executable`: under ``dagster dev`` (``$DAGSTER_IS_DEV_CLI``)
     run ``dbt deps`` when the project has packages and ``dbt parse``, so edits to the project show at
     each reload; elsewhere nothing. dagster-dbt's own runs the ``dbt`` on ``PATH``, which a venv that
-    is not activated does not have."""
+    is not activated does not have.
+
+    Every process that loads the definitions comes here (the code server, the daemon, each run worker);
+    a process that finds the manifest made from the project as it is now (:func:`_project_fingerprint`,
+    kept beside the manifest) does not parse again: dagster-dbt's would start ``dbt --version`` and
+    ``dbt parse``, seconds of CPU, in every run."""
     from dagster_dbt import DbtCliResource
 
     if not os.getenv("DAGSTER_IS_DEV_CLI"):
         return
+    project_dir, target = Path(project.project_dir), Path(project.project_dir) / project.target_path
+    fingerprint = _project_fingerprint(project_dir, Path(project.profiles_dir or project_dir), target)
+    mark = target / PARSED_MARK
+    if fingerprint and (target / "manifest.json").exists() and _read_text(mark) == fingerprint:
+        return
     cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
-    if any((Path(project.project_dir) / f).exists() for f in ("dependencies.yml", "packages.yml")):
+    if any((project_dir / f).exists() for f in ("dependencies.yml", "packages.yml")):
         cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
-    _parse_atomically(cli, Path(project.project_dir), Path(project.project_dir) / project.target_path)
+    _parse_atomically(cli, project_dir, target)
+    if fingerprint:
+        _write_atomically(mark, fingerprint)
+
+
+#: beside the manifest: the fingerprint of the project the last parse under ``dagster dev`` read
+PARSED_MARK = ".dw_dagster_parsed"
+_NOT_PARSED = frozenset({"target", "logs", "dbt_packages", "dbt_modules"})
+_VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
+
+
+def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) -> str:
+    """What a parse reads, cheaply: every project file's path, size and modification time (outputs, logs,
+    packages and hidden folders aside), the profiles file's, the environment (``env_var()`` reads it) and
+    the ``dbt`` run. Taken before the parse, so an edit made during it is parsed the next time; ``""``
+    when a file vanished while it was read (then the parse runs)."""
+    import hashlib
+
+    h = hashlib.sha256(f"{dbt_executable()}\n".encode())
+    try:
+        for root, dirs, files in os.walk(project_dir):
+            here = Path(root)
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
+            for name in sorted(files):
+                st = (here / name).stat()
+                h.update(f"{(here / name).relative_to(project_dir)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        profiles = profiles_dir / "profiles.yml"
+        if profiles.exists():
+            st = profiles.stat()
+            h.update(f"profiles\0{profiles}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    except OSError:
+        return ""
+    for k, v in sorted(os.environ.items()):
+        if k not in _VOLATILE_ENV:
+            h.update(f"{k}={v}\0".encode())
+    return h.hexdigest()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    import uuid
+
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def dbt_asset_keys(manifest: Mapping[str, Any], translator=None) -> dict[str, list[str]]:

@@ -14,24 +14,32 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _parse(project_dir: str) -> None:
-    import os
-
     from dagster_dbt import DbtProject
 
     from dw_dagster.wiring.dbt import prepare_if_dev
 
-    os.environ["DAGSTER_IS_DEV_CLI"] = "1"
     prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=project_dir))
 
 
-def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path):
+def _worker(project_dir: str, worker: str) -> None:
+    """A process of ``dagster dev`` with an environment of its own: it parses (one made from the same project
+    and environment is reused)."""
+    import os
+
+    os.environ["DAGSTER_IS_DEV_CLI"] = "1"
+    os.environ["DW_TEST_PARSE_WORKER"] = worker
+    _parse(project_dir)
+
+
+def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")
     project = tmp_path / "dbt_project"
     shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
     _parse(str(project))  # a first manifest to read
     manifest = project / "target" / "manifest.json"
     assert json.loads(manifest.read_text())["nodes"]
     ctx = mp.get_context("spawn")
-    workers = [ctx.Process(target=_parse, args=(str(project),)) for _ in range(3)]
+    workers = [ctx.Process(target=_worker, args=(str(project), str(i))) for i in range(3)]
     for w in workers:
         w.start()
     reads = 0
@@ -44,3 +52,31 @@ def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path):
         assert w.exitcode == 0
     assert reads > 10 and json.loads(manifest.read_text())["nodes"]
     assert not list(project.glob(".dw_parse-*"))  # each parse cleaned up its own folder
+
+
+def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_parse(tmp_path, monkeypatch):
+    """Each run worker under ``dagster dev`` loads the definitions: the second load of an unchanged project
+    keeps the manifest the first made (no ``dbt --version``, no ``dbt parse``); an edited model, an edited
+    profiles file or another environment parses again."""
+    import os
+
+    project = tmp_path / "dbt_project"
+    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
+    manifest = project / "target" / "manifest.json"
+
+    def parsed_again() -> bool:
+        before = manifest.stat().st_ino
+        _parse(str(project))
+        return manifest.stat().st_ino != before
+
+    monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")
+    _parse(str(project))
+    assert json.loads(manifest.read_text())["nodes"]
+    assert not parsed_again()
+    model = next(project.glob("models/**/*.sql"))
+    os.utime(model, ns=(model.stat().st_atime_ns, model.stat().st_mtime_ns + 1_000_000))
+    assert parsed_again() and not parsed_again()
+    (project / "profiles.yml").write_text((project / "profiles.yml").read_text() + "\n")
+    assert parsed_again()
+    monkeypatch.setenv("DW_SOME_SETTING", "x")  # a model may read it with env_var()
+    assert parsed_again() and not parsed_again()
