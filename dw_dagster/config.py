@@ -333,7 +333,8 @@ class WatchedAssetConfig(dg.Model, dg.Resolvable):
 class DbtConfig(dg.Model, dg.Resolvable):
     """The dbt project that maps the blast radius (models, tests, exposures, owners)."""
 
-    project_dir: str | None = Field(None, description="the dbt project (parsed when its manifest is missing)")
+    project_dir: str | None = Field(None, description="the dbt project (parsed when its manifest is missing, and under "
+                                    "`dagster dev` when a file, the profiles or the environment changed since the last parse)")
     profiles_dir: str | None = None
     manifest: str | None = Field(None, description="a manifest.json instead of a project")
 
