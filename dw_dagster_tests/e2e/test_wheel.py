@@ -77,9 +77,12 @@ def test_the_wheel_holds_the_library_alone(wheels):
 def test_the_wheel_installs_and_imports_with_its_hard_dependencies_alone(wheels, tmp_path):
     library, _ = wheels
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = str(venv / "bin" / "python")
-    install = subprocess.run([py, "-m", "pip", "install", "-q", "--cache-dir", str(PIP_CACHE), str(library)],
+    # this interpreter's pip installs into the venv (no ensurepip); no byte-compiling of every dependency
+    # (what the probe imports is compiled as it is imported)
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile", "--cache-dir",
+                              str(PIP_CACHE), str(library)],
                              capture_output=True, text=True, timeout=1800, env=_env(venv))
     assert install.returncode == 0, install.stderr[-3000:]
     probe = (
@@ -116,7 +119,7 @@ def installed(wheels, tmp_path_factory) -> Path:
     (purelib,) = (venv / "lib").glob("python3*/site-packages")
     (purelib / "reuse_test_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                              "--no-deps", "--no-index", "-q", *map(str, wheels)], capture_output=True, text=True,
+                              "--no-deps", "--no-index", "--no-compile", "-q", *map(str, wheels)], capture_output=True, text=True,
                              timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
     return venv
