@@ -8,8 +8,8 @@ os.environ.setdefault("DAGSTER_TELEMETRY_DISABLED", "1")
 
 POSTGRES_URL = os.environ.get("DW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
-#: The slowest test files, slowest first (seconds each in a full run on 2 cores, junit times: daemon e2e 680,
-#: cli 214, cause daemon 197, code locations 196, repair identity 178, celery 169 ...), run first: ``make test``
+#: The slowest test files, slowest first (seconds each in a full run on 2 cores, junit times: daemon e2e 391,
+#: repair identity 154, cli 152, cause daemon 149, warehouses' migrations 148, code locations 135, celery 133 ...), run first: ``make test``
 #: hands files to workers in collection order (``--dist loadfile --no-loadscope-reorder``; without the second
 #: flag xdist sorts files by their number of tests, and a slow file of few tests ran last on one worker while
 #: the other idled). Files not listed keep their order, after these.
