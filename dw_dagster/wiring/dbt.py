@@ -117,10 +117,11 @@ _VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
 
 
 def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) -> str:
-    """What a parse reads, cheaply: every project file's path, size and modification time (outputs, logs,
-    packages and hidden folders aside), the profiles file's, the environment (``env_var()`` reads it) and
-    the ``dbt`` run. Taken before the parse, so an edit made during it is parsed the next time; ``""``
-    when a file vanished while it was read (then the parse runs)."""
+    """What a parse reads: every project file's path and content (outputs, logs, packages and hidden files
+    aside; contents, not modification times, which a copy or a checkout can keep while the text changes), the
+    profiles file, the environment (``env_var()`` reads it) and the ``dbt`` executable. Reading the files
+    costs a fraction of one ``dbt parse``. Taken before the parse, so an edit made during it is parsed the
+    next time; ``""`` when a file vanished while it was read (then the parse runs)."""
     import hashlib
 
     h = hashlib.sha256(f"{dbt_executable()}\n".encode())
@@ -128,19 +129,23 @@ def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) ->
         for root, dirs, files in os.walk(project_dir):
             here = Path(root)
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
-            for name in sorted(files):
-                st = (here / name).stat()
-                h.update(f"{(here / name).relative_to(project_dir)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            for name in sorted(f for f in files if not f.startswith(".")):
+                _hash_file(h, f"{(here / name).relative_to(project_dir)}", here / name)
         profiles = profiles_dir / "profiles.yml"
         if profiles.exists():
-            st = profiles.stat()
-            h.update(f"profiles\0{profiles}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            _hash_file(h, f"profiles {profiles}", profiles)
     except OSError:
         return ""
     for k, v in sorted(os.environ.items()):
         if k not in _VOLATILE_ENV:
             h.update(f"{k}={v}\0".encode())
     return h.hexdigest()
+
+
+def _hash_file(h, name: str, path: Path) -> None:
+    data = path.read_bytes()
+    h.update(f"{name}\0{len(data)}\0".encode())
+    h.update(data)
 
 
 def _read_text(path: Path) -> str:

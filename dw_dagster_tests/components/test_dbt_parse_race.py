@@ -56,8 +56,8 @@ def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path, monkeypatc
 
 def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_parse(tmp_path, monkeypatch):
     """Each run worker under ``dagster dev`` loads the definitions: the second load of an unchanged project
-    keeps the manifest the first made (no ``dbt --version``, no ``dbt parse``); an edited model, an edited
-    profiles file or another environment parses again."""
+    keeps the manifest the first made (no ``dbt --version``, no ``dbt parse``); an edited model (even one whose
+    size and modification time were kept), an edited profiles file or another environment parses again."""
     import os
 
     project = tmp_path / "dbt_project"
@@ -75,6 +75,10 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     assert not parsed_again()
     model = next(project.glob("models/**/*.sql"))
     os.utime(model, ns=(model.stat().st_atime_ns, model.stat().st_mtime_ns + 1_000_000))
+    assert not parsed_again()  # touched, not changed
+    mtime = model.stat().st_mtime_ns
+    model.write_text(model.read_text().replace("select", "SELECT", 1))  # same size, the time kept (cp -p, rsync -t)
+    os.utime(model, ns=(mtime, mtime))
     assert parsed_again() and not parsed_again()
     (project / "profiles.yml").write_text((project / "profiles.yml").read_text() + "\n")
     assert parsed_again()
