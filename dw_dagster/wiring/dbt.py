@@ -112,22 +112,28 @@ def prepare_if_dev(project) -> None:
 
 #: beside the manifest: the fingerprint of the project the last parse under ``dagster dev`` read
 PARSED_MARK = ".dw_dagster_parsed"
-_NOT_PARSED = frozenset({"target", "logs", "dbt_packages", "dbt_modules"})
+_NOT_PARSED = frozenset({"target", "logs"})
 _VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
 
 
 def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) -> str:
-    """What a parse reads: every project file's path and content (outputs, logs, packages and hidden files
-    aside; contents, not modification times, which a copy or a checkout can keep while the text changes), the
-    profiles file, the environment (``env_var()`` reads it) and the ``dbt`` executable. Reading the files
+    """What a parse reads: every project file's path and content, installed packages included (outputs, logs
+    and hidden files aside; contents, not modification times, which a copy or a checkout can keep while the
+    text changes), the profiles file, the environment (``env_var()`` reads it), the ``dbt`` executable and the
+    installed dbt distributions' versions. Reading the files
     costs a fraction of one ``dbt parse``. Taken before the parse, so an edit made during it is parsed the
     next time; ``""`` when a file vanished while it was read (then the parse runs)."""
     import hashlib
 
-    h = hashlib.sha256(f"{dbt_executable()}\n".encode())
+    h = hashlib.sha256(f"{dbt_executable()}\n{_dbt_versions()}\n".encode())
+    seen: set[str] = set()  # real folders walked: a local package is a link in dbt_packages, and links may loop
     try:
-        for root, dirs, files in os.walk(project_dir):
+        for root, dirs, files in os.walk(project_dir, followlinks=True):
             here = Path(root)
+            if os.path.realpath(here) in seen:
+                dirs[:] = []
+                continue
+            seen.add(os.path.realpath(here))
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
             for name in sorted(f for f in files if not f.startswith(".")):
                 _hash_file(h, f"{(here / name).relative_to(project_dir)}", here / name)
@@ -140,6 +146,14 @@ def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) ->
         if k not in _VOLATILE_ENV:
             h.update(f"{k}={v}\0".encode())
     return h.hexdigest()
+
+
+def _dbt_versions() -> str:
+    """The installed dbt distributions (dbt-core, the adapters) and their versions: an upgrade parses again."""
+    from importlib.metadata import distributions
+
+    names = {(d.metadata["Name"] or "").lower(): d.version for d in distributions()}
+    return ",".join(f"{n}={v}" for n, v in sorted(names.items()) if n.startswith("dbt"))
 
 
 def _hash_file(h, name: str, path: Path) -> None:

@@ -84,3 +84,14 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     assert parsed_again()
     monkeypatch.setenv("DW_SOME_SETTING", "x")  # a model may read it with env_var()
     assert parsed_again() and not parsed_again()
+    # a local package: installed by `dbt deps` as a link in dbt_packages to a folder outside the project
+    package = tmp_path / "shared_macros"
+    (package / "macros").mkdir(parents=True)
+    (package / "dbt_project.yml").write_text("name: shared_macros\nversion: '1.0'\nconfig-version: 2\n")
+    (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}({{ x }} * 100){% endmacro %}\n")
+    (project / "dbt_packages").mkdir()
+    (project / "dbt_packages" / "shared_macros").symlink_to(package, target_is_directory=True)
+    (package / "loop").symlink_to(package, target_is_directory=True)  # a link back up is walked once
+    assert parsed_again() and not parsed_again()
+    (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}round({{ x }} * 100){% endmacro %}\n")
+    assert parsed_again()
