@@ -5,6 +5,7 @@ diagnoser and ``dbt_window`` runner."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -92,60 +93,91 @@ def prepare_if_dev(project) -> None:
     Every process that loads the definitions comes here (the code server, the daemon, each run worker);
     a process that finds the manifest made from the project as it is now (:func:`_project_fingerprint`,
     kept beside the manifest) does not parse again: dagster-dbt's would start ``dbt --version`` and
-    ``dbt parse``, seconds of CPU, in every run."""
+    ``dbt parse``, seconds of CPU, in every run. The processes that do parse take turns (a lock file in
+    the target folder), so one's ``dbt deps`` never empties ``dbt_packages`` under another's parse (the
+    runs of a parallel backfill started after an edit; dagster#33993)."""
     from dagster_dbt import DbtCliResource
+
+    from filelock import FileLock, Timeout
 
     if not os.getenv("DAGSTER_IS_DEV_CLI"):
         return
     project_dir, target = Path(project.project_dir), Path(project.project_dir) / project.target_path
-    fingerprint = _project_fingerprint(project_dir, Path(project.profiles_dir or project_dir), target)
-    mark = target / PARSED_MARK
-    if fingerprint and (target / "manifest.json").exists() and _read_text(mark) == fingerprint:
+    profiles_dir = Path(project.profiles_dir or project_dir)
+    if _parsed(target, _project_fingerprint(project_dir, profiles_dir, target)):
         return
-    cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
-    if any((project_dir / f).exists() for f in ("dependencies.yml", "packages.yml")):
-        cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
-    _parse_atomically(cli, project_dir, target)
-    if fingerprint:
-        _write_atomically(mark, fingerprint)
+    target.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(target / ".dw_dagster_parse.lock"), timeout=PARSE_LOCK_SECONDS)
+    try:
+        lock.acquire()
+    except Timeout:
+        pass  # a parse that hangs elsewhere: parse anyway, as without the lock
+    try:
+        fingerprint = _project_fingerprint(project_dir, profiles_dir, target)  # the process before may have parsed it
+        if _parsed(target, fingerprint):
+            return
+        cli = DbtCliResource(project_dir=project, dbt_executable=dbt_executable())
+        if any((project_dir / f).exists() for f in ("dependencies.yml", "packages.yml")):
+            cli.cli(["deps", "--quiet"], target_path=project.target_path).wait()
+            fingerprint = _project_fingerprint(project_dir, profiles_dir, target)  # deps wrote package-lock.yml
+        _parse_atomically(cli, project_dir, target)
+        if fingerprint:
+            _write_atomically(target / PARSED_MARK, fingerprint)
+    finally:
+        if lock.is_locked:
+            lock.release()
+
+
+def _parsed(target: Path, fingerprint: str) -> bool:
+    """Whether the manifest in ``target`` was made from the project with this fingerprint."""
+    return bool(fingerprint) and (target / "manifest.json").exists() and _read_text(target / PARSED_MARK) == fingerprint
 
 
 #: beside the manifest: the fingerprint of the project the last parse under ``dagster dev`` read
 PARSED_MARK = ".dw_dagster_parsed"
+#: how long a process waits for another's ``dbt deps`` and ``dbt parse`` before it parses anyway
+PARSE_LOCK_SECONDS = 900
 _NOT_PARSED = frozenset({"target", "logs"})
-_VOLATILE_ENV = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
 
 
 def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) -> str:
     """What a parse reads: every project file's path and content, installed packages included (outputs, logs
     and hidden files aside; contents, not modification times, which a copy or a checkout can keep while the
-    text changes), the profiles file, the environment (``env_var()`` reads it), the ``dbt`` executable and the
-    installed dbt distributions' versions. Reading the files
+    text changes), the profiles file, the environment variables they name in ``env_var()`` and dbt's own
+    (``DBT_*``), the ``dbt`` executable and the installed dbt distributions' versions. Reading the files
     costs a fraction of one ``dbt parse``. Taken before the parse, so an edit made during it is parsed the
     next time; ``""`` when a file vanished while it was read (then the parse runs)."""
     import hashlib
 
     h = hashlib.sha256(f"{dbt_executable()}\n{_dbt_versions()}\n".encode())
-    seen: set[str] = set()  # real folders walked: a local package is a link in dbt_packages, and links may loop
+    named: set[str] = set()
     try:
-        for root, dirs, files in os.walk(project_dir, followlinks=True):
-            here = Path(root)
-            if os.path.realpath(here) in seen:
-                dirs[:] = []
-                continue
-            seen.add(os.path.realpath(here))
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
-            for name in sorted(f for f in files if not f.startswith(".")):
-                _hash_file(h, f"{(here / name).relative_to(project_dir)}", here / name)
+        for path in _project_files(project_dir, target):
+            named |= _hash_file(h, str(path.relative_to(project_dir)), path)
         profiles = profiles_dir / "profiles.yml"
         if profiles.exists():
-            _hash_file(h, f"profiles {profiles}", profiles)
+            named |= _hash_file(h, f"profiles {profiles}", profiles)
     except OSError:
         return ""
-    for k, v in sorted(os.environ.items()):
-        if k not in _VOLATILE_ENV:
-            h.update(f"{k}={v}\0".encode())
+    for k in sorted(k for k in os.environ if k in named or k.startswith("DBT_")):
+        h.update(f"{k}={os.environ[k]}\0".encode())
     return h.hexdigest()
+
+
+def _project_files(project_dir: Path, target: Path):
+    """The project's files in a stable order, through links (a local package), each real folder once."""
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(project_dir, followlinks=True):
+        here = Path(root)
+        if os.path.realpath(here) in seen:
+            dirs[:] = []
+            continue
+        seen.add(os.path.realpath(here))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
+        yield from (here / name for name in sorted(files) if not name.startswith("."))
+
+
+_ENV_VAR = re.compile(rb"""env_var\(\s*['"]([^'"]+)['"]""")
 
 
 def _dbt_versions() -> str:
@@ -156,10 +188,12 @@ def _dbt_versions() -> str:
     return ",".join(f"{n}={v}" for n, v in sorted(names.items()) if n.startswith("dbt"))
 
 
-def _hash_file(h, name: str, path: Path) -> None:
+def _hash_file(h, name: str, path: Path) -> set[str]:
+    """Hash the file's name and content; return the environment variables it reads with ``env_var()``."""
     data = path.read_bytes()
     h.update(f"{name}\0{len(data)}\0".encode())
     h.update(data)
+    return {m.decode(errors="replace") for m in _ENV_VAR.findall(data)}
 
 
 def _read_text(path: Path) -> str:

@@ -27,7 +27,7 @@ def _worker(project_dir: str, worker: str) -> None:
     import os
 
     os.environ["DAGSTER_IS_DEV_CLI"] = "1"
-    os.environ["DW_TEST_PARSE_WORKER"] = worker
+    os.environ["DBT_DW_TEST_PARSE_WORKER"] = worker  # dbt's own variables are read
     _parse(project_dir)
 
 
@@ -57,7 +57,7 @@ def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path, monkeypatc
 def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_parse(tmp_path, monkeypatch):
     """Each run worker under ``dagster dev`` loads the definitions: the second load of an unchanged project
     keeps the manifest the first made (no ``dbt --version``, no ``dbt parse``); an edited model (even one whose
-    size and modification time were kept), an edited profiles file or another environment parses again."""
+    size and modification time were kept), an edited profiles file, a variable a file names in ``env_var()`` or one of dbt's own parses again."""
     import os
 
     project = tmp_path / "dbt_project"
@@ -82,8 +82,14 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     assert parsed_again() and not parsed_again()
     (project / "profiles.yml").write_text((project / "profiles.yml").read_text() + "\n")
     assert parsed_again()
-    monkeypatch.setenv("DW_SOME_SETTING", "x")  # a model may read it with env_var()
+    monkeypatch.setenv("DW_UNRELATED", "x")  # no file names it
+    assert not parsed_again()
+    model.write_text(model.read_text() + "\n-- {{ env_var('DW_SOME_SETTING', 'none') }}\n")
     assert parsed_again() and not parsed_again()
+    monkeypatch.setenv("DW_SOME_SETTING", "x")  # a model reads it with env_var()
+    assert parsed_again() and not parsed_again()
+    monkeypatch.setenv("DBT_TARGET_PATH_UNUSED", "x")  # dbt's own variables
+    assert parsed_again()
     # a local package: installed by `dbt deps` as a link in dbt_packages to a folder outside the project
     package = tmp_path / "shared_macros"
     (package / "macros").mkdir(parents=True)
