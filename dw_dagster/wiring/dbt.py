@@ -143,10 +143,11 @@ _NOT_PARSED = frozenset({"target", "logs"})
 def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) -> str:
     """What a parse reads: every project file's path and content, installed packages included (outputs, logs
     and hidden files aside; contents, not modification times, which a copy or a checkout can keep while the
-    text changes), the profiles file, the environment variables they name in ``env_var()`` and dbt's own
-    (``DBT_*``), the ``dbt`` executable and the installed dbt distributions' versions. Reading the files
-    costs a fraction of one ``dbt parse``. Taken before the parse, so an edit made during it is parsed the
-    next time; ``""`` when a file vanished while it was read (then the parse runs)."""
+    text changes; a file over 1 MiB by its size and time), the profiles file, the environment variables they
+    name in ``env_var()`` and dbt's own (``DBT_*``), the ``dbt`` executable and the installed dbt
+    distributions' versions. Reading the files costs a fraction of one ``dbt parse``. Taken before the parse,
+    so an edit made during it is parsed the next time; ``""`` (the parse runs) when a file vanished while it
+    was read or there are more than :data:`_MAX_FILES`."""
     import hashlib
 
     h = hashlib.sha256(f"{dbt_executable()}\n{_dbt_versions()}\n".encode())
@@ -157,7 +158,7 @@ def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) ->
         profiles = profiles_dir / "profiles.yml"
         if profiles.exists():
             named |= _hash_file(h, f"profiles {profiles}", profiles)
-    except OSError:
+    except (OSError, _TooLarge):
         return ""
     for k in sorted(k for k in os.environ if k in named or k.startswith("DBT_")):
         h.update(f"{k}={os.environ[k]}\0".encode())
@@ -165,8 +166,10 @@ def _project_fingerprint(project_dir: Path, profiles_dir: Path, target: Path) ->
 
 
 def _project_files(project_dir: Path, target: Path):
-    """The project's files in a stable order, through links (a local package), each real folder once."""
+    """The project's files in a stable order, through links as dbt reads them (a local package is a link in
+    ``dbt_packages``), each real folder once; stops after :data:`_MAX_FILES` (a link to a large folder)."""
     seen: set[str] = set()
+    count = 0
     for root, dirs, files in os.walk(project_dir, followlinks=True):
         here = Path(root)
         if os.path.realpath(here) in seen:
@@ -174,9 +177,23 @@ def _project_files(project_dir: Path, target: Path):
             continue
         seen.add(os.path.realpath(here))
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_PARSED and here / d != target)
-        yield from (here / name for name in sorted(files) if not name.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                count += 1
+                if count > _MAX_FILES:
+                    raise _TooLarge(project_dir)
+                yield here / name
 
 
+class _TooLarge(Exception):
+    """More files than a fingerprint reads: the parse runs, as it did without one."""
+
+
+#: past this many files the project is parsed without looking (dbt reads them all anyway)
+_MAX_FILES = 50_000
+#: a file larger than this counts by its size and modification time, not its content (a large seed; dbt
+#: itself checks seeds over 1 MiB by path only)
+_CONTENT_LIMIT = 1 << 20
 _ENV_VAR = re.compile(rb"""env_var\(\s*['"]([^'"]+)['"]""")
 
 
@@ -189,7 +206,12 @@ def _dbt_versions() -> str:
 
 
 def _hash_file(h, name: str, path: Path) -> set[str]:
-    """Hash the file's name and content; return the environment variables it reads with ``env_var()``."""
+    """Hash the file's name and content (a large file: its size and time); return the environment variables it
+    reads with ``env_var()``."""
+    st = path.stat()
+    if st.st_size > _CONTENT_LIMIT:
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        return set()
     data = path.read_bytes()
     h.update(f"{name}\0{len(data)}\0".encode())
     h.update(data)

@@ -101,3 +101,27 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     assert parsed_again() and not parsed_again()
     (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}round({{ x }} * 100){% endmacro %}\n")
     assert parsed_again()
+
+
+def test_the_fingerprint_reads_a_large_file_by_its_time_and_gives_up_on_a_huge_tree(tmp_path, monkeypatch):
+    """A seed over 1 MiB counts by its size and time (not read at every load); a project past ``_MAX_FILES`` files
+    (a link to a large folder) has no fingerprint, so it is parsed as before, and nothing is read past the limit."""
+    import os
+
+    from dw_dagster.wiring import dbt as wiring
+
+    project = tmp_path / "p"
+    (project / "seeds").mkdir(parents=True)
+    seed = project / "seeds" / "big.csv"
+    seed.write_bytes(b"a\n" * (wiring._CONTENT_LIMIT // 2 + 1))
+    before = wiring._project_fingerprint(project, project, project / "target")
+    st = seed.stat()
+    seed.write_bytes(b"b\n" * (wiring._CONTENT_LIMIT // 2 + 1))  # same size, same time: not read
+    os.utime(seed, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert wiring._project_fingerprint(project, project, project / "target") == before
+    os.utime(seed, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert wiring._project_fingerprint(project, project, project / "target") not in ("", before)
+    for i in range(3):
+        (project / f"m{i}.sql").write_text("select 1")
+    monkeypatch.setattr(wiring, "_MAX_FILES", 3)
+    assert wiring._project_fingerprint(project, project, project / "target") == ""
