@@ -36,17 +36,22 @@ def transient_storage_error(e: BaseException) -> bool:
         return True
     if not isinstance(e, (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DisconnectionError)):
         return False
-    orig = getattr(e, "orig", None)
-    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    code = _sqlstate(e)
     if code:
-        return str(code).startswith(("08", "57P", "53"))
+        return code.startswith(("08", "57P", "53"))
+    orig = getattr(e, "orig", None)
     text = str(orig if orig is not None else e).lower()
     return any(w in text for w in _CONNECTION_WORDS)
 
 
-def _out_of_shared_memory(e: BaseException | None) -> bool:
+def _sqlstate(e: BaseException | None) -> str:
+    """The SQLSTATE of the driver's error ``e`` wraps (psycopg's ``sqlstate``, psycopg2's ``pgcode``), or ``""``."""
     orig = getattr(e, "orig", None)
-    code = str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+    return str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+
+
+def _out_of_shared_memory(e: BaseException | None) -> bool:
+    code = _sqlstate(e)
     return code == "53200" or (not code and "out of shared memory" in str(e).lower())
 
 

@@ -13,7 +13,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _parse(project_dir: str) -> None:
+def example_project(tmp_path: Path) -> Path:
+    """A copy of the example dbt project (without its target and logs) in ``tmp_path``."""
+    project = tmp_path / "dbt_project"
+    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
+    return project
+
+
+def local_package(tmp_path: Path) -> Path:
+    """A dbt package with one macro, ``shared_macros.cents``, in ``tmp_path`` (outside any project)."""
+    package = tmp_path / "shared_macros"
+    (package / "macros").mkdir(parents=True)
+    (package / "dbt_project.yml").write_text("name: shared_macros\nversion: '1.0'\nconfig-version: 2\n")
+    (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}({{ x }} * 100){% endmacro %}\n")
+    return package
+
+
+def load(project_dir: str) -> None:
+    """What a process of ``dagster dev`` does when it imports definitions that name the dbt project."""
     from dagster_dbt import DbtProject
 
     from dw_dagster.wiring.dbt import prepare_if_dev
@@ -21,25 +38,23 @@ def _parse(project_dir: str) -> None:
     prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=project_dir))
 
 
-def _worker(project_dir: str, worker: str) -> None:
-    """A process of ``dagster dev`` with an environment of its own: it parses (one made from the same project
-    and environment is reused)."""
+def dev_process(project_dir: str, env: dict[str, str]) -> None:
+    """A process of ``dagster dev`` (the target of a spawned process) with ``env`` added to its environment."""
     import os
 
-    os.environ["DAGSTER_IS_DEV_CLI"] = "1"
-    os.environ["DBT_DW_TEST_PARSE_WORKER"] = worker  # dbt's own variables are read
-    _parse(project_dir)
+    os.environ.update({"DAGSTER_IS_DEV_CLI": "1", **env})
+    load(project_dir)
 
 
 def test_parses_at_once_never_leave_a_half_written_manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")
-    project = tmp_path / "dbt_project"
-    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
-    _parse(str(project))  # a first manifest to read
+    project = example_project(tmp_path)
+    load(str(project))  # a first manifest to read
     manifest = project / "target" / "manifest.json"
     assert json.loads(manifest.read_text())["nodes"]
     ctx = mp.get_context("spawn")
-    workers = [ctx.Process(target=_worker, args=(str(project), str(i))) for i in range(3)]
+    # each with a variable of dbt's of its own, so none reuses another's parse: three parses at once
+    workers = [ctx.Process(target=dev_process, args=(str(project), {"DBT_DW_TEST_PARSE_WORKER": str(i)})) for i in range(3)]
     for w in workers:
         w.start()
     reads = 0
@@ -60,17 +75,16 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     size and modification time were kept), an edited profiles file, a variable a file names in ``env_var()`` or one of dbt's own parses again."""
     import os
 
-    project = tmp_path / "dbt_project"
-    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
+    project = example_project(tmp_path)
     manifest = project / "target" / "manifest.json"
 
     def parsed_again() -> bool:
         before = manifest.stat().st_ino
-        _parse(str(project))
+        load(str(project))
         return manifest.stat().st_ino != before
 
     monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")
-    _parse(str(project))
+    load(str(project))
     assert json.loads(manifest.read_text())["nodes"]
     assert not parsed_again()
     model = next(project.glob("models/**/*.sql"))
@@ -91,10 +105,7 @@ def test_a_process_that_finds_the_manifest_of_the_project_as_it_is_does_not_pars
     monkeypatch.setenv("DBT_TARGET_PATH_UNUSED", "x")  # dbt's own variables
     assert parsed_again()
     # a local package: installed by `dbt deps` as a link in dbt_packages to a folder outside the project
-    package = tmp_path / "shared_macros"
-    (package / "macros").mkdir(parents=True)
-    (package / "dbt_project.yml").write_text("name: shared_macros\nversion: '1.0'\nconfig-version: 2\n")
-    (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}({{ x }} * 100){% endmacro %}\n")
+    package = local_package(tmp_path)
     (project / "dbt_packages").mkdir()
     (project / "dbt_packages" / "shared_macros").symlink_to(package, target_is_directory=True)
     (package / "loop").symlink_to(package, target_is_directory=True)  # a link back up is walked once

@@ -1,12 +1,11 @@
 """Field cases of the dbt parse every process of a ``dagster dev`` deployment runs when it loads the definitions."""
 
 import multiprocessing as mp
-import shutil
 from pathlib import Path
 
+from dw_dagster_tests.components.test_dbt_parse_race import dev_process, example_project, load, local_package
 from dw_dagster_tests.field_cases.kinds import kind
 
-REPO = Path(__file__).resolve().parents[2]
 W = "dw_dagster/wiring/dbt.py"
 KINDS = [
     kind("dbt-parse-in-every-run", "dependencies", "every run worker re-parses the dbt project before its first op "
@@ -21,35 +20,15 @@ KINDS = [
 
 def _project(tmp_path: Path) -> Path:
     """The example dbt project with a local package (``dbt deps`` links it into ``dbt_packages``, offline)."""
-    project = tmp_path / "dbt_project"
-    shutil.copytree(REPO / "examples" / "dw_dagster_examples" / "dbt_project", project, ignore=shutil.ignore_patterns("target", "logs"))
-    package = tmp_path / "shared_macros"
-    (package / "macros").mkdir(parents=True)
-    (package / "dbt_project.yml").write_text("name: shared_macros\nversion: '1.0'\nconfig-version: 2\n")
-    (package / "macros" / "cents.sql").write_text("{% macro cents(x) %}({{ x }} * 100){% endmacro %}\n")
+    project = example_project(tmp_path)
+    local_package(tmp_path)
     (project / "packages.yml").write_text("packages:\n  - local: ../shared_macros\n")
     return project
 
 
-def _load(project_dir: str) -> None:
-    """What a process of ``dagster dev`` does when it imports definitions that name the dbt project."""
-    from dagster_dbt import DbtProject
-
-    from dw_dagster.wiring.dbt import prepare_if_dev
-
-    prepare_if_dev(DbtProject(project_dir=project_dir, profiles_dir=project_dir))
-
-
-def _worker(project_dir: str, env: dict[str, str]) -> None:
-    import os
-
-    os.environ.update({"DAGSTER_IS_DEV_CLI": "1", **env})
-    _load(project_dir)
-
-
 def _in_processes(project: Path, envs: list[dict[str, str]]) -> list[int]:
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(str(project), env)) for env in envs]
+    procs = [ctx.Process(target=dev_process, args=(str(project), env)) for env in envs]
     for p in procs:
         p.start()
     for p in procs:
@@ -62,7 +41,7 @@ def test_a_run_worker_of_an_unchanged_project_does_not_parse(tmp_path, monkeypat
     workers of the same deployment (same project, same environment) load the definitions and keep its manifest."""
     project = _project(tmp_path)
     monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")
-    _load(str(project))
+    load(str(project))
     manifest = project / "target" / "manifest.json"
     first = manifest.stat().st_ino
     assert (project / "dbt_packages" / "shared_macros").exists()
@@ -90,7 +69,7 @@ def test_runs_starting_at_once_after_an_edit_take_turns_at_deps_and_parse(tmp_pa
                         (target / "manifest.json").write_text("{}"))
     (project / "target").mkdir()
     with FileLock(str(project / "target" / ".dw_dagster_parse.lock")):
-        loader = threading.Thread(target=_load, args=(str(project),))
+        loader = threading.Thread(target=load, args=(str(project),))
         loader.start()
 
         def waiting_in_the_lock() -> bool:

@@ -106,7 +106,6 @@ from dw_dagster.changes.migrations.statements import (
     _set_default,
     _set_not_null,
     _set_type,
-    _sibling,
     _update_from,
     _update_set,
 )
@@ -306,7 +305,7 @@ def _gen_drop(c: DropColumn, d: str, schema: TableSchema | None, p: _Plan) -> No
         or any(_same_name(x, c.column, d) for x in schema.cluster_columns)
     ):
         raise MigrationError(f"BigQuery cannot drop a partitioning or clustering column ({SOURCES['bigquery_ddl']})")
-    backup = _sibling(c.table, f"__dw_backup_{_change_id(c)}")
+    backup = sql.sibling_table(c.table, f"__dw_backup_{_change_id(c)}")  # beside the table, quoted as it is
     p.backup_table = backup
     p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
     p.forward.append(_backup_statements(c.table, backup, c.key_columns, c.column))
@@ -470,7 +469,7 @@ def _gen_retype(c: RetypeColumn, d: str, schema: TableSchema | None, p: _Plan) -
     tmp = f"{c.column}__dw_retype_{cid}"
     backup = None
     if fwd.lossy:
-        backup = _sibling(c.table, f"__dw_backup_{cid}")
+        backup = sql.sibling_table(c.table, f"__dw_backup_{cid}")
         p.backup_table = backup
         p.forward_guards.append(_keys_guard(c.table, c.key_columns, d))
         # values the new type cannot take at all make the forward fail half-way on some dialects

@@ -11,7 +11,6 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from dw_dagster.databases import sql
-from dw_dagster.databases.sql import sibling_table
 from dw_dagster.changes.migrations.types import TypeInfo
 
 # -- errors ------------------------------------------------------------------------------------
@@ -27,11 +26,6 @@ from dw_dagster.changes.migrations.types import TypeInfo
 
 
 # -- names -------------------------------------------------------------------------------------
-
-
-def _sibling(table: str, suffix: str) -> str:
-    """A table in the same schema as ``table`` called its name plus ``suffix``, its parts quoted as ``table``'s were."""
-    return sibling_table(table, suffix)
 
 
 def _change_id(change: BaseModel) -> str:
